@@ -1,0 +1,254 @@
+package wire
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// Fields is everything Encode needs to build one RoCEv2 frame. Which
+// extension-header fields are used follows from BTH.Opcode; the others are
+// ignored. Lengths, checksums, the pad count and the ICRC are computed.
+type Fields struct {
+	DstMAC, SrcMAC [6]byte
+	// VLANTCI is the tag control information of one 802.1Q tag, written
+	// when HasVLAN is set.
+	VLANTCI uint16
+	HasVLAN bool
+
+	// SrcIP and DstIP are both IPv4 or both IPv6 (an IPv4-mapped IPv6
+	// address counts as IPv6).
+	SrcIP, DstIP netip.Addr
+	// TrafficClass is the IPv4 TOS byte or the IPv6 traffic class.
+	TrafficClass uint8
+	// FlowLabel is the IPv6 flow label (20 bits); unused for IPv4.
+	FlowLabel uint32
+	// TTL is the IPv4 TTL or IPv6 hop limit (rxe: DefaultTTL).
+	TTL uint8
+	// IPID is the IPv4 identification; unused for IPv6.
+	IPID uint16
+	// DontFragment sets the IPv4 DF flag (rxe: set).
+	DontFragment bool
+
+	// SrcPort is the UDP source port (see SourcePort and SourcePortUD);
+	// the destination port is always RoCEv2Port.
+	SrcPort uint16
+	// UDPChecksum is written as given; rxe sends 0, and the ICRC does not
+	// cover it.
+	UDPChecksum uint16
+
+	BTH       BTHFields
+	DETH      DETHFields
+	FlushType uint32 // FETH
+	RETH      RETHFields
+	AtomicETH AtomicETHFields
+	AETH      AETHFields
+	// OrigRemoteData is the AtomicAckETH value.
+	OrigRemoteData uint64
+	Imm            uint32 // ImmDt
+	InvalidateRKey uint32 // IETH
+
+	// Payload is copied into the frame after the headers.
+	Payload []byte
+}
+
+// is4 reports whether the fields describe an IPv4 packet.
+func (f *Fields) is4() bool { return f.SrcIP.Is4() }
+
+// Len returns the length of the frame Encode would write, or 0 when the
+// fields cannot be encoded.
+func (f *Fields) Len() int {
+	info := f.BTH.Opcode.Info()
+	if info.Name == "" {
+		return 0
+	}
+	n := EthernetHeaderLen + UDPHeaderLen + info.HeaderLen + paddedLen(len(f.Payload)) + ICRCLen
+	if f.HasVLAN {
+		n += VLANTagLen
+	}
+	if f.is4() {
+		return n + IPv4HeaderLen
+	}
+	return n + IPv6HeaderLen
+}
+
+func paddedLen(n int) int { return (n + 3) &^ 3 }
+
+// maxIPPayload is what the 16-bit IPv4 total length and IPv6 payload
+// length fields can describe.
+const maxIPPayload = 0xFFFF - IPv4HeaderLen
+
+// Encode writes the frame described by f to the start of b and returns its
+// length. It fails with ErrShortBuffer when b is too small and with
+// ErrInvalidFields when f cannot be put on the wire. It costs one copy of
+// the payload and one CRC pass, and allocates nothing.
+func Encode(b []byte, f *Fields) (int, error) {
+	if err := f.validate(); err != nil {
+		return 0, err
+	}
+	n := f.Len()
+	if len(b) < n {
+		return 0, errShortBuffer
+	}
+	b = b[:n]
+	copy(b[0:6], f.DstMAC[:])
+	copy(b[6:12], f.SrcMAC[:])
+	off := 12
+	if f.HasVLAN {
+		binary.BigEndian.PutUint16(b[off:], EtherTypeVLAN)
+		binary.BigEndian.PutUint16(b[off+2:], f.VLANTCI)
+		off += VLANTagLen
+	}
+	var ip []byte
+	if f.is4() {
+		binary.BigEndian.PutUint16(b[off:], EtherTypeIPv4)
+		off += 2
+		ip = b[off : off+IPv4HeaderLen]
+		f.putIPv4(ip, n-off)
+		off += IPv4HeaderLen
+	} else {
+		binary.BigEndian.PutUint16(b[off:], EtherTypeIPv6)
+		off += 2
+		ip = b[off : off+IPv6HeaderLen]
+		f.putIPv6(ip, n-off-IPv6HeaderLen)
+		off += IPv6HeaderLen
+	}
+	l4 := b[off:]
+	binary.BigEndian.PutUint16(l4[0:], f.SrcPort)
+	binary.BigEndian.PutUint16(l4[2:], RoCEv2Port)
+	binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
+	binary.BigEndian.PutUint16(l4[6:], f.UDPChecksum)
+	f.putTransport(l4[UDPHeaderLen:])
+	end := len(l4) - ICRCLen
+	putICRC(l4[end:], computeICRC(ip, l4[:end]))
+	return n, nil
+}
+
+func (f *Fields) validate() error {
+	info := f.BTH.Opcode.Info()
+	switch {
+	case info.Name == "":
+		return errEncodeOpcode
+	case !info.Payload && len(f.Payload) != 0:
+		return errEncodePayload
+	case !f.SrcIP.IsValid() || !f.DstIP.IsValid() || f.SrcIP.Is4() != f.DstIP.Is4():
+		return errEncodeAddrs
+	case f.BTH.DestQP > 0xFFFFFF || f.BTH.PSN > PSNMask || f.BTH.TVer > 0xF:
+		return errEncodeBTH
+	case f.AETH.MSN > 0xFFFFFF || f.DETH.SrcQP > 0xFFFFFF:
+		return errEncodeQP
+	case f.FlowLabel > 0xFFFFF:
+		return errEncodeFlowLabel
+	case UDPHeaderLen+info.HeaderLen+paddedLen(len(f.Payload))+ICRCLen > maxIPPayload:
+		return errEncodeTooLong
+	}
+	return nil
+}
+
+func (f *Fields) putIPv4(h []byte, total int) {
+	h[0] = 0x45
+	h[1] = f.TrafficClass
+	binary.BigEndian.PutUint16(h[2:], uint16(total))
+	binary.BigEndian.PutUint16(h[4:], f.IPID)
+	h[6], h[7] = 0, 0
+	if f.DontFragment {
+		h[6] = 0x40
+	}
+	h[8] = f.TTL
+	h[9] = IPProtocolUDP
+	h[10], h[11] = 0, 0
+	src, dst := f.SrcIP.As4(), f.DstIP.As4()
+	copy(h[12:16], src[:])
+	copy(h[16:20], dst[:])
+	binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
+}
+
+func (f *Fields) putIPv6(h []byte, payloadLen int) {
+	binary.BigEndian.PutUint32(h, 6<<28|uint32(f.TrafficClass)<<20|f.FlowLabel)
+	binary.BigEndian.PutUint16(h[4:], uint16(payloadLen))
+	h[6] = IPProtocolUDP
+	h[7] = f.TTL
+	src, dst := f.SrcIP.As16(), f.DstIP.As16()
+	copy(h[8:24], src[:])
+	copy(h[24:40], dst[:])
+}
+
+// putTransport writes BTH, extension headers, payload and pad into ib,
+// which ends at the ICRC's last byte.
+func (f *Fields) putTransport(ib []byte) {
+	info := f.BTH.Opcode.Info()
+	pad := paddedLen(len(f.Payload)) - len(f.Payload)
+	BTH(ib).Encode(&f.BTH, pad)
+	off := BTHLen
+	for _, h := range headerOrder {
+		if info.Headers&h.header == 0 {
+			continue
+		}
+		view := ib[off : off+h.length]
+		switch h.header {
+		case HeaderDETH:
+			DETH(view).Encode(&f.DETH)
+		case HeaderFETH:
+			binary.BigEndian.PutUint32(view, f.FlushType)
+		case HeaderRETH:
+			RETH(view).Encode(&f.RETH)
+		case HeaderAtomicETH:
+			AtomicETH(view).Encode(&f.AtomicETH)
+		case HeaderAETH:
+			AETH(view).Encode(&f.AETH)
+		case HeaderAtomicAckETH:
+			binary.BigEndian.PutUint64(view, f.OrigRemoteData)
+		case HeaderImmDt:
+			binary.BigEndian.PutUint32(view, f.Imm)
+		case HeaderIETH:
+			binary.BigEndian.PutUint32(view, f.InvalidateRKey)
+		case HeaderCNPReserved:
+			clear(view)
+		}
+		off += h.length
+	}
+	off += copy(ib[off:], f.Payload)
+	clear(ib[off : off+pad])
+}
+
+// Fields returns the fields of a decoded packet, such that Encode of them
+// reproduces the packet (without Ethernet trailer, and with reserved bits
+// and the IPv4 header checksum as Encode writes them). Payload aliases the
+// frame. A packet decoded with DecodeIP yields zero MAC addresses.
+func (p *Packet) Fields() Fields {
+	var f Fields
+	if p.Ethernet != nil {
+		copy(f.DstMAC[:], p.Ethernet.Dst())
+		copy(f.SrcMAC[:], p.Ethernet.Src())
+		f.HasVLAN = p.Ethernet.HasVLAN()
+		f.VLANTCI = p.Ethernet.VLANTCI()
+	}
+	if p.IPv4 != nil {
+		f.SrcIP, f.DstIP = p.IPv4.Src(), p.IPv4.Dst()
+		f.TrafficClass, f.TTL = p.IPv4.TOS(), p.IPv4.TTL()
+		f.IPID, f.DontFragment = p.IPv4.ID(), p.IPv4.DontFragment()
+	} else {
+		f.SrcIP, f.DstIP = p.IPv6.Src(), p.IPv6.Dst()
+		f.TrafficClass, f.TTL = p.IPv6.TrafficClass(), p.IPv6.HopLimit()
+		f.FlowLabel = p.IPv6.FlowLabel()
+	}
+	f.SrcPort, f.UDPChecksum = p.UDP.SrcPort(), p.UDP.Checksum()
+	f.BTH = p.BTH.Fields()
+	if p.DETH != nil {
+		f.DETH = p.DETH.Fields()
+	}
+	if p.RETH != nil {
+		f.RETH = p.RETH.Fields()
+	}
+	if p.AtomicETH != nil {
+		f.AtomicETH = p.AtomicETH.Fields()
+	}
+	if p.AETH != nil {
+		f.AETH = p.AETH.Fields()
+	}
+	f.FlushType = p.FlushType()
+	f.OrigRemoteData = p.OrigRemoteData()
+	f.Imm = p.Imm()
+	f.InvalidateRKey = p.InvalidateRKey()
+	f.Payload = p.Payload
+	return f
+}
