@@ -17,9 +17,11 @@ func sampleFields(payload []byte) Fields {
 		SrcIP: netip.MustParseAddr("10.77.0.2"), DstIP: netip.MustParseAddr("10.77.0.3"),
 		TTL: DefaultTTL, DontFragment: true, IPID: 0x1234,
 		SrcPort: SourcePort(0x47, 0x47),
-		BTH:     BTHFields{Opcode: UCWriteOnlyImm, PKey: DefaultPKey, DestQP: 0x47, PSN: 0x92ec2c},
-		RETH:    RETHFields{VA: 0x7f7170e84000, RKey: 0x1067, DMALength: uint32(len(payload))},
-		Imm:     DefaultImmLayout.Pack(1, 2, 0xE),
+		TransportFields: TransportFields{
+			BTH:  BTHFields{Opcode: UCWriteOnlyImm, PKey: DefaultPKey, DestQP: 0x47, PSN: 0x92ec2c},
+			RETH: RETHFields{VA: 0x7f7170e84000, RKey: 0x1067, DMALength: uint32(len(payload))},
+			Imm:  DefaultImmLayout.Pack(1, 2, 0xE),
+		},
 		Payload: payload,
 	}
 }
@@ -285,9 +287,7 @@ func TestICRCDetectsEveryBitFlip(t *testing.T) {
 			}
 			copy(mutated, frame)
 			mutated[bit/8] ^= 1 << (bit % 8)
-			ip := mutated[ipOff : ipOff+len(orig.ip)]
-			l4 := mutated[ipOff+len(orig.ip) : end-ICRCLen]
-			if computeICRC(ip, l4) == getICRC(mutated[end-ICRCLen:]) {
+			if icrcInPlace(mutated[ipOff:end-ICRCLen], len(orig.ip)) == getICRC(mutated[end-ICRCLen:]) {
 				t.Fatalf("%v: flipping bit %d of the IB part left the ICRC valid", o, bit-ibOff*8)
 			}
 			var p Packet

@@ -36,6 +36,17 @@ type Fields struct {
 	// cover it.
 	UDPChecksum uint16
 
+	TransportFields
+
+	// Payload is copied into the frame after the headers.
+	Payload []byte
+}
+
+// TransportFields are the InfiniBand transport headers of a packet: the
+// BTH and the values of every extension header. Which extension headers a
+// packet carries follows from BTH.Opcode; the other fields are ignored when
+// encoding and zero when decoding.
+type TransportFields struct {
 	BTH       BTHFields
 	DETH      DETHFields
 	FlushType uint32 // FETH
@@ -46,9 +57,6 @@ type Fields struct {
 	OrigRemoteData uint64
 	Imm            uint32 // ImmDt
 	InvalidateRKey uint32 // IETH
-
-	// Payload is copied into the frame after the headers.
-	Payload []byte
 }
 
 // is4 reports whether the fields describe an IPv4 packet.
@@ -119,7 +127,7 @@ func Encode(b []byte, f *Fields) (int, error) {
 	binary.BigEndian.PutUint16(l4[6:], f.UDPChecksum)
 	f.putTransport(l4[UDPHeaderLen:])
 	end := len(l4) - ICRCLen
-	putICRC(l4[end:], computeICRC(ip, l4[:end]))
+	putICRC(l4[end:], icrcInPlace(b[off-len(ip):off+end], len(ip)))
 	return n, nil
 }
 
@@ -232,23 +240,26 @@ func (p *Packet) Fields() Fields {
 		f.FlowLabel = p.IPv6.FlowLabel()
 	}
 	f.SrcPort, f.UDPChecksum = p.UDP.SrcPort(), p.UDP.Checksum()
-	f.BTH = p.BTH.Fields()
-	if p.DETH != nil {
-		f.DETH = p.DETH.Fields()
-	}
-	if p.RETH != nil {
-		f.RETH = p.RETH.Fields()
-	}
-	if p.AtomicETH != nil {
-		f.AtomicETH = p.AtomicETH.Fields()
-	}
-	if p.AETH != nil {
-		f.AETH = p.AETH.Fields()
-	}
-	f.FlushType = p.FlushType()
-	f.OrigRemoteData = p.OrigRemoteData()
-	f.Imm = p.Imm()
-	f.InvalidateRKey = p.InvalidateRKey()
+	f.TransportFields = p.TransportFields()
 	f.Payload = p.Payload
 	return f
+}
+
+// TransportFields returns the values of the BTH and extension headers.
+func (p *Packet) TransportFields() TransportFields {
+	t := TransportFields{BTH: p.BTH.Fields(), FlushType: p.FlushType(), OrigRemoteData: p.OrigRemoteData(),
+		Imm: p.Imm(), InvalidateRKey: p.InvalidateRKey()}
+	if p.DETH != nil {
+		t.DETH = p.DETH.Fields()
+	}
+	if p.RETH != nil {
+		t.RETH = p.RETH.Fields()
+	}
+	if p.AtomicETH != nil {
+		t.AtomicETH = p.AtomicETH.Fields()
+	}
+	if p.AETH != nil {
+		t.AETH = p.AETH.Fields()
+	}
+	return t
 }

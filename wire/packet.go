@@ -32,8 +32,9 @@ type Packet struct {
 	// frames, or garbage. It is not part of the RoCEv2 packet.
 	Trailer []byte
 
-	ip []byte // IP header, for the ICRC
-	l4 []byte // UDP header through the last pad byte
+	ip      []byte // IP header, for the ICRC
+	l4      []byte // UDP header through the last pad byte
+	scratch [maxICRCHeaderLen]byte
 }
 
 // Decode decodes an Ethernet frame. It fails with an error wrapping
@@ -126,13 +127,16 @@ func (p *Packet) decodeIP(b []byte) error {
 	if p.UDP.Length() != len(udp) {
 		return errUDPLength
 	}
-	return p.decodeTransport(udp)
+	if err := p.decodeTransport(udp[UDPHeaderLen:]); err != nil {
+		return err
+	}
+	p.l4 = udp[:len(udp)-ICRCLen]
+	return nil
 }
 
-// decodeTransport decodes BTH, extension headers, payload, pad and ICRC;
-// l4 starts at the UDP header and ends at the ICRC's last byte.
-func (p *Packet) decodeTransport(l4 []byte) error {
-	ib := l4[UDPHeaderLen:]
+// decodeTransport decodes BTH, extension headers, payload, pad and ICRC
+// from ib, the UDP payload.
+func (p *Packet) decodeTransport(ib []byte) error {
 	if len(ib) < BTHLen+ICRCLen {
 		return errShortBTH
 	}
@@ -187,7 +191,6 @@ func (p *Packet) decodeTransport(l4 []byte) error {
 		return errUnexpectedData
 	}
 	p.ICRC = getICRC(ib[end:])
-	p.l4 = l4[:UDPHeaderLen+end]
 	return nil
 }
 
@@ -229,8 +232,9 @@ func (p *Packet) OrigRemoteData() uint64 {
 
 // ComputeICRC returns the ICRC the packet should carry. It costs one pass
 // of CRC-32 over the packet (hash/crc32, carry-less multiply where the CPU
-// has it) and allocates nothing. Call it only after a successful Decode.
-func (p *Packet) ComputeICRC() uint32 { return computeICRC(p.ip, p.l4) }
+// has it), does not modify the frame, and allocates nothing. Call it only
+// after a successful Decode.
+func (p *Packet) ComputeICRC() uint32 { return icrcCopy(&p.scratch, p.ip, p.l4) }
 
 // ICRCValid reports whether the received ICRC matches the packet.
 func (p *Packet) ICRCValid() bool { return p.ComputeICRC() == p.ICRC }

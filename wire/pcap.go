@@ -50,7 +50,9 @@ func NewPcapReader(r io.Reader) (*PcapReader, error) {
 		return nil, fmt.Errorf("wire: read pcap header: %w", err)
 	}
 	if bytes.Equal(magic, []byte{0x0A, 0x0D, 0x0D, 0x0A}) {
-		ng, err := pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
+		// Captures of several interfaces (tcpdump -i any in pcapng, dumpcap
+		// on two ports) mix link types; Next reports each packet's.
+		ng, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true, SkipUnknownVersion: true})
 		if err != nil {
 			return nil, fmt.Errorf("wire: read pcapng header: %w", err)
 		}
