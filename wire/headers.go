@@ -97,9 +97,9 @@ type RETH []byte
 
 // RETHFields are the RETH fields.
 type RETHFields struct {
-	VA        uint64 // remote virtual address
-	RKey      uint32
-	DMALength uint32 // length of the whole RDMA operation in bytes
+	VA        uint64 `json:"va"` // remote virtual address
+	RKey      uint32 `json:"rkey"`
+	DMALength uint32 `json:"dma_length"` // length of the whole RDMA operation in bytes
 }
 
 // VA returns the remote virtual address.
@@ -241,8 +241,8 @@ type DETH []byte
 
 // DETHFields are the DETH fields.
 type DETHFields struct {
-	QKey  uint32
-	SrcQP uint32 // 24 bits
+	QKey  uint32 `json:"qkey"`
+	SrcQP uint32 `json:"src_qp"` // 24 bits
 }
 
 // QKey returns the queue key.
@@ -266,10 +266,10 @@ type AtomicETH []byte
 // AtomicETHFields are the AtomicETH fields. For FETCH_ADD, SwapAdd is the
 // addend and Compare is 0.
 type AtomicETHFields struct {
-	VA      uint64
-	RKey    uint32
-	SwapAdd uint64
-	Compare uint64
+	VA      uint64 `json:"va"`
+	RKey    uint32 `json:"rkey"`
+	SwapAdd uint64 `json:"swap_add"`
+	Compare uint64 `json:"compare"`
 }
 
 // VA returns the remote virtual address of the 8-byte operand.

@@ -1,0 +1,65 @@
+// Command sdr is the SDR-RDMA toolbox: one binary, one subcommand per job.
+//
+//	sdr pcap [-json] [-q] FILE...   decode RoCEv2 captures and check every ICRC
+//
+// Exit status: 0 on success, 1 when the job found a fault (a malformed
+// packet, a bad ICRC), 2 on usage or I/O errors.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// Exit statuses shared by every subcommand.
+const (
+	exitOK    = 0
+	exitFault = 1
+	exitUsage = 2
+)
+
+// command is one subcommand: run gets the arguments after its name.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{
+	"pcap": {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "sdr: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	return cmd.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sdr COMMAND [flags] [args]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'sdr COMMAND -h' for the flags of a command.")
+}
