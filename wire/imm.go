@@ -1,6 +1,10 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // ImmLayout is how SDR splits the 32-bit immediate of each data packet
 // (DESIGN §3): msg_id in the top MsgIDBits, pkt_offset (in path-MTU units
@@ -34,6 +38,24 @@ func (l ImmLayout) Validate() error {
 		return fmt.Errorf("wire: immediate layout %d/%d/%d: %w", l.MsgIDBits, l.OffsetBits, l.NibbleBits, ErrInvalidFields)
 	}
 	return nil
+}
+
+// ParseImmLayout parses the "10/18/4" form of String and validates it.
+func ParseImmLayout(s string) (ImmLayout, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return ImmLayout{}, fmt.Errorf("wire: immediate layout %q: want MSGID/OFFSET/NIBBLE bits: %w", s, ErrInvalidFields)
+	}
+	var bits [3]uint8
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 10, 8)
+		if err != nil {
+			return ImmLayout{}, fmt.Errorf("wire: immediate layout %q: %w", s, ErrInvalidFields)
+		}
+		bits[i] = uint8(v)
+	}
+	l := ImmLayout{MsgIDBits: bits[0], OffsetBits: bits[1], NibbleBits: bits[2]}
+	return l, l.Validate()
 }
 
 // String returns "10/18/4" style.

@@ -18,6 +18,20 @@ func TestImmLayoutValidate(t *testing.T) {
 	}
 }
 
+func TestParseImmLayout(t *testing.T) {
+	for _, l := range []ImmLayout{DefaultImmLayout, LongMessageImmLayout} {
+		got, err := ParseImmLayout(l.String())
+		if err != nil || got != l {
+			t.Errorf("ParseImmLayout(%q) = %v, %v", l.String(), got, err)
+		}
+	}
+	for _, s := range []string{"", "10/18", "10/18/4/0", "a/b/c", "10/18/5", "300/1/1"} {
+		if _, err := ParseImmLayout(s); !errors.Is(err, ErrInvalidFields) {
+			t.Errorf("ParseImmLayout(%q): %v", s, err)
+		}
+	}
+}
+
 func TestImmLayoutPackUnpack(t *testing.T) {
 	for _, l := range []ImmLayout{DefaultImmLayout, LongMessageImmLayout} {
 		for _, c := range []struct{ id, off, nib uint32 }{

@@ -53,6 +53,23 @@ func TestPcapBundledCaptures(t *testing.T) {
 	}
 }
 
+func TestPcapSDRLayout(t *testing.T) {
+	code, out, _ := runSDR("pcap", "-sdr", "10/18/4", "../../wire/testdata/rxe/sdr_verbs_basic.pcap")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	// Message 3, packet 63 carries nibble 63 % 8 = 7 of 0xDEADBEEF: 0xd.
+	if !strings.Contains(out, "ImmDt=0x00c003fd SDR(msg=3 pkt=63 nibble=0xd)") {
+		t.Errorf("last packet's SDR immediate not split:\n%s", out[len(out)-600:])
+	}
+	if got := strings.Count(out, " SDR(msg="); got != 256 {
+		t.Errorf("%d immediates split, want 256", got)
+	}
+	if code, _, _ := runSDR("pcap", "-sdr", "10/18/5", "../../wire/testdata/rxe/sdr_verbs_basic.pcap"); code != exitUsage {
+		t.Errorf("bad layout: exit %d", code)
+	}
+}
+
 func TestPcapJSON(t *testing.T) {
 	code, out, _ := runSDR("pcap", "-json", "../../wire/testdata/rxe/verbs_uc_write_zero_len.pcap")
 	if code != exitOK {

@@ -15,13 +15,17 @@ import (
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-const pcapUsage = `usage: sdr pcap [-json] [-q] FILE...
+const pcapUsage = `usage: sdr pcap [-json] [-q] [-sdr LAYOUT] FILE...
 
 Decodes every RoCEv2 packet (UDP port 4791) of each pcap or pcapng file:
 one line per packet with addresses, opcode, QPN, PSN, flags, extension
 headers, payload length and ICRC status, then a summary per file. Link types
 Ethernet, raw IP and Linux cooked (SLL, SLL2) are understood; other packets
 are counted and skipped.
+
+With -sdr 10/18/4 (or 8/22/2), the immediates of RDMA WRITE-with-Imm
+packets are also shown split by that SDR layout: message ID, packet
+offset and the nibble of the user immediate.
 
 With -json, prints JSON Lines: one {"type":"packet",...} object per RoCEv2
 packet and one {"type":"summary",...} object per file.
@@ -59,6 +63,7 @@ type pcapRecord struct {
 	AtomicETH      *wire.AtomicETHFields `json:"atomic_eth,omitempty"`
 	OrigRemoteData *uint64               `json:"orig_remote_data,omitempty"`
 	Imm            *uint32               `json:"imm,omitempty"`
+	SDR            *sdrImmRecord         `json:"sdr,omitempty"`
 	InvalidateRKey *uint32               `json:"invalidate_rkey,omitempty"`
 	FlushType      *uint32               `json:"flush_type,omitempty"`
 	PayloadLen     int                   `json:"payload_len"`
@@ -67,6 +72,13 @@ type pcapRecord struct {
 	ICRCExpected   *uint32               `json:"icrc_expected,omitempty"`
 	IPv4ChecksumOK *bool                 `json:"ipv4_checksum_ok,omitempty"`
 	Error          string                `json:"error,omitempty"` // set for malformed RoCEv2 packets
+}
+
+// sdrImmRecord is a WRITE-with-Imm immediate split by the SDR layout.
+type sdrImmRecord struct {
+	MsgID     uint32 `json:"msg_id"`
+	PktOffset uint32 `json:"pkt_offset"`
+	Nibble    uint32 `json:"nibble"`
 }
 
 type aethRecord struct {
@@ -93,6 +105,7 @@ func runPcap(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	jsonOut := fs.Bool("json", false, "print JSON Lines instead of text")
 	quiet := fs.Bool("q", false, "print only the summaries and the faulty packets")
+	sdrLayout := fs.String("sdr", "", "split WRITE-with-Imm immediates by this SDR `layout` (e.g. 10/18/4)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, pcapUsage)
 		fs.PrintDefaults()
@@ -107,10 +120,19 @@ func runPcap(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
+	var layout *wire.ImmLayout
+	if *sdrLayout != "" {
+		l, err := wire.ParseImmLayout(*sdrLayout)
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr pcap: -sdr: %v\n", err)
+			return exitUsage
+		}
+		layout = &l
+	}
 	status := exitOK
 	enc := json.NewEncoder(stdout)
 	for _, path := range fs.Args() {
-		summary, err := decodePcapFile(path, func(rec *pcapRecord) {
+		summary, err := decodePcapFile(path, layout, func(rec *pcapRecord) {
 			faulty := rec.Error != "" || !rec.ICRCOK
 			switch {
 			case *jsonOut:
@@ -139,8 +161,9 @@ func runPcap(args []string, stdout, stderr io.Writer) int {
 }
 
 // decodePcapFile decodes every packet of a capture, calling emit for each
-// RoCEv2 one, and returns the file's summary.
-func decodePcapFile(path string, emit func(*pcapRecord)) (*pcapSummary, error) {
+// RoCEv2 one, and returns the file's summary. A non-nil layout splits
+// WRITE-with-Imm immediates.
+func decodePcapFile(path string, layout *wire.ImmLayout, emit func(*pcapRecord)) (*pcapSummary, error) {
 	r, err := wire.OpenPcap(path)
 	if err != nil {
 		return nil, err
@@ -172,6 +195,10 @@ func decodePcapFile(path string, emit func(*pcapRecord)) (*pcapSummary, error) {
 			continue
 		}
 		fillRecord(rec, &p)
+		if layout != nil && rec.Imm != nil && p.Opcode().Info().Operation == wire.OpWrite {
+			id, off, nibble := layout.Unpack(*rec.Imm)
+			rec.SDR = &sdrImmRecord{MsgID: id, PktOffset: off, Nibble: nibble}
+		}
 		sum.Opcodes[rec.Opcode]++
 		if !rec.ICRCOK {
 			sum.BadICRC++
@@ -280,6 +307,9 @@ func formatRecord(rec *pcapRecord) string {
 	}
 	if v := rec.Imm; v != nil {
 		fmt.Fprintf(&b, " ImmDt=%#08x", *v)
+	}
+	if s := rec.SDR; s != nil {
+		fmt.Fprintf(&b, " SDR(msg=%d pkt=%d nibble=%#x)", s.MsgID, s.PktOffset, s.Nibble)
 	}
 	if v := rec.InvalidateRKey; v != nil {
 		fmt.Fprintf(&b, " IETH(rkey=%#x)", *v)
