@@ -1,0 +1,233 @@
+package emunic
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// Config configures a Device.
+type Config struct {
+	// Port carries the device's frames. The device closes it on Close.
+	Port Port
+	// MAC is the device's Ethernet address.
+	MAC [6]byte
+	// GID is the device's address: an IPv4 or IPv6 address (RoCEv2 GIDs
+	// are IPv4-mapped or native IPv6 addresses).
+	GID netip.Addr
+	// Tap, when set, receives every frame the device sends or receives.
+	Tap *wire.PcapWriter
+	// RecvBatch is how many frames the receive goroutine takes from the
+	// port at once (default 64).
+	RecvBatch int
+}
+
+// Device is one emulated RoCEv2 NIC port.
+type Device struct {
+	port Port
+	mac  [6]byte
+	gid  netip.Addr
+	tap  *wire.PcapWriter
+
+	mu      sync.Mutex // guards registration: keys, nextPD, nextQPN, qps writes
+	keys    keyTable
+	nullMR  *MR
+	nextPD  uint32
+	nextQPN uint32
+	qps     atomic.Pointer[map[uint32]*QP]
+
+	stats  counters
+	closed atomic.Bool
+	done   chan struct{} // closed when the receive goroutine exits
+
+	// Owned by the receive goroutine.
+	rx       wire.Packet
+	ackQPs   []*QP
+	ctlBufs  [][]byte
+	ctlBatch [][]byte
+}
+
+// ctlBatchLen is how many control frames (ACKs, READ responses) the
+// receive goroutine sends per port call.
+const ctlBatchLen = 32
+
+// NewDevice creates a device on cfg.Port and starts its receive goroutine.
+func NewDevice(cfg Config) (*Device, error) {
+	if cfg.Port == nil {
+		return nil, fmt.Errorf("emunic: new device: no port: %w", ErrInvalidArgument)
+	}
+	if !cfg.GID.IsValid() {
+		return nil, fmt.Errorf("emunic: new device: no GID: %w", ErrInvalidArgument)
+	}
+	batch := cfg.RecvBatch
+	if batch <= 0 {
+		batch = 64
+	}
+	d := &Device{port: cfg.Port, mac: cfg.MAC, gid: cfg.GID.Unmap(), tap: cfg.Tap,
+		nextQPN: 0x10, done: make(chan struct{})}
+	d.nullMR = &MR{null: true, access: AccessRemoteWrite | AccessLocalWrite}
+	d.mu.Lock()
+	err := d.keys.install(d.nullMR)
+	d.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	qps := map[uint32]*QP{}
+	d.qps.Store(&qps)
+	d.ctlBufs = make([][]byte, ctlBatchLen)
+	for i := range d.ctlBufs {
+		d.ctlBufs[i] = make([]byte, MaxFrameLen)
+	}
+	go d.receiveLoop(batch)
+	return d, nil
+}
+
+// GID returns the device's address.
+func (d *Device) GID() netip.Addr { return d.gid }
+
+// MAC returns the device's Ethernet address.
+func (d *Device) MAC() [6]byte { return d.mac }
+
+// Stats returns a snapshot of the counters. It costs one atomic load per
+// counter.
+func (d *Device) Stats() Stats { return d.stats.snapshot() }
+
+// Close stops the device: the port is closed, the receive goroutine exits,
+// and every QP moves to the error state, flushing its work requests.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	err := d.port.Close()
+	<-d.done
+	for _, qp := range *d.qps.Load() {
+		qp.mu.Lock()
+		qp.enterError()
+		qp.mu.Unlock()
+	}
+	return err
+}
+
+func (d *Device) lookupQP(qpn uint32) *QP { return (*d.qps.Load())[qpn] }
+
+// transmit sends frames through the tap and the port, counting them.
+func (d *Device) transmit(frames [][]byte) {
+	if len(frames) == 0 {
+		return
+	}
+	if d.tap != nil {
+		now := time.Now()
+		for _, f := range frames {
+			d.tap.WritePacket(now, f)
+		}
+	}
+	n, err := d.port.Send(frames)
+	var bytes uint64
+	for _, f := range frames[:n] {
+		bytes += uint64(len(f))
+	}
+	d.stats.add(TxPackets, uint64(n))
+	d.stats.add(TxBytes, bytes)
+	if err != nil || n < len(frames) {
+		d.stats.add(PortErrors, uint64(len(frames)-n))
+	}
+}
+
+func (d *Device) receiveLoop(batch int) {
+	defer close(d.done)
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, MaxFrameLen)
+	}
+	sizes := make([]int, batch)
+	for {
+		n, err := d.port.Recv(bufs, sizes)
+		if err != nil {
+			if !errors.Is(err, ErrClosed) && !d.closed.Load() {
+				d.stats.inc(PortErrors)
+				continue
+			}
+			return
+		}
+		for i := range n {
+			d.receive(bufs[i][:sizes[i]])
+		}
+		d.flushACKs()
+	}
+}
+
+// receive validates one frame and hands it to its QP.
+func (d *Device) receive(frame []byte) {
+	if d.tap != nil {
+		d.tap.WritePacket(time.Now(), frame)
+	}
+	p := &d.rx
+	if err := p.Decode(frame); err != nil {
+		if errors.Is(err, wire.ErrNotRoCE) {
+			d.stats.inc(RxNotRoCE)
+		} else {
+			d.stats.inc(RxMalformed)
+		}
+		return
+	}
+	if !p.ICRCValid() {
+		d.stats.inc(RxBadICRC)
+		return
+	}
+	var dst netip.Addr
+	if p.IPv4 != nil {
+		dst = p.IPv4.Dst()
+	} else {
+		dst = p.IPv6.Dst().Unmap()
+	}
+	if dst != d.gid {
+		d.stats.inc(RxWrongGID)
+		return
+	}
+	d.stats.inc(RxPackets)
+	d.stats.add(RxBytes, uint64(len(frame)))
+	qp := d.lookupQP(p.BTH.DestQP())
+	if qp == nil {
+		d.stats.inc(RxUnknownQP)
+		return
+	}
+	qp.receive(p)
+}
+
+// flushACKs sends the coalesced ACKs of the last receive batch.
+func (d *Device) flushACKs() {
+	for _, qp := range d.ackQPs {
+		qp.mu.Lock()
+		if qp.ackPending {
+			qp.ackPending = false
+			if qp.state == StateRTR || qp.state == StateRTS {
+				qp.sendACK(wire.ACK(wire.CreditsInvalid), qp.rsp.ePSN.Add(-1))
+			}
+		}
+		qp.mu.Unlock()
+	}
+	clear(d.ackQPs)
+	d.ackQPs = d.ackQPs[:0]
+	d.flushCtl()
+}
+
+// ctlFrame returns a buffer for the next control frame the receive
+// goroutine sends, flushing the batch when it is full.
+func (d *Device) ctlFrame() []byte {
+	if len(d.ctlBatch) == ctlBatchLen {
+		d.flushCtl()
+	}
+	return d.ctlBufs[len(d.ctlBatch)]
+}
+
+func (d *Device) queueCtl(frame []byte) { d.ctlBatch = append(d.ctlBatch, frame) }
+
+func (d *Device) flushCtl() {
+	d.transmit(d.ctlBatch)
+	d.ctlBatch = d.ctlBatch[:0]
+}

@@ -1,0 +1,20 @@
+// Package emunic is a userspace, packet-level emulated RoCEv2 NIC modelled
+// on verbs: a Device owns a Port (how frames reach the wire), a GID and MAC,
+// protection domains, memory regions (including zero-based indirect MRs
+// whose slots point at MRs or at the null MR), completion queues and queue
+// pairs of the UC, RC and UD transports. Every frame it sends or accepts is
+// a real RoCEv2 frame built and checked by package wire, so its traffic is
+// what Linux Soft-RoCE sends and Wireshark dissects.
+//
+// Concurrency: each Device runs one receive goroutine that drains its port
+// and runs the responder and the requester's ACK handling; PostSend runs the
+// requester on the caller's goroutine. A QP's state is guarded by its own
+// mutex; memory-region tables are copy-on-write snapshots read without
+// locks on the packet path; counters are atomics. Timers (RC retransmission,
+// RNR back-off, the pipe's link delays) use package time, so tests run them
+// on a fake clock with testing/synctest.
+//
+// Ports: Pipe (two devices in one process, with an optional link model that
+// delays, drops, reorders and duplicates frames) and UDPPort (a UDP socket on
+// port 4791, unprivileged). The AF_XDP port lives in emunic/xsk.
+package emunic

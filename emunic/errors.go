@@ -1,0 +1,24 @@
+package emunic
+
+import "errors"
+
+// Errors returned by the verbs-like API. Test with errors.Is.
+var (
+	// ErrInvalidState means the QP is not in a state that allows the call
+	// (posting sends before RTS, an illegal state transition).
+	ErrInvalidState = errors.New("emunic: invalid QP state")
+	// ErrInvalidArgument means an attribute or work request is malformed.
+	ErrInvalidArgument = errors.New("emunic: invalid argument")
+	// ErrQueueFull means a send or receive queue has no room; retry later.
+	ErrQueueFull = errors.New("emunic: queue full")
+	// ErrInvalidKey means an lkey names no live memory region of this
+	// device, or the region lacks the access the work request needs.
+	ErrInvalidKey = errors.New("emunic: invalid local key")
+	// ErrOutOfBounds means a scatter/gather entry lies outside its region.
+	ErrOutOfBounds = errors.New("emunic: address out of bounds")
+	// ErrClosed means the device was closed.
+	ErrClosed = errors.New("emunic: device closed")
+	// ErrResourceBusy means a resource is still in use (an MR inside an
+	// indirect MR, a PD with live MRs or QPs).
+	ErrResourceBusy = errors.New("emunic: resource busy")
+)

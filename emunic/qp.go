@@ -1,0 +1,453 @@
+package emunic
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// QPType is the transport service of a queue pair.
+type QPType uint8
+
+// Transport services.
+const (
+	RC QPType = iota + 1 // reliable connected: ACKs, go-back-N, READ, atomics
+	UC                   // unreliable connected: the SDR data path
+	UD                   // unreliable datagram: control messages
+)
+
+func (t QPType) String() string {
+	return map[QPType]string{RC: "RC", UC: "UC", UD: "UD"}[t]
+}
+
+func (t QPType) transport() wire.Transport {
+	switch t {
+	case RC:
+		return wire.TransportRC
+	case UC:
+		return wire.TransportUC
+	}
+	return wire.TransportUD
+}
+
+// QPState is a queue pair state (IBA 10.3.1).
+type QPState uint8
+
+// QP states.
+const (
+	StateReset QPState = iota
+	StateInit
+	StateRTR // ready to receive
+	StateRTS // ready to send
+	StateError
+)
+
+func (s QPState) String() string {
+	return [...]string{"RESET", "INIT", "RTR", "RTS", "ERR"}[s]
+}
+
+// QPConfig creates a queue pair.
+type QPConfig struct {
+	Type   QPType
+	SendCQ *CQ
+	RecvCQ *CQ
+	// SRQ, when set, supplies receive WQEs instead of the QP's own queue.
+	SRQ *SRQ
+	// MaxSendWR bounds outstanding send work requests (default 1024).
+	MaxSendWR int
+	// MaxRecvWR bounds posted receive work requests (default 1024).
+	MaxRecvWR int
+}
+
+// QPAttr carries the attributes of the state transitions, as
+// ibv_modify_qp does. Which fields a transition reads is said per field.
+type QPAttr struct {
+	// Access lists the remote operations the QP accepts
+	// (AccessRemoteWrite, AccessRemoteRead, AccessRemoteAtomic). INIT.
+	Access Access
+	// QKey is the UD queue key. INIT.
+	QKey uint32
+
+	// DestQPN, DestGID and DestMAC name the peer of a connected QP. RTR.
+	DestQPN uint32
+	DestGID netip.Addr
+	DestMAC [6]byte
+	// RQPSN is the first PSN expected from the peer. RTR.
+	RQPSN wire.PSN
+	// PathMTU is 256, 512, 1024, 2048 or 4096. RTR (UD: RTS; default 1024).
+	PathMTU int
+
+	// SQPSN is the first PSN this QP sends. RTS.
+	SQPSN wire.PSN
+	// Timeout is the RC retransmission timeout (default 100 ms). RTS.
+	Timeout time.Duration
+	// RetryCount is how often RC retransmits after timeouts or sequence
+	// NAKs before failing (0..7; default 7). RTS.
+	RetryCount int
+	// RNRRetry is how often RC resends after RNR NAKs (7 = forever). RTS.
+	RNRRetry int
+	// RNRTimer is the back-off this QP asks of senders in its RNR NAKs and
+	// waits itself after receiving one (default 1 ms). RTR/RTS.
+	RNRTimer time.Duration
+	// RateLimit paces the QP's packets in bits per second (0: unpaced). RTS.
+	RateLimit float64
+}
+
+// QP is a queue pair. Its methods are safe for concurrent use.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	typ    QPType
+	qpn    uint32
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+
+	mu    sync.Mutex
+	state QPState
+	attr  QPAttr
+	mtu   int
+	tmpl  wire.Fields // frame template toward the peer (connected QPs)
+
+	rq    recvQueue
+	maxSQ int
+
+	req requester
+	rsp responder
+
+	ackPending bool // the receive goroutine owes the peer a coalesced ACK
+}
+
+// CreateQP creates a queue pair in the RESET state.
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	switch {
+	case cfg.Type != RC && cfg.Type != UC && cfg.Type != UD:
+		return nil, fmt.Errorf("emunic: create QP: type %d: %w", cfg.Type, ErrInvalidArgument)
+	case cfg.SendCQ == nil || cfg.RecvCQ == nil:
+		return nil, fmt.Errorf("emunic: create QP: send and receive CQs are required: %w", ErrInvalidArgument)
+	case cfg.SRQ != nil && cfg.SRQ.pd != pd:
+		return nil, fmt.Errorf("emunic: create QP: SRQ of another PD: %w", ErrInvalidArgument)
+	}
+	if cfg.MaxSendWR <= 0 {
+		cfg.MaxSendWR = 1024
+	}
+	if cfg.MaxRecvWR <= 0 {
+		cfg.MaxRecvWR = 1024
+	}
+	d := pd.dev
+	qp := &QP{dev: d, pd: pd, typ: cfg.Type, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ,
+		maxSQ: cfg.MaxSendWR, rq: recvQueue{max: cfg.MaxRecvWR}}
+	qp.req.init()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return nil, ErrClosed
+	}
+	old := *d.qps.Load()
+	for tries := 0; ; tries++ {
+		if tries == 1<<24 {
+			return nil, fmt.Errorf("emunic: create QP: QP numbers exhausted: %w", ErrQueueFull)
+		}
+		d.nextQPN = (d.nextQPN + 1) & 0xFFFFFF
+		if _, used := old[d.nextQPN]; !used && d.nextQPN > 1 {
+			break
+		}
+	}
+	qp.qpn = d.nextQPN
+	qps := make(map[uint32]*QP, len(old)+1)
+	for k, v := range old {
+		qps[k] = v
+	}
+	qps[qp.qpn] = qp
+	d.qps.Store(&qps)
+	return qp, nil
+}
+
+// QPN returns the queue pair number.
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// Type returns the transport service.
+func (qp *QP) Type() QPType { return qp.typ }
+
+// State returns the current state.
+func (qp *QP) State() QPState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// Destroy removes the QP from its device; packets for it are counted as
+// unknown from now on. Outstanding work requests are flushed.
+func (qp *QP) Destroy() {
+	d := qp.dev
+	d.mu.Lock()
+	old := *d.qps.Load()
+	qps := make(map[uint32]*QP, len(old))
+	for k, v := range old {
+		if k != qp.qpn {
+			qps[k] = v
+		}
+	}
+	d.qps.Store(&qps)
+	d.mu.Unlock()
+	qp.mu.Lock()
+	qp.enterError()
+	qp.mu.Unlock()
+}
+
+var validMTU = map[int]bool{256: true, 512: true, 1024: true, 2048: true, 4096: true}
+
+// Modify moves the QP to state, reading the attributes that transition
+// needs. Allowed: RESET→INIT, INIT→INIT, INIT→RTR, RTR→RTS, RTS→RTS (to
+// change timers), any→ERR, any→RESET.
+func (qp *QP) Modify(state QPState, attr QPAttr) error {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	from := qp.state
+	bad := func(why string) error {
+		return fmt.Errorf("emunic: QP %#x %v→%v: %s: %w", qp.qpn, from, state, why, ErrInvalidArgument)
+	}
+	switch {
+	case state == StateError:
+		qp.enterError()
+		return nil
+	case state == StateReset:
+		qp.enterError()
+		qp.state = StateReset
+		qp.rsp = responder{}
+		qp.ackPending = false
+		return nil
+	case state == StateInit && (from == StateReset || from == StateInit):
+		qp.attr.Access, qp.attr.QKey = attr.Access, attr.QKey
+	case state == StateRTR && from == StateInit:
+		mtu := attr.PathMTU
+		if qp.typ == UD && mtu == 0 {
+			mtu = 1024
+		}
+		if !validMTU[mtu] {
+			return bad(fmt.Sprintf("path MTU %d", attr.PathMTU))
+		}
+		if qp.typ != UD {
+			if !attr.DestGID.IsValid() || attr.DestGID.Unmap().Is4() != qp.dev.gid.Is4() {
+				return bad("destination GID must be of the device's address family")
+			}
+			if attr.DestQPN == 0 || attr.DestQPN > 0xFFFFFF {
+				return bad("destination QPN")
+			}
+		}
+		qp.attr.DestQPN, qp.attr.DestGID, qp.attr.DestMAC = attr.DestQPN, attr.DestGID.Unmap(), attr.DestMAC
+		qp.attr.RQPSN, qp.attr.PathMTU, qp.attr.RNRTimer = attr.RQPSN&wire.PSNMask, mtu, attr.RNRTimer
+		if qp.attr.RNRTimer == 0 {
+			qp.attr.RNRTimer = time.Millisecond
+		}
+		qp.mtu = mtu
+		qp.rsp = responder{ePSN: qp.attr.RQPSN}
+		if qp.typ != UD {
+			qp.tmpl = qp.frameTemplate(qp.attr.DestGID, qp.attr.DestMAC, qp.attr.DestQPN)
+		}
+	case state == StateRTS && (from == StateRTR || from == StateRTS):
+		if attr.RetryCount < 0 || attr.RetryCount > 7 || attr.RNRRetry < 0 || attr.RNRRetry > 7 || attr.RateLimit < 0 {
+			return bad("retry counts are 0..7 and the rate limit is not negative")
+		}
+		if from == StateRTR {
+			qp.req.nextPSN = attr.SQPSN & wire.PSNMask
+		}
+		qp.attr.SQPSN, qp.attr.Timeout, qp.attr.RetryCount, qp.attr.RNRRetry = attr.SQPSN, attr.Timeout, attr.RetryCount, attr.RNRRetry
+		qp.attr.RateLimit = attr.RateLimit
+		if qp.attr.Timeout == 0 {
+			qp.attr.Timeout = 100 * time.Millisecond
+		}
+		if attr.RNRTimer != 0 {
+			qp.attr.RNRTimer = attr.RNRTimer
+		}
+		qp.req.retriesLeft, qp.req.rnrLeft = qp.attr.RetryCount, qp.attr.RNRRetry
+		qp.req.pacer = newPacer(attr.RateLimit)
+	default:
+		return fmt.Errorf("emunic: QP %#x: %v→%v: %w", qp.qpn, from, state, ErrInvalidState)
+	}
+	qp.state = state
+	return nil
+}
+
+// frameTemplate returns the framing fields toward a peer: rxe's defaults
+// (TTL 64, DF, P_Key 0xFFFF) and its UDP source port.
+func (qp *QP) frameTemplate(gid netip.Addr, mac [6]byte, destQPN uint32) wire.Fields {
+	var f wire.Fields
+	f.SrcMAC, f.DstMAC = qp.dev.mac, mac
+	src, dst := qp.dev.gid, gid
+	if !src.Is4() {
+		src, dst = netip.AddrFrom16(src.As16()), netip.AddrFrom16(dst.As16())
+	}
+	f.SrcIP, f.DstIP = src, dst
+	f.TTL, f.DontFragment = wire.DefaultTTL, true
+	if qp.typ == UD {
+		f.SrcPort = wire.SourcePortUD(qp.qpn)
+	} else {
+		f.SrcPort = wire.SourcePort(qp.qpn, destQPN)
+	}
+	f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, destQPN
+	return f
+}
+
+// enterError moves the QP to ERR and flushes every outstanding work
+// request with StatusWRFlushError. Caller holds qp.mu.
+func (qp *QP) enterError() {
+	if qp.state == StateError {
+		return
+	}
+	qp.state = StateError
+	qp.req.stopTimer()
+	for _, w := range qp.req.outstanding {
+		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn})
+	}
+	qp.req.outstanding = qp.req.outstanding[:0]
+	if qp.srq == nil {
+		for _, w := range qp.rq.drain() {
+			qp.recvCQ.push(CQE{WRID: w.id, Status: StatusWRFlushError, Opcode: WCRecv, QPN: qp.qpn})
+		}
+	}
+}
+
+// RecvWR is a receive work request.
+type RecvWR struct {
+	ID  uint64
+	SGL []SGE
+}
+
+type recvWQE struct {
+	id  uint64
+	sgl sgl
+}
+
+// recvQueue is a FIFO of posted receives; guarded by its owner's mutex.
+type recvQueue struct {
+	wqes []recvWQE
+	head int
+	max  int
+}
+
+func (q *recvQueue) len() int { return len(q.wqes) - q.head }
+
+func (q *recvQueue) push(w recvWQE) bool {
+	if q.len() >= q.max {
+		return false
+	}
+	if q.head > 0 && q.head == len(q.wqes) {
+		q.wqes, q.head = q.wqes[:0], 0
+	}
+	q.wqes = append(q.wqes, w)
+	return true
+}
+
+func (q *recvQueue) peek() (*recvWQE, bool) {
+	if q.len() == 0 {
+		return nil, false
+	}
+	return &q.wqes[q.head], true
+}
+
+func (q *recvQueue) pop() recvWQE {
+	w := q.wqes[q.head]
+	q.wqes[q.head] = recvWQE{}
+	q.head++
+	return w
+}
+
+func (q *recvQueue) drain() []recvWQE {
+	out := append([]recvWQE(nil), q.wqes[q.head:]...)
+	q.wqes, q.head = q.wqes[:0], 0
+	return out
+}
+
+// resolveRecv checks a receive work request's SGL.
+func (d *Device) resolveRecv(pd *PD, wr RecvWR) (recvWQE, error) {
+	list := make(sgl, 0, len(wr.SGL))
+	for _, e := range wr.SGL {
+		b, err := d.resolveLocal(pd, e, true)
+		if err != nil {
+			return recvWQE{}, fmt.Errorf("emunic: post recv %d: %w", wr.ID, err)
+		}
+		list = append(list, b)
+	}
+	return recvWQE{id: wr.ID, sgl: list}, nil
+}
+
+// PostRecv posts a receive work request. Allowed from INIT on; QPs with
+// an SRQ take receives from it instead.
+func (qp *QP) PostRecv(wr RecvWR) error {
+	if qp.srq != nil {
+		return fmt.Errorf("emunic: post recv: QP %#x uses an SRQ: %w", qp.qpn, ErrInvalidArgument)
+	}
+	w, err := qp.dev.resolveRecv(qp.pd, wr)
+	if err != nil {
+		return err
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.state == StateReset || qp.state == StateError {
+		return fmt.Errorf("emunic: post recv: QP %#x in %v: %w", qp.qpn, qp.state, ErrInvalidState)
+	}
+	if !qp.rq.push(w) {
+		return fmt.Errorf("emunic: post recv: QP %#x: %w", qp.qpn, ErrQueueFull)
+	}
+	return nil
+}
+
+// SRQ is a shared receive queue: QPs created with it take their receive
+// WQEs from it in posting order.
+type SRQ struct {
+	pd *PD
+	mu sync.Mutex
+	q  recvQueue
+}
+
+// CreateSRQ creates a shared receive queue of up to maxWR entries.
+func (pd *PD) CreateSRQ(maxWR int) (*SRQ, error) {
+	if maxWR <= 0 {
+		return nil, fmt.Errorf("emunic: create SRQ: %d entries: %w", maxWR, ErrInvalidArgument)
+	}
+	return &SRQ{pd: pd, q: recvQueue{max: maxWR}}, nil
+}
+
+// PostRecv posts a receive work request to the SRQ.
+func (s *SRQ) PostRecv(wr RecvWR) error {
+	w, err := s.pd.dev.resolveRecv(s.pd, wr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.q.push(w) {
+		return fmt.Errorf("emunic: post recv to SRQ: %w", ErrQueueFull)
+	}
+	return nil
+}
+
+// takeRecv removes and returns the next receive WQE for this QP.
+func (qp *QP) takeRecv() (recvWQE, bool) {
+	if qp.srq != nil {
+		qp.srq.mu.Lock()
+		defer qp.srq.mu.Unlock()
+		if qp.srq.q.len() == 0 {
+			return recvWQE{}, false
+		}
+		return qp.srq.q.pop(), true
+	}
+	if qp.rq.len() == 0 {
+		return recvWQE{}, false
+	}
+	return qp.rq.pop(), true
+}
+
+// hasRecv reports whether a receive WQE is available.
+func (qp *QP) hasRecv() bool {
+	if qp.srq != nil {
+		qp.srq.mu.Lock()
+		defer qp.srq.mu.Unlock()
+		return qp.srq.q.len() > 0
+	}
+	return qp.rq.len() > 0
+}

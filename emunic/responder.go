@@ -1,0 +1,433 @@
+package emunic
+
+import (
+	"encoding/binary"
+
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// responder is the receive side of a QP; guarded by QP.mu and driven by
+// the device's receive goroutine.
+type responder struct {
+	ePSN wire.PSN // next expected PSN
+	msn  uint32   // RC message sequence number
+
+	// The message in progress.
+	active  bool
+	op      wire.Operation // OpSend or OpWrite
+	offset  int            // bytes of the message received so far
+	recv    recvWQE        // SEND: the receive WQE being filled
+	held    bool           // recv holds a WQE taken but not completed
+	va      uint64         // WRITE: RETH fields
+	rkey    uint32
+	dmaLen  int
+	resync  bool // UC: dropping until the next FIRST/ONLY packet
+	nakSent bool // RC: a sequence NAK is out for the current gap
+
+	// atomics remembers recent atomic results so that a duplicate request
+	// gets the original answer instead of executing twice.
+	atomics [4]atomicResult
+	nextAtm int
+}
+
+type atomicResult struct {
+	valid bool
+	psn   wire.PSN
+	orig  uint64
+}
+
+// receive dispatches a validated packet addressed to this QP.
+func (qp *QP) receive(p *wire.Packet) {
+	d := qp.dev
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	switch qp.state {
+	case StateRTR, StateRTS:
+	case StateError:
+		d.stats.inc(RxQPError)
+		return
+	default:
+		d.stats.inc(RxUnknownQP)
+		return
+	}
+	op := p.Opcode()
+	if op.Transport() != qp.typ.transport() {
+		d.stats.inc(RxWrongTransport)
+		return
+	}
+	switch qp.typ {
+	case UD:
+		qp.receiveUD(p)
+	case UC:
+		qp.receiveUC(p)
+	case RC:
+		switch op.Info().Operation {
+		case wire.OpAck, wire.OpAtomicAck, wire.OpReadResponse:
+			if qp.state == StateRTS {
+				qp.handleResponse(p)
+			} else {
+				d.stats.inc(RxInvalidRequest)
+			}
+		default:
+			qp.receiveRC(p)
+		}
+	}
+}
+
+func (qp *QP) receiveUD(p *wire.Packet) {
+	d := qp.dev
+	if p.DETH.QKey() != qp.attr.QKey {
+		d.stats.inc(RxBadQKey)
+		return
+	}
+	if len(p.Payload) > qp.mtu {
+		d.stats.inc(RxInvalidRequest)
+		return
+	}
+	w, ok := qp.takeRecv()
+	if !ok {
+		d.stats.inc(RxNoRecvWQE)
+		return
+	}
+	// UD receive buffers start with the 40-byte GRH; for RoCEv2 over IPv4
+	// its last 20 bytes hold the IPv4 header (verbs convention).
+	const grhLen = 40
+	cqe := CQE{WRID: w.id, Opcode: WCRecv, QPN: qp.qpn, SrcQP: p.DETH.SrcQP(),
+		ByteLen: uint32(grhLen + len(p.Payload)), Imm: p.Imm(), HasImm: p.ImmDt != nil}
+	if w.sgl.length() < grhLen+len(p.Payload) {
+		d.stats.inc(RxLengthError)
+		cqe.Status = StatusLocalLengthError
+		qp.recvCQ.push(cqe)
+		return
+	}
+	var grh [grhLen]byte
+	if p.IPv4 != nil {
+		copy(grh[20:], p.IPv4[:20])
+	} else {
+		copy(grh[:], p.IPv6)
+	}
+	w.sgl.copyAt(0, grh[:])
+	w.sgl.copyAt(grhLen, p.Payload)
+	qp.recvCQ.push(cqe)
+}
+
+// receiveUC applies IBA UC semantics: a PSN gap drops the rest of the
+// current message, and the responder resynchronizes on the next FIRST or
+// ONLY packet whatever its PSN.
+func (qp *QP) receiveUC(p *wire.Packet) {
+	r := &qp.rsp
+	psn := p.BTH.PSN()
+	pos := p.Opcode().Info().Position
+	startsMessage := pos == wire.PositionFirst || pos == wire.PositionOnly
+	if psn != r.ePSN || r.resync {
+		if psn != r.ePSN {
+			qp.dev.stats.inc(RxPSNError)
+		}
+		r.active = false
+		if !startsMessage {
+			r.resync = true
+			r.ePSN = psn.Next()
+			return
+		}
+		r.resync = false
+	}
+	r.ePSN = psn.Next()
+	if fault := qp.execute(p); fault != 0 {
+		qp.dev.stats.inc(fault)
+		r.active = false
+		r.resync = pos == wire.PositionFirst || pos == wire.PositionMiddle
+	}
+}
+
+// receiveRC applies the RC responder rules: in-order packets execute,
+// duplicates are acknowledged again (READs re-executed, atomics answered
+// from their saved result), and a gap is NAKed once.
+func (qp *QP) receiveRC(p *wire.Packet) {
+	d := qp.dev
+	r := &qp.rsp
+	psn := p.BTH.PSN()
+	dist := r.ePSN.Distance(psn)
+	op := p.Opcode()
+	switch {
+	case dist < 0:
+		d.stats.inc(RxDuplicate)
+		switch op {
+		case wire.RCReadRequest:
+			qp.respondRead(p, psn, false)
+		case wire.RCCompareSwap, wire.RCFetchAdd:
+			for _, a := range r.atomics {
+				if a.valid && a.psn == psn {
+					qp.sendAtomicAck(psn, a.orig)
+				}
+			}
+		default:
+			qp.scheduleACK()
+		}
+		return
+	case dist > 0:
+		d.stats.inc(RxPSNError)
+		if !r.nakSent {
+			r.nakSent = true
+			qp.sendACK(wire.NAK(wire.NAKPSNSequenceError), r.ePSN)
+		}
+		return
+	}
+	r.nakSent = false
+	if fault := qp.execute(p); fault != 0 {
+		d.stats.inc(fault)
+		switch fault {
+		case RxNoRecvWQE:
+			qp.sendACK(wire.RNRNAK(rnrTimerCode(qp.attr.RNRTimer.Microseconds())), psn)
+			d.stats.inc(TxRNRNAKs)
+			return // the sender retries the same PSN
+		case RxBadKey, RxOutOfBounds, RxAccessDenied:
+			qp.sendACK(wire.NAK(wire.NAKRemoteAccessError), psn)
+		default:
+			qp.sendACK(wire.NAK(wire.NAKInvalidRequest), psn)
+		}
+		qp.enterError()
+		return
+	}
+	switch op {
+	case wire.RCReadRequest:
+		r.ePSN = r.ePSN.Add(readResponses(int(p.RETH.DMALength()), qp.mtu))
+		return
+	}
+	r.ePSN = psn.Next()
+	if p.BTH.AckReq() || op.Info().Position == wire.PositionLast || op.Info().Position == wire.PositionOnly {
+		qp.scheduleACK()
+	}
+}
+
+func readResponses(length, mtu int) int { return max(1, (length+mtu-1)/mtu) }
+
+// rnrTimerCode encodes a back-off in microseconds as the nearest IBA RNR
+// timer code not below it (table 45, 0.01 ms .. 655 ms; code 0 = 655 ms).
+func rnrTimerCode(us int64) uint8 {
+	table := [...]int64{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+	for code := 1; code < len(table); code++ {
+		if table[code] >= us {
+			return uint8(code)
+		}
+	}
+	return 0
+}
+
+// execute performs an in-sequence request packet. It returns the counter
+// of the fault that refused it, or 0.
+func (qp *QP) execute(p *wire.Packet) Counter {
+	r := &qp.rsp
+	info := p.Opcode().Info()
+	pos := info.Position
+	n := len(p.Payload)
+	// Packet length rules: FIRST and MIDDLE carry exactly one MTU, LAST
+	// and ONLY at most one.
+	if (pos == wire.PositionFirst || pos == wire.PositionMiddle) && n != qp.mtu || n > qp.mtu {
+		return RxInvalidRequest
+	}
+	if pos == wire.PositionMiddle || pos == wire.PositionLast {
+		if !r.active || r.op != info.Operation {
+			return RxInvalidRequest
+		}
+	} else if r.active {
+		return RxInvalidRequest // a new message before the last one ended
+	}
+	switch info.Operation {
+	case wire.OpSend:
+		return qp.executeSend(p, pos)
+	case wire.OpWrite:
+		return qp.executeWrite(p, pos)
+	case wire.OpReadRequest:
+		return qp.respondRead(p, p.BTH.PSN(), true)
+	case wire.OpCompareSwap, wire.OpFetchAdd:
+		return qp.executeAtomic(p)
+	}
+	return RxInvalidRequest
+}
+
+func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
+	r := &qp.rsp
+	if pos == wire.PositionFirst || pos == wire.PositionOnly {
+		if !r.held {
+			w, ok := qp.takeRecv()
+			if !ok {
+				return RxNoRecvWQE
+			}
+			r.recv, r.held = w, true
+		}
+		r.active, r.op, r.offset = true, wire.OpSend, 0
+	}
+	if r.offset+len(p.Payload) > r.recv.sgl.length() {
+		qp.dev.stats.inc(RxLengthError)
+		qp.recvCQ.push(CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv, QPN: qp.qpn})
+		r.held, r.active = false, false
+		return RxInvalidRequest
+	}
+	r.recv.sgl.copyAt(r.offset, p.Payload)
+	r.offset += len(p.Payload)
+	if pos == wire.PositionLast || pos == wire.PositionOnly {
+		qp.recvCQ.push(CQE{WRID: r.recv.id, Opcode: WCRecv, ByteLen: uint32(r.offset),
+			Imm: p.Imm(), HasImm: p.ImmDt != nil, QPN: qp.qpn})
+		r.held, r.active = false, false
+		r.msn = (r.msn + 1) & 0xFFFFFF
+	}
+	return 0
+}
+
+func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
+	r := &qp.rsp
+	n := len(p.Payload)
+	if pos == wire.PositionFirst || pos == wire.PositionOnly {
+		r.va, r.rkey, r.dmaLen, r.offset = p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALength()), 0
+		if pos == wire.PositionOnly && n != r.dmaLen || pos == wire.PositionFirst && r.dmaLen <= n {
+			return RxInvalidRequest
+		}
+		if qp.attr.Access&AccessRemoteWrite == 0 {
+			return RxAccessDenied
+		}
+		r.active, r.op = true, wire.OpWrite
+	}
+	if r.offset+n > r.dmaLen || pos == wire.PositionLast && r.offset+n != r.dmaLen {
+		return RxInvalidRequest
+	}
+	withImm := p.ImmDt != nil
+	if withImm && !qp.hasRecv() && !r.held {
+		return RxNoRecvWQE // check before touching memory
+	}
+	mem, discard, fault := qp.dev.resolveRemote(qp.pd, r.rkey, r.va+uint64(r.offset), n, AccessRemoteWrite)
+	if fault != 0 {
+		return fault
+	}
+	if discard {
+		qp.dev.stats.add(RxNullMRWrites, uint64(n))
+	} else {
+		copy(mem, p.Payload)
+	}
+	r.offset += n
+	if pos == wire.PositionLast || pos == wire.PositionOnly {
+		r.active = false
+		r.msn = (r.msn + 1) & 0xFFFFFF
+		if withImm {
+			var w recvWQE
+			if r.held {
+				w, r.held = r.recv, false
+			} else {
+				w, _ = qp.takeRecv()
+			}
+			qp.recvCQ.push(CQE{WRID: w.id, Opcode: WCRecvWriteImm, ByteLen: uint32(r.dmaLen),
+				Imm: p.Imm(), HasImm: true, QPN: qp.qpn})
+		}
+	}
+	return 0
+}
+
+// respondRead sends the READ responses for a request whose first response
+// PSN is psn (the request's own PSN, or a retransmitted request's).
+func (qp *QP) respondRead(p *wire.Packet, psn wire.PSN, first bool) Counter {
+	length := int(p.RETH.DMALength())
+	if qp.attr.Access&AccessRemoteRead == 0 {
+		return RxAccessDenied
+	}
+	mem, discard, fault := qp.dev.resolveRemote(qp.pd, p.RETH.RKey(), p.RETH.VA(), length, AccessRemoteRead)
+	if fault != 0 {
+		return fault
+	}
+	if discard && length > 0 {
+		return RxAccessDenied // the null MR cannot be read
+	}
+	if first {
+		qp.rsp.msn = (qp.rsp.msn + 1) & 0xFFFFFF
+	}
+	count := readResponses(length, qp.mtu)
+	for i := range count {
+		f := qp.tmpl
+		f.BTH.PSN = psn.Add(i)
+		f.AETH = wire.AETHFields{Syndrome: wire.ACK(wire.CreditsInvalid), MSN: qp.rsp.msn}
+		switch {
+		case count == 1:
+			f.BTH.Opcode = wire.RCReadResponseOnly
+		case i == 0:
+			f.BTH.Opcode = wire.RCReadResponseFirst
+		case i == count-1:
+			f.BTH.Opcode = wire.RCReadResponseLast
+		default:
+			f.BTH.Opcode = wire.RCReadResponseMid
+		}
+		off := i * qp.mtu
+		f.Payload = mem[off:min(off+qp.mtu, length)]
+		qp.sendCtl(&f)
+	}
+	return 0
+}
+
+func (qp *QP) executeAtomic(p *wire.Packet) Counter {
+	a := p.AtomicETH
+	if qp.attr.Access&AccessRemoteAtomic == 0 {
+		return RxAccessDenied
+	}
+	if a.VA()%8 != 0 {
+		return RxInvalidRequest
+	}
+	mem, discard, fault := qp.dev.resolveRemote(qp.pd, a.RKey(), a.VA(), 8, AccessRemoteAtomic)
+	if fault != 0 {
+		return fault
+	}
+	if discard {
+		return RxAccessDenied
+	}
+	orig := binary.LittleEndian.Uint64(mem)
+	if p.Opcode() == wire.RCFetchAdd {
+		binary.LittleEndian.PutUint64(mem, orig+a.SwapAdd())
+	} else if orig == a.Compare() {
+		binary.LittleEndian.PutUint64(mem, a.SwapAdd())
+	}
+	r := &qp.rsp
+	r.atomics[r.nextAtm] = atomicResult{valid: true, psn: p.BTH.PSN(), orig: orig}
+	r.nextAtm = (r.nextAtm + 1) % len(r.atomics)
+	r.msn = (r.msn + 1) & 0xFFFFFF
+	qp.sendAtomicAck(p.BTH.PSN(), orig)
+	return 0
+}
+
+func (qp *QP) sendAtomicAck(psn wire.PSN, orig uint64) {
+	f := qp.tmpl
+	f.BTH.Opcode, f.BTH.PSN = wire.RCAtomicAck, psn
+	f.AETH = wire.AETHFields{Syndrome: wire.ACK(wire.CreditsInvalid), MSN: qp.rsp.msn}
+	f.OrigRemoteData = orig
+	qp.sendCtl(&f)
+}
+
+// scheduleACK asks the receive goroutine to acknowledge this QP once at
+// the end of the current batch (ACK coalescing).
+func (qp *QP) scheduleACK() {
+	if !qp.ackPending {
+		qp.ackPending = true
+		qp.dev.ackQPs = append(qp.dev.ackQPs, qp)
+	}
+}
+
+// sendACK sends an ACK or NAK for psn at once.
+func (qp *QP) sendACK(syn wire.Syndrome, psn wire.PSN) {
+	f := qp.tmpl
+	f.BTH.Opcode, f.BTH.PSN = wire.RCAck, psn
+	f.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.rsp.msn}
+	switch syn.Kind() {
+	case wire.SyndromeACK:
+		qp.dev.stats.inc(TxACKs)
+	case wire.SyndromeNAK:
+		qp.dev.stats.inc(TxNAKs)
+	}
+	qp.sendCtl(&f)
+}
+
+// sendCtl encodes a responder-generated frame into the receive goroutine's
+// control batch.
+func (qp *QP) sendCtl(f *wire.Fields) {
+	buf := qp.dev.ctlFrame()
+	n, err := wire.Encode(buf, f)
+	if err != nil {
+		panic("emunic: encode control frame: " + err.Error())
+	}
+	qp.dev.queueCtl(buf[:n])
+}
