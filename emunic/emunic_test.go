@@ -127,6 +127,24 @@ func canaried(n int) (buf []byte, intact func() bool) {
 	}
 }
 
+// fence posts a zero-length WRITE-with-Imm from a to b and waits for both
+// of its completions.
+func fence(t *testing.T, a *host, qa *QP, b *host, qb *QP) {
+	t.Helper()
+	if err := qb.PostRecv(RecvWR{ID: 0xFE}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.PostSend(SendWR{ID: 0xFE, Op: OpWriteImm, Imm: 0xFE}); err != nil {
+		t.Fatal(err)
+	}
+	if c := waitCQE(t, a.sendCQ); c.WRID != 0xFE || c.Status != StatusSuccess {
+		t.Fatalf("fence send completion %+v", c)
+	}
+	if c := waitCQE(t, b.recvCQ); c.WRID != 0xFE || c.Imm != 0xFE || c.Status != StatusSuccess {
+		t.Fatalf("fence receive completion %+v", c)
+	}
+}
+
 var messageSizes = []int{0, 1, 1023, 1024, 1025, 4096 + 7, 3 << 20}
 
 func TestConnectedTransfers(t *testing.T) {
@@ -195,13 +213,10 @@ func transfer(t *testing.T, a *host, qa *QP, b *host, qb *QP, op Op, size int, s
 			t.Fatalf("size %d: receive completion %+v", size, rc)
 		}
 	} else {
-		// A plain WRITE has no receive completion; an RC one is
-		// acknowledged (its send completion came after the ACK). For UC
-		// wait until the data has landed.
-		deadline := time.Now().Add(10 * time.Second)
-		for !bytes.Equal(dst[:size], src) && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		// A plain WRITE completes nothing at the receiver: fence it with a
+		// zero-length WRITE-with-Imm, which arrives after it on this
+		// in-order link, and read the buffer after that completion.
+		fence(t, a, qa, b, qb)
 	}
 	if !bytes.Equal(dst[:size], src) {
 		t.Fatalf("size %d: data differs", size)

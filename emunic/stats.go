@@ -65,7 +65,7 @@ func (c *counters) inc(which Counter)           { c[which].Add(1) }
 type Stats [numCounters]uint64
 
 // Get returns one counter.
-func (s *Stats) Get(c Counter) uint64 { return s[c] }
+func (s Stats) Get(c Counter) uint64 { return s[c] }
 
 // Each calls fn for every counter in order, with its name.
 func (s *Stats) Each(fn func(name string, value uint64)) {
