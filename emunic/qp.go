@@ -253,7 +253,8 @@ func (qp *QP) Modify(state QPState, attr QPAttr) error {
 			return bad("retry counts are 0..7 and the rate limit is not negative")
 		}
 		if from == StateRTR {
-			qp.req.nextPSN = attr.SQPSN & wire.PSNMask
+			psn := attr.SQPSN & wire.PSNMask
+			qp.req.nextPSN, qp.req.sendPSN, qp.req.sentPSN, qp.req.ackPSN = psn, psn, psn, psn
 		}
 		qp.attr.SQPSN, qp.attr.Timeout, qp.attr.RetryCount, qp.attr.RNRRetry = attr.SQPSN, attr.Timeout, attr.RetryCount, attr.RNRRetry
 		qp.attr.RateLimit = attr.RateLimit

@@ -81,8 +81,15 @@ func (w *sendWQE) wcOpcode() WCOpcode {
 
 // requester is the send side of a QP; guarded by QP.mu.
 type requester struct {
-	nextPSN     wire.PSN
+	nextPSN     wire.PSN   // PSN of the next new request
 	outstanding []*sendWQE // RC: not yet acknowledged, in PSN order
+	// RC go-back-N: sendPSN is the next PSN to transmit (moved back on a
+	// NAK or timeout), sentPSN the highest PSN ever transmitted + 1.
+	sendPSN wire.PSN
+	sentPSN wire.PSN
+	ackPSN  wire.PSN // oldest PSN not yet acknowledged
+	lastNAK wire.PSN // go-back point of the last sequence NAK obeyed
+	nakSeen bool
 	retriesLeft int
 	rnrLeft     int
 	timer       *time.Timer
@@ -133,10 +140,16 @@ func (qp *QP) PostSend(wr SendWR) error {
 		qp.req.outstanding = append(qp.req.outstanding, w)
 	}
 	qp.req.nextPSN = qp.req.nextPSN.Add(w.packets)
-	qp.sendPackets(w, 0)
 	if qp.typ == RC {
+		qp.pump()
 		qp.armTimer()
-	} else if !wr.Unsignaled {
+		return nil
+	}
+	for i := range w.packets {
+		qp.queuePacket(w, i)
+	}
+	qp.flushTx()
+	if !wr.Unsignaled {
 		qp.sendCQ.push(CQE{WRID: wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn})
 	}
 	return nil
@@ -176,34 +189,64 @@ func (qp *QP) newSendWQE(wr SendWR) (*sendWQE, error) {
 	return w, nil
 }
 
-// sendPackets transmits the packets of w from packet index from on and
-// returns how many it sent. For READ, the single request asks for the
-// responses from that index on.
-func (qp *QP) sendPackets(w *sendWQE, from int) int {
+// rcWindow is how many packets an RC requester keeps in flight beyond
+// the oldest unacknowledged one. Go-back-N resends the window on every
+// loss, so it stays moderate.
+const rcWindow = 128
+
+// queuePacket encodes packet i of w into the transmit batch, flushing it
+// when full. For READ the one request asks for responses i and later.
+func (qp *QP) queuePacket(w *sendWQE, i int) {
 	r := &qp.req
-	last := w.packets - 1
-	if w.wr.Op == OpRead || w.wr.Op == OpCompareSwap || w.wr.Op == OpFetchAdd {
-		last = from
+	f := &r.frame
+	qp.fillPacket(f, w, i)
+	buf := r.txBufs[len(r.txBatch)]
+	n, err := wire.Encode(buf, f)
+	if err != nil {
+		// Every field was validated by PostSend: this is a bug.
+		panic(fmt.Sprintf("emunic: encode %v: %v", f.BTH.Opcode, err))
 	}
-	for i := from; i <= last; i++ {
-		f := &r.frame
-		qp.fillPacket(f, w, i)
-		buf := r.txBufs[len(r.txBatch)]
-		n, err := wire.Encode(buf, f)
-		if err != nil {
-			// Every field was validated; an encoding failure is a bug.
-			panic(fmt.Sprintf("emunic: encode %v: %v", f.BTH.Opcode, err))
+	r.txBatch = append(r.txBatch, buf[:n])
+	if r.pacer != nil {
+		r.pacer.wait(n)
+		qp.flushTx()
+	} else if len(r.txBatch) == txBatchLen {
+		qp.flushTx()
+	}
+}
+
+// pump transmits RC packets from sendPSN on while the window allows.
+func (qp *QP) pump() {
+	r := &qp.req
+	for len(r.outstanding) > 0 && r.ackPSN.Distance(r.sendPSN) < rcWindow {
+		var w *sendWQE
+		for _, o := range r.outstanding {
+			if !o.lastPSN().Before(r.sendPSN) {
+				w = o
+				break
+			}
 		}
-		r.txBatch = append(r.txBatch, buf[:n])
-		if r.pacer != nil {
-			r.pacer.wait(n)
+		if w == nil {
+			break // everything is sent
 		}
-		if len(r.txBatch) == txBatchLen || r.pacer != nil {
-			qp.flushTx()
+		i := max(0, w.firstPSN.Distance(r.sendPSN))
+		next := r.sendPSN.Next()
+		if w.wr.Op == OpRead || w.wr.Op == OpCompareSwap || w.wr.Op == OpFetchAdd {
+			if w.wr.Op == OpRead {
+				i = max(i, w.readNext)
+			}
+			next = w.lastPSN().Next()
+		}
+		if r.sendPSN.Before(r.sentPSN) {
+			qp.dev.stats.inc(TxRetransmits)
+		}
+		qp.queuePacket(w, i)
+		r.sendPSN = next
+		if r.sentPSN.Before(next) {
+			r.sentPSN = next
 		}
 	}
 	qp.flushTx()
-	return last - from + 1
 }
 
 func (qp *QP) flushTx() {
@@ -310,7 +353,12 @@ func (qp *QP) onTimeout() {
 		return
 	}
 	r.retriesLeft--
-	qp.retransmitFrom(r.outstanding[0].resumePSN())
+	r.nakSeen = false
+	from := r.outstanding[0].resumePSN()
+	if from.Before(r.ackPSN) {
+		from = r.ackPSN
+	}
+	qp.retransmitFrom(from)
 	qp.armTimer()
 }
 
@@ -323,18 +371,11 @@ func (w *sendWQE) resumePSN() wire.PSN {
 	return w.firstPSN
 }
 
-// retransmitFrom resends every outstanding packet from psn on (go-back-N).
+// retransmitFrom moves the send cursor back to psn (go-back-N) and
+// transmits again.
 func (qp *QP) retransmitFrom(psn wire.PSN) {
-	for _, w := range qp.req.outstanding {
-		if w.lastPSN().Before(psn) {
-			continue
-		}
-		from := max(0, w.firstPSN.Distance(psn))
-		if w.wr.Op == OpRead {
-			from = max(from, w.readNext)
-		}
-		qp.dev.stats.add(TxRetransmits, uint64(qp.sendPackets(w, from)))
-	}
+	qp.req.sendPSN = psn
+	qp.pump()
 }
 
 // failOldest completes the oldest outstanding request with status, flushes
@@ -352,6 +393,10 @@ func (qp *QP) failOldest(status Status) {
 func (qp *QP) completeThrough(psn wire.PSN) {
 	r := &qp.req
 	progressed := false
+	if len(r.outstanding) > 0 && r.ackPSN.Before(psn.Next()) && !r.sentPSN.Before(psn.Next()) {
+		r.ackPSN = psn.Next() // a partial ACK inside a long message
+		progressed = true
+	}
 	for len(r.outstanding) > 0 {
 		w := r.outstanding[0]
 		if psn.Before(w.lastPSN()) {
@@ -369,6 +414,10 @@ func (qp *QP) completeThrough(psn wire.PSN) {
 	}
 	if progressed {
 		r.retriesLeft, r.rnrLeft = qp.attr.RetryCount, qp.attr.RNRRetry
+		if r.sendPSN.Before(r.ackPSN) {
+			r.sendPSN = r.ackPSN
+		}
+		qp.pump()
 		qp.armTimer()
 	}
 }
@@ -415,11 +464,14 @@ func (qp *QP) handleResponse(p *wire.Packet) {
 			}
 			switch wire.NAKCode(syn.Value()) {
 			case wire.NAKPSNSequenceError:
-				if r.retriesLeft == 0 {
-					qp.failOldest(StatusRetryExceeded)
+				// Reordering can make the responder NAK the same gap
+				// again while the go-back is in flight: obey a NAK once.
+				// Retries are spent by timeouts only, so a reordering
+				// link cannot exhaust them while the peer makes progress.
+				if r.nakSeen && r.lastNAK == psn {
 					return
 				}
-				r.retriesLeft--
+				r.nakSeen, r.lastNAK = true, psn
 				qp.retransmitFrom(psn)
 				qp.armTimer()
 			case wire.NAKRemoteAccessError:

@@ -194,9 +194,9 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 		return
 	}
 	r.ePSN = psn.Next()
-	if p.BTH.AckReq() || op.Info().Position == wire.PositionLast || op.Info().Position == wire.PositionOnly {
-		qp.scheduleACK()
-	}
+	// Acknowledge once per receive batch rather than per A bit, so that
+	// the requester's window keeps moving inside long messages.
+	qp.scheduleACK()
 }
 
 func readResponses(length, mtu int) int { return max(1, (length+mtu-1)/mtu) }

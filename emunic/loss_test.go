@@ -1,0 +1,243 @@
+package emunic
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// message i of a loss test: its size and contents follow from i.
+func lossMessage(i int) []byte {
+	size := 1 + (i*2731)%(6*1024)
+	return pattern(size, uint64(i)+1000)
+}
+
+// TestRCRecoversFromLoss runs RC SENDs through a link that drops,
+// duplicates, reorders and delays frames both ways, on a fake clock, and
+// expects every message exactly once, in order, intact.
+func TestRCRecoversFromLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		link := func(seed uint64) LinkHook {
+			return NewRandomLink(LinkConfig{Delay: 200 * time.Microsecond, Jitter: 20 * time.Microsecond,
+				Loss: 0.05, Duplicate: 0.03, Reorder: 0.05, Seed: seed})
+		}
+		a, b := newPipeHosts(t, PipeConfig{AToB: link(1), BToA: link(2)})
+		qa, qb := a.createQP(t, RC), b.createQP(t, RC)
+		connect(t, a, qa, b, qb, 1024, QPAttr{Timeout: 5 * time.Millisecond, RetryCount: 7, RNRRetry: 7})
+		const messages = 150
+		recv := make([]byte, messages*8192)
+		recvMR := b.register(t, recv)
+		for i := range messages {
+			if err := qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{{Addr: recvMR.Addr() + uint64(i*8192), Length: 8192, LKey: recvMR.LKey()}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range messages {
+			msg := lossMessage(i)
+			mr := a.register(t, msg)
+			if err := qa.PostSend(SendWR{ID: uint64(i), Op: OpSendImm, Imm: uint32(i),
+				SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range messages {
+			c := waitCQE(t, b.recvCQ)
+			if c.Status != StatusSuccess || c.WRID != uint64(i) || c.Imm != uint32(i) || int(c.ByteLen) != len(lossMessage(i)) {
+				t.Fatalf("receive %d: %+v", i, c)
+			}
+			if !bytes.Equal(recv[i*8192:i*8192+int(c.ByteLen)], lossMessage(i)) {
+				t.Fatalf("message %d: data differs", i)
+			}
+		}
+		for i := range messages {
+			if c := waitCQE(t, a.sendCQ); c.Status != StatusSuccess || c.WRID != uint64(i) {
+				t.Fatalf("send %d: %+v", i, c)
+			}
+		}
+		time.Sleep(time.Second) // let late duplicates arrive
+		expectNoCQE(t, b.recvCQ)
+		sa, sb := a.dev.Stats(), b.dev.Stats()
+		if sa.Get(TxRetransmits) == 0 || sb.Get(RxDuplicate) == 0 || sb.Get(RxPSNError) == 0 || sb.Get(TxNAKs) == 0 {
+			t.Errorf("loss left no trace: retransmits %d, duplicates %d, PSN errors %d, NAKs %d",
+				sa.Get(TxRetransmits), sb.Get(RxDuplicate), sb.Get(RxPSNError), sb.Get(TxNAKs))
+		}
+		t.Logf("A: %d packets sent, %d retransmitted, %d timeouts; B: %d duplicates, %d out of sequence",
+			sa.Get(TxPackets), sa.Get(TxRetransmits), sa.Get(Timeouts), sb.Get(RxDuplicate), sb.Get(RxPSNError))
+	})
+}
+
+// dropRule drops the data frames (toward B) whose PSN offset from the
+// first one satisfies drop, and counts everything it sees.
+type dropRule struct {
+	first   wire.PSN
+	drop    func(offset int) bool
+	dropped atomic.Uint64
+	seen    atomic.Uint64
+	mu      sync.Mutex
+	pkt     wire.Packet
+}
+
+func (r *dropRule) hook(frame []byte, deliver func(time.Duration)) {
+	r.seen.Add(1)
+	r.mu.Lock()
+	err := r.pkt.Decode(frame)
+	off := r.first.Distance(r.pkt.BTH.PSN())
+	r.mu.Unlock()
+	if err == nil && r.drop(off) {
+		r.dropped.Add(1)
+		return
+	}
+	deliver(0)
+}
+
+// TestUCLosesOnlyAffectedMessages drops chosen packets of a stream of UC
+// SENDs and WRITE-with-Imms: exactly the messages that lost a packet are
+// missing, every other one arrives intact and in order, and the counters
+// account for every frame.
+func TestUCLosesOnlyAffectedMessages(t *testing.T) {
+	for _, op := range []Op{OpSendImm, OpWriteImm} {
+		t.Run(map[Op]string{OpSendImm: "send", OpWriteImm: "write"}[op], func(t *testing.T) {
+			rule := &dropRule{first: 0xFFFFF0, drop: func(off int) bool { return off%11 == 4 || off%23 == 0 }}
+			a, b := newPipeHosts(t, PipeConfig{AToB: rule.hook})
+			qa, qb := a.createQP(t, UC), b.createQP(t, UC)
+			connect(t, a, qa, b, qb, 1024, QPAttr{})
+			const messages = 120
+			recv := make([]byte, messages*8192)
+			recvMR := b.register(t, recv)
+			for i := range messages {
+				if err := qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{{Addr: recvMR.Addr() + uint64(i*8192), Length: 8192, LKey: recvMR.LKey()}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var delivered []int // messages none of whose packets is dropped
+			psn := 0
+			for i := range messages {
+				msg := lossMessage(i)
+				mr := a.register(t, msg)
+				packets := (len(msg) + 1023) / 1024
+				lost := false
+				for k := range packets {
+					lost = lost || rule.drop(psn+k)
+				}
+				psn += packets
+				if !lost {
+					delivered = append(delivered, i)
+				}
+				wr := SendWR{ID: uint64(i), Op: op, Imm: uint32(i), RemoteAddr: recvMR.Addr() + uint64(i*8192), RKey: recvMR.RKey(),
+					SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}
+				if err := qa.PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A final undisturbed message marks the end of the stream.
+			marker := (psn + 1)
+			for rule.drop(marker - 1) {
+				marker++
+			}
+			for range marker - 1 - psn {
+				if err := qa.PostSend(SendWR{Op: OpWrite, RemoteAddr: recvMR.Addr(), RKey: recvMR.RKey()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := qa.PostSend(SendWR{ID: 999, Op: OpWriteImm, Imm: 999}); err != nil {
+				t.Fatal(err)
+			}
+			for _, i := range delivered {
+				c := waitCQE(t, b.recvCQ)
+				if c.Imm != uint32(i) || c.Status != StatusSuccess {
+					t.Fatalf("expected message %d, got completion %+v", i, c)
+				}
+				at := i * 8192
+				if op == OpSendImm {
+					at = int(c.WRID) * 8192
+				}
+				if int(c.ByteLen) != len(lossMessage(i)) || !bytes.Equal(recv[at:at+int(c.ByteLen)], lossMessage(i)) {
+					t.Fatalf("message %d: corrupted", i)
+				}
+			}
+			if c := waitCQE(t, b.recvCQ); c.Imm != 999 {
+				t.Fatalf("a lost message completed: %+v", c)
+			}
+			sa, sb := a.dev.Stats(), b.dev.Stats()
+			if sa.Get(TxPackets) != rule.seen.Load() {
+				t.Errorf("A sent %d frames, the link saw %d", sa.Get(TxPackets), rule.seen.Load())
+			}
+			if got := sb.Get(RxPackets) + rule.dropped.Load(); got != rule.seen.Load() {
+				t.Errorf("B received %d + link dropped %d != %d sent", sb.Get(RxPackets), rule.dropped.Load(), rule.seen.Load())
+			}
+			if sb.Get(RxPSNError) == 0 || len(delivered) == messages || len(delivered) < messages/3 {
+				t.Errorf("PSN errors %d, %d of %d delivered", sb.Get(RxPSNError), len(delivered), messages)
+			}
+			t.Logf("%d of %d messages delivered, %d frames dropped", len(delivered), messages, rule.dropped.Load())
+		})
+	}
+}
+
+// TestRCRetryExhaustion cuts the link and expects the retry counter to
+// run out: an error completion and the QP in ERR.
+func TestRCRetryExhaustion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cut := func([]byte, func(time.Duration)) {}
+		a, b := newPipeHosts(t, PipeConfig{AToB: cut})
+		qa, qb := a.createQP(t, RC), b.createQP(t, RC)
+		connect(t, a, qa, b, qb, 1024, QPAttr{Timeout: time.Millisecond, RetryCount: 3})
+		for i := range 3 {
+			if err := qa.PostSend(SendWR{ID: uint64(i), Op: OpWrite, RemoteAddr: 0, RKey: 0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c := waitCQE(t, a.sendCQ); c.WRID != 0 || c.Status != StatusRetryExceeded {
+			t.Fatalf("first completion %+v", c)
+		}
+		for i := 1; i < 3; i++ {
+			if c := waitCQE(t, a.sendCQ); c.WRID != uint64(i) || c.Status != StatusWRFlushError {
+				t.Fatalf("completion %d: %+v", i, c)
+			}
+		}
+		if qa.State() != StateError {
+			t.Errorf("QP in %v", qa.State())
+		}
+		if got := a.dev.Stats().Get(Timeouts); got != 4 {
+			t.Errorf("%d timeouts, want 4 (first try + 3 retries)", got)
+		}
+	})
+}
+
+// TestRCRNR sends before the receiver posts a buffer: the requester gets
+// RNR NAKs, backs off, and delivers once the receive is posted.
+func TestRCRNR(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newPipeHosts(t, PipeConfig{})
+		qa, qb := a.createQP(t, RC), b.createQP(t, RC)
+		connect(t, a, qa, b, qb, 1024, QPAttr{RNRRetry: 7, RNRTimer: time.Millisecond})
+		msg := []byte("hello after RNR")
+		mr := a.register(t, msg)
+		if err := qa.PostSend(SendWR{ID: 1, Op: OpSend, SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if b.dev.Stats().Get(TxRNRNAKs) == 0 {
+			t.Fatal("no RNR NAK sent")
+		}
+		buf := make([]byte, 64)
+		bmr := b.register(t, buf)
+		if err := qb.PostRecv(RecvWR{ID: 2, SGL: []SGE{{Addr: bmr.Addr(), Length: 64, LKey: bmr.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		if c := waitCQE(t, b.recvCQ); c.WRID != 2 || string(buf[:c.ByteLen]) != string(msg) {
+			t.Fatalf("receive %+v %q", c, buf[:c.ByteLen])
+		}
+		if c := waitCQE(t, a.sendCQ); c.Status != StatusSuccess {
+			t.Fatalf("send %+v", c)
+		}
+		if a.dev.Stats().Get(RxRNRNAKs) == 0 {
+			t.Error("requester counted no RNR NAK")
+		}
+	})
+}
