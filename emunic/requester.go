@@ -85,11 +85,11 @@ type requester struct {
 	outstanding []*sendWQE // RC: not yet acknowledged, in PSN order
 	// RC go-back-N: sendPSN is the next PSN to transmit (moved back on a
 	// NAK or timeout), sentPSN the highest PSN ever transmitted + 1.
-	sendPSN wire.PSN
-	sentPSN wire.PSN
-	ackPSN  wire.PSN // oldest PSN not yet acknowledged
-	lastNAK wire.PSN // go-back point of the last sequence NAK obeyed
-	nakSeen bool
+	sendPSN     wire.PSN
+	sentPSN     wire.PSN
+	ackPSN      wire.PSN // oldest PSN not yet acknowledged
+	lastNAK     wire.PSN // go-back point of the last sequence NAK obeyed
+	nakSeen     bool
 	retriesLeft int
 	rnrLeft     int
 	timer       *time.Timer
