@@ -41,6 +41,10 @@ type Device struct {
 	nextQPN uint32
 	qps     atomic.Pointer[map[uint32]*QP]
 
+	// ipID numbers IPv4 packets as Linux does for a connected socket: one
+	// counter, incremented per packet (the ICRC covers it).
+	ipID atomic.Uint32
+
 	stats  counters
 	closed atomic.Bool
 	done   chan struct{} // closed when the receive goroutine exits
@@ -112,6 +116,8 @@ func (d *Device) Close() error {
 	}
 	return err
 }
+
+func (d *Device) nextIPID() uint16 { return uint16(d.ipID.Add(1) - 1) }
 
 func (d *Device) lookupQP(qpn uint32) *QP { return (*d.qps.Load())[qpn] }
 

@@ -264,6 +264,7 @@ func (qp *QP) fillPacket(f *wire.Fields, w *sendWQE, i int) {
 		*f = qp.tmpl
 	}
 	f.BTH.PSN = w.firstPSN.Add(i)
+	f.IPID = qp.dev.nextIPID()
 	first, lastPkt := i == 0, i == w.packets-1
 	off := i * qp.mtu
 	n := min(qp.mtu, w.length-off)

@@ -424,6 +424,7 @@ func (qp *QP) sendACK(syn wire.Syndrome, psn wire.PSN) {
 // sendCtl encodes a responder-generated frame into the receive goroutine's
 // control batch.
 func (qp *QP) sendCtl(f *wire.Fields) {
+	f.IPID = qp.dev.nextIPID()
 	buf := qp.dev.ctlFrame()
 	n, err := wire.Encode(buf, f)
 	if err != nil {
