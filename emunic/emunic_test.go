@@ -225,3 +225,5 @@ func transfer(t *testing.T, a *host, qa *QP, b *host, qb *QP, op Op, size int, s
 		t.Fatalf("size %d: canaries around the destination were overwritten", size)
 	}
 }
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

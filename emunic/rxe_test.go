@@ -30,7 +30,7 @@ func (p *recordPort) Send(frames [][]byte) (int, error) {
 }
 
 func (p *recordPort) Recv([][]byte, []int) (int, error) { <-p.closed; return 0, ErrClosed }
-func (p *recordPort) Close() error                     { close(p.closed); return nil }
+func (p *recordPort) Close() error                      { close(p.closed); return nil }
 
 func (p *recordPort) take() [][]byte {
 	p.mu.Lock()
