@@ -38,6 +38,30 @@ func newPipeHosts(t testing.TB, cfg PipeConfig) (*host, *host) {
 	return newHost(t, a, "10.0.0.1", 1), newHost(t, b, "10.0.0.2", 2)
 }
 
+// newUDPHosts returns two hosts whose devices talk through UDP sockets on
+// two loopback addresses.
+func newUDPHosts(t testing.TB) (*host, *host) {
+	t.Helper()
+	var hosts []*host
+	for i, addr := range []string{"127.0.0.1", "127.0.0.2"} {
+		port, err := NewUDPPort(netip.MustParseAddr(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, newHost(t, port, addr, byte(i+1)))
+	}
+	return hosts[0], hosts[1]
+}
+
+// portKinds lists the ports every transfer test runs over.
+var portKinds = []struct {
+	name  string
+	hosts func(t testing.TB) (*host, *host)
+}{
+	{"pipe", func(t testing.TB) (*host, *host) { return newPipeHosts(t, PipeConfig{}) }},
+	{"udp", newUDPHosts},
+}
+
 func (h *host) createQP(t testing.TB, typ QPType) *QP {
 	t.Helper()
 	qp, err := h.pd.CreateQP(QPConfig{Type: typ, SendCQ: h.sendCQ, RecvCQ: h.recvCQ, MaxRecvWR: 4096})
@@ -148,28 +172,34 @@ func fence(t *testing.T, a *host, qa *QP, b *host, qb *QP) {
 var messageSizes = []int{0, 1, 1023, 1024, 1025, 4096 + 7, 3 << 20}
 
 func TestConnectedTransfers(t *testing.T) {
-	for _, typ := range []QPType{UC, RC} {
-		for _, op := range []Op{OpSend, OpSendImm, OpWrite, OpWriteImm} {
-			t.Run(fmt.Sprintf("%v/%d", typ, op), func(t *testing.T) {
-				a, b := newPipeHosts(t, PipeConfig{})
-				qa, qb := a.createQP(t, typ), b.createQP(t, typ)
-				connect(t, a, qa, b, qb, 1024, QPAttr{})
-				for i, size := range messageSizes {
-					transfer(t, a, qa, b, qb, op, size, uint64(i))
-				}
-				st := b.dev.Stats()
-				if st.Drops() != 0 {
-					t.Errorf("drops on a clean link: %+v", st)
-				}
-				wantPackets := uint64(0)
-				for _, size := range messageSizes {
-					wantPackets += uint64(max(1, (size+1023)/1024))
-				}
-				if st.Get(RxPackets) < wantPackets {
-					t.Errorf("received %d packets, the messages need %d", st.Get(RxPackets), wantPackets)
-				}
-			})
+	for _, kind := range portKinds {
+		for _, typ := range []QPType{UC, RC} {
+			for _, op := range []Op{OpSend, OpSendImm, OpWrite, OpWriteImm} {
+				t.Run(fmt.Sprintf("%s/%v/%d", kind.name, typ, op), func(t *testing.T) {
+					testConnectedTransfers(t, kind.hosts, typ, op)
+				})
+			}
 		}
+	}
+}
+
+func testConnectedTransfers(t *testing.T, hosts func(testing.TB) (*host, *host), typ QPType, op Op) {
+	a, b := hosts(t)
+	qa, qb := a.createQP(t, typ), b.createQP(t, typ)
+	connect(t, a, qa, b, qb, 1024, QPAttr{})
+	for i, size := range messageSizes {
+		transfer(t, a, qa, b, qb, op, size, uint64(i))
+	}
+	st := b.dev.Stats()
+	if st.Drops() != 0 {
+		t.Errorf("drops on a clean link: %+v", st)
+	}
+	wantPackets := uint64(0)
+	for _, size := range messageSizes {
+		wantPackets += uint64(max(1, (size+1023)/1024))
+	}
+	if st.Get(RxPackets) < wantPackets {
+		t.Errorf("received %d packets, the messages need %d", st.Get(RxPackets), wantPackets)
 	}
 }
 

@@ -8,7 +8,13 @@ import (
 )
 
 func TestRCReadAndAtomics(t *testing.T) {
-	a, b := newPipeHosts(t, PipeConfig{})
+	for _, kind := range portKinds {
+		t.Run(kind.name, func(t *testing.T) { testRCReadAndAtomics(t, kind.hosts) })
+	}
+}
+
+func testRCReadAndAtomics(t *testing.T, hosts func(testing.TB) (*host, *host)) {
+	a, b := hosts(t)
 	qa, qb := a.createQP(t, RC), b.createQP(t, RC)
 	connect(t, a, qa, b, qb, 1024, QPAttr{})
 	for i, size := range messageSizes {
@@ -73,7 +79,13 @@ func TestRCReadAndAtomics(t *testing.T) {
 }
 
 func TestUDSend(t *testing.T) {
-	a, b := newPipeHosts(t, PipeConfig{})
+	for _, kind := range portKinds {
+		t.Run(kind.name, func(t *testing.T) { testUDSend(t, kind.hosts) })
+	}
+}
+
+func testUDSend(t *testing.T, hosts func(testing.TB) (*host, *host)) {
+	a, b := hosts(t)
 	qa, qb := a.createQP(t, UD), b.createQP(t, UD)
 	for _, qp := range []*QP{qa, qb} {
 		if err := qp.Modify(StateRTR, QPAttr{}); err != nil {

@@ -459,3 +459,23 @@ func TestHotPathAllocatesNothing(t *testing.T) {
 		t.Errorf("encode+decode+verify: %v allocations, want 0", allocs)
 	}
 }
+
+func TestEncodeUDPRebuildsTheFrame(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		f := randomFields(rand.New(rand.NewPCG(9, 10)), UCWriteOnlyImm, v6, false)
+		frame := encodeFrame(t, &f)
+		var p Packet
+		if err := p.Decode(frame); err != nil {
+			t.Fatal(err)
+		}
+		transport := frame[len(frame)-len(p.l4)-ICRCLen+UDPHeaderLen:]
+		buf := make([]byte, len(frame))
+		n, err := EncodeUDP(buf, &f, transport)
+		if err != nil || !bytes.Equal(buf[:n], frame) {
+			t.Fatalf("v6=%v: rebuilt frame differs (%v)", v6, err)
+		}
+		if _, err := EncodeUDP(buf[:n-1], &f, transport); !errors.Is(err, ErrShortBuffer) {
+			t.Errorf("short buffer: %v", err)
+		}
+	}
+}

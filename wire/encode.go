@@ -98,6 +98,51 @@ func Encode(b []byte, f *Fields) (int, error) {
 		return 0, errShortBuffer
 	}
 	b = b[:n]
+	off := f.putFraming(b)
+	f.putTransport(b[off:])
+	ipLen := IPv6HeaderLen
+	if f.is4() {
+		ipLen = IPv4HeaderLen
+	}
+	ipStart := off - UDPHeaderLen - ipLen
+	putICRC(b[n-ICRCLen:], icrcInPlace(b[ipStart:n-ICRCLen], ipLen))
+	return n, nil
+}
+
+// EncodeUDP writes the Ethernet, IP and UDP headers that f describes,
+// followed by transport, the UDP payload of a RoCEv2 packet (BTH through
+// ICRC) as it was received, and returns the frame length. The transport
+// fields of f are ignored and the ICRC is not recomputed: this rebuilds a
+// frame around a packet that arrived through a UDP socket, whose IP and UDP
+// headers the kernel consumed.
+func EncodeUDP(b []byte, f *Fields, transport []byte) (int, error) {
+	if !f.SrcIP.IsValid() || !f.DstIP.IsValid() || f.SrcIP.Is4() != f.DstIP.Is4() {
+		return 0, errEncodeAddrs
+	}
+	if len(transport) > maxIPPayload-UDPHeaderLen {
+		return 0, errEncodeTooLong
+	}
+	n := EthernetHeaderLen + UDPHeaderLen + len(transport)
+	if f.HasVLAN {
+		n += VLANTagLen
+	}
+	if f.is4() {
+		n += IPv4HeaderLen
+	} else {
+		n += IPv6HeaderLen
+	}
+	if len(b) < n {
+		return 0, errShortBuffer
+	}
+	off := f.putFraming(b[:n])
+	copy(b[off:], transport)
+	return n, nil
+}
+
+// putFraming writes the Ethernet, IP and UDP headers of a frame of
+// len(b) bytes and returns the offset of the UDP payload.
+func (f *Fields) putFraming(b []byte) int {
+	n := len(b)
 	copy(b[0:6], f.DstMAC[:])
 	copy(b[6:12], f.SrcMAC[:])
 	off := 12
@@ -106,18 +151,15 @@ func Encode(b []byte, f *Fields) (int, error) {
 		binary.BigEndian.PutUint16(b[off+2:], f.VLANTCI)
 		off += VLANTagLen
 	}
-	var ip []byte
 	if f.is4() {
 		binary.BigEndian.PutUint16(b[off:], EtherTypeIPv4)
 		off += 2
-		ip = b[off : off+IPv4HeaderLen]
-		f.putIPv4(ip, n-off)
+		f.putIPv4(b[off:off+IPv4HeaderLen], n-off)
 		off += IPv4HeaderLen
 	} else {
 		binary.BigEndian.PutUint16(b[off:], EtherTypeIPv6)
 		off += 2
-		ip = b[off : off+IPv6HeaderLen]
-		f.putIPv6(ip, n-off-IPv6HeaderLen)
+		f.putIPv6(b[off:off+IPv6HeaderLen], n-off-IPv6HeaderLen)
 		off += IPv6HeaderLen
 	}
 	l4 := b[off:]
@@ -125,10 +167,7 @@ func Encode(b []byte, f *Fields) (int, error) {
 	binary.BigEndian.PutUint16(l4[2:], RoCEv2Port)
 	binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
 	binary.BigEndian.PutUint16(l4[6:], f.UDPChecksum)
-	f.putTransport(l4[UDPHeaderLen:])
-	end := len(l4) - ICRCLen
-	putICRC(l4[end:], icrcInPlace(b[off-len(ip):off+end], len(ip)))
-	return n, nil
+	return off + UDPHeaderLen
 }
 
 func (f *Fields) validate() error {
