@@ -4,7 +4,9 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 5s
-FUZZ_TARGETS = FuzzDecode FuzzDecodeCaptured FuzzGopacketLayer FuzzPcapReader FuzzImmLayout
+# package:target pairs
+FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wire:FuzzPcapReader \
+               wire:FuzzImmLayout emunic:FuzzResponder
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 
 .PHONY: demo test deps lint unit fuzz bench
@@ -37,10 +39,12 @@ unit:
 # is capped: its default minute per new input outlasts a short run, and go
 # test then fails with "context deadline exceeded".
 fuzz:
-	@for t in $(FUZZ_TARGETS); do \
-	  echo "fuzz $$t for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./wire || exit 1; \
+	@for pt in $(FUZZ_TARGETS); do \
+	  pkg=$${pt%%:*}; t=$${pt#*:}; \
+	  echo "fuzz $$pkg $$t for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$$pkg || exit 1; \
 	done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./wire
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20000x -count 6 ./emunic

@@ -96,6 +96,7 @@ type requester struct {
 	timerArmed  bool
 	pacer       *pacer
 
+	scratch sendWQE // the WQE of UC and UD requests
 	frame   wire.Fields
 	txBufs  [][]byte
 	txBatch [][]byte
@@ -155,17 +156,27 @@ func (qp *QP) PostSend(wr SendWR) error {
 	return nil
 }
 
+// allowedOps lists the operations each transport supports.
+var allowedOps = map[QPType]map[Op]bool{
+	UC: {OpSend: true, OpSendImm: true, OpWrite: true, OpWriteImm: true},
+	UD: {OpSend: true, OpSendImm: true},
+	RC: {OpSend: true, OpSendImm: true, OpWrite: true, OpWriteImm: true, OpRead: true, OpCompareSwap: true, OpFetchAdd: true},
+}
+
+// newSendWQE validates wr and resolves its SGL. RC requests get their own
+// WQE, kept until acknowledged; UC and UD requests complete inside
+// PostSend and reuse the QP's scratch WQE, so the data path allocates
+// nothing per message.
 func (qp *QP) newSendWQE(wr SendWR) (*sendWQE, error) {
-	allowed := map[QPType]map[Op]bool{
-		UC: {OpSend: true, OpSendImm: true, OpWrite: true, OpWriteImm: true},
-		UD: {OpSend: true, OpSendImm: true},
-		RC: {OpSend: true, OpSendImm: true, OpWrite: true, OpWriteImm: true, OpRead: true, OpCompareSwap: true, OpFetchAdd: true},
-	}[qp.typ]
-	if !allowed[wr.Op] {
+	if !allowedOps[qp.typ][wr.Op] {
 		return nil, fmt.Errorf("emunic: post send: operation %d on %v: %w", wr.Op, qp.typ, ErrInvalidArgument)
 	}
 	local := wr.Op == OpRead || wr.Op == OpCompareSwap || wr.Op == OpFetchAdd
-	w := &sendWQE{wr: wr, firstPSN: qp.req.nextPSN}
+	w := &qp.req.scratch
+	if qp.typ == RC {
+		w = new(sendWQE)
+	}
+	*w = sendWQE{wr: wr, firstPSN: qp.req.nextPSN, sgl: w.sgl[:0]}
 	for _, e := range wr.SGL {
 		b, err := qp.dev.resolveLocal(qp.pd, e, local)
 		if err != nil {

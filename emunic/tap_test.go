@@ -1,0 +1,66 @@
+package emunic
+
+import (
+	"errors"
+	"io"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// TestPcapTap records a device's traffic both ways and checks that the
+// capture holds every frame, each a valid RoCEv2 packet.
+func TestPcapTap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tap.pcap")
+	tap, err := wire.CreatePcap(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := NewPipe(PipeConfig{})
+	devA, err := NewDevice(Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, Tap: tap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &host{dev: devA, pd: devA.AllocPD()}
+	a.sendCQ, _ = NewCQ(64)
+	a.recvCQ, _ = NewCQ(64)
+	b := newHost(t, pb, "10.0.0.2", 2)
+	qa, qb := a.createQP(t, RC), b.createQP(t, RC)
+	connect(t, a, qa, b, qb, 1024, QPAttr{})
+	transfer(t, a, qa, b, qb, OpWriteImm, 5000, 1)
+	transfer(t, a, qa, b, qb, OpSend, 10, 2)
+	devA.Close()
+	if err := tap.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := devA.Stats()
+	r, err := wire.OpenPcap(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var p wire.Packet
+	frames, opcodes := 0, map[wire.Opcode]int{}
+	for {
+		data, _, _, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Decode(data); err != nil || !p.ICRCValid() {
+			t.Fatalf("frame %d: %v, ICRC valid %v", frames+1, err, p.ICRCValid())
+		}
+		opcodes[p.Opcode()]++
+		frames++
+	}
+	if want := st.Get(TxPackets) + st.Get(RxPackets); uint64(frames) != want {
+		t.Errorf("capture holds %d frames, device sent and received %d", frames, want)
+	}
+	if opcodes[wire.RCWriteFirst] != 1 || opcodes[wire.RCWriteLastImm] != 1 || opcodes[wire.RCAck] == 0 {
+		t.Errorf("opcodes in the capture: %v", opcodes)
+	}
+}
