@@ -22,11 +22,12 @@ func lossMessage(i int) []byte {
 // expects every message exactly once, in order, intact.
 func TestRCRecoversFromLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		var toB linkCounter
 		link := func(seed uint64) LinkHook {
 			return NewRandomLink(LinkConfig{Delay: 200 * time.Microsecond, Jitter: 20 * time.Microsecond,
 				Loss: 0.05, Duplicate: 0.03, Reorder: 0.05, Seed: seed})
 		}
-		a, b := newPipeHosts(t, PipeConfig{AToB: link(1), BToA: link(2)})
+		a, b := newPipeHosts(t, PipeConfig{AToB: toB.wrap(link(1)), BToA: link(2)})
 		qa, qb := a.createQP(t, RC), b.createQP(t, RC)
 		connect(t, a, qa, b, qb, 1024, QPAttr{Timeout: 5 * time.Millisecond, RetryCount: 7, RNRRetry: 7})
 		const messages = 150
@@ -66,9 +67,29 @@ func TestRCRecoversFromLoss(t *testing.T) {
 			t.Errorf("loss left no trace: retransmits %d, duplicates %d, PSN errors %d, NAKs %d",
 				sa.Get(TxRetransmits), sb.Get(RxDuplicate), sb.Get(RxPSNError), sb.Get(TxNAKs))
 		}
+		// Every frame is accounted for: what A sent entered the link, and
+		// every copy the link delivered was counted by B.
+		if sa.Get(TxPackets) != toB.in.Load() || sb.Get(RxPackets) != toB.out.Load() {
+			t.Errorf("A sent %d, link took %d and delivered %d, B received %d",
+				sa.Get(TxPackets), toB.in.Load(), toB.out.Load(), sb.Get(RxPackets))
+		}
 		t.Logf("A: %d packets sent, %d retransmitted, %d timeouts; B: %d duplicates, %d out of sequence",
 			sa.Get(TxPackets), sa.Get(TxRetransmits), sa.Get(Timeouts), sb.Get(RxDuplicate), sb.Get(RxPSNError))
 	})
+}
+
+// linkCounter counts the frames entering a link and the copies it
+// delivers.
+type linkCounter struct{ in, out atomic.Uint64 }
+
+func (c *linkCounter) wrap(h LinkHook) LinkHook {
+	return func(frame []byte, deliver func(time.Duration)) {
+		c.in.Add(1)
+		h(frame, func(d time.Duration) {
+			c.out.Add(1)
+			deliver(d)
+		})
+	}
 }
 
 // dropRule drops the data frames (toward B) whose PSN offset from the

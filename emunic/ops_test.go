@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
+	"strconv"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestRCReadAndAtomics(t *testing.T) {
@@ -235,4 +238,99 @@ func TestQPStateMachine(t *testing.T) {
 	if err := qp.Modify(StateReset, QPAttr{}); err != nil || qp.State() != StateReset {
 		t.Errorf("ERR→RESET: %v, state %v", err, qp.State())
 	}
+}
+
+// TestScatterGatherMTUsAndIPv6 moves messages gathered from and scattered
+// to several SGEs in two MRs, at the smallest and largest path MTU, between
+// devices with IPv6 GIDs.
+func TestScatterGatherMTUsAndIPv6(t *testing.T) {
+	for _, mtu := range []int{256, 4096} {
+		t.Run(strconv.Itoa(mtu), func(t *testing.T) {
+			pa, pb := NewPipe(PipeConfig{})
+			a, b := newHost(t, pa, "fd00::1", 1), newHost(t, pb, "fd00::2", 2)
+			qa, qb := a.createQP(t, RC), b.createQP(t, RC)
+			connect(t, a, qa, b, qb, mtu, QPAttr{})
+			const size = 3*4096 + 100
+			msg := pattern(size, 77)
+			srcA, srcB := a.register(t, bytes.Clone(msg[:5000])), a.register(t, bytes.Clone(msg[5000:]))
+			gather := []SGE{
+				{Addr: srcA.Addr(), Length: 3000, LKey: srcA.LKey()},
+				{Addr: srcB.Addr(), Length: size - 5000, LKey: srcB.LKey()},
+				{Addr: srcA.Addr() + 3000, Length: 2000, LKey: srcA.LKey()},
+			}
+			want := append(append(append([]byte{}, msg[:3000]...), msg[5000:]...), msg[3000:5000]...)
+			dst1, dst2 := make([]byte, 7000), make([]byte, 9000)
+			d1, d2 := b.register(t, dst1), b.register(t, dst2)
+			scatter := []SGE{{Addr: d1.Addr(), Length: 7000, LKey: d1.LKey()}, {Addr: d2.Addr(), Length: 9000, LKey: d2.LKey()}}
+			if err := qb.PostRecv(RecvWR{ID: 1, SGL: scatter}); err != nil {
+				t.Fatal(err)
+			}
+			if err := qa.PostSend(SendWR{ID: 1, Op: OpSend, SGL: gather}); err != nil {
+				t.Fatal(err)
+			}
+			if c := waitCQE(t, b.recvCQ); c.Status != StatusSuccess || c.ByteLen != size {
+				t.Fatalf("receive %+v", c)
+			}
+			waitCQE(t, a.sendCQ)
+			got := append(append([]byte{}, dst1...), dst2[:size-7000]...)
+			if !bytes.Equal(got, want) {
+				t.Fatal("scattered SEND data differs")
+			}
+			// READ the same bytes back into a two-entry list.
+			back1, back2 := make([]byte, 100), make([]byte, size-100)
+			r1, r2 := a.register(t, back1), a.register(t, back2)
+			if err := qa.PostSend(SendWR{ID: 2, Op: OpRead, RemoteAddr: d1.Addr(), RKey: d1.RKey(),
+				SGL: []SGE{{Addr: r1.Addr(), Length: 100, LKey: r1.LKey()}, {Addr: r2.Addr(), Length: 6900, LKey: r2.LKey()}}}); err != nil {
+				t.Fatal(err)
+			}
+			if c := waitCQE(t, a.sendCQ); c.Status != StatusSuccess || c.ByteLen != 7000 {
+				t.Fatalf("read %+v", c)
+			}
+			if !bytes.Equal(append(bytes.Clone(back1), back2[:6900]...), want[:7000]) {
+				t.Fatal("READ into two SGEs differs")
+			}
+			// A receive list shorter than the message fails with a length
+			// error at the receiver.
+			if err := qb.PostRecv(RecvWR{ID: 3, SGL: scatter[:1]}); err != nil {
+				t.Fatal(err)
+			}
+			if err := qa.PostSend(SendWR{ID: 3, Op: OpSend, SGL: gather}); err != nil {
+				t.Fatal(err)
+			}
+			if c := waitCQE(t, b.recvCQ); c.WRID != 3 || c.Status != StatusLocalLengthError {
+				t.Fatalf("short receive: %+v", c)
+			}
+			if c := waitCQE(t, a.sendCQ); c.Status != StatusRemoteInvalidRequest {
+				t.Fatalf("send into a short receive: %+v", c)
+			}
+		})
+	}
+}
+
+// TestRateLimit paces a QP on the fake clock: sending a message must take
+// its wire bits divided by the rate.
+func TestRateLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newPipeHosts(t, PipeConfig{})
+		qa, qb := a.createQP(t, UC), b.createQP(t, UC)
+		const rate = 100e6 // bit/s
+		connect(t, a, qa, b, qb, 1024, QPAttr{RateLimit: rate})
+		const packets = 100
+		src := a.register(t, make([]byte, packets*1024))
+		dst := b.register(t, make([]byte, packets*1024))
+		start := time.Now()
+		if err := qa.PostSend(SendWR{Op: OpWrite, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
+			SGL: []SGE{{Addr: src.Addr(), Length: packets * 1024, LKey: src.LKey()}}}); err != nil {
+			t.Fatal(err)
+		}
+		elapsed := time.Since(start)
+		bits := float64(a.dev.Stats().Get(TxBytes) * 8)
+		want := time.Duration(bits / rate * float64(time.Second))
+		perPacket := want / packets
+		// The pacer spaces packets: the last one leaves one slot before the
+		// whole message's time is up.
+		if elapsed < want-2*perPacket || elapsed > want {
+			t.Errorf("sending %v bits at %v bit/s took %v, want about %v", bits, rate, elapsed, want)
+		}
+	})
 }

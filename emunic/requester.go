@@ -88,7 +88,7 @@ type requester struct {
 	sendPSN     wire.PSN
 	sentPSN     wire.PSN
 	ackPSN      wire.PSN // oldest PSN not yet acknowledged
-	lastNAK     wire.PSN // go-back point of the last sequence NAK obeyed
+	goBack      wire.PSN // go-back point of the last sequence NAK obeyed
 	nakSeen     bool
 	retriesLeft int
 	rnrLeft     int
@@ -476,14 +476,18 @@ func (qp *QP) handleResponse(p *wire.Packet) {
 			}
 			switch wire.NAKCode(syn.Value()) {
 			case wire.NAKPSNSequenceError:
-				// Reordering can make the responder NAK the same gap
-				// again while the go-back is in flight: obey a NAK once.
-				// Retries are spent by timeouts only, so a reordering
-				// link cannot exhaust them while the peer makes progress.
-				if r.nakSeen && r.lastNAK == psn {
+				// A NAK for a PSN that was already sent again since the
+				// last go-back is stale: the old stream, still arriving
+				// out of order, opened a gap the retransmission in flight
+				// fills. Obeying it would resend the window once more per
+				// reordered packet. Lost retransmissions are left to the
+				// timeout, and retries are spent by timeouts only, so a
+				// reordering link cannot exhaust them while the peer
+				// makes progress.
+				if r.nakSeen && r.goBack.Distance(psn) >= 0 && psn.Before(r.sendPSN) {
 					return
 				}
-				r.nakSeen, r.lastNAK = true, psn
+				r.nakSeen, r.goBack = true, psn
 				qp.retransmitFrom(psn)
 				qp.armTimer()
 			case wire.NAKRemoteAccessError:
