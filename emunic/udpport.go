@@ -7,9 +7,8 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 
 	"github.com/sdr-rdma/sdr/wire"
@@ -22,22 +21,30 @@ import (
 // DF set, source port 4791) and the receiving port rebuilds the frame from
 // the datagram's addresses before the device checks it.
 type UDPPort struct {
-	conn  *net.UDPConn
-	batch interface {
-		ReadBatch([]ipv4.Message, int) (int, error)
-		WriteBatch([]ipv4.Message, int) (int, error)
-	}
+	conn   *net.UDPConn
+	raw    syscall.RawConn
 	local  netip.AddrPort
 	closed atomic.Bool
 
-	sendMu  sync.Mutex
-	sendPkt wire.Packet
-	sendBuf [][]byte
-	sendMsg []ipv4.Message
-	addrs   map[netip.Addr]*net.UDPAddr
+	// Send state, guarded by sendMu. The syscall closures are bound once
+	// so that a batch costs no allocation.
+	sendMu   sync.Mutex
+	sendPkt  wire.Packet
+	sendBuf  [][]byte
+	send     *mmsgBatch
+	sendFrom int
+	sendTo   int
+	sendN    int
+	sendErr  error
+	sendFn   func(fd uintptr) bool
 
+	// Receive state, owned by the device's receive goroutine.
 	recvBuf [][]byte
-	recvMsg []ipv4.Message
+	recv    *mmsgBatch
+	recvTo  int
+	recvN   int
+	recvErr error
+	recvFn  func(fd uintptr) bool
 }
 
 const (
@@ -56,12 +63,14 @@ func NewUDPPort(addr netip.Addr) (*UDPPort, error) {
 	if err != nil {
 		return nil, fmt.Errorf("emunic: UDP port on %v: %w", addr, err)
 	}
-	p := &UDPPort{conn: conn, local: netip.AddrPortFrom(addr, wire.RoCEv2Port), addrs: map[netip.Addr]*net.UDPAddr{}}
+	p := &UDPPort{conn: conn, local: netip.AddrPortFrom(addr, wire.RoCEv2Port)}
+	if p.raw, err = conn.SyscallConn(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("emunic: UDP port: %w", err)
+	}
 	if addr.Is4() {
-		p.batch = ipv4.NewPacketConn(conn)
 		err = setsockopt(conn, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 	} else {
-		p.batch = ipv6.NewPacketConn(conn)
 		err = setsockopt(conn, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
 	}
 	if err != nil {
@@ -77,12 +86,20 @@ func NewUDPPort(addr netip.Addr) (*UDPPort, error) {
 		}
 	}
 	p.sendBuf, p.recvBuf = make([][]byte, udpBatch), make([][]byte, udpBatch)
-	p.sendMsg, p.recvMsg = make([]ipv4.Message, udpBatch), make([]ipv4.Message, udpBatch)
 	for i := range udpBatch {
 		p.sendBuf[i] = make([]byte, MaxFrameLen)
 		p.recvBuf[i] = make([]byte, MaxFrameLen)
-		p.sendMsg[i].Buffers = make([][]byte, 1)
-		p.recvMsg[i].Buffers = [][]byte{p.recvBuf[i]}
+	}
+	p.send, p.recv = newMmsgBatch(udpBatch), newMmsgBatch(udpBatch)
+	p.sendFn = func(fd uintptr) bool {
+		var done bool
+		p.sendN, p.sendErr, done = p.send.mmsg(unix.SYS_SENDMMSG, fd, p.sendFrom, p.sendTo)
+		return done
+	}
+	p.recvFn = func(fd uintptr) bool {
+		var done bool
+		p.recvN, p.recvErr, done = p.recv.mmsg(unix.SYS_RECVMMSG, fd, 0, p.recvTo)
+		return done
 	}
 	return p, nil
 }
@@ -109,60 +126,59 @@ func (p *UDPPort) Send(frames [][]byte) (int, error) {
 	defer p.sendMu.Unlock()
 	sent := 0
 	for len(frames) > 0 {
-		n, skipped := 0, 0
+		n := 0
 		for _, frame := range frames[:min(len(frames), udpBatch)] {
-			if !p.prepare(frame, &p.sendMsg[n], p.sendBuf[n]) {
-				skipped++
-				continue
+			if p.prepare(frame, n) {
+				n++
 			}
-			n++
 		}
 		frames = frames[min(len(frames), udpBatch):]
-		for off := 0; off < n; {
-			m, err := p.batch.WriteBatch(p.sendMsg[off:n], 0)
+		for p.sendFrom, p.sendTo = 0, n; p.sendFrom < n; p.sendFrom += p.sendN {
+			err := p.raw.Write(p.sendFn)
+			if err == nil {
+				err = p.sendErr
+			}
 			if err != nil {
 				if p.closed.Load() {
 					return sent, ErrClosed
 				}
 				return sent, fmt.Errorf("emunic: UDP send: %w", err)
 			}
-			off += m
-			sent += m
+			sent += p.sendN
 		}
 	}
 	return sent, nil
 }
 
-// prepare fills msg with the UDP payload of frame, its ICRC recomputed for
-// the headers the kernel will write.
-func (p *UDPPort) prepare(frame []byte, msg *ipv4.Message, buf []byte) bool {
+// prepare makes datagram i of the send batch the UDP payload of frame,
+// its ICRC recomputed for the headers the kernel will write.
+func (p *UDPPort) prepare(frame []byte, i int) bool {
 	pkt := &p.sendPkt
 	if pkt.Decode(frame) != nil {
 		return false
 	}
 	f := pkt.Fields()
 	f.IPID, f.DontFragment, f.SrcPort = 0, true, p.local.Port()
+	buf := p.sendBuf[i]
 	n, err := wire.Encode(buf, &f)
 	if err != nil {
 		return false
 	}
-	dst := f.DstIP.Unmap()
-	addr, ok := p.addrs[dst]
-	if !ok {
-		addr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, wire.RoCEv2Port))
-		p.addrs[dst] = addr
-	}
 	transport := pkt.UDP.Length() - wire.UDPHeaderLen
-	msg.Buffers[0] = buf[n-transport : n]
-	msg.Addr = addr
+	p.send.setBuffer(i, buf[n-transport:n])
+	p.send.setAddr(i, netip.AddrPortFrom(f.DstIP.Unmap(), wire.RoCEv2Port))
 	return true
 }
 
 // Recv waits for datagrams and rebuilds each as the Ethernet frame the
 // sender's device encoded (MAC addresses zero).
 func (p *UDPPort) Recv(bufs [][]byte, sizes []int) (int, error) {
-	want := min(len(bufs), udpBatch)
-	n, err := p.batch.ReadBatch(p.recvMsg[:want], 0)
+	p.recvTo = min(len(bufs), udpBatch)
+	p.recv.prepareRecv(p.recvBuf, p.recvTo)
+	err := p.raw.Read(p.recvFn)
+	if err == nil {
+		err = p.recvErr
+	}
 	if err != nil {
 		if p.closed.Load() || errors.Is(err, net.ErrClosed) {
 			return 0, ErrClosed
@@ -170,19 +186,17 @@ func (p *UDPPort) Recv(bufs [][]byte, sizes []int) (int, error) {
 		return 0, fmt.Errorf("emunic: UDP receive: %w", err)
 	}
 	out := 0
-	for i := range n {
-		m := &p.recvMsg[i]
-		from, ok := m.Addr.(*net.UDPAddr)
+	for i := range p.recvN {
+		src, ok := p.recv.addr(i)
 		if !ok {
 			continue
 		}
-		src := from.AddrPort()
 		f := wire.Fields{SrcIP: src.Addr().Unmap(), DstIP: p.local.Addr(), SrcPort: src.Port(),
 			TTL: wire.DefaultTTL, DontFragment: true}
 		if !f.SrcIP.Is4() {
 			f.SrcIP, f.DstIP = netip.AddrFrom16(f.SrcIP.As16()), netip.AddrFrom16(f.DstIP.As16())
 		}
-		size, err := wire.EncodeUDP(bufs[out], &f, p.recvBuf[i][:m.N])
+		size, err := wire.EncodeUDP(bufs[out], &f, p.recvBuf[i][:p.recv.msgs[i].len])
 		if err != nil {
 			continue // a datagram too large for the buffer
 		}
