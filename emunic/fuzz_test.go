@@ -3,8 +3,6 @@ package emunic
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"io"
 	"path/filepath"
 	"testing"
 
@@ -48,21 +46,13 @@ func (p *injectPort) Recv(bufs [][]byte, sizes []int) (int, error) {
 func FuzzResponder(f *testing.F) {
 	files, _ := filepath.Glob("../wire/testdata/rxe/*.pcap")
 	for _, path := range files {
-		r, err := wire.OpenPcap(path)
+		packets, err := wire.ReadPcapFile(path)
 		if err != nil {
 			f.Fatal(err)
 		}
-		for {
-			data, _, _, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				f.Fatal(err)
-			}
-			f.Add(data)
+		for _, c := range packets {
+			f.Add(c.Data)
 		}
-		r.Close()
 	}
 	if len(files) == 0 {
 		f.Fatal("no seed captures")

@@ -3,7 +3,6 @@ package emunic
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net/netip"
 	"sync"
 	"testing"
@@ -43,25 +42,18 @@ func (p *recordPort) take() [][]byte {
 // rxeRequests returns the RoCEv2 frames that 10.77.0.2 sent in a capture.
 func rxeRequests(t *testing.T, name string) [][]byte {
 	t.Helper()
-	r, err := wire.OpenPcap("../wire/testdata/rxe/" + name)
+	packets, err := wire.ReadPcapFile("../wire/testdata/rxe/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
 	var frames [][]byte
 	var p wire.Packet
-	for {
-		data, _, _, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return frames
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Decode(data) == nil && p.IPv4.Src() == netip.MustParseAddr("10.77.0.2") {
-			frames = append(frames, data)
+	for _, c := range packets {
+		if p.Decode(c.Data) == nil && p.IPv4.Src() == netip.MustParseAddr("10.77.0.2") {
+			frames = append(frames, c.Data)
 		}
 	}
+	return frames
 }
 
 // TestFramesMatchRxe performs the operations of rxe captures on an emunic

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -82,6 +83,34 @@ func (r *PcapReader) Next() ([]byte, layers.LinkType, gopacket.CaptureInfo, erro
 	}
 	data, ci, err := r.pcap.ReadPacketData()
 	return data, r.pcap.LinkType(), ci, err
+}
+
+// Captured is one packet of a capture file.
+type Captured struct {
+	Data     []byte
+	LinkType layers.LinkType
+	Info     gopacket.CaptureInfo
+}
+
+// ReadPcapFile reads every packet of a pcap or pcapng file into memory:
+// for tests and small captures; stream large ones with OpenPcap.
+func ReadPcapFile(path string) ([]Captured, error) {
+	r, err := OpenPcap(path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []Captured
+	for {
+		data, link, ci, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, fmt.Errorf("wire: %s: packet %d: %w", path, len(out)+1, err)
+		}
+		out = append(out, Captured{Data: data, LinkType: link, Info: ci})
+	}
 }
 
 // Close closes the file OpenPcap opened; it is a no-op for NewPcapReader.

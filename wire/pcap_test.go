@@ -140,3 +140,26 @@ func TestPcapReaderRejectsGarbage(t *testing.T) {
 		t.Error("missing file opened")
 	}
 }
+
+func TestReadPcapFile(t *testing.T) {
+	packets, err := ReadPcapFile("testdata/rxe/verbs_rc_send_7_pad.pcap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roce := 0
+	var p Packet
+	for _, c := range packets {
+		if c.LinkType != layers.LinkTypeEthernet || c.Info.Timestamp.IsZero() {
+			t.Fatalf("packet %+v", c.Info)
+		}
+		if p.Decode(c.Data) == nil {
+			roce++
+		}
+	}
+	if roce != 4 {
+		t.Errorf("%d RoCEv2 packets, the capture's notes say 4", roce)
+	}
+	if _, err := ReadPcapFile("testdata/missing.pcap"); err == nil {
+		t.Error("missing file read")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -67,22 +66,15 @@ func readRxeText(t *testing.T, path string) ([]rxeLine, int) {
 // readFrames returns every frame of a pcap file.
 func readFrames(t testing.TB, path string) [][]byte {
 	t.Helper()
-	r, err := OpenPcap(path)
+	packets, err := ReadPcapFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var frames [][]byte
-	for {
-		data, _, _, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return frames
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		frames = append(frames, data)
+	frames := make([][]byte, len(packets))
+	for i, p := range packets {
+		frames[i] = p.Data
 	}
+	return frames
 }
 
 func parseHex(t *testing.T, s string) uint64 {

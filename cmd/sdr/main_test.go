@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,25 +128,18 @@ func writeCapture(t *testing.T, frames ...[]byte) string {
 // captureFrames returns the RoCEv2 frames of a bundled capture.
 func captureFrames(t *testing.T, name string) [][]byte {
 	t.Helper()
-	r, err := wire.OpenPcap("../../wire/testdata/rxe/" + name)
+	packets, err := wire.ReadPcapFile("../../wire/testdata/rxe/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
 	var frames [][]byte
 	var p wire.Packet
-	for {
-		data, _, _, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return frames
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Decode(data) == nil {
-			frames = append(frames, data)
+	for _, c := range packets {
+		if p.Decode(c.Data) == nil {
+			frames = append(frames, c.Data)
 		}
 	}
+	return frames
 }
 
 func TestPcapCorruptedICRC(t *testing.T) {
