@@ -306,33 +306,29 @@ func (s sgl) length() int {
 }
 
 // copyAt copies src into the list starting at byte offset off.
-func (s sgl) copyAt(off int, src []byte) {
-	for _, b := range s {
-		if len(src) == 0 {
-			return
-		}
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		n := copy(b[off:], src)
-		src = src[n:]
-		off = 0
-	}
-}
+func (s sgl) copyAt(off int, src []byte) { s.move(off, src, true) }
 
 // readAt copies from the list starting at off into dst.
-func (s sgl) readAt(off int, dst []byte) {
+func (s sgl) readAt(off int, dst []byte) { s.move(off, dst, false) }
+
+// move copies between buf and the list's bytes from off on, into the list
+// when toList is set.
+func (s sgl) move(off int, buf []byte, toList bool) {
 	for _, b := range s {
-		if len(dst) == 0 {
+		if len(buf) == 0 {
 			return
 		}
 		if off >= len(b) {
 			off -= len(b)
 			continue
 		}
-		n := copy(dst, b[off:])
-		dst = dst[n:]
+		var n int
+		if toList {
+			n = copy(b[off:], buf)
+		} else {
+			n = copy(buf, b[off:])
+		}
+		buf = buf[n:]
 		off = 0
 	}
 }
