@@ -343,13 +343,6 @@ func (q *recvQueue) push(w recvWQE) bool {
 	return true
 }
 
-func (q *recvQueue) peek() (*recvWQE, bool) {
-	if q.len() == 0 {
-		return nil, false
-	}
-	return &q.wqes[q.head], true
-}
-
 func (q *recvQueue) pop() recvWQE {
 	w := q.wqes[q.head]
 	q.wqes[q.head] = recvWQE{}
