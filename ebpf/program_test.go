@@ -1,0 +1,156 @@
+package ebpf
+
+import (
+	"math"
+	"net/netip"
+	"testing"
+
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// XDP actions.
+const (
+	xdpDrop     = 1
+	xdpPass     = 2
+	xdpRedirect = 4
+)
+
+func roceFrame(t *testing.T, v6 bool, qpn uint32, vlan bool) []byte {
+	t.Helper()
+	f := wire.Fields{SrcIP: netip.MustParseAddr("10.77.0.2"), DstIP: netip.MustParseAddr("10.77.0.3"),
+		TTL: 64, DontFragment: true, SrcPort: wire.SourcePort(qpn, qpn), HasVLAN: vlan, VLANTCI: 5}
+	if v6 {
+		f.SrcIP, f.DstIP, f.DontFragment = netip.MustParseAddr("fd00::2"), netip.MustParseAddr("fd00::3"), false
+	}
+	f.BTH = wire.BTHFields{Opcode: wire.UCWriteOnlyImm, PKey: 0xFFFF, DestQP: qpn, PSN: 1}
+	f.Payload = make([]byte, 64)
+	buf := make([]byte, f.Len())
+	n, err := wire.Encode(buf, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf[:n]
+}
+
+// loadWithSocket loads the program and registers an AF_XDP socket bound
+// to the loopback of a scratch namespace for queue 0, so that redirects
+// have a target.
+func loadWithSocket(t *testing.T, opts Options) *Program {
+	t.Helper()
+	privileged.Require(t)
+	p, err := Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	ns, err := testbed.NewNamespace("xdptest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	var sock *xsk.Socket
+	if err := ns.Do(func() (err error) {
+		sock, err = xsk.Open(xsk.Config{Ifindex: 1, Queue: 0, Mode: xsk.Copy, NumFrames: 64, RingSize: 32})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sock.Close() })
+	if err := p.SetSocket(0, sock.FD()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSteering(t *testing.T) {
+	p := loadWithSocket(t, Options{})
+	const ours, theirs = 0x47, 0x99
+	if err := p.AddQP(ours); err != nil {
+		t.Fatal(err)
+	}
+	ipv4 := roceFrame(t, false, ours, false)
+	arp := append(make([]byte, 12), 0x08, 0x06)
+	arp = append(arp, make([]byte, 28)...)
+	otherPort := append([]byte(nil), ipv4...)
+	otherPort[14+20+2], otherPort[14+20+3] = 0x00, 0x35 // UDP 53
+	fragment := append([]byte(nil), ipv4...)
+	fragment[14+6] |= 0x20 // MF
+	tcp := append([]byte(nil), ipv4...)
+	tcp[14+9] = 6
+	cases := []struct {
+		name    string
+		frame   []byte
+		action  uint32
+		counter func(c Counters) uint64
+	}{
+		{"IPv4 RoCE for our QP", ipv4, xdpRedirect, func(c Counters) uint64 { return c.Redirected }},
+		{"IPv6 RoCE for our QP", roceFrame(t, true, ours, false), xdpRedirect, func(c Counters) uint64 { return c.Redirected }},
+		{"VLAN-tagged RoCE", roceFrame(t, false, ours, true), xdpRedirect, func(c Counters) uint64 { return c.Redirected }},
+		{"RoCE for another QP", roceFrame(t, false, theirs, false), xdpPass, func(c Counters) uint64 { return c.NotOurs }},
+		{"ARP", arp, xdpPass, func(c Counters) uint64 { return c.Passed }},
+		{"other UDP port", otherPort, xdpPass, func(c Counters) uint64 { return c.Passed }},
+		{"TCP", tcp, xdpPass, func(c Counters) uint64 { return c.Passed }},
+		{"IP fragment", fragment, xdpPass, func(c Counters) uint64 { return c.Passed }},
+		{"truncated BTH", ipv4[:14+20+8+6], xdpPass, func(c Counters) uint64 { return c.Malformed }},
+		{"truncated IP header", ipv4[:14+10], xdpPass, func(c Counters) uint64 { return c.Malformed }},
+		// BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet
+		// header, so the shortest case is a bare Ethernet header.
+		{"Ethernet header only", ipv4[:14], xdpPass, func(c Counters) uint64 { return c.Malformed }},
+	}
+	for _, c := range cases {
+		before, err := p.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		action, err := p.Run(c.frame, 1)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		after, _ := p.Counters()
+		if action != c.action {
+			t.Errorf("%s: action %d, want %d", c.name, action, c.action)
+		}
+		if c.counter(after) != c.counter(before)+1 || after.Seen != before.Seen+1 {
+			t.Errorf("%s: counters %+v -> %+v", c.name, before, after)
+		}
+	}
+	// Removing the QP stops the steering; all-RoCE mode steers any QP.
+	if err := p.RemoveQP(ours); err != nil {
+		t.Fatal(err)
+	}
+	if action, _ := p.Run(ipv4, 1); action != xdpPass {
+		t.Errorf("removed QP: action %d", action)
+	}
+	if err := p.SetAllRoCE(true); err != nil {
+		t.Fatal(err)
+	}
+	if action, _ := p.Run(roceFrame(t, false, theirs, false), 1); action != xdpRedirect {
+		t.Errorf("all-RoCE mode: action %d", action)
+	}
+}
+
+// TestFaultInjection drops the configured fraction of steered frames,
+// within three standard deviations over 200k frames.
+func TestFaultInjection(t *testing.T) {
+	for _, frags := range []bool{false, true} {
+		p := loadWithSocket(t, Options{AllRoCE: true, DropProbability: 0.1, Frags: frags})
+		frame := roceFrame(t, false, 0x47, false)
+		const n = 200000
+		before, _ := p.Counters()
+		if _, err := p.Run(frame, n); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := p.Counters()
+		dropped := float64(after.Dropped - before.Dropped)
+		mean, sigma := n*0.1, math.Sqrt(n*0.1*0.9)
+		if math.Abs(dropped-mean) > 3*sigma {
+			t.Errorf("frags=%v: dropped %v of %d, want %v ± %.0f", frags, dropped, n, mean, 3*sigma)
+		}
+		if got := after.Redirected - before.Redirected; float64(got)+dropped != n {
+			t.Errorf("frags=%v: %d redirected + %v dropped != %d", frags, got, dropped, n)
+		}
+	}
+}

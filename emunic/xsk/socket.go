@@ -1,0 +1,428 @@
+// Package xsk is an AF_XDP socket (UMEM, fill, completion, RX and TX rings)
+// on golang.org/x/sys/unix, and an emunic Port on top of it that sends and
+// receives the device's frames on a real network interface queue, steered
+// by the XDP program of package ebpf.
+//
+// Memory ordering: the rings are shared with the kernel through mmap. The
+// producer and consumer indices are read and written with sync/atomic
+// (sequentially consistent, stronger than the acquire/release pairs the
+// kernel documentation asks for), descriptors are written before the
+// producer index is published and read after the producer index is loaded.
+package xsk
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Mode selects how the kernel moves frames between the NIC and the UMEM.
+type Mode uint8
+
+// Modes. Copy works on every driver (veth supports only it); ZeroCopy
+// needs driver support; Auto tries zero-copy and falls back to copy.
+const (
+	Auto Mode = iota
+	Copy
+	ZeroCopy
+)
+
+// Config describes a socket.
+type Config struct {
+	Ifindex int
+	Queue   int
+	Mode    Mode
+	// FrameSize is the UMEM chunk size: 2048 or 4096 (default 4096). In
+	// copy mode the kernel keeps XDP_PACKET_HEADROOM (256 B) of each chunk,
+	// so a chunk holds frames up to FrameSize-256 bytes; longer frames
+	// need MultiBuffer.
+	FrameSize int
+	// NumFrames is the UMEM size in chunks (default 4096); half serve
+	// reception, half transmission.
+	NumFrames int
+	// RingSize is the size of each ring, a power of two (default 2048).
+	RingSize int
+	// MultiBuffer lets frames span several chunks (XDP_USE_SG): needed for
+	// MTU 4096; the XDP program must be the frags variant.
+	MultiBuffer bool
+}
+
+// ErrPermission means the process lacks the capabilities AF_XDP needs
+// (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, and CAP_IPC_LOCK beyond the
+// locked-memory limit); run as root.
+var ErrPermission = errors.New("xsk: AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF and CAP_IPC_LOCK (run as root)")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("xsk: socket closed")
+
+// Socket is one AF_XDP socket bound to an interface queue. Receive and
+// Send may run concurrently with each other (each side has its own lock);
+// each side is serialized.
+type Socket struct {
+	fd        int
+	wake      int // eventfd that interrupts a blocked Receive on Close
+	umem      []byte
+	frameSize uint64
+	zeroCopy  bool
+	closed    atomic.Bool
+
+	rxMu sync.Mutex
+	rx   ring // descriptors
+	fill ring // addresses
+
+	txMu sync.Mutex
+	tx   ring // descriptors
+	comp ring // addresses
+	free []uint64
+}
+
+// ring is one of the four single-producer single-consumer rings.
+type ring struct {
+	mem      []byte
+	producer *uint32
+	consumer *uint32
+	flags    *uint32
+	descs    unsafe.Pointer
+	mask     uint32
+	size     uint32
+}
+
+func (r *ring) desc(i uint32) *unix.XDPDesc {
+	return (*unix.XDPDesc)(unsafe.Add(r.descs, uintptr(i&r.mask)*unsafe.Sizeof(unix.XDPDesc{})))
+}
+
+func (r *ring) addr(i uint32) *uint64 {
+	return (*uint64)(unsafe.Add(r.descs, uintptr(i&r.mask)*8))
+}
+
+func (r *ring) needWakeup() bool { return atomic.LoadUint32(r.flags)&unix.XDP_RING_NEED_WAKEUP != 0 }
+
+// Open creates, maps and binds an AF_XDP socket.
+func Open(cfg Config) (*Socket, error) {
+	if cfg.FrameSize == 0 {
+		cfg.FrameSize = 4096
+	}
+	if cfg.NumFrames == 0 {
+		cfg.NumFrames = 4096
+	}
+	if cfg.RingSize == 0 {
+		cfg.RingSize = 2048
+	}
+	if cfg.FrameSize != 2048 && cfg.FrameSize != 4096 || cfg.RingSize&(cfg.RingSize-1) != 0 || cfg.NumFrames < 2*cfg.RingSize {
+		return nil, fmt.Errorf("xsk: frame size %d (2048 or 4096), ring size %d (power of two), %d frames (at least two rings' worth): invalid",
+			cfg.FrameSize, cfg.RingSize, cfg.NumFrames)
+	}
+	// Locked memory: lift the limit for the UMEM (root may; others keep
+	// what they have and fail below with a clear error).
+	unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY})
+
+	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, permission("socket", err)
+	}
+	s := &Socket{fd: fd, wake: -1, frameSize: uint64(cfg.FrameSize)}
+	if err := s.setup(cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func permission(op string, err error) error {
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("xsk: %s: %w (%w)", op, ErrPermission, err)
+	}
+	return fmt.Errorf("xsk: %s: %w", op, err)
+}
+
+func (s *Socket) setup(cfg Config) error {
+	var err error
+	size := cfg.NumFrames * cfg.FrameSize
+	s.umem, err = unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("xsk: map UMEM of %d bytes: %w", size, err)
+	}
+	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&s.umem[0]))), Len: uint64(size), Size: uint32(cfg.FrameSize)}
+	if err := setsockopt(s.fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+		return permission(fmt.Sprintf("register UMEM of %d bytes (beyond RLIMIT_MEMLOCK this needs CAP_IPC_LOCK)", size), err)
+	}
+	for _, opt := range []int{unix.XDP_UMEM_FILL_RING, unix.XDP_UMEM_COMPLETION_RING, unix.XDP_RX_RING, unix.XDP_TX_RING} {
+		n := uint32(cfg.RingSize)
+		if err := setsockopt(s.fd, opt, unsafe.Pointer(&n), 4); err != nil {
+			return fmt.Errorf("xsk: set ring size: %w", err)
+		}
+	}
+	var off unix.XDPMmapOffsets
+	optlen := uint32(unsafe.Sizeof(off))
+	if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
+		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&optlen)), 0); errno != 0 {
+		return fmt.Errorf("xsk: get mmap offsets: %w", errno)
+	}
+	descSize, addrSize := uint64(unsafe.Sizeof(unix.XDPDesc{})), uint64(8)
+	maps := []struct {
+		r      *ring
+		offset int64
+		o      unix.XDPRingOffset
+		elem   uint64
+	}{
+		{&s.rx, unix.XDP_PGOFF_RX_RING, off.Rx, descSize},
+		{&s.tx, unix.XDP_PGOFF_TX_RING, off.Tx, descSize},
+		{&s.fill, unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, addrSize},
+		{&s.comp, unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, addrSize},
+	}
+	for _, m := range maps {
+		length := int(m.o.Desc + uint64(cfg.RingSize)*m.elem)
+		mem, err := unix.Mmap(s.fd, m.offset, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+		if err != nil {
+			return fmt.Errorf("xsk: map ring: %w", err)
+		}
+		base := unsafe.Pointer(&mem[0])
+		*m.r = ring{mem: mem, producer: (*uint32)(unsafe.Add(base, m.o.Producer)), consumer: (*uint32)(unsafe.Add(base, m.o.Consumer)),
+			flags: (*uint32)(unsafe.Add(base, m.o.Flags)), descs: unsafe.Add(base, m.o.Desc),
+			mask: uint32(cfg.RingSize - 1), size: uint32(cfg.RingSize)}
+	}
+	// Half the chunks wait in the fill ring for reception, half are free
+	// for transmission.
+	half := cfg.NumFrames / 2
+	for i := range min(half, cfg.RingSize) {
+		*s.fill.addr(uint32(i)) = uint64(i) * s.frameSize
+	}
+	atomic.StoreUint32(s.fill.producer, uint32(min(half, cfg.RingSize)))
+	for i := half; i < cfg.NumFrames; i++ {
+		s.free = append(s.free, uint64(i)*s.frameSize)
+	}
+
+	flags := uint16(unix.XDP_USE_NEED_WAKEUP)
+	if cfg.MultiBuffer {
+		flags |= unix.XDP_USE_SG
+	}
+	bind := func(mode uint16) error {
+		return unix.Bind(s.fd, &unix.SockaddrXDP{Flags: flags | mode, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue)})
+	}
+	switch cfg.Mode {
+	case Copy:
+		err = bind(unix.XDP_COPY)
+	case ZeroCopy:
+		err = bind(unix.XDP_ZEROCOPY)
+		s.zeroCopy = err == nil
+	default:
+		if err = bind(unix.XDP_ZEROCOPY); err == nil {
+			s.zeroCopy = true
+		} else {
+			err = bind(unix.XDP_COPY)
+		}
+	}
+	if err != nil {
+		return permission(fmt.Sprintf("bind to ifindex %d queue %d", cfg.Ifindex, cfg.Queue), err)
+	}
+	s.wake, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("xsk: eventfd: %w", err)
+	}
+	return nil
+}
+
+func setsockopt(fd, opt int, val unsafe.Pointer, size uintptr) error {
+	_, _, errno := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt), uintptr(val), size, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// FD returns the socket's file descriptor, for the XDP program's XSKMAP.
+func (s *Socket) FD() int { return s.fd }
+
+// ZeroCopy reports whether the socket runs in zero-copy mode.
+func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
+
+// MaxFrameLen returns the longest frame one chunk holds.
+func (s *Socket) MaxFrameLen() int { return int(s.frameSize) - unix.XDP_PACKET_HEADROOM }
+
+// Receive waits until frames arrive and copies up to len(bufs) of them
+// into bufs, their lengths into sizes. A frame spread over several chunks
+// (multi-buffer) is joined. Frames longer than their buffer are truncated.
+// It returns ErrClosed after Close.
+func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
+	s.rxMu.Lock()
+	defer s.rxMu.Unlock()
+	for {
+		if s.closed.Load() {
+			return 0, ErrClosed
+		}
+		if n := s.drainRx(bufs, sizes); n > 0 {
+			return n, nil
+		}
+		fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.wake), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil && !errors.Is(err, unix.EINTR) {
+			return 0, fmt.Errorf("xsk: poll: %w", err)
+		}
+	}
+}
+
+// drainRx takes complete frames off the RX ring and gives their chunks
+// back to the fill ring.
+func (s *Socket) drainRx(bufs [][]byte, sizes []int) int {
+	cons := atomic.LoadUint32(s.rx.consumer)
+	prod := atomic.LoadUint32(s.rx.producer)
+	fillProd := atomic.LoadUint32(s.fill.producer)
+	n, used := 0, uint32(0)
+	length := 0
+	for i := cons; i != prod && n < len(bufs); i++ {
+		d := s.rx.desc(i)
+		chunk := s.umem[d.Addr : d.Addr+uint64(d.Len)]
+		if length < len(bufs[n]) {
+			length += copy(bufs[n][length:], chunk)
+		}
+		*s.fill.addr(fillProd) = d.Addr &^ (s.frameSize - 1)
+		fillProd++
+		used = i - cons + 1
+		if d.Options&unix.XDP_PKT_CONTD == 0 {
+			sizes[n] = length
+			n, length = n+1, 0
+		}
+	}
+	if length != 0 {
+		// A frame's tail is not in the ring yet: leave all of it there.
+		// (Its chunks were queued for refilling above; undo that.)
+		for ; used > 0 && s.rx.desc(cons+used-1).Options&unix.XDP_PKT_CONTD != 0; used-- {
+			fillProd--
+		}
+	}
+	if used == 0 {
+		return 0
+	}
+	atomic.StoreUint32(s.rx.consumer, cons+used)
+	atomic.StoreUint32(s.fill.producer, fillProd)
+	if s.fill.needWakeup() {
+		unix.Recvfrom(s.fd, nil, unix.MSG_DONTWAIT)
+	}
+	return n
+}
+
+// Send queues frames for transmission and kicks the kernel. Frames longer
+// than a chunk are split over several chunks (needs MultiBuffer). It waits
+// for completions when it runs out of free chunks and returns how many
+// frames it queued.
+func (s *Socket) Send(frames [][]byte) (int, error) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	sent := 0
+	for sent < len(frames) {
+		s.reclaim()
+		prod := atomic.LoadUint32(s.tx.producer)
+		room := s.tx.size - (prod - atomic.LoadUint32(s.tx.consumer))
+		queued := 0
+		for sent < len(frames) {
+			f := frames[sent]
+			chunks := (len(f) + int(s.frameSize) - 1) / int(s.frameSize)
+			if chunks == 0 {
+				chunks = 1
+			}
+			if uint32(chunks) > room || chunks > len(s.free) {
+				break
+			}
+			for c := range chunks {
+				addr := s.free[len(s.free)-1]
+				s.free = s.free[:len(s.free)-1]
+				part := f[c*int(s.frameSize) : min(len(f), (c+1)*int(s.frameSize))]
+				copy(s.umem[addr:], part)
+				d := s.tx.desc(prod)
+				d.Addr, d.Len, d.Options = addr, uint32(len(part)), 0
+				if c < chunks-1 {
+					d.Options = unix.XDP_PKT_CONTD
+				}
+				prod++
+				room--
+			}
+			sent++
+			queued++
+		}
+		atomic.StoreUint32(s.tx.producer, prod)
+		if err := s.kick(); err != nil {
+			return sent, err
+		}
+		if queued == 0 {
+			// No room: wait for the kernel to complete earlier frames.
+			fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}
+			unix.Poll(fds, 1)
+		}
+	}
+	return sent, nil
+}
+
+// kick asks the kernel to process the TX ring. In copy mode transmission
+// happens inside this call.
+func (s *Socket) kick() error {
+	if !s.zeroCopy || s.tx.needWakeup() {
+		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch errno {
+		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
+		default:
+			return fmt.Errorf("xsk: kick TX: %w", errno)
+		}
+	}
+	return nil
+}
+
+// reclaim returns completed TX chunks to the free list.
+func (s *Socket) reclaim() {
+	cons := atomic.LoadUint32(s.comp.consumer)
+	prod := atomic.LoadUint32(s.comp.producer)
+	for i := cons; i != prod; i++ {
+		s.free = append(s.free, *s.comp.addr(i))
+	}
+	atomic.StoreUint32(s.comp.consumer, prod)
+}
+
+// Stats are the kernel's AF_XDP socket statistics.
+type Stats = unix.XDPStatistics
+
+// Stats returns the kernel's counters for this socket.
+func (s *Socket) Stats() (Stats, error) {
+	var st Stats
+	optlen := uint32(unsafe.Sizeof(st))
+	if _, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(s.fd), unix.SOL_XDP, unix.XDP_STATISTICS,
+		uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&optlen)), 0); errno != 0 {
+		return st, fmt.Errorf("xsk: statistics: %w", errno)
+	}
+	return st, nil
+}
+
+// Close wakes a blocked Receive, then unmaps the rings and UMEM and closes
+// the socket.
+func (s *Socket) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.wake >= 0 {
+		var one = [8]byte{1}
+		unix.Write(s.wake, one[:])
+	}
+	s.rxMu.Lock()
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	defer s.rxMu.Unlock()
+	for _, r := range []*ring{&s.rx, &s.tx, &s.fill, &s.comp} {
+		if r.mem != nil {
+			unix.Munmap(r.mem)
+			r.mem = nil
+		}
+	}
+	err := unix.Close(s.fd)
+	if s.wake >= 0 {
+		unix.Close(s.wake)
+	}
+	if s.umem != nil {
+		unix.Munmap(s.umem)
+		s.umem = nil
+	}
+	return err
+}
