@@ -22,6 +22,15 @@ type Port interface {
 	Close() error
 }
 
+// QPSteering is implemented by ports that deliver only the frames of
+// registered QPs (the AF_XDP port, whose XDP program passes every other
+// frame to the kernel). The device registers each QP it creates and
+// unregisters it when destroyed.
+type QPSteering interface {
+	AddQP(qpn uint32) error
+	RemoveQP(qpn uint32) error
+}
+
 // MaxFrameLen is the largest frame a device sends or receives: a 4096-byte
 // MTU packet with every header (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
 // ImmDt, ICRC) fits.

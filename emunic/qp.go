@@ -157,6 +157,11 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		}
 	}
 	qp.qpn = d.nextQPN
+	if steer, ok := d.port.(QPSteering); ok {
+		if err := steer.AddQP(qp.qpn); err != nil {
+			return nil, fmt.Errorf("emunic: create QP: register with the port: %w", err)
+		}
+	}
 	qps := make(map[uint32]*QP, len(old)+1)
 	for k, v := range old {
 		qps[k] = v
@@ -193,6 +198,9 @@ func (qp *QP) Destroy() {
 	}
 	d.qps.Store(&qps)
 	d.mu.Unlock()
+	if steer, ok := d.port.(QPSteering); ok {
+		steer.RemoveQP(qp.qpn) // best effort: the QP is gone either way
+	}
 	qp.mu.Lock()
 	qp.enterError()
 	qp.mu.Unlock()

@@ -11,20 +11,30 @@ import (
 
 func TestPairPings(t *testing.T) {
 	privileged.Require(t)
-	a, b, cleanup, err := NewPair(PairConfig{MTU: 2048})
+	for _, switched := range []bool{false, true} {
+		testPairPings(t, switched)
+	}
+}
+
+func testPairPings(t *testing.T, switched bool) {
+	pair, err := NewPair(PairConfig{MTU: 2048, Switched: switched})
 	if err != nil {
 		t.Fatal(err)
 	}
+	a, b := pair.A, pair.B
 	defer func() {
-		if err := cleanup(); err != nil {
+		if err := pair.Close(); err != nil {
 			t.Error(err)
 		}
-		for _, ns := range []*Namespace{a.NS, b.NS} {
+		for _, ns := range pair.spaces {
 			if _, err := os.Stat("/var/run/netns/" + ns.Name); !os.IsNotExist(err) {
 				t.Errorf("namespace %s left behind", ns.Name)
 			}
 		}
 	}()
+	if switched != (pair.WAN != nil) {
+		t.Errorf("switched %v, WAN namespace %v", switched, pair.WAN)
+	}
 	out, err := exec.Command("ip", "netns", "exec", a.NS.Name, "ping", "-c", "1", "-W", "2", b.Addr.String()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ping %v from %s: %v\n%s", b.Addr, a.NS.Name, err, out)

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -8,7 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// Host is one end of a point-to-point link: a namespace and its interface.
+// Host is one end of a link: a namespace and its interface.
 type Host struct {
 	NS      *Namespace
 	IfName  string
@@ -17,103 +18,177 @@ type Host struct {
 	Addr    netip.Addr
 }
 
-// PairConfig describes a two-host link.
+// PairConfig describes a two-host network.
 type PairConfig struct {
 	// Subnet is a /24 whose .1 and .2 the hosts get (default 10.77.0.0/24,
 	// the rxe captures' addressing).
 	Subnet netip.Prefix
-	// MTU of both veth ends (default 1500).
+	// MTU of every interface (default 1500).
 	MTU int
+	// Switched puts a third namespace ("wan") between the hosts, with a
+	// bridge joining one veth pair to each host. Frames an AF_XDP socket
+	// sends or receives bypass the packet taps of its own interface, so
+	// the wire is observed there: capture on Pair.WANIf.
+	Switched bool
 }
 
-// NewPair creates two namespaces joined by a veth pair with one RX and one
-// TX queue per side (XDP on veth needs matching queue counts), addresses
-// .1 and .2 of the subnet, the MTU, and both ends up. The caller must call
-// the returned cleanup, which deletes both namespaces, even on failure
-// paths.
-func NewPair(cfg PairConfig) (a, b *Host, cleanup func() error, err error) {
+// Pair is a two-host network.
+type Pair struct {
+	A, B *Host
+	// WAN is the middle namespace of a switched pair (nil otherwise) and
+	// WANIf the bridge in it that every frame crosses.
+	WAN   *Namespace
+	WANIf string
+
+	spaces []*Namespace
+}
+
+// Close deletes every namespace of the pair, and with them their links.
+func (p *Pair) Close() error {
+	var errs []error
+	for _, ns := range p.spaces {
+		errs = append(errs, ns.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// NewPair creates two host namespaces joined by a veth pair (or, when
+// Switched, by a bridge in a third namespace), each veth end with one RX
+// and one TX queue (XDP on veth wants matching queue counts), addresses .1
+// and .2 of the subnet, the MTU, and every link up. On error nothing is
+// left behind; otherwise the caller must Close the pair.
+func NewPair(cfg PairConfig) (*Pair, error) {
 	if !cfg.Subnet.IsValid() {
 		cfg.Subnet = netip.MustParsePrefix("10.77.0.0/24")
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
 	}
-	var spaces []*Namespace
-	cleanup = func() error {
-		var first error
-		for _, ns := range spaces {
-			if err := ns.Close(); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
+	p := &Pair{}
+	if err := p.build(cfg); err != nil {
+		p.Close()
+		return nil, err
 	}
-	for _, role := range []string{"a", "b"} {
+	return p, nil
+}
+
+func (p *Pair) build(cfg PairConfig) error {
+	roles := []string{"a", "b"}
+	if cfg.Switched {
+		roles = append(roles, "wan")
+	}
+	for _, role := range roles {
 		ns, err := NewNamespace(role)
 		if err != nil {
-			cleanup()
-			return nil, nil, nil, err
+			return err
 		}
-		spaces = append(spaces, ns)
+		p.spaces = append(p.spaces, ns)
 	}
 	base := cfg.Subnet.Masked().Addr()
-	hosts := []*Host{
-		{NS: spaces[0], IfName: "veth0", Addr: base.Next()},
-		{NS: spaces[1], IfName: "veth0", Addr: base.Next().Next()},
+	p.A = &Host{NS: p.spaces[0], IfName: "veth0", Addr: base.Next()}
+	p.B = &Host{NS: p.spaces[1], IfName: "veth0", Addr: base.Next().Next()}
+	if !cfg.Switched {
+		if err := addVeth(p.A.NS, p.A.IfName, p.B.NS, p.B.IfName, cfg.MTU); err != nil {
+			return err
+		}
+	} else {
+		p.WAN, p.WANIf = p.spaces[2], "br0"
+		h, err := p.WAN.Handle()
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: p.WANIf, MTU: cfg.MTU}}
+		if err := h.LinkAdd(br); err != nil {
+			return fmt.Errorf("testbed: add bridge: %w", err)
+		}
+		for _, side := range []struct {
+			host *Host
+			port string
+		}{{p.A, "to-a"}, {p.B, "to-b"}} {
+			if err := addVeth(p.WAN, side.port, side.host.NS, side.host.IfName, cfg.MTU); err != nil {
+				return err
+			}
+			l, err := h.LinkByName(side.port)
+			if err == nil {
+				err = h.LinkSetMaster(l, br)
+			}
+			if err == nil {
+				err = h.LinkSetUp(l)
+			}
+			if err != nil {
+				return fmt.Errorf("testbed: bridge port %s: %w", side.port, err)
+			}
+		}
+		if err := h.LinkSetUp(br); err != nil {
+			return fmt.Errorf("testbed: bridge up: %w", err)
+		}
 	}
-	// Create the pair in namespace A, with the peer directly in B.
-	hA, err := spaces[0].Handle()
+	for _, host := range []*Host{p.A, p.B} {
+		if err := host.configure(cfg.Subnet); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addVeth creates a veth pair with end nameA in nsA and nameB in nsB.
+func addVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int) error {
+	hA, err := nsA.Handle()
 	if err != nil {
-		cleanup()
-		return nil, nil, nil, err
+		return err
 	}
 	defer hA.Close()
-	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{Name: hosts[0].IfName, MTU: cfg.MTU, NumTxQueues: 1, NumRxQueues: 1},
-		PeerName:  "tmp-peer", PeerNamespace: netlink.NsFd(spaces[1].handle),
-	}
-	if err := hA.LinkAdd(veth); err != nil {
-		cleanup()
-		return nil, nil, nil, fmt.Errorf("testbed: add veth: %w", err)
-	}
-	hB, err := spaces[1].Handle()
+	hB, err := nsB.Handle()
 	if err != nil {
-		cleanup()
-		return nil, nil, nil, err
+		return err
 	}
 	defer hB.Close()
-	if peer, err := hB.LinkByName("tmp-peer"); err == nil {
-		err = hB.LinkSetName(peer, hosts[1].IfName)
-		if err == nil {
-			err = hB.LinkSetMTU(peer, cfg.MTU)
-		}
-		if err != nil {
-			cleanup()
-			return nil, nil, nil, fmt.Errorf("testbed: configure veth peer: %w", err)
-		}
+	// The peer is created under a temporary name: nameB may exist in nsA.
+	const tmp = "sdrtb-peer"
+	veth := &netlink.Veth{
+		LinkAttrs: netlink.LinkAttrs{Name: nameA, MTU: mtu, NumTxQueues: 1, NumRxQueues: 1},
+		PeerName:  tmp, PeerNamespace: netlink.NsFd(nsB.handle),
 	}
-	for i, h := range []*netlink.Handle{hA, hB} {
-		host := hosts[i]
-		l, err := h.LinkByName(host.IfName)
-		if err != nil {
-			cleanup()
-			return nil, nil, nil, fmt.Errorf("testbed: %s: %w", host.IfName, err)
-		}
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: host.Addr.AsSlice(), Mask: net.CIDRMask(cfg.Subnet.Bits(), 32)}}
-		if err := h.AddrAdd(l, addr); err != nil {
-			cleanup()
-			return nil, nil, nil, fmt.Errorf("testbed: address %v: %w", host.Addr, err)
-		}
-		if err := h.LinkSetUp(l); err != nil {
-			cleanup()
-			return nil, nil, nil, fmt.Errorf("testbed: up %s: %w", host.IfName, err)
-		}
-		if l, err = h.LinkByName(host.IfName); err != nil {
-			cleanup()
-			return nil, nil, nil, err
-		}
-		host.Ifindex = l.Attrs().Index
-		copy(host.MAC[:], l.Attrs().HardwareAddr)
+	if err := hA.LinkAdd(veth); err != nil {
+		return fmt.Errorf("testbed: add veth %s/%s: %w", nsA.Name, nameA, err)
 	}
-	return hosts[0], hosts[1], cleanup, nil
+	peer, err := hB.LinkByName(tmp)
+	if err == nil {
+		err = hB.LinkSetName(peer, nameB)
+	}
+	if err == nil {
+		err = hB.LinkSetMTU(peer, mtu)
+	}
+	if err != nil {
+		return fmt.Errorf("testbed: configure veth peer %s/%s: %w", nsB.Name, nameB, err)
+	}
+	return nil
+}
+
+// configure addresses the host's interface, brings it up and records its
+// index and MAC.
+func (host *Host) configure(subnet netip.Prefix) error {
+	h, err := host.NS.Handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := h.LinkByName(host.IfName)
+	if err != nil {
+		return fmt.Errorf("testbed: %s: %w", host.IfName, err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: host.Addr.AsSlice(), Mask: net.CIDRMask(subnet.Bits(), 32)}}
+	if err := h.AddrAdd(l, addr); err != nil {
+		return fmt.Errorf("testbed: address %v: %w", host.Addr, err)
+	}
+	if err := h.LinkSetUp(l); err != nil {
+		return fmt.Errorf("testbed: up %s: %w", host.IfName, err)
+	}
+	if l, err = h.LinkByName(host.IfName); err != nil {
+		return err
+	}
+	host.Ifindex = l.Attrs().Index
+	copy(host.MAC[:], l.Attrs().HardwareAddr)
+	return nil
 }

@@ -1,0 +1,155 @@
+package xsk
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/sdr-rdma/sdr/ebpf"
+	"github.com/sdr-rdma/sdr/emunic"
+)
+
+// PortConfig configures an AF_XDP port.
+type PortConfig struct {
+	// Interface is the name of the network interface, in the network
+	// namespace NewPort runs in.
+	Interface string
+	// Queue is the receive/transmit queue (veth has one: 0).
+	Queue int
+	// Mode chooses copy or zero-copy (default: try zero-copy, fall back).
+	Mode Mode
+	// MultiBuffer enables frames larger than one page (MTU 4096 on veth):
+	// the frags XDP program and XDP_USE_SG.
+	MultiBuffer bool
+	// AllRoCE steers every RoCEv2 frame instead of the device's QPs only.
+	AllRoCE bool
+	// DropProbability injects loss at ingress (see ebpf.Options).
+	DropProbability float64
+	// Socket overrides the socket's UMEM and ring sizes; Ifindex, Queue,
+	// Mode and MultiBuffer are taken from the fields above.
+	Socket Config
+}
+
+// Port is an emunic.Port on an AF_XDP socket, with the XDP steering
+// program attached to its interface. It implements emunic.QPSteering so
+// the device registers its QPs with the program.
+type Port struct {
+	sock    *Socket
+	prog    *ebpf.Program
+	ifindex int
+}
+
+var _ emunic.QPSteering = (*Port)(nil)
+
+// NewPort loads and attaches the steering program to the interface and
+// binds an AF_XDP socket to the queue. Run it inside the interface's
+// network namespace (testbed.Namespace.Do); the port works from any
+// goroutine afterwards.
+func NewPort(cfg PortConfig) (*Port, error) {
+	iface, err := net.InterfaceByName(cfg.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("xsk: port: %w", err)
+	}
+	prog, err := ebpf.Load(ebpf.Options{Frags: cfg.MultiBuffer, AllRoCE: cfg.AllRoCE, DropProbability: cfg.DropProbability})
+	if err != nil {
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
+	}
+	if err := prog.Attach(iface.Index); err != nil {
+		prog.Close()
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
+	}
+	sc := cfg.Socket
+	sc.Ifindex, sc.Queue, sc.Mode, sc.MultiBuffer = iface.Index, cfg.Queue, cfg.Mode, cfg.MultiBuffer
+	sock, err := Open(sc)
+	if err != nil {
+		prog.Close()
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
+	}
+	if err := prog.SetSocket(cfg.Queue, sock.FD()); err != nil {
+		sock.Close()
+		prog.Close()
+		return nil, err
+	}
+	return &Port{sock: sock, prog: prog, ifindex: iface.Index}, nil
+}
+
+// Send transmits frames on the interface.
+func (p *Port) Send(frames [][]byte) (int, error) {
+	n, err := p.sock.Send(frames)
+	if errors.Is(err, ErrClosed) {
+		err = emunic.ErrClosed
+	}
+	return n, err
+}
+
+// Recv receives the frames the XDP program steered to the socket.
+func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {
+	n, err := p.sock.Receive(bufs, sizes)
+	if errors.Is(err, ErrClosed) {
+		err = emunic.ErrClosed
+	}
+	return n, err
+}
+
+// AddQP steers the frames of qpn to this port.
+func (p *Port) AddQP(qpn uint32) error { return p.prog.AddQP(qpn) }
+
+// RemoveQP stops steering qpn.
+func (p *Port) RemoveQP(qpn uint32) error { return p.prog.RemoveQP(qpn) }
+
+// Program returns the steering program, for its counters and fault
+// injection.
+func (p *Port) Program() *ebpf.Program { return p.prog }
+
+// Socket returns the AF_XDP socket.
+func (p *Port) Socket() *Socket { return p.sock }
+
+// Close detaches the program and closes the socket.
+func (p *Port) Close() error {
+	return errors.Join(p.sock.Close(), p.prog.Close())
+}
+
+// ResolveMAC returns the Ethernet address of ip on the interface from the
+// kernel's neighbour table, asking the kernel to resolve it (by sending a
+// UDP datagram to the discard port, which makes it ARP or solicit) when the
+// entry is missing. The XDP program passes ARP and NDP to the kernel, so
+// the kernel answers for the device's address too. Run it in the
+// interface's namespace.
+func ResolveMAC(ifname string, ip netip.Addr, timeout time.Duration) ([6]byte, error) {
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return [6]byte{}, fmt.Errorf("xsk: resolve %v: %w", ip, err)
+	}
+	family := netlink.FAMILY_V4
+	if ip.Is6() && !ip.Is4In6() {
+		family = netlink.FAMILY_V6
+	}
+	deadline := time.Now().Add(timeout)
+	for poked := false; ; {
+		neighs, err := netlink.NeighList(link.Attrs().Index, family)
+		if err != nil {
+			return [6]byte{}, fmt.Errorf("xsk: neighbour table of %s: %w", ifname, err)
+		}
+		for _, n := range neighs {
+			valid := n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT) != 0
+			if addr, ok := netip.AddrFromSlice(n.IP); ok && addr.Unmap() == ip.Unmap() && valid && len(n.HardwareAddr) == 6 {
+				return [6]byte(n.HardwareAddr), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return [6]byte{}, fmt.Errorf("xsk: resolve %v on %s: no answer within %v", ip, ifname, timeout)
+		}
+		if !poked {
+			if c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 9))); err == nil {
+				c.Write([]byte{0})
+				c.Close()
+			}
+			poked = true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,5 @@
+package xsk_test
+
+import "syscall"
+
+var interruptSignal = syscall.SIGINT
