@@ -343,3 +343,55 @@ func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 	checkCapture(t, filepath.Join(dir, "emunic-a.pcap"), 100)
 	checkCapture(t, filepath.Join(dir, "emunic-b.pcap"), 100)
 }
+
+// TestXSKMTUs runs RC and UC transfers at path MTU 2048 (1500-byte links
+// are too small: 2048 B frames need a 2100-byte link MTU) and at 4096 with
+// the frags program and multi-buffer AF_XDP.
+func TestXSKMTUs(t *testing.T) {
+	for _, c := range []struct {
+		pathMTU, linkMTU int
+		multiBuffer      bool
+	}{{2048, 2200, false}, {4096, 4200, true}} {
+		t.Run(fmt.Sprint(c.pathMTU), func(t *testing.T) {
+			dir := t.TempDir()
+			a, b, pair := newXSKPair(t, c.linkMTU, c.multiBuffer, dir)
+			stop := startTcpdump(t, pair, filepath.Join(dir, "wire.pcap"))
+			static := func(from, to *xskHost) [6]byte { return to.MAC }
+			for _, typ := range []emunic.QPType{emunic.UC, emunic.RC} {
+				qa, qb := a.qp(t, typ), b.qp(t, typ)
+				connectQPs(t, a, qa, b, qb, c.pathMTU, static)
+				for i, size := range []int{c.pathMTU - 1, c.pathMTU, c.pathMTU + 1, 256 << 10} {
+					exchange(t, typ, a, qa, b, qb, size, byte(i))
+				}
+			}
+			stop()
+			checkCapture(t, filepath.Join(dir, "wire.pcap"), 100)
+			var p wire.Packet
+			packets, _ := wire.ReadPcapFile(filepath.Join(dir, "wire.pcap"))
+			largest := 0
+			for _, pk := range packets {
+				if p.DecodeCaptured(pk.LinkType, pk.Data) == nil {
+					largest = max(largest, len(p.Payload))
+				}
+			}
+			if largest != c.pathMTU {
+				t.Errorf("largest payload on the wire %d, want %d", largest, c.pathMTU)
+			}
+		})
+	}
+}
+
+// TestResolveMAC finds the peer's MAC through the kernel's neighbour table.
+func TestResolveMAC(t *testing.T) {
+	a, b, _ := newXSKPair(t, 1500, false, "")
+	var mac [6]byte
+	if err := a.NS.Do(func() (err error) {
+		mac, err = xsk.ResolveMAC(a.IfName, b.Addr, 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if mac != b.MAC {
+		t.Errorf("resolved %x, want %x", mac, b.MAC)
+	}
+}

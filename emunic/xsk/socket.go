@@ -346,7 +346,7 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 			queued++
 		}
 		atomic.StoreUint32(s.tx.producer, prod)
-		if err := s.kick(); err != nil {
+		if err := s.flushTx(prod); err != nil {
 			return sent, err
 		}
 		if queued == 0 {
@@ -358,18 +358,37 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 	return sent, nil
 }
 
-// kick asks the kernel to process the TX ring. In copy mode transmission
-// happens inside this call.
-func (s *Socket) kick() error {
-	if !s.zeroCopy || s.tx.needWakeup() {
-		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-		switch errno {
-		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
-		default:
-			return fmt.Errorf("xsk: kick TX: %w", errno)
+// flushTx kicks the kernel until it has consumed the TX ring up to prod.
+// In copy mode the kernel transmits inside sendto(), at most 32
+// descriptors per call (TX_BATCH_SIZE), so one kick is not enough for a
+// larger batch or for multi-buffer frames.
+func (s *Socket) flushTx(prod uint32) error {
+	last, stalls := atomic.LoadUint32(s.tx.consumer), 0
+	for {
+		if !s.zeroCopy || s.tx.needWakeup() {
+			_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+			switch errno {
+			case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
+			default:
+				return fmt.Errorf("xsk: kick TX: %w", errno)
+			}
 		}
+		s.reclaim()
+		cons := atomic.LoadUint32(s.tx.consumer)
+		if s.zeroCopy || cons == prod {
+			return nil
+		}
+		if cons != last {
+			last, stalls = cons, 0
+			continue
+		}
+		// No progress (link down, device busy): wait a little, give up
+		// after about a second rather than spin forever.
+		if stalls++; stalls > 1000 {
+			return fmt.Errorf("xsk: TX stalled with %d descriptors pending", prod-cons)
+		}
+		unix.Poll([]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}, 1)
 	}
-	return nil
 }
 
 // reclaim returns completed TX chunks to the free list.
