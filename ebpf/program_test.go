@@ -1,10 +1,11 @@
-package ebpf
+package ebpf_test
 
 import (
 	"math"
 	"net/netip"
 	"testing"
 
+	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed"
@@ -38,10 +39,10 @@ func roceFrame(t *testing.T, v6 bool, qpn uint32, vlan bool) []byte {
 // loadWithSocket loads the program and registers an AF_XDP socket bound
 // to the loopback of a scratch namespace for queue 0, so that redirects
 // have a target.
-func loadWithSocket(t *testing.T, opts Options) *Program {
+func loadWithSocket(t *testing.T, opts ebpf.Options) *ebpf.Program {
 	t.Helper()
 	privileged.Require(t)
-	p, err := Load(opts)
+	p, err := ebpf.Load(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func loadWithSocket(t *testing.T, opts Options) *Program {
 }
 
 func TestSteering(t *testing.T) {
-	p := loadWithSocket(t, Options{})
+	p := loadWithSocket(t, ebpf.Options{})
 	const ours, theirs = 0x47, 0x99
 	if err := p.AddQP(ours); err != nil {
 		t.Fatal(err)
@@ -84,21 +85,21 @@ func TestSteering(t *testing.T) {
 		name    string
 		frame   []byte
 		action  uint32
-		counter func(c Counters) uint64
+		counter func(c ebpf.Counters) uint64
 	}{
-		{"IPv4 RoCE for our QP", ipv4, xdpRedirect, func(c Counters) uint64 { return c.Redirected }},
-		{"IPv6 RoCE for our QP", roceFrame(t, true, ours, false), xdpRedirect, func(c Counters) uint64 { return c.Redirected }},
-		{"VLAN-tagged RoCE", roceFrame(t, false, ours, true), xdpRedirect, func(c Counters) uint64 { return c.Redirected }},
-		{"RoCE for another QP", roceFrame(t, false, theirs, false), xdpPass, func(c Counters) uint64 { return c.NotOurs }},
-		{"ARP", arp, xdpPass, func(c Counters) uint64 { return c.Passed }},
-		{"other UDP port", otherPort, xdpPass, func(c Counters) uint64 { return c.Passed }},
-		{"TCP", tcp, xdpPass, func(c Counters) uint64 { return c.Passed }},
-		{"IP fragment", fragment, xdpPass, func(c Counters) uint64 { return c.Passed }},
-		{"truncated BTH", ipv4[:14+20+8+6], xdpPass, func(c Counters) uint64 { return c.Malformed }},
-		{"truncated IP header", ipv4[:14+10], xdpPass, func(c Counters) uint64 { return c.Malformed }},
+		{"IPv4 RoCE for our QP", ipv4, xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
+		{"IPv6 RoCE for our QP", roceFrame(t, true, ours, false), xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
+		{"VLAN-tagged RoCE", roceFrame(t, false, ours, true), xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
+		{"RoCE for another QP", roceFrame(t, false, theirs, false), xdpPass, func(c ebpf.Counters) uint64 { return c.NotOurs }},
+		{"ARP", arp, xdpPass, func(c ebpf.Counters) uint64 { return c.Passed }},
+		{"other UDP port", otherPort, xdpPass, func(c ebpf.Counters) uint64 { return c.Passed }},
+		{"TCP", tcp, xdpPass, func(c ebpf.Counters) uint64 { return c.Passed }},
+		{"IP fragment", fragment, xdpPass, func(c ebpf.Counters) uint64 { return c.Passed }},
+		{"truncated BTH", ipv4[:14+20+8+6], xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},
+		{"truncated IP header", ipv4[:14+10], xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},
 		// BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet
 		// header, so the shortest case is a bare Ethernet header.
-		{"Ethernet header only", ipv4[:14], xdpPass, func(c Counters) uint64 { return c.Malformed }},
+		{"Ethernet header only", ipv4[:14], xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},
 	}
 	for _, c := range cases {
 		before, err := p.Counters()
@@ -136,7 +137,7 @@ func TestSteering(t *testing.T) {
 // within three standard deviations over 200k frames.
 func TestFaultInjection(t *testing.T) {
 	for _, frags := range []bool{false, true} {
-		p := loadWithSocket(t, Options{AllRoCE: true, DropProbability: 0.1, Frags: frags})
+		p := loadWithSocket(t, ebpf.Options{AllRoCE: true, DropProbability: 0.1, Frags: frags})
 		frame := roceFrame(t, false, 0x47, false)
 		const n = 200000
 		before, _ := p.Counters()
