@@ -37,11 +37,22 @@ type PortConfig struct {
 // Port is an emunic.Port on an AF_XDP socket, with the XDP steering
 // program attached to its interface. It implements emunic.QPSteering so
 // the device registers its QPs with the program.
+//
+// Transmission is coalesced like a NIC's doorbell: Send queues frames on
+// the TX ring, and a flusher goroutine has the kernel send whatever has
+// accumulated, so that many small PostSends share one system call. Send
+// flushes itself once a full batch is pending.
 type Port struct {
 	sock    *Socket
 	prog    *ebpf.Program
 	ifindex int
+	kick    chan struct{}
+	done    chan struct{}
 }
+
+// flushBatch is how many pending TX descriptors make Send flush itself
+// (the kernel's copy-mode batch).
+const flushBatch = 32
 
 var _ emunic.QPSteering = (*Port)(nil)
 
@@ -74,16 +85,39 @@ func NewPort(cfg PortConfig) (*Port, error) {
 		prog.Close()
 		return nil, err
 	}
-	return &Port{sock: sock, prog: prog, ifindex: iface.Index}, nil
+	p := &Port{sock: sock, prog: prog, ifindex: iface.Index, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go p.flusher()
+	return p, nil
 }
 
-// Send transmits frames on the interface.
+// Send queues frames for transmission on the interface.
 func (p *Port) Send(frames [][]byte) (int, error) {
-	n, err := p.sock.Send(frames)
+	n, err := p.sock.Enqueue(frames)
+	if err == nil {
+		if p.sock.Pending() >= flushBatch {
+			err = p.sock.Flush()
+		} else {
+			select {
+			case p.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
 	if errors.Is(err, ErrClosed) {
 		err = emunic.ErrClosed
 	}
 	return n, err
+}
+
+func (p *Port) flusher() {
+	for {
+		select {
+		case <-p.kick:
+			p.sock.Flush()
+		case <-p.done:
+			return
+		}
+	}
 }
 
 // Recv receives the frames the XDP program steered to the socket.
@@ -110,6 +144,7 @@ func (p *Port) Socket() *Socket { return p.sock }
 
 // Close detaches the program and closes the socket.
 func (p *Port) Close() error {
+	close(p.done)
 	return errors.Join(p.sock.Close(), p.prog.Close())
 }
 

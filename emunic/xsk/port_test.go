@@ -35,10 +35,16 @@ type xskHost struct {
 
 // newXSKPair builds two namespaces joined by veth with an emunic device on
 // an AF_XDP port in each; the devices' pcap taps go to dir.
-func newXSKPair(t *testing.T, mtu int, multiBuffer bool, dir string) (*xskHost, *xskHost, *testbed.Pair) {
+func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (*xskHost, *xskHost, *testbed.Pair) {
+	t.Helper()
+	return newXSKHosts(t, testbed.PairConfig{MTU: mtu, Switched: true}, multiBuffer, dir)
+}
+
+// newXSKHosts is newXSKPair for any testbed topology.
+func newXSKHosts(t testing.TB, cfg testbed.PairConfig, multiBuffer bool, dir string) (*xskHost, *xskHost, *testbed.Pair) {
 	t.Helper()
 	privileged.Require(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{MTU: mtu, Switched: true})
+	pair, err := testbed.NewPair(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

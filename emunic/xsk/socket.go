@@ -304,11 +304,23 @@ func (s *Socket) drainRx(bufs [][]byte, sizes []int) int {
 	return n
 }
 
-// Send queues frames for transmission and kicks the kernel. Frames longer
-// than a chunk are split over several chunks (needs MultiBuffer). It waits
-// for completions when it runs out of free chunks and returns how many
-// frames it queued.
+// Send queues frames and has the kernel transmit them before returning:
+// Enqueue then Flush.
 func (s *Socket) Send(frames [][]byte) (int, error) {
+	n, err := s.Enqueue(frames)
+	if err != nil {
+		return n, err
+	}
+	return n, s.Flush()
+}
+
+// Enqueue copies frames into free UMEM chunks and publishes them on the TX
+// ring without asking the kernel to send them, so that several callers'
+// frames go out in one system call (Flush). Frames longer than a chunk
+// are split over several chunks (needs MultiBuffer). When the ring or the
+// free chunks run out it flushes to make room. It returns how many frames
+// it queued.
+func (s *Socket) Enqueue(frames [][]byte) (int, error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	if s.closed.Load() {
@@ -322,10 +334,7 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 		queued := 0
 		for sent < len(frames) {
 			f := frames[sent]
-			chunks := (len(f) + int(s.frameSize) - 1) / int(s.frameSize)
-			if chunks == 0 {
-				chunks = 1
-			}
+			chunks := max(1, (len(f)+int(s.frameSize)-1)/int(s.frameSize))
 			if uint32(chunks) > room || chunks > len(s.free) {
 				break
 			}
@@ -346,16 +355,32 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 			queued++
 		}
 		atomic.StoreUint32(s.tx.producer, prod)
-		if err := s.flushTx(prod); err != nil {
-			return sent, err
-		}
-		if queued == 0 {
-			// No room: wait for the kernel to complete earlier frames.
-			fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}
-			unix.Poll(fds, 1)
+		if sent < len(frames) {
+			// Out of room: let the kernel send and complete earlier frames.
+			if err := s.flushTx(prod); err != nil {
+				return sent, err
+			}
+			if queued == 0 {
+				unix.Poll([]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}, 1)
+			}
 		}
 	}
 	return sent, nil
+}
+
+// Flush has the kernel transmit every queued frame.
+func (s *Socket) Flush() error {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.flushTx(atomic.LoadUint32(s.tx.producer))
+}
+
+// Pending returns how many TX descriptors the kernel has not consumed.
+func (s *Socket) Pending() int {
+	return int(atomic.LoadUint32(s.tx.producer) - atomic.LoadUint32(s.tx.consumer))
 }
 
 // flushTx kicks the kernel until it has consumed the TX ring up to prod.

@@ -1,0 +1,146 @@
+package xsk_test
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/ebpf"
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// BenchmarkRawXSK is the floor every AF_XDP result is compared with: one
+// of the project's own AF_XDP sockets in namespace A sends RoCEv2 frames
+// of a fixed size over a veth pair to another in namespace B (the steering
+// program attached, all RoCE steered), with no emulated NIC on either
+// side. It reports frames/s received and the fraction lost.
+func BenchmarkRawXSK(b *testing.B) {
+	for _, size := range []int{64, 1100} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) { benchRawXSK(b, size) })
+	}
+}
+
+func benchRawXSK(b *testing.B, size int) {
+	privileged.Require(b)
+	pair, err := testbed.NewPair(testbed.PairConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pair.Close()
+	var tx, rx *xsk.Socket
+	var prog *ebpf.Program
+	if err := pair.A.NS.Do(func() (err error) {
+		tx, err = xsk.Open(xsk.Config{Ifindex: pair.A.Ifindex, Mode: xsk.Copy})
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Close()
+	if err := pair.B.NS.Do(func() error {
+		var err error
+		if prog, err = ebpf.Load(ebpf.Options{AllRoCE: true}); err != nil {
+			return err
+		}
+		if err = prog.Attach(pair.B.Ifindex); err != nil {
+			return err
+		}
+		if rx, err = xsk.Open(xsk.Config{Ifindex: pair.B.Ifindex, Mode: xsk.Copy}); err != nil {
+			return err
+		}
+		return prog.SetSocket(0, rx.FD())
+	}); err != nil {
+		b.Fatal(err)
+	}
+	defer prog.Close()
+	defer rx.Close()
+
+	// A UC SEND-Only frame (58 bytes of headers and ICRC, payload padded
+	// to 4 bytes) filled up to exactly size bytes with Ethernet trailer.
+	f := wire.Fields{SrcMAC: pair.A.MAC, DstMAC: pair.B.MAC, SrcIP: pair.A.Addr, DstIP: pair.B.Addr,
+		TTL: 64, DontFragment: true, SrcPort: 0xC000}
+	f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
+	f.Payload = make([]byte, (size-58)&^3)
+	frame := make([]byte, size)
+	if _, err := wire.Encode(frame, &f); err != nil {
+		b.Fatal(err)
+	}
+	batch := make([][]byte, 64)
+	for i := range batch {
+		batch[i] = frame
+	}
+
+	const idle = 200 * time.Millisecond
+	received := make(chan int)
+	go func() {
+		bufs := make([][]byte, 64)
+		for i := range bufs {
+			bufs[i] = make([]byte, 2048)
+		}
+		sizes := make([]int, 64)
+		n := 0
+		for {
+			got, err := rx.Receive(bufs, sizes)
+			if err != nil {
+				received <- n
+				return
+			}
+			n += got
+		}
+	}()
+	b.ResetTimer()
+	start := time.Now()
+	for sent := 0; sent < b.N; {
+		k, err := tx.Send(batch[:min(len(batch), b.N-sent)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		sent += k
+	}
+	time.Sleep(idle)
+	elapsed := time.Since(start) - idle
+	b.StopTimer()
+	rx.Close()
+	n := <-received
+	b.ReportMetric(float64(n)/elapsed.Seconds(), "pkts/s")
+	b.ReportMetric(100*(1-float64(n)/float64(b.N)), "%lost")
+}
+
+// BenchmarkUCWriteImm runs emunictest.BenchUCWriteImm between two
+// namespaces joined by a veth pair, once over AF_XDP ports and once over
+// UDP ports on the same addresses, for the emunic/raw and xsk/udp ratios.
+func BenchmarkUCWriteImm(b *testing.B) {
+	for _, kind := range []string{"xsk", "udp"} {
+		for _, size := range []int{1024, 64 << 10} {
+			b.Run(fmt.Sprintf("%s/%dB", kind, size), func(b *testing.B) {
+				privileged.Require(b)
+				pair, err := testbed.NewPair(testbed.PairConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { pair.Close() })
+				var hosts []*emunictest.Host
+				for _, h := range []*testbed.Host{pair.A, pair.B} {
+					var port emunic.Port
+					if err := h.NS.Do(func() (err error) {
+						if kind == "xsk" {
+							port, err = xsk.NewPort(xsk.PortConfig{Interface: h.IfName})
+						} else {
+							port, err = emunic.NewUDPPort(h.Addr)
+						}
+						return err
+					}); err != nil {
+						b.Fatal(err)
+					}
+					hosts = append(hosts, emunictest.NewHost(b, port, netip.Addr(h.Addr), h.MAC))
+				}
+				emunictest.BenchUCWriteImm(b, hosts[0], hosts[1], size)
+			})
+		}
+	}
+}
