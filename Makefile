@@ -9,27 +9,39 @@ FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wi
                wire:FuzzImmLayout emunic:FuzzResponder
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 
-.PHONY: demo test deps lint unit fuzz bench
+.PHONY: demo test deps lint generate-check unit fuzz bench
+
+# Debian packages the suite needs: tshark cross-checks the encoder; clang
+# and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
+# namespace tests.
+APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2
 
 demo:
 	$(GO) run ./cmd/sdr pcap -sdr 10/18/4 $(SAMPLE)
 
-test: deps lint fuzz unit
+test: deps lint generate-check fuzz unit
 
-# tshark cross-checks our encoder against Wireshark's dissector. As root it
-# is installed from Debian; otherwise that test skips and says why.
+# As root the packages are installed from Debian; otherwise the tests that
+# need them skip and say why.
 deps:
-	@command -v tshark >/dev/null 2>&1 || { \
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing tshark"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tshark >/dev/null; \
-	  else echo "warning: tshark is missing and we are not root: the tshark test will skip" >&2; fi; }
+	    echo "installing $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "warning: missing $$missing and not root: tests that need them will skip" >&2; fi; \
+	fi
 	$(GO) mod download
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+
+# The committed bpf2go output must be what the committed C source compiles to.
+generate-check:
+	$(GO) generate ./ebpf
+	@git diff --exit-code --stat -- ebpf/steer_bpfel.go ebpf/steer_bpfel.o || { echo "ebpf: committed bpf2go output is stale: run go generate ./ebpf"; exit 1; }
 
 unit:
 	$(GO) test -race -count=1 ./...

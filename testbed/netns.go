@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -19,6 +20,21 @@ import (
 
 // NamePrefix starts the name of every namespace the testbed creates.
 const NamePrefix = "sdrtb-"
+
+// live counts the namespaces this process created and has not closed, so
+// that test suites can check they leave nothing behind.
+var live sync.Map // name -> struct{}
+
+// Live returns the names of the namespaces this process created and has
+// not deleted yet.
+func Live() []string {
+	var names []string
+	live.Range(func(k, _ any) bool {
+		names = append(names, k.(string))
+		return true
+	})
+	return names
+}
 
 // Namespace is a named network namespace (visible to `ip netns`).
 type Namespace struct {
@@ -49,6 +65,7 @@ func NewNamespace(role string) (*Namespace, error) {
 		return nil, fmt.Errorf("testbed: create namespace %s: %w", name, err)
 	}
 	ns := &Namespace{Name: name, handle: h}
+	live.Store(name, struct{}{})
 	lo, err := netlink.LinkByName("lo")
 	if err == nil {
 		err = netlink.LinkSetUp(lo)
@@ -95,6 +112,7 @@ func (n *Namespace) Handle() (*netlink.Handle, error) {
 
 // Close deletes the namespace; its interfaces go with it.
 func (n *Namespace) Close() error {
+	live.Delete(n.Name)
 	n.handle.Close()
 	if err := netns.DeleteNamed(n.Name); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("testbed: delete namespace %s: %w", n.Name, err)
@@ -125,6 +143,7 @@ func cleanupMatching(prefix string) ([]string, error) {
 			errs = append(errs, fmt.Errorf("testbed: delete %s: %w", e.Name(), err))
 			continue
 		}
+		live.Delete(e.Name())
 		deleted = append(deleted, e.Name())
 	}
 	return deleted, errors.Join(errs...)

@@ -1,6 +1,7 @@
 // Command sdr is the SDR-RDMA toolbox: one binary, one subcommand per job.
 //
-//	sdr pcap [-json] [-q] FILE...   decode RoCEv2 captures and check every ICRC
+//	sdr pcap [-json] [-q] [-sdr LAYOUT] FILE...   decode RoCEv2 captures and check every ICRC
+//	sdr testbed clean                            delete namespaces a crashed test run left
 //
 // Exit status: 0 on success, 1 when the job found a fault (a malformed
 // packet, a bad ICRC), 2 on usage or I/O errors.
@@ -27,7 +28,8 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"pcap": {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
+	"pcap":    {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
+	"testbed": {"manage the test network (clean: delete leftover namespaces)", runTestbed},
 }
 
 func main() {

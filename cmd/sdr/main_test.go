@@ -202,3 +202,11 @@ func TestPcapUsageAndIOErrors(t *testing.T) {
 		t.Errorf("help: exit %d", code)
 	}
 }
+
+func TestTestbedUsage(t *testing.T) {
+	for _, args := range [][]string{{"testbed"}, {"testbed", "frobnicate"}} {
+		if code, _, _ := runSDR(args...); code != exitUsage {
+			t.Errorf("sdr %v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
