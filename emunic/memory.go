@@ -42,9 +42,17 @@ type MR struct {
 	null   bool
 
 	slotSize uint64
-	slots    []atomic.Pointer[MR] // nil pointer: the null MR
+	slots    []atomic.Pointer[slotEntry] // nil pointer: the null MR
 	refs     atomic.Int32         // indirect slots pointing here
 	dead     atomic.Bool
+}
+
+// slotEntry is what an indirect MR slot points at: length bytes of a
+// direct MR from offset on.
+type slotEntry struct {
+	mr     *MR
+	offset uint64
+	length uint64
 }
 
 // LKey returns the local key.
@@ -164,7 +172,7 @@ func (pd *PD) RegisterIndirectMR(slots int, slotSize uint64, access Access) (*MR
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	mr := &MR{pd: pd, length: uint64(slots) * slotSize, access: access, slotSize: slotSize,
-		slots: make([]atomic.Pointer[MR], slots)}
+		slots: make([]atomic.Pointer[slotEntry], slots)}
 	if err := d.keys.install(mr); err != nil {
 		return nil, err
 	}
@@ -175,27 +183,41 @@ func (pd *PD) RegisterIndirectMR(slots int, slotSize uint64, access Access) (*MR
 // discard their data. Use it (or nil) as an indirect slot entry.
 func (d *Device) NullMR() *MR { return d.nullMR }
 
-// SetSlot points slot i of an indirect MR at target, a direct MR of the same
-// PD, or at the null MR when target is nil or the null MR. Packets already
-// being written finish on the old target; later ones see the new one.
+// SetSlot points slot i of an indirect MR at target, a direct MR of the
+// same PD, or at the null MR when target is nil or the null MR. Packets
+// already being written finish on the old target; later ones see the new
+// one.
 func (m *MR) SetSlot(i int, target *MR) error {
+	if target == nil || target.null {
+		return m.SetSlotRange(i, nil, 0, 0)
+	}
+	return m.SetSlotRange(i, target, 0, target.length)
+}
+
+// SetSlotRange points slot i at length bytes of target from offset on:
+// byte k of the slot is byte offset+k of target, and accesses beyond
+// length are refused as out of bounds. A nil target is the null MR.
+func (m *MR) SetSlotRange(i int, target *MR, offset, length uint64) error {
 	if m.slots == nil {
 		return fmt.Errorf("emunic: set slot: not an indirect MR: %w", ErrInvalidArgument)
 	}
 	if i < 0 || i >= len(m.slots) {
 		return fmt.Errorf("emunic: set slot %d of %d: %w", i, len(m.slots), ErrOutOfBounds)
 	}
-	if target != nil && target.null {
-		target = nil
-	}
-	if target != nil {
+	var entry *slotEntry
+	if target != nil && !target.null {
 		if target.buf == nil || target.pd != m.pd || target.dead.Load() {
 			return fmt.Errorf("emunic: set slot %d: target must be a live direct MR of the same PD: %w", i, ErrInvalidArgument)
 		}
+		if offset > target.length || length > target.length-offset || length > m.slotSize {
+			return fmt.Errorf("emunic: set slot %d: [%d,+%d) of a %d-byte MR into a %d-byte slot: %w",
+				i, offset, length, target.length, m.slotSize, ErrOutOfBounds)
+		}
 		target.refs.Add(1)
+		entry = &slotEntry{mr: target, offset: offset, length: length}
 	}
-	if old := m.slots[i].Swap(target); old != nil {
-		old.refs.Add(-1)
+	if old := m.slots[i].Swap(entry); old != nil {
+		old.mr.refs.Add(-1)
 	}
 	return nil
 }
@@ -254,14 +276,15 @@ func (d *Device) resolveRemote(pd *PD, rkey uint32, va uint64, n int, need Acces
 		if size > mr.slotSize-in {
 			return nil, false, RxOutOfBounds // requests never span slots
 		}
-		target := mr.slots[slot].Load()
-		if target == nil {
+		entry := mr.slots[slot].Load()
+		if entry == nil {
 			return nil, true, 0
 		}
-		if target.dead.Load() || size > target.length || in > target.length-size {
+		if entry.mr.dead.Load() || size > entry.length || in > entry.length-size {
 			return nil, false, RxOutOfBounds
 		}
-		return target.buf[in : in+size : in+size], false, 0
+		at := entry.offset + in
+		return entry.mr.buf[at : at+size : at+size], false, 0
 	}
 	return mr.buf[off : off+size : off+size], false, 0
 }

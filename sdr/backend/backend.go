@@ -1,0 +1,109 @@
+// Package backend is the contract between the SDR SDK (package sdr, the
+// frontend) and what carries its packets: the emulated NIC (emunic/sdrnic)
+// or a BlueField-3 with DPA threads (hwnic/dpa). The frontend owns the
+// matching of sends to receives, slots, generations, handles and limits;
+// a backend owns transport queue pairs, memory keys, the per-packet engine
+// (package sdr/engine) and packet injection. It is kept small so a second
+// backend plugs in without touching the frontend; each method says why it
+// exists.
+package backend
+
+import (
+	"errors"
+
+	"github.com/sdr-rdma/sdr/sdr/engine"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// ErrRetry means a transient lack of resources (receive WQEs, transmit
+// room): the caller may try again. The frontend returns it as sdr.ErrRetry.
+var ErrRetry = errors.New("sdr: resources temporarily exhausted, retry")
+
+// DeviceAttr configures a device context.
+type DeviceAttr struct {
+	// Channels is how many transport QPs per generation carry one SDR
+	// QP's packets, spread round-robin (1..64).
+	Channels int
+}
+
+// QPAttr is an SDR QP's geometry, validated by the frontend.
+type QPAttr struct {
+	MTU         int            // bytes per packet
+	ChunkSize   int            // bytes per chunk, a multiple of MTU, at most 64 MTUs
+	MaxMessages int            // receive slots, a power of two dividing Layout.MaxMessageIDs()
+	SlotSize    int            // largest message, bytes: slot i starts at i·SlotSize
+	Generations int            // transport QP sets that distinguish a slot's successive messages
+	Layout      wire.ImmLayout // immediate split
+	RateLimit   float64        // bits per second per channel QP; 0 for unpaced
+}
+
+// Backend opens devices. Why: device selection and channel count are per
+// context (sdr.h's sdr_context_create).
+type Backend interface {
+	Open(attr DeviceAttr) (Device, error)
+}
+
+// Device is an open device context.
+type Device interface {
+	// RegisterMemory makes buf usable as a send source and a receive
+	// target. Why: both need the NIC's keys for the memory.
+	RegisterMemory(buf []byte) (Memory, error)
+	// NewQP creates the transport resources of one SDR QP. Why: how many
+	// transport QPs, which memory keys and which workers is the backend's
+	// business.
+	NewQP(attr QPAttr) (QP, error)
+	// Close releases the device and everything created from it.
+	Close() error
+}
+
+// Memory is a registered buffer.
+type Memory interface {
+	// Bytes returns the registered memory.
+	Bytes() []byte
+	// Deregister releases the registration.
+	Deregister() error
+}
+
+// QP is the transport side of one SDR QP.
+type QP interface {
+	// Info describes the local endpoint for the peer (QP numbers,
+	// addresses, keys). Why: only the backend knows them.
+	Info() ([]byte, error)
+	// Connect takes the peer's Info and readies the transport. Why: the
+	// same, the other way round.
+	Connect(remote []byte) error
+	// Arm installs length bytes of mem from off into receive slot slot for
+	// message msgID of generation gen and returns the engine slot that
+	// tracks the message's packets; progress receives a token (never
+	// blocking) when a chunk or the immediate completes. It returns
+	// ErrRetry when the backend cannot take another receive now. Why: the
+	// buffer must be reachable before the matching send's packets arrive,
+	// and the progress state lives where the per-packet work runs.
+	Arm(slot int, msgID, gen uint32, mem Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error)
+	// Disarm stops the slot's message from taking packets: late packets
+	// must not touch its buffer nor count for the slot's next message.
+	// Why: sdr's Complete guarantees exactly that.
+	Disarm(slot int) error
+	// Write injects packets of a message. Why: packet injection (channels,
+	// pacing) is the backend's.
+	Write(w *Write) error
+	// Close releases the QP's transport resources.
+	Close() error
+}
+
+// Write is a run of packets of one message to inject.
+type Write struct {
+	Slot  int
+	MsgID uint32
+	Gen   uint32
+	// Mem[Off:Off+Length] are the payload bytes of packets FirstPacket
+	// and on (each MTU bytes, the last possibly shorter).
+	Mem         Memory
+	Off, Length int
+	FirstPacket int
+	// Imm is the user immediate; its nibbles ride in every packet.
+	Imm uint32
+	// Carriers lists packet offsets to send as zero-length immediate
+	// carriers (a message shorter than Layout.Nibbles() packets).
+	Carriers []int
+}

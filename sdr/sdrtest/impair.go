@@ -1,0 +1,122 @@
+package sdrtest
+
+import (
+	"sync"
+
+	"github.com/sdr-rdma/sdr/sdr/backend"
+)
+
+// impaired decorates a sender's backend so that tests choose the fate of
+// each packet whatever carries it: drop, duplicate, reorder, or hold back
+// to release later. The receiver cannot tell a packet that was never
+// injected from one the network lost, so this exercises the receive path
+// of any backend exactly as a lossy link would.
+type impaired struct {
+	backend.Backend
+	mu sync.Mutex
+	// fate returns how many copies of packet pkt of the message in slot
+	// slot to send now (0 drops it) and whether to hold one copy back.
+	fate    func(slot, pkt int) (copies int, hold bool)
+	reverse bool // send each write's packets last first
+	held    []heldPacket
+}
+
+type heldPacket struct {
+	qp backend.QP
+	w  backend.Write
+}
+
+func (im *impaired) Open(attr backend.DeviceAttr) (backend.Device, error) {
+	dev, err := im.Backend.Open(attr)
+	if err != nil {
+		return nil, err
+	}
+	return impairedDevice{Device: dev, im: im}, nil
+}
+
+// set installs a new packet policy (nil: deliver everything once).
+func (im *impaired) set(fate func(slot, pkt int) (int, bool), reverse bool) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	im.fate, im.reverse = fate, reverse
+}
+
+// release sends the held packets.
+func (im *impaired) release() error {
+	im.mu.Lock()
+	held := im.held
+	im.held = nil
+	im.mu.Unlock()
+	for _, h := range held {
+		if err := h.qp.Write(&h.w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type impairedDevice struct {
+	backend.Device
+	im *impaired
+}
+
+func (d impairedDevice) NewQP(attr backend.QPAttr) (backend.QP, error) {
+	q, err := d.Device.NewQP(attr)
+	if err != nil {
+		return nil, err
+	}
+	return &impairedQP{QP: q, im: d.im, mtu: attr.MTU}, nil
+}
+
+type impairedQP struct {
+	backend.QP
+	im  *impaired
+	mtu int
+}
+
+// Write splits the write into single packets and applies the policy.
+func (q *impairedQP) Write(w *backend.Write) error {
+	q.im.mu.Lock()
+	fate, reverse := q.im.fate, q.im.reverse
+	q.im.mu.Unlock()
+	if fate == nil && !reverse {
+		return q.QP.Write(w)
+	}
+	type one struct {
+		w   backend.Write
+		pkt int
+	}
+	var packets []one
+	for done := 0; done < w.Length; done += q.mtu {
+		p := *w
+		p.Off, p.Length, p.FirstPacket, p.Carriers = w.Off+done, min(q.mtu, w.Length-done), w.FirstPacket+done/q.mtu, nil
+		packets = append(packets, one{p, p.FirstPacket})
+	}
+	for _, c := range w.Carriers {
+		p := *w
+		p.Length, p.Carriers = 0, []int{c}
+		packets = append(packets, one{p, c})
+	}
+	if reverse {
+		for i, j := 0, len(packets)-1; i < j; i, j = i+1, j-1 {
+			packets[i], packets[j] = packets[j], packets[i]
+		}
+	}
+	for _, p := range packets {
+		copies, hold := 1, false
+		if fate != nil {
+			copies, hold = fate(w.Slot, p.pkt)
+		}
+		if hold {
+			q.im.mu.Lock()
+			q.im.held = append(q.im.held, heldPacket{q.QP, p.w})
+			q.im.mu.Unlock()
+		}
+		for range copies {
+			if err := q.QP.Write(&p.w); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
