@@ -43,7 +43,7 @@ type MR struct {
 
 	slotSize uint64
 	slots    []atomic.Pointer[slotEntry] // nil pointer: the null MR
-	refs     atomic.Int32         // indirect slots pointing here
+	refs     atomic.Int32                // indirect slots pointing here
 	dead     atomic.Bool
 }
 

@@ -189,4 +189,3 @@ func BenchmarkProcess(b *testing.B) {
 	}
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds()/1e6, "Mevents/s")
 }
-
