@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/sdr/backend"
@@ -31,12 +32,21 @@ import (
 
 // Backend opens SDR devices on one emulated NIC.
 type Backend struct {
-	dev *emunic.Device
+	dev  *emunic.Device
+	opts Options
+}
+
+// Options tune the backend.
+type Options struct {
+	// RC carries the packets on RC instead of UC channel QPs: the
+	// NIC's own go-back-N reliability underneath SDR, the baseline the
+	// paper compares against.
+	RC bool
 }
 
 // New returns a backend on dev. The device stays the caller's: closing SDR
 // contexts does not close it.
-func New(dev *emunic.Device) *Backend { return &Backend{dev: dev} }
+func New(dev *emunic.Device, opts Options) *Backend { return &Backend{dev: dev, opts: opts} }
 
 // recvDepth is how many receive WQEs each channel QP keeps posted; every
 // WRITE-with-Imm consumes one and the worker reposts it.
@@ -44,13 +54,14 @@ const recvDepth = 4096
 
 // Open creates a device context with the given channel count.
 func (b *Backend) Open(attr backend.DeviceAttr) (backend.Device, error) {
-	return &device{dev: b.dev, pd: b.dev.AllocPD(), channels: attr.Channels}, nil
+	return &device{dev: b.dev, pd: b.dev.AllocPD(), channels: attr.Channels, opts: b.opts}, nil
 }
 
 type device struct {
 	dev      *emunic.Device
 	pd       *emunic.PD
 	channels int
+	opts     Options
 
 	mu  sync.Mutex
 	qps []*qp
@@ -133,7 +144,11 @@ func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 		q.roots = append(q.roots, root)
 		var row []*emunic.QP
 		for c := range d.channels {
-			t, err := d.pd.CreateQP(emunic.QPConfig{Type: emunic.UC, SendCQ: q.sendCQ, RecvCQ: q.recvCQs[c],
+			typ := emunic.UC
+			if d.opts.RC {
+				typ = emunic.RC
+			}
+			t, err := d.pd.CreateQP(emunic.QPConfig{Type: typ, SendCQ: q.sendCQ, RecvCQ: q.recvCQs[c],
 				MaxSendWR: 1 << 16, MaxRecvWR: recvDepth})
 			if err != nil {
 				return fail(err)
@@ -206,7 +221,8 @@ func (q *qp) Connect(remote []byte) error {
 				RQPSN: in.PSN, PathMTU: q.attr.MTU}); err != nil {
 				return fmt.Errorf("sdrnic: connect: %w", err)
 			}
-			if err := t.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: q.psn, RateLimit: q.attr.RateLimit}); err != nil {
+			if err := t.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: q.psn, RateLimit: q.attr.RateLimit,
+				RetryCount: 7, RNRRetry: 7, Timeout: 20 * time.Millisecond}); err != nil {
 				return fmt.Errorf("sdrnic: connect: %w", err)
 			}
 		}

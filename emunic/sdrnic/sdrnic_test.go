@@ -13,7 +13,7 @@ import (
 	"github.com/sdr-rdma/sdr/testbed"
 )
 
-func devices(t *testing.T, pa, pb emunic.Port, gidA, gidB string) (backend.Backend, backend.Backend) {
+func devices(t *testing.T, pa, pb emunic.Port, gidA, gidB string, opts sdrnic.Options) (backend.Backend, backend.Backend) {
 	t.Helper()
 	var out []backend.Backend
 	for i, p := range []emunic.Port{pa, pb} {
@@ -22,7 +22,7 @@ func devices(t *testing.T, pa, pb emunic.Port, gidA, gidB string) (backend.Backe
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { dev.Close() })
-		out = append(out, sdrnic.New(dev))
+		out = append(out, sdrnic.New(dev, opts))
 	}
 	return out[0], out[1]
 }
@@ -30,7 +30,7 @@ func devices(t *testing.T, pa, pb emunic.Port, gidA, gidB string) (backend.Backe
 func TestConformancePipe(t *testing.T) {
 	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
 		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
-		return devices(t, pa, pb, "10.0.0.1", "10.0.0.2")
+		return devices(t, pa, pb, "10.0.0.1", "10.0.0.2", sdrnic.Options{})
 	})
 }
 
@@ -44,7 +44,7 @@ func TestConformanceUDP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return devices(t, pa, pb, "127.0.0.1", "127.0.0.2")
+		return devices(t, pa, pb, "127.0.0.1", "127.0.0.2", sdrnic.Options{})
 	})
 }
 
@@ -74,8 +74,16 @@ func TestConformanceXSK(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { dev.Close() })
-			out = append(out, sdrnic.New(dev))
+			out = append(out, sdrnic.New(dev, sdrnic.Options{}))
 		}
 		return out[0], out[1]
+	})
+}
+
+// TestConformancePipeRC runs the suite with RC channel QPs underneath.
+func TestConformancePipeRC(t *testing.T) {
+	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
+		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+		return devices(t, pa, pb, "10.0.0.1", "10.0.0.2", sdrnic.Options{RC: true})
 	})
 }
