@@ -36,15 +36,17 @@ func TestConformancePipe(t *testing.T) {
 
 func TestConformanceUDP(t *testing.T) {
 	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
-		pa, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.0.1"))
+		// Loopback addresses of this package's own: go test runs the
+		// emunic package, which binds 127.0.0.1 and .2, in parallel.
+		pa, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.1.1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pb, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.0.2"))
+		pb, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.1.2"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return devices(t, pa, pb, "127.0.0.1", "127.0.0.2", sdrnic.Options{})
+		return devices(t, pa, pb, "127.0.1.1", "127.0.1.2", sdrnic.Options{})
 	})
 }
 

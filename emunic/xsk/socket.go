@@ -41,10 +41,11 @@ type Config struct {
 	// so a chunk holds frames up to FrameSize-256 bytes; longer frames
 	// need MultiBuffer.
 	FrameSize int
-	// NumFrames is the UMEM size in chunks (default 4096); half serve
-	// reception, half transmission.
+	// NumFrames is the UMEM size in chunks (default 16384: 64 MiB of
+	// 4 KiB chunks); half serve reception, half transmission.
 	NumFrames int
-	// RingSize is the size of each ring, a power of two (default 2048).
+	// RingSize is the size of each ring, a power of two (default 4096):
+	// the RX ring absorbs bursts while the receiver catches up.
 	RingSize int
 	// MultiBuffer lets frames span several chunks (XDP_USE_SG): needed for
 	// MTU 4096; the XDP program must be the frags variant.
@@ -107,10 +108,10 @@ func Open(cfg Config) (*Socket, error) {
 		cfg.FrameSize = 4096
 	}
 	if cfg.NumFrames == 0 {
-		cfg.NumFrames = 4096
+		cfg.NumFrames = 16384
 	}
 	if cfg.RingSize == 0 {
-		cfg.RingSize = 2048
+		cfg.RingSize = 4096
 	}
 	if cfg.FrameSize != 2048 && cfg.FrameSize != 4096 || cfg.RingSize&(cfg.RingSize-1) != 0 || cfg.NumFrames < 2*cfg.RingSize {
 		return nil, fmt.Errorf("xsk: frame size %d (2048 or 4096), ring size %d (power of two), %d frames (at least two rings' worth): invalid",
