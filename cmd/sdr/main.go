@@ -2,6 +2,7 @@
 //
 //	sdr pcap [-json] [-q] [-sdr LAYOUT] FILE...   decode RoCEv2 captures and check every ICRC
 //	sdr testbed clean                            delete namespaces a crashed test run left
+//	sdr write-bw [flags] [SERVER]                SDR write bandwidth, like ib_write_bw
 //
 // Exit status: 0 on success, 1 when the job found a fault (a malformed
 // packet, a bad ICRC), 2 on usage or I/O errors.
@@ -28,8 +29,9 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"pcap":    {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
-	"testbed": {"manage the test network (clean: delete leftover namespaces)", runTestbed},
+	"pcap":     {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
+	"testbed":  {"manage the test network (clean: delete leftover namespaces)", runTestbed},
+	"write-bw": {"SDR write bandwidth test, like perftest's ib_write_bw", runWriteBW},
 }
 
 func main() {

@@ -1,0 +1,527 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/sdr"
+)
+
+const writeBWUsage = `usage: sdr write-bw [flags]            (server)
+       sdr write-bw [flags] SERVER     (client)
+       sdr write-bw -loopback [flags]  (both, in one process, over an in-memory link)
+
+Measures SDR write bandwidth like perftest's ib_write_bw: the client sends
+messages as SDR writes (one WRITE-with-Immediate per packet, spread over
+channels), the server posts receives, waits for each message's chunks and
+returns credits. QP information and credits travel over TCP (port 18515).
+The server's view is what counts: bandwidth is of chunks delivered.
+
+The emulated NIC runs on an AF_XDP port (-dev xsk -i IFACE, root) or a UDP
+socket (-dev udp -a ADDR). Loss injection (-loss) drops that fraction of
+packets at the server's ingress (XDP) or on the in-memory link.
+
+flags:
+`
+
+// writeBWParams are the test parameters the client sends the server.
+type writeBWParams struct {
+	Size       int     `json:"size"`
+	Iterations int     `json:"iterations"`
+	Warmup     int     `json:"warmup"`
+	MTU        int     `json:"mtu"`
+	ChunkSize  int     `json:"chunk_size"`
+	Channels   int     `json:"channels"`
+	InFlight   int     `json:"in_flight"`
+	RC         bool    `json:"rc"`
+	Loss       float64 `json:"loss"`
+	RateGbps   float64 `json:"rate_gbps"`
+	Timeout    string  `json:"message_timeout"`
+}
+
+// writeBWResult is what the server measured.
+type writeBWResult struct {
+	Bytes           int     `json:"bytes"`
+	Iterations      int     `json:"iterations"`
+	BWPeakGbps      float64 `json:"bw_peak_gbps"`
+	BWAverageGbps   float64 `json:"bw_average_gbps"`
+	MsgRateMpps     float64 `json:"msg_rate_mpps"`
+	PacketRateMpps  float64 `json:"packet_rate_mpps"`
+	ChunksDelivered int     `json:"chunks_delivered"`
+	ChunksTotal     int     `json:"chunks_total"`
+	Complete        int     `json:"messages_complete"`
+	ElapsedSeconds  float64 `json:"elapsed_seconds"`
+	Device          string  `json:"device"`
+	Transport       string  `json:"transport"`
+	writeBWParams
+}
+
+type writeBWFlags struct {
+	params   writeBWParams
+	dev      string
+	iface    string
+	addr     string
+	port     int
+	loopback bool
+	json     bool
+}
+
+func runWriteBW(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sdr write-bw", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f writeBWFlags
+	p := &f.params
+	fs.IntVar(&p.Size, "s", 65536, "message `size` in bytes")
+	fs.IntVar(&p.Iterations, "n", 1000, "measured `iterations`")
+	fs.IntVar(&p.Warmup, "w", 100, "warm-up `messages` before measuring")
+	fs.IntVar(&p.MTU, "m", 1024, "path `MTU`: 256..4096")
+	fs.IntVar(&p.ChunkSize, "c", 0, "chunk `size` in bytes (default 64 MTUs)")
+	fs.IntVar(&p.Channels, "C", 4, "`channels` (transport QPs per generation)")
+	fs.IntVar(&p.InFlight, "q", 16, "messages in `flight` (receive slots, a power of two)")
+	fs.BoolVar(&p.RC, "rc", false, "carry packets on RC channel QPs (the NIC-reliability baseline) instead of UC")
+	fs.Float64Var(&p.Loss, "loss", 0, "drop this `fraction` of packets at the server's ingress")
+	fs.Float64Var(&p.RateGbps, "rate", 0, "pace the client to this many `Gbit/s` (all channels; 0: unpaced)")
+	fs.StringVar(&p.Timeout, "timeout", "", "give up on a message after this long without progress (default 50ms with loss, 1s without)")
+	fs.StringVar(&f.dev, "dev", "udp", "emulated NIC port: `xsk` or udp")
+	fs.StringVar(&f.iface, "i", "", "network `interface` for -dev xsk")
+	fs.StringVar(&f.addr, "a", "", "local IP `address` for -dev udp (default: the interface's, or 127.0.0.1)")
+	fs.IntVar(&f.port, "p", sdr.DefaultBootstrapPort, "TCP `port` for the bootstrap")
+	fs.BoolVar(&f.loopback, "loopback", false, "run server and client in this process over an in-memory link")
+	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, writeBWUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if p.ChunkSize == 0 {
+		p.ChunkSize = 64 * p.MTU
+	}
+	if p.Size <= 0 || p.Iterations <= 0 || p.Warmup < 0 || p.Loss < 0 || p.Loss >= 1 || fs.NArg() > 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	var res *writeBWResult
+	var err error
+	switch {
+	case f.loopback:
+		res, err = writeBWLoopback(&f)
+	case fs.NArg() == 1:
+		res, err = writeBWClient(&f, fs.Arg(0))
+	default:
+		res, err = writeBWServer(&f)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sdr write-bw: %v\n", err)
+		return exitFault
+	}
+	printWriteBW(stdout, &f, res)
+	return exitOK
+}
+
+// openDevice opens this side's emulated NIC as f describes.
+func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
+	switch f.dev {
+	case "xsk":
+		if f.iface == "" {
+			return nil, "", fmt.Errorf("-dev xsk needs -i IFACE: %w", errUsage)
+		}
+		iface, err := net.InterfaceByName(f.iface)
+		if err != nil {
+			return nil, "", err
+		}
+		gid, err := interfaceIPv4(iface)
+		if err != nil {
+			return nil, "", err
+		}
+		loss := 0.0
+		if server {
+			loss = f.params.Loss
+		}
+		port, err := xsk.NewPort(xsk.PortConfig{Interface: f.iface, DropProbability: loss})
+		if err != nil {
+			return nil, "", err
+		}
+		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr)})
+		return dev, fmt.Sprintf("emunic/xsk on %s (%v)", f.iface, gid), err
+	case "udp":
+		if server && f.params.Loss > 0 {
+			return nil, "", fmt.Errorf("-loss needs -dev xsk or -loopback: %w", errUsage)
+		}
+		addr := f.addr
+		if addr == "" && f.iface != "" {
+			iface, err := net.InterfaceByName(f.iface)
+			if err != nil {
+				return nil, "", err
+			}
+			gid, err := interfaceIPv4(iface)
+			if err != nil {
+				return nil, "", err
+			}
+			addr = gid.String()
+		}
+		if addr == "" {
+			addr = "127.0.0.1"
+		}
+		gid, err := netip.ParseAddr(addr)
+		if err != nil {
+			return nil, "", fmt.Errorf("-a %q: %w", addr, err)
+		}
+		port, err := emunic.NewUDPPort(gid)
+		if err != nil {
+			return nil, "", err
+		}
+		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid})
+		return dev, fmt.Sprintf("emunic/udp on %v", gid), err
+	}
+	return nil, "", fmt.Errorf("-dev %q: want xsk or udp: %w", f.dev, errUsage)
+}
+
+var errUsage = errors.New("usage")
+
+func interfaceIPv4(iface *net.Interface) (netip.Addr, error) {
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+				return ip.Unmap(), nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", iface.Name)
+}
+
+func (p *writeBWParams) qpAttr(send bool) sdr.QPAttr {
+	slots := p.InFlight
+	return sdr.QPAttr{MTU: p.MTU, ChunkSize: p.ChunkSize, MaxMessages: slots,
+		MaxInFlightBytes: slots * ((p.Size + p.MTU - 1) / p.MTU * p.MTU), Send: send, Recv: !send,
+		RateLimit: p.RateGbps * 1e9 / float64(max(1, p.Channels))}
+}
+
+func (p *writeBWParams) messageTimeout() (time.Duration, error) {
+	if p.Timeout != "" {
+		return time.ParseDuration(p.Timeout)
+	}
+	if p.Loss > 0 {
+		return 50 * time.Millisecond, nil
+	}
+	return time.Second, nil
+}
+
+func writeBWServer(f *writeBWFlags) (*writeBWResult, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(f.port)))
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	conn, err := ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	bs := sdr.NewBootstrap(conn)
+	defer bs.Close()
+	if err := bs.RecvJSON(&f.params); err != nil {
+		return nil, err
+	}
+	dev, desc, err := openDevice(f, true)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	return serveWriteBW(bs, sdrnic.New(dev, sdrnic.Options{RC: f.params.RC}), &f.params, desc)
+}
+
+func writeBWClient(f *writeBWFlags, server string) (*writeBWResult, error) {
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(server, strconv.Itoa(f.port)), 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	bs := sdr.NewBootstrap(conn)
+	defer bs.Close()
+	if err := bs.SendJSON(&f.params); err != nil {
+		return nil, err
+	}
+	dev, _, err := openDevice(f, false)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	return clientWriteBW(bs, sdrnic.New(dev, sdrnic.Options{RC: f.params.RC}), &f.params)
+}
+
+// writeBWLoopback runs both sides over an in-memory link, the bootstrap
+// over TCP on the loopback interface.
+func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
+	var hook emunic.LinkHook
+	if f.params.Loss > 0 {
+		hook = emunic.NewRandomLink(emunic.LinkConfig{Loss: f.params.Loss, Seed: 1})
+	}
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: hook})
+	client, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	server, err := emunic.NewDevice(emunic.Config{Port: pb, GID: netip.MustParseAddr("10.0.0.2"), MAC: [6]byte{2, 0, 0, 0, 0, 2}})
+	if err != nil {
+		return nil, err
+	}
+	defer server.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	var serverErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			serverErr = err
+			return
+		}
+		bs := sdr.NewBootstrap(conn)
+		defer bs.Close()
+		var p writeBWParams
+		if serverErr = bs.RecvJSON(&p); serverErr == nil {
+			_, serverErr = serveWriteBW(bs, sdrnic.New(server, sdrnic.Options{RC: p.RC}), &p, "emunic/pipe (in-memory)")
+		}
+	})
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	bs := sdr.NewBootstrap(conn)
+	defer bs.Close()
+	if err := bs.SendJSON(&f.params); err != nil {
+		return nil, err
+	}
+	res, err := clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
+	wg.Wait()
+	return res, errors.Join(err, serverErr)
+}
+
+// credit is the server's message returning receive credits, or carrying
+// the final result.
+type credit struct {
+	Credits int            `json:"credits,omitempty"`
+	Result  *writeBWResult `json:"result,omitempty"`
+}
+
+func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc string) (*writeBWResult, error) {
+	timeout, err := p.messageTimeout()
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Close()
+	qp, err := ctx.NewQP(p.qpAttr(false))
+	if err != nil {
+		return nil, err
+	}
+	if err := bs.ConnectQP(qp); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, p.InFlight*p.Size)
+	mr, err := ctx.RegisterMemory(buf)
+	if err != nil {
+		return nil, err
+	}
+	total := p.Warmup + p.Iterations
+	handles := make([]*sdr.RecvHandle, 0, total)
+	post := func(i int) error {
+		h, err := qp.PostRecv(mr, i%p.InFlight*p.Size, p.Size)
+		if err == nil {
+			handles = append(handles, h)
+		}
+		return err
+	}
+	for i := range min(p.InFlight, total) {
+		if err := post(i); err != nil {
+			return nil, err
+		}
+	}
+	if err := bs.SendJSON(credit{Credits: min(p.InFlight, total)}); err != nil {
+		return nil, err
+	}
+	res := &writeBWResult{writeBWParams: *p, Bytes: p.Size, Iterations: p.Iterations, Device: desc, Transport: transportName(p)}
+	// The peak is the best rate over windows of at least peakWindow.
+	const peakWindow = 10 * time.Millisecond
+	var start time.Time
+	windowStart, windowBytes := time.Time{}, 0
+	for i := range total {
+		h := handles[i]
+		last := time.Now()
+		for !h.Done() {
+			before := h.CompleteChunks()
+			wctx, cancel := context.WithTimeout(context.Background(), timeout)
+			h.Wait(wctx)
+			cancel()
+			if h.CompleteChunks() > before {
+				last = time.Now()
+			} else if time.Since(last) >= timeout {
+				break
+			}
+		}
+		now := time.Now()
+		if i == p.Warmup {
+			start, windowStart = now, now
+		}
+		if i >= p.Warmup {
+			chunks := h.CompleteChunks()
+			res.ChunksDelivered += chunks
+			res.ChunksTotal += h.Chunks()
+			if h.Done() {
+				res.Complete++
+			}
+			windowBytes += min(p.Size, chunks*p.ChunkSize)
+			if d := now.Sub(windowStart); d >= peakWindow {
+				res.BWPeakGbps = max(res.BWPeakGbps, float64(windowBytes*8)/d.Seconds()/1e9)
+				windowStart, windowBytes = now, 0
+			}
+		}
+		if err := h.Complete(); err != nil {
+			return nil, err
+		}
+		if next := i + p.InFlight; next < total {
+			if err := post(next); err != nil {
+				return nil, err
+			}
+			if err := bs.SendJSON(credit{Credits: 1}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	delivered := float64(res.ChunksDelivered) / float64(max(1, res.ChunksTotal))
+	res.ElapsedSeconds = elapsed
+	res.BWAverageGbps = float64(p.Iterations*p.Size) * delivered * 8 / elapsed / 1e9
+	res.MsgRateMpps = float64(res.Complete) / elapsed / 1e6
+	res.PacketRateMpps = float64(p.Iterations*((p.Size+p.MTU-1)/p.MTU)) * delivered / elapsed / 1e6
+	res.BWPeakGbps = max(res.BWPeakGbps, res.BWAverageGbps)
+	if err := bs.SendJSON(credit{Result: res}); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func transportName(p *writeBWParams) string {
+	t := "UC"
+	if p.RC {
+		t = "RC"
+	}
+	return fmt.Sprintf("%s, %d channels", t, p.Channels)
+}
+
+func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*writeBWResult, error) {
+	ctx, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Close()
+	qp, err := ctx.NewQP(p.qpAttr(true))
+	if err != nil {
+		return nil, err
+	}
+	if err := bs.ConnectQP(qp); err != nil {
+		return nil, err
+	}
+	src := make([]byte, p.Size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	mr, err := ctx.RegisterMemory(src)
+	if err != nil {
+		return nil, err
+	}
+	credits := make(chan int, p.Warmup+p.Iterations+1)
+	result := make(chan *writeBWResult, 1)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			var c credit
+			if err := bs.RecvJSON(&c); err != nil {
+				readErr <- err
+				return
+			}
+			if c.Result != nil {
+				result <- c.Result
+				return
+			}
+			credits <- c.Credits
+		}
+	}()
+	have := 0
+	for i := range p.Warmup + p.Iterations {
+		for have == 0 {
+			select {
+			case n := <-credits:
+				have += n
+			case err := <-readErr:
+				return nil, err
+			}
+		}
+		have--
+		for {
+			_, err := qp.PostSend(sdr.SendRequest{MR: mr, Length: p.Size, Imm: uint32(i), HasImm: true})
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, sdr.ErrRetry) {
+				return nil, err
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	select {
+	case res := <-result:
+		return res, nil
+	case err := <-readErr:
+		return nil, err
+	}
+}
+
+func printWriteBW(w io.Writer, f *writeBWFlags, r *writeBWResult) {
+	if f.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(r)
+		return
+	}
+	line := "---------------------------------------------------------------------------------------"
+	fmt.Fprintln(w, line)
+	fmt.Fprintln(w, "                    SDR RDMA_Write BW Test")
+	fmt.Fprintf(w, " Device (server) : %s\n", r.Device)
+	fmt.Fprintf(w, " Transport       : %s\n", r.Transport)
+	fmt.Fprintf(w, " MTU             : %d[B]   Chunk: %d[B]   Messages in flight: %d\n", r.MTU, r.ChunkSize, r.InFlight)
+	fmt.Fprintf(w, " Loss injection  : %.2f%%\n", 100*r.Loss)
+	fmt.Fprintln(w, line)
+	fmt.Fprintf(w, " %-10s %-14s %-18s %-20s %-14s\n", "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]", "MsgRate[Mpps]")
+	fmt.Fprintf(w, " %-10d %-14d %-18.2f %-20.2f %-14.6f\n", r.Bytes, r.Iterations, r.BWPeakGbps, r.BWAverageGbps, r.MsgRateMpps)
+	fmt.Fprintln(w, line)
+	fmt.Fprintf(w, " Packets: %.4f Mpps   Chunks delivered: %d/%d (%.2f%%)   Complete messages: %d/%d\n",
+		r.PacketRateMpps, r.ChunksDelivered, r.ChunksTotal, 100*float64(r.ChunksDelivered)/float64(max(1, r.ChunksTotal)), r.Complete, r.Iterations)
+	fmt.Fprintln(w, line)
+}
