@@ -105,7 +105,6 @@ type qp struct {
 	psn     wire.PSN
 
 	remoteRKeys []uint32
-	next        atomic.Uint32 // round-robin start for single-packet writes
 	ctx         context.Context
 	stop        context.CancelFunc
 	workers     sync.WaitGroup
