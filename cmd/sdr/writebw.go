@@ -332,18 +332,11 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	ctx, qp, err := openSDR(bs, b, p, false)
 	if err != nil {
 		return nil, err
 	}
 	defer ctx.Close()
-	qp, err := ctx.NewQP(p.qpAttr(false))
-	if err != nil {
-		return nil, err
-	}
-	if err := bs.ConnectQP(qp); err != nil {
-		return nil, err
-	}
 	buf := make([]byte, p.InFlight*p.Size)
 	mr, err := ctx.RegisterMemory(buf)
 	if err != nil {
@@ -427,6 +420,24 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 	return res, nil
 }
 
+// openSDR opens a context on b and a sending or receiving QP connected to
+// the peer through bs. The caller closes the context.
+func openSDR(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, send bool) (*sdr.Context, *sdr.QP, error) {
+	ctx, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	if err != nil {
+		return nil, nil, err
+	}
+	qp, err := ctx.NewQP(p.qpAttr(send))
+	if err == nil {
+		err = bs.ConnectQP(qp)
+	}
+	if err != nil {
+		ctx.Close()
+		return nil, nil, err
+	}
+	return ctx, qp, nil
+}
+
 func transportName(p *writeBWParams) string {
 	t := "UC"
 	if p.RC {
@@ -436,18 +447,11 @@ func transportName(p *writeBWParams) string {
 }
 
 func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*writeBWResult, error) {
-	ctx, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	ctx, qp, err := openSDR(bs, b, p, true)
 	if err != nil {
 		return nil, err
 	}
 	defer ctx.Close()
-	qp, err := ctx.NewQP(p.qpAttr(true))
-	if err != nil {
-		return nil, err
-	}
-	if err := bs.ConnectQP(qp); err != nil {
-		return nil, err
-	}
 	src := make([]byte, p.Size)
 	for i := range src {
 		src[i] = byte(i)
