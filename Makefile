@@ -10,7 +10,7 @@ FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wi
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 
-.PHONY: demo test deps lint generate-check unit fuzz bench
+.PHONY: demo test deps lint generate-check unit fuzz bench interop
 
 # Debian packages the suite needs: tshark cross-checks the encoder; clang
 # and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
@@ -66,6 +66,13 @@ fuzz:
 	  echo "fuzz $$pkg $$t for $(FUZZTIME)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./$$pkg || exit 1; \
 	done
+
+# emunic against Linux Soft-RoCE in a Debian guest under qemu (root; the
+# guest is built once from Debian's archive into INTEROP_CACHE, ~3 min).
+INTEROP_CACHE ?= /var/cache/sdr-interop
+interop: deps
+	bash testbed/interop/build-guest.sh $(INTEROP_CACHE)
+	SDR_INTEROP=1 SDR_INTEROP_CACHE=$(INTEROP_CACHE) $(GO) test -count=1 -v -timeout 30m ./testbed/interop
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./wire

@@ -88,7 +88,7 @@ func (p *Pair) build(cfg PairConfig) error {
 	p.A = &Host{NS: p.spaces[0], IfName: "veth0", Addr: base.Next()}
 	p.B = &Host{NS: p.spaces[1], IfName: "veth0", Addr: base.Next().Next()}
 	if !cfg.Switched {
-		if err := addVeth(p.A.NS, p.A.IfName, p.B.NS, p.B.IfName, cfg.MTU); err != nil {
+		if err := AddVeth(p.A.NS, p.A.IfName, p.B.NS, p.B.IfName, cfg.MTU); err != nil {
 			return err
 		}
 	} else {
@@ -106,7 +106,7 @@ func (p *Pair) build(cfg PairConfig) error {
 			host *Host
 			port string
 		}{{p.A, "to-a"}, {p.B, "to-b"}} {
-			if err := addVeth(p.WAN, side.port, side.host.NS, side.host.IfName, cfg.MTU); err != nil {
+			if err := AddVeth(p.WAN, side.port, side.host.NS, side.host.IfName, cfg.MTU); err != nil {
 				return err
 			}
 			l, err := h.LinkByName(side.port)
@@ -132,8 +132,9 @@ func (p *Pair) build(cfg PairConfig) error {
 	return nil
 }
 
-// addVeth creates a veth pair with end nameA in nsA and nameB in nsB.
-func addVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int) error {
+// AddVeth creates a veth pair with end nameA in nsA and nameB in nsB,
+// one RX and one TX queue each, both at mtu and down.
+func AddVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int) error {
 	hA, err := nsA.Handle()
 	if err != nil {
 		return err

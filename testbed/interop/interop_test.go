@@ -1,0 +1,205 @@
+package interop
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+func TestMain(m *testing.M) { os.Exit(testbed.RunChecked(m)) }
+
+// env is one booted guest and an emunic device next to it.
+type env struct {
+	net     *Network
+	guest   *Guest
+	dev     *emunic.Device
+	port    *xsk.Port
+	capture string
+	stopCap func()
+}
+
+// setup builds the network, starts a capture on the bridge, opens the
+// emunic device on an AF_XDP port and boots the guest. The interop suite
+// runs only through `make interop` (SDR_INTEROP=1), which builds the guest
+// first; once asked for, every failing step fails the test.
+func setup(t *testing.T) *env {
+	t.Helper()
+	if os.Getenv("SDR_INTEROP") == "" {
+		t.Skip("interop with Linux Soft-RoCE runs with `make interop` (SDR_INTEROP=1): it boots a Debian guest under qemu")
+	}
+	privileged.Require(t)
+	cache := os.Getenv("SDR_INTEROP_CACHE")
+	if cache == "" {
+		cache = "/var/cache/sdr-interop"
+	}
+	for _, f := range []string{"vmlinuz", "initrd.img", "root.img"} {
+		if _, err := os.Stat(filepath.Join(cache, f)); err != nil {
+			t.Fatalf("guest not built (run testbed/interop/build-guest.sh %s): %v", cache, err)
+		}
+	}
+	e := &env{}
+	var err error
+	if e.net, err = NewNetwork(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.net.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	e.capture = filepath.Join(t.TempDir(), "bridge.pcap")
+	e.stopCap = startCapture(t, e.net, e.capture)
+	if err := e.net.Host.NS.Do(func() (err error) {
+		e.port, err = xsk.NewPort(xsk.PortConfig{Interface: e.net.Host.IfName})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if e.dev, err = emunic.NewDevice(emunic.Config{Port: e.port, GID: e.net.Host.Addr, MAC: e.net.Host.MAC}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.dev.Close() })
+	console, err := os.Create(filepath.Join(t.TempDir(), "console.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	e.guest, err = BootGuest(GuestConfig{Cache: cache, Netns: e.net.QEMU.Name, Tap: e.net.Tap,
+		Addr: e.net.GuestPrefix, MAC: e.net.GuestMAC, Console: console}, 120*time.Second)
+	if err != nil {
+		out, _ := os.ReadFile(console.Name())
+		t.Fatalf("%v\nconsole:\n%s", err, out)
+	}
+	t.Logf("guest booted in %v", time.Since(start).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		if err := e.guest.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return e
+}
+
+// startCapture runs tcpdump on the bridge, where both directions pass.
+func startCapture(t *testing.T, n *Network, path string) func() {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", n.QEMU.Name, "tcpdump", "-i", n.Bridge, "-U", "-n", "-w", path, "udp", "port", "4791")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "listening on") {
+				close(ready)
+				io.Copy(io.Discard, stderr)
+				return
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("tcpdump did not start")
+	}
+	var once bool
+	stop := func() {
+		if once {
+			return
+		}
+		once = true
+		time.Sleep(200 * time.Millisecond)
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// checkCapture expects RoCEv2 packets, all well-formed with good ICRCs.
+func checkCapture(t *testing.T, path string) int {
+	t.Helper()
+	packets, err := wire.ReadPcapFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p wire.Packet
+	n := 0
+	for i, c := range packets {
+		err := p.DecodeCaptured(c.LinkType, c.Data)
+		if errors.Is(err, wire.ErrNotRoCE) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("packet %d: %v", i+1, err)
+			continue
+		}
+		if !p.ICRCValid() {
+			t.Errorf("packet %d (%v): bad ICRC", i+1, p.Opcode())
+		}
+		n++
+	}
+	return n
+}
+
+// TestPingPong runs ibv_{rc,uc,ud}_pingpong in the guest against emunic,
+// with the guest as server and as client, data validated on both sides.
+func TestPingPong(t *testing.T) {
+	e := setup(t)
+	var peerMAC [6]byte
+	fmt.Sscanf(e.net.GuestMAC, "%x:%x:%x:%x:%x:%x", &peerMAC[0], &peerMAC[1], &peerMAC[2], &peerMAC[3], &peerMAC[4], &peerMAC[5])
+	for _, c := range []struct {
+		typ  emunic.QPType
+		tool string
+		size int
+	}{{emunic.RC, "ibv_rc_pingpong", 3000}, {emunic.UC, "ibv_uc_pingpong", 3000}, {emunic.UD, "ibv_ud_pingpong", 512}} {
+		for _, guestServer := range []bool{true, false} {
+			name := fmt.Sprintf("%s/guest-server=%v", c.tool, guestServer)
+			pp := &PingPong{Type: c.typ, Size: c.size, Iters: 5, MTU: 1024, Peer: e.net.GuestAddr, PeerMAC: peerMAC,
+				Server: !guestServer, Validate: true}
+			cmd := fmt.Sprintf("%s -d rxe0 -g 1 -s %d -n %d -c", c.tool, c.size, pp.Iters)
+			if c.typ != emunic.UD { // ibv_ud_pingpong has no -m: UD uses the port's MTU
+				cmd += " -m 1024"
+			}
+			if !guestServer {
+				cmd += " " + e.net.Host.Addr.String()
+			}
+			ours := make(chan error, 1)
+			go func() {
+				ours <- e.net.Host.NS.Do(func() error { return pp.Run(e.dev, 60*time.Second) })
+			}()
+			if !guestServer {
+				time.Sleep(300 * time.Millisecond) // our server listens first
+			}
+			out, code, err := e.guest.Run(cmd, 90*time.Second)
+			if err != nil || code != 0 {
+				t.Errorf("%s: guest exit %d, %v\n%s", name, code, err, out)
+			}
+			if err := <-ours; err != nil {
+				t.Errorf("%s: emunic side: %v", name, err)
+			}
+			if !strings.Contains(out, fmt.Sprintf("%d iters in", pp.Iters)) {
+				t.Errorf("%s: guest did not finish:\n%s", name, out)
+			}
+		}
+	}
+	e.stopCap()
+	if n := checkCapture(t, e.capture); n < 3*2*2*5 {
+		t.Errorf("%d RoCEv2 packets captured", n)
+	}
+}
