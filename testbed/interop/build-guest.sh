@@ -12,7 +12,7 @@ if [ -f "$out/root.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ] &
 	exit 0
 fi
 need=""
-for p in qemu-system-x86 debootstrap e2fsprogs; do dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"; done
+for p in qemu-system-x86 debootstrap e2fsprogs gcc libibverbs-dev; do dpkg -s "$p" >/dev/null 2>&1 || need="$need $p"; done
 if [ -n "$need" ]; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need >/dev/null

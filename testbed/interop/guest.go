@@ -87,6 +87,11 @@ func BootGuest(cfg GuestConfig, timeout time.Duration) (*Guest, error) {
 	}
 }
 
+// CopyIn puts a file into the spool; the guest sees it as /spool/name.
+func (g *Guest) CopyIn(name string, data []byte, mode os.FileMode) error {
+	return os.WriteFile(filepath.Join(g.spool, name), data, mode)
+}
+
 // Command is a script running in the guest.
 type Command struct {
 	g *Guest

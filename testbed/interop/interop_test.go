@@ -161,8 +161,7 @@ func checkCapture(t *testing.T, path string) int {
 // with the guest as server and as client, data validated on both sides.
 func TestPingPong(t *testing.T) {
 	e := setup(t)
-	var peerMAC [6]byte
-	fmt.Sscanf(e.net.GuestMAC, "%x:%x:%x:%x:%x:%x", &peerMAC[0], &peerMAC[1], &peerMAC[2], &peerMAC[3], &peerMAC[4], &peerMAC[5])
+	peerMAC := guestMAC(e.net)
 	for _, c := range []struct {
 		typ  emunic.QPType
 		tool string
@@ -179,27 +178,82 @@ func TestPingPong(t *testing.T) {
 			if !guestServer {
 				cmd += " " + e.net.Host.Addr.String()
 			}
-			ours := make(chan error, 1)
-			go func() {
-				ours <- e.net.Host.NS.Do(func() error { return pp.Run(e.dev, 60*time.Second) })
-			}()
-			if !guestServer {
-				time.Sleep(300 * time.Millisecond) // our server listens first
-			}
-			out, code, err := e.guest.Run(cmd, 90*time.Second)
-			if err != nil || code != 0 {
-				t.Errorf("%s: guest exit %d, %v\n%s", name, code, err, out)
-			}
-			if err := <-ours; err != nil {
-				t.Errorf("%s: emunic side: %v", name, err)
-			}
-			if !strings.Contains(out, fmt.Sprintf("%d iters in", pp.Iters)) {
-				t.Errorf("%s: guest did not finish:\n%s", name, out)
-			}
+			runBoth(t, e, name, cmd, guestServer, func() error { return pp.Run(e.dev, 60*time.Second) })
 		}
 	}
 	e.stopCap()
 	if n := checkCapture(t, e.capture); n < 3*2*2*5 {
+		t.Errorf("%d RoCEv2 packets captured", n)
+	}
+}
+
+// buildVerbs compiles verbs/sdr_verbs.c against the host's libibverbs-dev
+// (the guest runs the same Debian release) and copies it into the guest.
+func buildVerbs(t *testing.T, g *Guest) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sdr_verbs")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-o", bin, "verbs/sdr_verbs.c", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("build sdr_verbs: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CopyIn("sdr_verbs", data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func guestMAC(n *Network) [6]byte {
+	var mac [6]byte
+	fmt.Sscanf(n.GuestMAC, "%x:%x:%x:%x:%x:%x", &mac[0], &mac[1], &mac[2], &mac[3], &mac[4], &mac[5])
+	return mac
+}
+
+// runBoth runs the guest's command and emunic's side together and reports
+// failures of either.
+func runBoth(t *testing.T, e *env, name, guestCmd string, guestFirst bool, ours func() error) {
+	t.Helper()
+	result := make(chan error, 1)
+	go func() { result <- e.net.Host.NS.Do(ours) }()
+	if !guestFirst {
+		time.Sleep(300 * time.Millisecond) // our server listens first
+	}
+	out, code, err := e.guest.Run(guestCmd, 90*time.Second)
+	if err != nil || code != 0 {
+		stats, _, _ := e.guest.Run("rdma statistic show link rxe0/1", 10*time.Second)
+		t.Errorf("%s: guest exit %d, %v\n%s\nguest rxe counters: %s", name, code, err, out, stats)
+	}
+	if err := <-result; err != nil {
+		t.Errorf("%s: emunic side: %v", name, err)
+	}
+}
+
+// TestVerbsOperations runs RDMA WRITE, WRITE-with-Imm, READ (RC), SEND and
+// SEND-with-Imm between sdr_verbs in the guest and emunic, on RC and UC,
+// each side active in turn, checking data and immediates on both sides.
+func TestVerbsOperations(t *testing.T) {
+	e := setup(t)
+	buildVerbs(t, e.guest)
+	for _, typ := range []emunic.QPType{emunic.RC, emunic.UC} {
+		for _, op := range []string{"write", "write_imm", "read", "send", "send_imm"} {
+			if op == "read" && typ == emunic.UC {
+				continue
+			}
+			for _, guestActive := range []bool{true, false} {
+				v := &Verbs{Type: typ, Op: op, Size: 3000, Iters: 4, MTU: 1024, Peer: e.net.GuestAddr,
+					PeerMAC: guestMAC(e.net), Active: !guestActive}
+				cmd := fmt.Sprintf("/spool/sdr_verbs -t %s -o %s -s %d -n %d", strings.ToLower(typ.String()), op, v.Size, v.Iters)
+				if guestActive {
+					cmd += " " + e.net.Host.Addr.String()
+				}
+				runBoth(t, e, fmt.Sprintf("%v %s guest-active=%v", typ, op, guestActive), cmd, !guestActive,
+					func() error { return v.Run(e.dev, 60*time.Second) })
+			}
+		}
+	}
+	e.stopCap()
+	if n := checkCapture(t, e.capture); n < 18*4*3 {
 		t.Errorf("%d RoCEv2 packets captured", n)
 	}
 }
