@@ -36,7 +36,9 @@ type PairConfig struct {
 type Pair struct {
 	A, B *Host
 	// WAN is the middle namespace of a switched pair (nil otherwise) and
-	// WANIf the bridge in it that every frame crosses.
+	// WANIf the bridge port toward host A in it, which every frame between
+	// the hosts crosses: capture there (a capture on the bridge device
+	// misses the unicast frames it forwards between ports).
 	WAN   *Namespace
 	WANIf string
 
@@ -92,13 +94,13 @@ func (p *Pair) build(cfg PairConfig) error {
 			return err
 		}
 	} else {
-		p.WAN, p.WANIf = p.spaces[2], "br0"
+		p.WAN, p.WANIf = p.spaces[2], "to-a"
 		h, err := p.WAN.Handle()
 		if err != nil {
 			return err
 		}
 		defer h.Close()
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: p.WANIf, MTU: cfg.MTU}}
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", MTU: cfg.MTU}}
 		if err := h.LinkAdd(br); err != nil {
 			return fmt.Errorf("testbed: add bridge: %w", err)
 		}

@@ -105,6 +105,7 @@ type qp struct {
 	psn     wire.PSN
 
 	remoteRKeys []uint32
+	remoteBases []uint64
 	ctx         context.Context
 	stop        context.CancelFunc
 	workers     sync.WaitGroup
@@ -176,12 +177,18 @@ func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 	return q, nil
 }
 
-// info is the endpoint description exchanged by Info and Connect.
-type info struct {
+// Info is the endpoint description that Info returns and Connect takes,
+// as JSON. Tools that connect an SDR QP to a peer that is not sdrnic (a
+// plain verbs program) translate to and from it.
+type Info struct {
 	GID         netip.Addr `json:"gid"`
 	MAC         [6]byte    `json:"mac"`
 	QPNs        [][]uint32 `json:"qpns"`       // [generation][channel]
 	RootRKeys   []uint32   `json:"root_rkeys"` // per generation
+	// RootBases are the virtual addresses of slot 0 per generation: 0 for
+	// emunic's zero-based indirect MRs; a plain verbs peer (no indirect
+	// MR) gives its region's address.
+	RootBases []uint64 `json:"root_bases,omitempty"`
 	PSN         wire.PSN   `json:"psn"`
 	MTU         int        `json:"mtu"`
 	MaxMessages int        `json:"max_messages"`
@@ -190,7 +197,7 @@ type info struct {
 }
 
 func (q *qp) Info() ([]byte, error) {
-	in := info{GID: q.d.dev.GID(), MAC: q.d.dev.MAC(), PSN: q.psn, MTU: q.attr.MTU,
+	in := Info{GID: q.d.dev.GID(), MAC: q.d.dev.MAC(), PSN: q.psn, MTU: q.attr.MTU,
 		MaxMessages: q.attr.MaxMessages, SlotSize: q.attr.SlotSize, Layout: q.attr.Layout.String()}
 	for g, row := range q.chans {
 		var qpns []uint32
@@ -204,7 +211,7 @@ func (q *qp) Info() ([]byte, error) {
 }
 
 func (q *qp) Connect(remote []byte) error {
-	var in info
+	var in Info
 	if err := json.Unmarshal(remote, &in); err != nil {
 		return fmt.Errorf("sdrnic: connect: peer info: %w", err)
 	}
@@ -226,7 +233,15 @@ func (q *qp) Connect(remote []byte) error {
 			}
 		}
 	}
+	if len(in.RootRKeys) != len(q.chans) || in.RootBases != nil && len(in.RootBases) != len(q.chans) {
+		return fmt.Errorf("sdrnic: connect: %d root keys and %d bases for %d generations: %w",
+			len(in.RootRKeys), len(in.RootBases), len(q.chans), emunic.ErrInvalidArgument)
+	}
 	q.remoteRKeys = in.RootRKeys
+	q.remoteBases = in.RootBases
+	if q.remoteBases == nil {
+		q.remoteBases = make([]uint64, len(in.RootRKeys))
+	}
 	return nil
 }
 
@@ -316,7 +331,7 @@ func (q *qp) Write(w *backend.Write) error {
 	m, _ := w.Mem.(memory)
 	layout, mtu := q.attr.Layout, q.attr.MTU
 	row := q.chans[w.Gen]
-	base := uint64(w.Slot) * uint64(q.attr.SlotSize)
+	base := q.remoteBases[w.Gen] + uint64(w.Slot)*uint64(q.attr.SlotSize)
 	wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RKey: q.remoteRKeys[w.Gen]}
 	sge := make([]emunic.SGE, 1)
 	q.sendMu.Lock()

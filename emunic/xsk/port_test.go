@@ -223,7 +223,10 @@ func startTcpdump(t *testing.T, pair *testbed.Pair, path string) (stop func()) {
 		t.Fatal("tcpdump did not start")
 	}
 	return func() {
-		time.Sleep(200 * time.Millisecond)
+		// tcpdump reads the kernel's capture ring behind the traffic; on a
+		// busy machine (qemu under TCG) it lags, and it drops what it has
+		// not read when interrupted.
+		time.Sleep(time.Second)
 		cmd.Process.Signal(interruptSignal)
 		cmd.Wait()
 	}

@@ -19,7 +19,9 @@ type Network struct {
 	QEMU   *testbed.Namespace
 	Tap    string
 	Bridge string
-	Host   *testbed.Host
+	// HostPort is the bridge port toward the emunic host: capture there.
+	HostPort string
+	Host     *testbed.Host
 	// GuestAddr is the guest's address, GuestPrefix it with its prefix.
 	GuestAddr   netip.Addr
 	GuestPrefix string
@@ -29,7 +31,7 @@ type Network struct {
 // NewNetwork builds the topology (10.77.0.2 guest, 10.77.0.3 emunic, as in
 // the rxe captures). The caller must Close it.
 func NewNetwork() (*Network, error) {
-	n := &Network{Tap: "tap0", Bridge: "br0", GuestAddr: netip.MustParseAddr("10.77.0.2"),
+	n := &Network{Tap: "tap0", Bridge: "br0", HostPort: "to-emunic", GuestAddr: netip.MustParseAddr("10.77.0.2"),
 		GuestPrefix: "10.77.0.2/24", GuestMAC: "52:54:00:77:00:02"}
 	err := n.build()
 	if err != nil {
@@ -65,10 +67,10 @@ func (n *Network) build() error {
 	}); err != nil {
 		return fmt.Errorf("interop: tap: %w", err)
 	}
-	if err := testbed.AddVeth(n.QEMU, "to-emunic", ns, "veth0", 1500); err != nil {
+	if err := testbed.AddVeth(n.QEMU, n.HostPort, ns, "veth0", 1500); err != nil {
 		return err
 	}
-	for _, name := range []string{n.Tap, "to-emunic"} {
+	for _, name := range []string{n.Tap, n.HostPort} {
 		l, err := h.LinkByName(name)
 		if err == nil {
 			err = h.LinkSetMaster(l, br)

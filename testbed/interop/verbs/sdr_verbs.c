@@ -123,10 +123,215 @@ static int check_pattern(const unsigned char *buf, int size) {
 	return 0;
 }
 
+// ---- SDR mode (-o sdr_send / sdr_recv) ----
+// An SDR message exactly as the SDK sends it on hardware (DESIGN.md §3):
+// one UC WRITE-Only-with-Imm per MTU packet, packet k on channel k % C,
+// VA = region + slot·SLOT + k·MTU, immediate msg_id(10) | pkt_offset(18) |
+// nibble(4) where nibble = bits 4(k%8).. of the user immediate. One
+// generation. The exchange is one text line each way:
+// "SDR qpns=Q0,Q1,... psn=P rkey=K va=V gid=G".
+
+#define MAX_CH 16
+
+static int read_line(int fd, char *buf, int n) {
+	for (int i = 0; i < n - 1; i++) {
+		if (read(fd, buf + i, 1) != 1)
+			return -1;
+		if (buf[i] == '\n') {
+			buf[i] = 0;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+struct sdr_dest {
+	unsigned qpn[MAX_CH], psn, rkey;
+	int nqp;
+	unsigned long long va;
+	union ibv_gid gid;
+};
+
+static void sdr_line(const struct sdr_dest *d, char *line, int n) {
+	int o = snprintf(line, n, "SDR qpns=");
+	for (int c = 0; c < d->nqp; c++)
+		o += snprintf(line + o, n - o, "%s%x", c ? "," : "", d->qpn[c]);
+	char gid[33];
+	for (int i = 0; i < 16; i++)
+		sprintf(gid + 2 * i, "%02x", d->gid.raw[i]);
+	snprintf(line + o, n - o, " psn=%x rkey=%x va=%llx gid=%s\n", d->psn, d->rkey, d->va, gid);
+}
+
+static int parse_sdr_line(const char *line, struct sdr_dest *d) {
+	char qpns[512], gid[33];
+	if (sscanf(line, "SDR qpns=%511s psn=%x rkey=%x va=%llx gid=%32s", qpns, &d->psn, &d->rkey, &d->va, gid) != 5)
+		return -1;
+	d->nqp = 0;
+	for (char *t = strtok(qpns, ","); t && d->nqp < MAX_CH; t = strtok(NULL, ","))
+		d->qpn[d->nqp++] = strtoul(t, NULL, 16);
+	for (int i = 0; i < 16; i++) {
+		unsigned b;
+		sscanf(gid + 2 * i, "%2x", &b);
+		d->gid.raw[i] = b;
+	}
+	return 0;
+}
+
+static int run_sdr(struct ibv_context *ctx, const char *server, int send, int channels, int size, int msgs, unsigned imm,
+                   int gidx, int mtu, int port) {
+	int slots = 4, pkts = (size + mtu - 1) / mtu;
+	long slot = (long)pkts * mtu, region_len = slots * slot;
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, pkts * msgs + 64, NULL, NULL, 0);
+	unsigned char *region = aligned_alloc(4096, (region_len + 4095) / 4096 * 4096);
+	memset(region, 0, region_len);
+	if (send)
+		for (long i = 0; i < size; i++)
+			region[i] = (unsigned char)(i * 7 + 3);
+	struct ibv_mr *mr = ibv_reg_mr(pd, region, region_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!pd || !cq || !mr)
+		die("sdr resources");
+	struct sdr_dest local = {.nqp = channels, .rkey = mr->rkey, .va = (uintptr_t)region}, remote;
+	struct ibv_qp *qps[MAX_CH];
+	srand48(getpid() * time(NULL));
+	local.psn = lrand48() & 0xffffff;
+	if (ibv_query_gid(ctx, 1, gidx, &local.gid))
+		die("query gid");
+	int per_qp = (pkts * msgs) / channels + 64;
+	for (int c = 0; c < channels; c++) {
+		struct ibv_qp_init_attr qia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UC,
+			.cap = {.max_send_wr = 256, .max_recv_wr = per_qp, .max_send_sge = 1, .max_recv_sge = 1}};
+		qps[c] = ibv_create_qp(pd, &qia);
+		if (!qps[c])
+			die("create qp");
+		struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+		if (ibv_modify_qp(qps[c], &ia, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+			die("qp init");
+		local.qpn[c] = qps[c]->qp_num;
+		if (!send)
+			for (int i = 0; i < per_qp; i++) {
+				struct ibv_recv_wr wr = {.wr_id = c}, *bad;
+				if (ibv_post_recv(qps[c], &wr, &bad))
+					die("post recv");
+			}
+	}
+	char line[1024];
+	int fd;
+	struct dest l1 = {.psn = local.psn}, r1;
+	if (server) {
+		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+		char p[8];
+		snprintf(p, sizeof p, "%d", port);
+		if (getaddrinfo(server, p, &hints, &res))
+			die("resolve server");
+		fd = socket(res->ai_family, SOCK_STREAM, 0);
+		for (int tries = 0; connect(fd, res->ai_addr, res->ai_addrlen); tries++) {
+			if (tries > 100)
+				die("connect");
+			usleep(100000);
+		}
+		sdr_line(&local, line, sizeof line);
+		if (write(fd, line, strlen(line)) != (int)strlen(line) || read_line(fd, line, sizeof line) || parse_sdr_line(line, &remote))
+			die("sdr exchange");
+	} else {
+		int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+		setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+		struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+		if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1))
+			die("listen");
+		fd = accept(ls, NULL, NULL);
+		if (fd < 0 || read_line(fd, line, sizeof line) || parse_sdr_line(line, &remote))
+			die("sdr exchange");
+	}
+	if (remote.nqp != channels) {
+		fprintf(stderr, "peer has %d channels, we %d\n", remote.nqp, channels);
+		return 1;
+	}
+	for (int c = 0; c < channels; c++) {
+		l1.psn = local.psn;
+		r1.qpn = remote.qpn[c];
+		r1.psn = remote.psn;
+		r1.gid = remote.gid;
+		if (connect_qp(qps[c], 1, mtu, gidx, &l1, &r1))
+			die("connect qp");
+	}
+	if (!server) {
+		sdr_line(&local, line, sizeof line);
+		if (write(fd, line, strlen(line)) != (int)strlen(line))
+			die("sdr exchange");
+	}
+	printf("SDR %s channels=%d msgs=%d size=%d pkts/msg=%d imm=0x%08x\n", send ? "send" : "recv", channels, msgs, size, pkts, imm);
+	int bad = 0;
+	if (send) {
+		int outstanding = 0;
+		for (int m = 0; m < msgs; m++) {
+			int s = m % slots;
+			for (int k = 0; k < pkts; k++) {
+				int c = k % channels, len = k == pkts - 1 ? size - k * mtu : mtu;
+				struct ibv_sge sge = {.addr = (uintptr_t)region + (long)k * mtu, .length = len, .lkey = mr->lkey};
+				struct ibv_send_wr wr = {.wr_id = k, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+					.send_flags = IBV_SEND_SIGNALED}, *badwr;
+				unsigned nib = (imm >> (4 * (k % 8))) & 0xf;
+				wr.imm_data = htonl((unsigned)(m & 0x3ff) << 22 | (unsigned)k << 4 | nib);
+				wr.wr.rdma.remote_addr = remote.va + s * slot + (long)k * mtu;
+				wr.wr.rdma.rkey = remote.rkey;
+				if (ibv_post_send(qps[c], &wr, &badwr))
+					die("post send");
+				if (++outstanding >= 64) {
+					struct ibv_wc wc = wait_one(cq);
+					bad |= wc.status != IBV_WC_SUCCESS;
+					outstanding--;
+				}
+			}
+		}
+		while (outstanding-- > 0) {
+			struct ibv_wc wc = wait_one(cq);
+			bad |= wc.status != IBV_WC_SUCCESS;
+		}
+		if (write(fd, "done", 5) != 5)
+			die("done");
+	} else {
+		unsigned long long *seen = calloc((size_t)msgs * pkts, sizeof *seen);
+		unsigned *merged = calloc(msgs, sizeof *merged);
+		for (int got = 0; got < pkts * msgs; got++) {
+			struct ibv_wc wc = wait_one(cq);
+			unsigned v = ntohl(wc.imm_data), id = v >> 22, off = (v >> 4) & 0x3ffff, nib = v & 0xf;
+			if (wc.status != IBV_WC_SUCCESS || !(wc.wc_flags & IBV_WC_WITH_IMM) || id >= (unsigned)msgs || off >= (unsigned)pkts) {
+				fprintf(stderr, "bad completion status=%d imm=0x%08x\n", wc.status, v);
+				bad = 1;
+				continue;
+			}
+			unsigned want_len = off == (unsigned)pkts - 1 ? size - off * mtu : mtu;
+			if (wc.byte_len != want_len || nib != ((imm >> (4 * (off % 8))) & 0xf)) {
+				fprintf(stderr, "msg %u packet %u: byte_len %u nibble %x\n", id, off, wc.byte_len, nib);
+				bad = 1;
+			}
+			seen[(size_t)id * pkts + off]++;
+			merged[id] = (merged[id] & ~(0xfu << (4 * (off % 8)))) | nib << (4 * (off % 8));
+			struct ibv_recv_wr wr = {.wr_id = wc.wr_id}, *badr;
+			ibv_post_recv(qps[wc.wr_id], &wr, &badr);
+		}
+		for (int m = 0; m < msgs; m++) {
+			int have = 0;
+			for (int k = 0; k < pkts; k++)
+				have += seen[(size_t)m * pkts + k] == 1;
+			int data_ok = !check_pattern(region + (m % slots) * slot, size);
+			printf("msg %d pkts %d/%d imm=0x%08x %s data %s\n", m, have, pkts, merged[m], merged[m] == imm ? "imm_ok" : "IMM_BAD", data_ok ? "ok" : "BAD");
+			bad |= have != pkts || merged[m] != imm || !data_ok;
+		}
+		char done[5];
+		if (read_full(fd, done, 5) || strcmp(done, "done"))
+			die("no done");
+	}
+	printf("%s\n", bad ? "MISMATCH" : "OK");
+	return bad;
+}
+
 int main(int argc, char **argv) {
 	const char *type = "rc", *op = "write", *server = NULL;
-	int size = 4096, iters = 4, gidx = 1, mtu = 1024, port = 18517, c;
-	while ((c = getopt(argc, argv, "t:o:s:n:g:m:p:")) != -1) {
+	int size = 4096, iters = 4, gidx = 1, mtu = 1024, port = 18517, channels = 4, c;
+	unsigned imm = 0xDEADBEEF;
+	while ((c = getopt(argc, argv, "t:o:s:n:g:m:p:c:i:")) != -1) {
 		switch (c) {
 		case 't': type = optarg; break;
 		case 'o': op = optarg; break;
@@ -135,7 +340,9 @@ int main(int argc, char **argv) {
 		case 'g': gidx = atoi(optarg); break;
 		case 'm': mtu = atoi(optarg); break;
 		case 'p': port = atoi(optarg); break;
-		default: fprintf(stderr, "usage: sdr_verbs [-t rc|uc] [-o write|write_imm|read|send|send_imm] [-s size] [-n iters] [server]\n"); return 2;
+		case 'c': channels = atoi(optarg); break;
+		case 'i': imm = strtoul(optarg, NULL, 0); break;
+		default: fprintf(stderr, "usage: sdr_verbs [-t rc|uc] [-o write|write_imm|read|send|send_imm|sdr_send|sdr_recv] [-s size] [-n iters] [-c channels] [-i imm] [server]\n"); return 2;
 		}
 	}
 	if (optind < argc)
@@ -150,6 +357,13 @@ int main(int argc, char **argv) {
 	struct ibv_context *ctx = ibv_open_device(devs[0]);
 	if (!ctx)
 		die("open device");
+	if (!strncmp(op, "sdr_", 4)) {
+		if (channels < 1 || channels > MAX_CH || iters > 4) {
+			fprintf(stderr, "sdr mode: 1..%d channels, at most 4 messages (one per slot)\n", MAX_CH);
+			return 2;
+		}
+		return run_sdr(ctx, server, !strcmp(op, "sdr_send"), channels, size, iters, imm, gidx, mtu, port);
+	}
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 2 * iters + 16, NULL, NULL, 0);
 	unsigned char *buf = aligned_alloc(4096, (size + 4095) / 4096 * 4096 + 4096);
