@@ -181,19 +181,19 @@ func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 // as JSON. Tools that connect an SDR QP to a peer that is not sdrnic (a
 // plain verbs program) translate to and from it.
 type Info struct {
-	GID         netip.Addr `json:"gid"`
-	MAC         [6]byte    `json:"mac"`
-	QPNs        [][]uint32 `json:"qpns"`       // [generation][channel]
-	RootRKeys   []uint32   `json:"root_rkeys"` // per generation
+	GID       netip.Addr `json:"gid"`
+	MAC       [6]byte    `json:"mac"`
+	QPNs      [][]uint32 `json:"qpns"`       // [generation][channel]
+	RootRKeys []uint32   `json:"root_rkeys"` // per generation
 	// RootBases are the virtual addresses of slot 0 per generation: 0 for
 	// emunic's zero-based indirect MRs; a plain verbs peer (no indirect
 	// MR) gives its region's address.
-	RootBases []uint64 `json:"root_bases,omitempty"`
-	PSN         wire.PSN   `json:"psn"`
-	MTU         int        `json:"mtu"`
-	MaxMessages int        `json:"max_messages"`
-	SlotSize    int        `json:"slot_size"`
-	Layout      string     `json:"imm_layout"`
+	RootBases   []uint64 `json:"root_bases,omitempty"`
+	PSN         wire.PSN `json:"psn"`
+	MTU         int      `json:"mtu"`
+	MaxMessages int      `json:"max_messages"`
+	SlotSize    int      `json:"slot_size"`
+	Layout      string   `json:"imm_layout"`
 }
 
 func (q *qp) Info() ([]byte, error) {
