@@ -1,7 +1,6 @@
 package xsk_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -200,36 +199,12 @@ func exchange(t *testing.T, typ emunic.QPType, a *xskHost, qa *emunic.QP, b *xsk
 // called.
 func startTcpdump(t *testing.T, pair *testbed.Pair, path string) (stop func()) {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", pair.WAN.Name, "tcpdump", "-i", pair.WANIf, "-U", "-n", "-w", path, "udp", "port", "4791")
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("tcpdump: %v", err)
+	stop, err := testbed.StartCapture(pair.WAN, pair.WANIf, path, "udp port 4791")
+	if err != nil {
+		t.Fatal(err)
 	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "listening on") {
-				close(ready)
-				io.Copy(io.Discard, stderr)
-				return
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("tcpdump did not start")
-	}
-	return func() {
-		// tcpdump reads the kernel's capture ring behind the traffic; on a
-		// busy machine (qemu under TCG) it lags, and it drops what it has
-		// not read when interrupted.
-		time.Sleep(time.Second)
-		cmd.Process.Signal(interruptSignal)
-		cmd.Wait()
-	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // checkCapture decodes a capture as `sdr pcap` does and expects RoCEv2

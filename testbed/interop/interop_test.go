@@ -1,7 +1,6 @@
 package interop
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -102,40 +101,9 @@ func setup(t *testing.T) *env {
 // device itself misses unicast frames the bridge forwards between ports.)
 func startCapture(t *testing.T, n *Network, path string) func() {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", n.QEMU.Name, "tcpdump", "-i", n.HostPort, "-B", "65536", "-U", "-n", "-w", path, "udp", "port", "4791")
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
+	stop, err := testbed.StartCapture(n.QEMU, n.HostPort, path, "udp port 4791")
+	if err != nil {
 		t.Fatal(err)
-	}
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "listening on") {
-				close(ready)
-				io.Copy(io.Discard, stderr)
-				return
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("tcpdump did not start")
-	}
-	var once bool
-	stop := func() {
-		if once {
-			return
-		}
-		once = true
-		// tcpdump reads the kernel's capture ring behind the traffic; on a
-		// busy machine (qemu under TCG) it lags, and it drops what it has
-		// not read when interrupted.
-		time.Sleep(time.Second)
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
 	}
 	t.Cleanup(stop)
 	return stop

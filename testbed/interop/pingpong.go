@@ -204,33 +204,11 @@ func parseDest(msg []byte) (dest, error) {
 // (connect) between reading the client's destination and answering, as
 // they do.
 func (p *PingPong) exchange(ctx context.Context, self netip.Addr, local dest, connect func(dest) error) (dest, error) {
-	var conn net.Conn
-	var err error
-	if p.Server {
-		ln, lerr := net.Listen("tcp", net.JoinHostPort(self.String(), strconv.Itoa(PingPongPort)))
-		if lerr != nil {
-			return dest{}, lerr
-		}
-		defer ln.Close()
-		go func() { <-ctx.Done(); ln.Close() }()
-		conn, err = ln.Accept()
-	} else {
-		var d net.Dialer
-		for {
-			conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(p.Peer.String(), strconv.Itoa(PingPongPort)))
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond) // the guest's server is still starting
-		}
-	}
+	conn, err := rendezvous(ctx, !p.Server, self, p.Peer, PingPongPort)
 	if err != nil {
-		return dest{}, fmt.Errorf("interop: pingpong handshake: %w", err)
+		return dest{}, err
 	}
 	defer conn.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
-	}
 	msg := make([]byte, destMsgLen)
 	if p.Server {
 		if _, err := io.ReadFull(conn, msg); err != nil {
@@ -269,4 +247,38 @@ func (p *PingPong) exchange(ctx context.Context, self netip.Addr, local dest, co
 		return dest{}, err
 	}
 	return remote, nil
+}
+
+// rendezvous opens the tools' out-of-band TCP connection: the active side
+// dials peer:port, retrying while the guest's listener starts; the passive
+// side listens on self:port and accepts one connection. The connection's
+// deadline is ctx's.
+func rendezvous(ctx context.Context, active bool, self, peer netip.Addr, port int) (net.Conn, error) {
+	var conn net.Conn
+	var err error
+	if active {
+		var d net.Dialer
+		for {
+			conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(peer.String(), strconv.Itoa(port)))
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	} else {
+		ln, lerr := net.Listen("tcp", net.JoinHostPort(self.String(), strconv.Itoa(port)))
+		if lerr != nil {
+			return nil, lerr
+		}
+		defer ln.Close()
+		go func() { <-ctx.Done(); ln.Close() }()
+		conn, err = ln.Accept()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("interop: out-of-band connection: %w", err)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	return conn, nil
 }

@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -104,30 +103,9 @@ func (p *SDRPeer) Connect(ctx context.Context, self netip.Addr, ready func() err
 		return nil, fmt.Errorf("interop: sdr_verbs speaks one generation, the QP has %d", len(ours.QPNs))
 	}
 	line := sdrLine{QPNs: ours.QPNs[0], PSN: uint32(ours.PSN), RKey: ours.RootRKeys[0], VA: 0, GID: ours.GID}
-	var conn net.Conn
-	if p.Active {
-		var d net.Dialer
-		for {
-			conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(p.Peer.String(), strconv.Itoa(VerbsPort)))
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	} else {
-		ln, lerr := net.Listen("tcp", net.JoinHostPort(self.String(), strconv.Itoa(VerbsPort)))
-		if lerr != nil {
-			return nil, lerr
-		}
-		defer ln.Close()
-		go func() { <-ctx.Done(); ln.Close() }()
-		conn, err = ln.Accept()
-	}
+	conn, err := rendezvous(ctx, p.Active, self, p.Peer, VerbsPort)
 	if err != nil {
-		return nil, fmt.Errorf("interop: SDR exchange: %w", err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
+		return nil, err
 	}
 	fail := func(err error) (net.Conn, error) {
 		conn.Close()

@@ -185,31 +185,9 @@ func parseVerbsDest(msg []byte) (verbsDest, error) {
 // the passive side readies its QP (connect) before answering, so that no
 // packet reaches it before RTR. Both sides are connected on return.
 func (v *Verbs) exchange(ctx context.Context, self netip.Addr, local verbsDest, connect func(verbsDest) error) (net.Conn, verbsDest, error) {
-	var conn net.Conn
-	var err error
-	if v.Active {
-		var d net.Dialer
-		for {
-			conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(v.Peer.String(), strconv.Itoa(VerbsPort)))
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	} else {
-		ln, lerr := net.Listen("tcp", net.JoinHostPort(self.String(), strconv.Itoa(VerbsPort)))
-		if lerr != nil {
-			return nil, verbsDest{}, lerr
-		}
-		defer ln.Close()
-		go func() { <-ctx.Done(); ln.Close() }()
-		conn, err = ln.Accept()
-	}
+	conn, err := rendezvous(ctx, v.Active, self, v.Peer, VerbsPort)
 	if err != nil {
-		return nil, verbsDest{}, fmt.Errorf("interop: verbs handshake: %w", err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
+		return nil, verbsDest{}, err
 	}
 	msg := make([]byte, verbsMsgLen)
 	var remote verbsDest

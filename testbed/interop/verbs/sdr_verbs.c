@@ -123,6 +123,38 @@ static int check_pattern(const unsigned char *buf, int size) {
 	return 0;
 }
 
+// tcp_connect connects to server:port, retrying for ten seconds while the
+// peer starts listening.
+static int tcp_connect(const char *server, int port) {
+	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+	char p[8];
+	snprintf(p, sizeof p, "%d", port);
+	if (getaddrinfo(server, p, &hints, &res))
+		die("resolve server");
+	int fd = socket(res->ai_family, SOCK_STREAM, 0);
+	for (int tries = 0; connect(fd, res->ai_addr, res->ai_addrlen); tries++) {
+		if (tries > 100)
+			die("connect");
+		usleep(100000);
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+// tcp_accept accepts one connection on port.
+static int tcp_accept(int port) {
+	int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+	if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1))
+		die("listen");
+	int fd = accept(ls, NULL, NULL);
+	if (fd < 0)
+		die("accept");
+	close(ls);
+	return fd;
+}
+
 // ---- SDR mode (-o sdr_send / sdr_recv) ----
 // An SDR message exactly as the SDK sends it on hardware (DESIGN.md §3):
 // one UC WRITE-Only-with-Imm per MTU packet, packet k on channel k % C,
@@ -219,28 +251,13 @@ static int run_sdr(struct ibv_context *ctx, const char *server, int send, int ch
 	int fd;
 	struct dest l1 = {.psn = local.psn}, r1;
 	if (server) {
-		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-		char p[8];
-		snprintf(p, sizeof p, "%d", port);
-		if (getaddrinfo(server, p, &hints, &res))
-			die("resolve server");
-		fd = socket(res->ai_family, SOCK_STREAM, 0);
-		for (int tries = 0; connect(fd, res->ai_addr, res->ai_addrlen); tries++) {
-			if (tries > 100)
-				die("connect");
-			usleep(100000);
-		}
+		fd = tcp_connect(server, port);
 		sdr_line(&local, line, sizeof line);
 		if (write(fd, line, strlen(line)) != (int)strlen(line) || read_line(fd, line, sizeof line) || parse_sdr_line(line, &remote))
 			die("sdr exchange");
 	} else {
-		int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-		setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-		struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-		if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1))
-			die("listen");
-		fd = accept(ls, NULL, NULL);
-		if (fd < 0 || read_line(fd, line, sizeof line) || parse_sdr_line(line, &remote))
+		fd = tcp_accept(port);
+		if (read_line(fd, line, sizeof line) || parse_sdr_line(line, &remote))
 			die("sdr exchange");
 	}
 	if (remote.nqp != channels) {
@@ -400,28 +417,13 @@ int main(int argc, char **argv) {
 	char msg[MSG_LEN];
 	int fd;
 	if (active) {
-		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-		char p[8];
-		snprintf(p, sizeof p, "%d", port);
-		if (getaddrinfo(server, p, &hints, &res))
-			die("resolve server");
-		fd = socket(res->ai_family, SOCK_STREAM, 0);
-		for (int tries = 0; connect(fd, res->ai_addr, res->ai_addrlen); tries++) {
-			if (tries > 100)
-				die("connect");
-			usleep(100000);
-		}
+		fd = tcp_connect(server, port);
 		dest_to_msg(&local, msg);
 		if (write(fd, msg, MSG_LEN) != MSG_LEN || read_full(fd, msg, MSG_LEN) || msg_to_dest(msg, &remote))
 			die("exchange");
 	} else {
-		int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-		setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-		struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-		if (bind(ls, (struct sockaddr *)&sa, sizeof sa) || listen(ls, 1))
-			die("listen");
-		fd = accept(ls, NULL, NULL);
-		if (fd < 0 || read_full(fd, msg, MSG_LEN) || msg_to_dest(msg, &remote))
+		fd = tcp_accept(port);
+		if (read_full(fd, msg, MSG_LEN) || msg_to_dest(msg, &remote))
 			die("exchange");
 		// Ready to receive before answering: the active side starts
 		// sending as soon as it has our answer, and a UC packet that
