@@ -92,6 +92,9 @@ func setup(t *testing.T) *env {
 		if err := e.guest.Close(); err != nil {
 			t.Error(err)
 		}
+		if e.guest.Killed {
+			t.Log("the guest did not power off within 30 s; qemu was killed")
+		}
 	})
 	return e
 }
