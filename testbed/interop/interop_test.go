@@ -93,10 +93,17 @@ func setup(t *testing.T) *env {
 			t.Error(err)
 		}
 		if e.guest.Killed {
-			t.Log("the guest did not power off within 30 s; qemu was killed")
+			out, _ := os.ReadFile(console.Name())
+			t.Logf("the guest did not power off within 30 s; qemu was killed. Console tail:\n%s", tail(string(out), 15))
 		}
 	})
 	return e
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // startCapture runs tcpdump on the bridge port toward emunic, which every
