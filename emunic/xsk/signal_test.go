@@ -1,5 +1,0 @@
-package xsk_test
-
-import "syscall"
-
-var interruptSignal = syscall.SIGINT
