@@ -237,17 +237,7 @@ func writeBWServer(f *writeBWFlags) (*writeBWResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs := sdr.NewBootstrap(conn)
-	defer bs.Close()
-	if err := bs.RecvJSON(&f.params); err != nil {
-		return nil, err
-	}
-	dev, desc, err := openDevice(f, true)
-	if err != nil {
-		return nil, err
-	}
-	defer dev.Close()
-	return serveWriteBW(bs, sdrnic.New(dev, sdrnic.Options{RC: f.params.RC}), &f.params, desc)
+	return writeBWSide(conn, f, true)
 }
 
 func writeBWClient(f *writeBWFlags, server string) (*writeBWResult, error) {
@@ -255,17 +245,34 @@ func writeBWClient(f *writeBWFlags, server string) (*writeBWResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	return writeBWSide(conn, f, false)
+}
+
+// writeBWSide runs one side over an established bootstrap connection: the
+// client sends its parameters, the server adopts them; each opens its
+// emulated NIC as its flags say.
+func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, error) {
 	bs := sdr.NewBootstrap(conn)
 	defer bs.Close()
-	if err := bs.SendJSON(&f.params); err != nil {
+	var err error
+	if server {
+		err = bs.RecvJSON(&f.params)
+	} else {
+		err = bs.SendJSON(&f.params)
+	}
+	if err != nil {
 		return nil, err
 	}
-	dev, _, err := openDevice(f, false)
+	dev, desc, err := openDevice(f, server)
 	if err != nil {
 		return nil, err
 	}
 	defer dev.Close()
-	return clientWriteBW(bs, sdrnic.New(dev, sdrnic.Options{RC: f.params.RC}), &f.params)
+	b := sdrnic.New(dev, sdrnic.Options{RC: f.params.RC})
+	if server {
+		return serveWriteBW(bs, b, &f.params, desc)
+	}
+	return clientWriteBW(bs, b, &f.params)
 }
 
 // writeBWLoopback runs both sides over an in-memory link, the bootstrap
