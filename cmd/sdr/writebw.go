@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -76,6 +77,7 @@ type writeBWFlags struct {
 	port     int
 	loopback bool
 	json     bool
+	metrics  string
 }
 
 func runWriteBW(args []string, stdout, stderr io.Writer) int {
@@ -100,6 +102,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.port, "p", sdr.DefaultBootstrapPort, "TCP `port` for the bootstrap")
 	fs.BoolVar(&f.loopback, "loopback", false, "run server and client in this process over an in-memory link")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
+	fs.StringVar(&f.metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, writeBWUsage)
 		fs.PrintDefaults()
@@ -268,6 +271,11 @@ func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, e
 		return nil, err
 	}
 	defer dev.Close()
+	stop, err := serveMetrics(f.metrics, map[string]*emunic.Device{map[bool]string{true: "server", false: "client"}[server]: dev})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	b := sdrnic.New(dev, sdrnic.Options{RC: f.params.RC})
 	if server {
 		return serveWriteBW(bs, b, &f.params, desc)
@@ -293,6 +301,11 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 		return nil, err
 	}
 	defer server.Close()
+	stop, err := serveMetrics(f.metrics, map[string]*emunic.Device{"client": client, "server": server})
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -325,6 +338,23 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 	res, err := clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
 	wg.Wait()
 	return res, errors.Join(err, serverErr)
+}
+
+// serveMetrics serves the devices' counters at addr/metrics until stop is
+// called; an empty addr serves nothing.
+func serveMetrics(addr string, devices map[string]*emunic.Device) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", emunic.MetricsHandler(devices))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return func() { srv.Close() }, nil
 }
 
 // credit is the server's message returning receive credits, or carrying

@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed"
@@ -22,6 +25,28 @@ func TestWriteBWLoopback(t *testing.T) {
 	if r.Complete != 50 || r.ChunksDelivered != r.ChunksTotal || r.ChunksTotal != 50 || r.BWAverageGbps <= 0 {
 		t.Errorf("result %+v", r)
 	}
+	// The counters are served for Prometheus while the test runs.
+	got := make(chan string, 1)
+	go func() {
+		for range 100 {
+			resp, err := http.Get("http://127.0.0.1:19412/metrics")
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				got <- string(body)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		got <- ""
+	}()
+	if code, _, errOut := runSDR("write-bw", "-loopback", "-s", "65536", "-n", "1500", "-metrics", "127.0.0.1:19412"); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if m := <-got; !strings.Contains(m, `emunic_rx_packets_total{device="server"}`) || !strings.Contains(m, `device="client"`) {
+		t.Errorf("metrics during the run:\n%s", m)
+	}
+
 	// With loss, chunks go missing and the table says so.
 	code, out, _ = runSDR("write-bw", "-loopback", "-s", "65536", "-c", "4096", "-n", "20", "-w", "0", "-loss", "0.05", "-timeout", "20ms")
 	if code != exitOK || !strings.Contains(out, "#bytes") || !strings.Contains(out, "Loss injection  : 5.00%") {
