@@ -145,11 +145,7 @@ func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
 		if f.iface == "" {
 			return nil, "", fmt.Errorf("-dev xsk needs -i IFACE: %w", errUsage)
 		}
-		iface, err := net.InterfaceByName(f.iface)
-		if err != nil {
-			return nil, "", err
-		}
-		gid, err := interfaceIPv4(iface)
+		iface, gid, err := interfaceIPv4(f.iface)
 		if err != nil {
 			return nil, "", err
 		}
@@ -169,11 +165,7 @@ func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
 		}
 		addr := f.addr
 		if addr == "" && f.iface != "" {
-			iface, err := net.InterfaceByName(f.iface)
-			if err != nil {
-				return nil, "", err
-			}
-			gid, err := interfaceIPv4(iface)
+			_, gid, err := interfaceIPv4(f.iface)
 			if err != nil {
 				return nil, "", err
 			}
@@ -198,19 +190,24 @@ func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
 
 var errUsage = errors.New("usage")
 
-func interfaceIPv4(iface *net.Interface) (netip.Addr, error) {
+// interfaceIPv4 returns the named interface and its first IPv4 address.
+func interfaceIPv4(name string) (*net.Interface, netip.Addr, error) {
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
 	addrs, err := iface.Addrs()
 	if err != nil {
-		return netip.Addr{}, err
+		return nil, netip.Addr{}, err
 	}
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
 			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
-				return ip.Unmap(), nil
+				return iface, ip.Unmap(), nil
 			}
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", iface.Name)
+	return nil, netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
 }
 
 func (p *writeBWParams) qpAttr(send bool) sdr.QPAttr {

@@ -96,10 +96,10 @@ func (d *device) Close() error {
 type qp struct {
 	d       *device
 	attr    backend.QPAttr
-	chans   [][]*emunic.QP // [generation][channel]
-	gens    map[uint32]uint32
-	roots   []*emunic.MR // per generation
-	recvCQs []*emunic.CQ // per channel
+	chans   [][]*emunic.QP       // [generation][channel]
+	byQPN   map[uint32]channelQP // receive completions name their QP
+	roots   []*emunic.MR         // per generation
+	recvCQs []*emunic.CQ         // per channel
 	sendCQ  *emunic.CQ
 	slots   []atomic.Pointer[armed]
 	psn     wire.PSN
@@ -113,6 +113,12 @@ type qp struct {
 	sendMu      sync.Mutex
 }
 
+// channelQP is a transport QP and the generation it carries.
+type channelQP struct {
+	qp  *emunic.QP
+	gen uint32
+}
+
 // armed is a slot's live receive.
 type armed struct {
 	es       *engine.Slot
@@ -120,7 +126,7 @@ type armed struct {
 }
 
 func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
-	q := &qp{d: d, attr: attr, gens: map[uint32]uint32{}, slots: make([]atomic.Pointer[armed], attr.MaxMessages), psn: 1}
+	q := &qp{d: d, attr: attr, byQPN: map[uint32]channelQP{}, slots: make([]atomic.Pointer[armed], attr.MaxMessages), psn: 1}
 	var err error
 	if q.sendCQ, err = emunic.NewCQ(1 << 16); err != nil {
 		return nil, err
@@ -154,7 +160,7 @@ func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 				return fail(err)
 			}
 			row = append(row, t)
-			q.gens[t.QPN()] = uint32(g)
+			q.byQPN[t.QPN()] = channelQP{qp: t, gen: uint32(g)}
 			if err := t.Modify(emunic.StateInit, emunic.QPAttr{Access: emunic.AccessRemoteWrite}); err != nil {
 				return fail(err)
 			}
@@ -301,11 +307,11 @@ func (q *qp) worker(c int) {
 }
 
 func (q *qp) process(e emunic.CQE) {
-	gen := q.gens[e.QPN]
+	ch := q.byQPN[e.QPN]
 	if e.Status == emunic.StatusSuccess && e.HasImm {
 		msgID, _, _ := q.attr.Layout.Unpack(e.Imm)
 		if a := q.slots[int(msgID)%q.attr.MaxMessages].Load(); a != nil {
-			switch a.es.Process(gen, e.Imm, e.ByteLen) {
+			switch a.es.Process(ch.gen, e.Imm, e.ByteLen) {
 			case engine.ChunkComplete, engine.ImmOnly:
 				select {
 				case a.progress <- struct{}{}:
@@ -315,13 +321,7 @@ func (q *qp) process(e emunic.CQE) {
 		}
 	}
 	// Keep the receive queue stocked: each WRITE-with-Imm took one WQE.
-	row := q.chans[gen]
-	for _, t := range row {
-		if t.QPN() == e.QPN {
-			t.PostRecv(emunic.RecvWR{})
-			return
-		}
-	}
+	ch.qp.PostRecv(emunic.RecvWR{})
 }
 
 func (q *qp) Write(w *backend.Write) error {

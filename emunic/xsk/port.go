@@ -43,11 +43,10 @@ type PortConfig struct {
 // accumulated, so that many small PostSends share one system call. Send
 // flushes itself once a full batch is pending.
 type Port struct {
-	sock    *Socket
-	prog    *ebpf.Program
-	ifindex int
-	kick    chan struct{}
-	done    chan struct{}
+	sock *Socket
+	prog *ebpf.Program
+	kick chan struct{}
+	done chan struct{}
 }
 
 // flushBatch is how many pending TX descriptors make Send flush itself
@@ -85,7 +84,7 @@ func NewPort(cfg PortConfig) (*Port, error) {
 		prog.Close()
 		return nil, err
 	}
-	p := &Port{sock: sock, prog: prog, ifindex: iface.Index, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &Port{sock: sock, prog: prog, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	go p.flusher()
 	return p, nil
 }
