@@ -63,8 +63,9 @@ type device struct {
 	channels int
 	opts     Options
 
-	mu  sync.Mutex
-	qps []*qp
+	mu        sync.Mutex
+	qps       []*qp
+	datagrams []*datagram
 }
 
 type memory struct{ mr *emunic.MR }
@@ -82,12 +83,15 @@ func (d *device) RegisterMemory(buf []byte) (backend.Memory, error) {
 
 func (d *device) Close() error {
 	d.mu.Lock()
-	qps := d.qps
-	d.qps = nil
+	qps, datagrams := d.qps, d.datagrams
+	d.qps, d.datagrams = nil, nil
 	d.mu.Unlock()
 	var errs []error
 	for _, q := range qps {
 		errs = append(errs, q.Close())
+	}
+	for _, g := range datagrams {
+		errs = append(errs, g.Close())
 	}
 	return errors.Join(errs...)
 }
