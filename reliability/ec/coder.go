@@ -1,0 +1,375 @@
+package ec
+
+import (
+	"crypto/subtle"
+	"fmt"
+
+	"github.com/klauspost/reedsolomon"
+)
+
+// Coder encodes and decodes messages laid out by a Layout. It keeps scratch
+// buffers and Reed–Solomon encoders between calls, so steady-state Encode,
+// EncodeSubmessage and XOR Reconstruct allocate nothing.
+//
+// A Coder is not safe for concurrent use: it belongs to one goroutine. All
+// work runs on that goroutine (the Reed–Solomon encoders are limited to one
+// goroutine), so throughput scales by giving each goroutine its own Coder
+// and a disjoint set of submessages.
+type Coder struct {
+	layout Layout
+	// rs[k] is the (k, M) Reed–Solomon encoder for a submessage of k data
+	// chunks (MDS only): rs[K] for full submessages, rs[k'] for a shortened
+	// last one. Built on first need and kept across Reset with the same
+	// Params, since building one inverts a K×K matrix.
+	rs []reedsolomon.Encoder
+	// shards holds the K+M shard headers handed to reedsolomon, pointing
+	// into the caller's buffers; cleared after each call so the Coder pins
+	// no caller memory.
+	shards [][]byte
+	// pad holds a short last data chunk zero-padded to ChunkSize (MDS only:
+	// reedsolomon needs equal shard sizes; XOR handles short chunks itself).
+	pad []byte
+}
+
+// NewCoder returns a Coder for messages laid out as l. For MDS it builds the
+// Reed–Solomon encoders l needs (a K×K matrix inversion each); reuse a Coder
+// across messages with Reset to pay that once.
+func NewCoder(l Layout) (*Coder, error) {
+	c := &Coder{}
+	if err := c.Reset(l); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Reset retargets c to messages laid out as l, keeping its encoders when the
+// Params are unchanged and its scratch when it is large enough.
+func (c *Coder) Reset(l Layout) error {
+	if c == nil || !l.valid() {
+		return fmt.Errorf("ec: coder reset: layout not made by NewLayout: %w", ErrInvalid)
+	}
+	p := l.params
+	if c.layout.params != p {
+		c.rs, c.shards = nil, nil
+		if p.Kind == MDS {
+			c.rs = make([]reedsolomon.Encoder, p.K+1)
+			c.shards = make([][]byte, p.K+p.M)
+		}
+	}
+	if p.Kind == MDS {
+		for _, sub := range [2]int{0, l.subs - 1} {
+			if _, n := l.DataRange(sub); n > 0 && c.rs[n] == nil {
+				enc, err := reedsolomon.New(n, p.M, reedsolomon.WithMaxGoroutines(1))
+				if err != nil {
+					c.layout = Layout{}
+					return fmt.Errorf("ec: reed-solomon (%d,%d): %w", n, p.M, err)
+				}
+				c.rs[n] = enc
+			}
+		}
+		if l.dataLen%l.chunkSize != 0 && cap(c.pad) < l.chunkSize {
+			c.pad = make([]byte, l.chunkSize)
+		}
+	}
+	c.layout = l
+	return nil
+}
+
+// Layout returns the layout c codes.
+func (c *Coder) Layout() Layout { return c.layout }
+
+// Encode fills the whole parity area from the message: len(data) must be
+// DataLen and len(parity) ParityLen. Costs one EncodeSubmessage per
+// submessage.
+func (c *Coder) Encode(data, parity []byte) error {
+	if err := c.checkBuffers(data, parity); err != nil {
+		return err
+	}
+	for sub := range c.layout.subs {
+		c.encode(sub, data, parity)
+	}
+	return nil
+}
+
+// EncodeSubmessage fills the parity chunks of submessage sub only, from its
+// data chunks; data and parity are the whole message and parity area as in
+// Encode. It lets a sender start sending a submessage while the next one is
+// being coded.
+func (c *Coder) EncodeSubmessage(sub int, data, parity []byte) error {
+	if err := c.checkBuffers(data, parity); err != nil {
+		return err
+	}
+	if err := c.checkSub(sub); err != nil {
+		return err
+	}
+	c.encode(sub, data, parity)
+	return nil
+}
+
+// Missing returns how many data chunks of submessage sub are not set in
+// dataBits, a bitmap over all DataChunks (sdr.RecvHandle.Bitmap's format).
+// Costs one popcount per 64 chunks.
+func (c *Coder) Missing(sub int, dataBits []uint64) (int, error) {
+	if err := c.checkBitmaps(dataBits, nil, false); err != nil {
+		return 0, err
+	}
+	if err := c.checkSub(sub); err != nil {
+		return 0, err
+	}
+	first, n := c.layout.DataRange(sub)
+	return n - countReceived(dataBits, first, n), nil
+}
+
+// Decodable reports whether the missing data chunks of submessage sub can be
+// rebuilt from the chunks set in dataBits (over all data chunks) and
+// parityBits (over all parity-area chunks): for MDS when the received data
+// and parity chunks number at least the submessage's data chunks, for XOR
+// when no parity group misses more than one chunk. A submessage missing no
+// data chunk is decodable. Costs O(K/64) for MDS, O(K) for XOR.
+func (c *Coder) Decodable(sub int, dataBits, parityBits []uint64) (bool, error) {
+	if err := c.checkBitmaps(dataBits, parityBits, true); err != nil {
+		return false, err
+	}
+	if err := c.checkSub(sub); err != nil {
+		return false, err
+	}
+	return c.decodable(sub, dataBits, parityBits), nil
+}
+
+// Reconstruct rebuilds, in place in data, the data chunks of submessage sub
+// that dataBits marks missing, from the received data and parity chunks
+// (parityBits). It writes nothing else: received chunks, other submessages,
+// the parity area and the bytes past DataLen stay untouched (a missing short
+// last chunk is rebuilt in scratch and only its real bytes copied). It fails
+// with ErrNotDecodable, having written nothing, when Decodable is false.
+// Costs about one encode of the submessage when chunks are missing and
+// O(K/64) when none are.
+func (c *Coder) Reconstruct(sub int, data, parity []byte, dataBits, parityBits []uint64) error {
+	if err := c.checkBuffers(data, parity); err != nil {
+		return err
+	}
+	if err := c.checkBitmaps(dataBits, parityBits, true); err != nil {
+		return err
+	}
+	if err := c.checkSub(sub); err != nil {
+		return err
+	}
+	first, n := c.layout.DataRange(sub)
+	if countReceived(dataBits, first, n) == n {
+		return nil
+	}
+	if !c.decodable(sub, dataBits, parityBits) {
+		return fmt.Errorf("ec: %v submessage %d: %w", c.layout.params, sub, ErrNotDecodable)
+	}
+	if c.layout.params.Kind == XOR {
+		c.xorReconstruct(sub, data, parity, dataBits)
+		return nil
+	}
+	return c.mdsReconstruct(sub, data, parity, dataBits, parityBits)
+}
+
+func (c *Coder) checkBuffers(data, parity []byte) error {
+	if c == nil || !c.layout.valid() {
+		return fmt.Errorf("ec: coder not made by NewCoder: %w", ErrInvalid)
+	}
+	if len(data) != c.layout.dataLen || len(parity) != c.layout.ParityLen() {
+		return fmt.Errorf("ec: buffers of %d data and %d parity bytes, want %d and %d: %w",
+			len(data), len(parity), c.layout.dataLen, c.layout.ParityLen(), ErrInvalid)
+	}
+	return nil
+}
+
+// checkBitmaps checks that dataBits and, withParity, parityBits cover every
+// chunk.
+func (c *Coder) checkBitmaps(dataBits, parityBits []uint64, withParity bool) error {
+	if c == nil || !c.layout.valid() {
+		return fmt.Errorf("ec: coder not made by NewCoder: %w", ErrInvalid)
+	}
+	wantData, wantParity := bitmapWords(c.layout.dataChunks), bitmapWords(c.layout.ParityChunks())
+	if len(dataBits) < wantData || withParity && len(parityBits) < wantParity {
+		return fmt.Errorf("ec: bitmaps of %d data and %d parity words, want %d and %d: %w",
+			len(dataBits), len(parityBits), wantData, wantParity, ErrInvalid)
+	}
+	return nil
+}
+
+func (c *Coder) checkSub(sub int) error {
+	if sub < 0 || sub >= c.layout.subs {
+		return fmt.Errorf("ec: submessage %d of %d: %w", sub, c.layout.subs, ErrInvalid)
+	}
+	return nil
+}
+
+func (c *Coder) decodable(sub int, dataBits, parityBits []uint64) bool {
+	first, n := c.layout.DataRange(sub)
+	pFirst, m := c.layout.ParityRange(sub)
+	if c.layout.params.Kind == MDS {
+		return n-countReceived(dataBits, first, n) <= countReceived(parityBits, pFirst, m)
+	}
+	for g := range min(m, n) { // groups g >= n hold no real data: nothing to lose
+		lost := 0
+		if !received(parityBits, pFirst+g) {
+			lost++
+		}
+		for j := g; j < n; j += m {
+			if !received(dataBits, first+j) {
+				lost++
+			}
+		}
+		if lost > 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// chunk returns data chunk i of data (short if it is a short last chunk).
+func (c *Coder) chunk(data []byte, i int) []byte {
+	off := i * c.layout.chunkSize
+	return data[off : off+c.layout.ChunkLen(i)]
+}
+
+// parityChunk returns parity-area chunk i.
+func (c *Coder) parityChunk(parity []byte, i int) []byte {
+	cs := c.layout.chunkSize
+	return parity[i*cs : (i+1)*cs]
+}
+
+// padded returns data chunk i at full ChunkSize: the chunk itself, or a short
+// last chunk copied into the zero-padded scratch.
+func (c *Coder) padded(data []byte, i int) []byte {
+	d := c.chunk(data, i)
+	if len(d) == c.layout.chunkSize {
+		return d
+	}
+	pad := c.pad[:c.layout.chunkSize]
+	clear(pad[copy(pad, d):])
+	return pad
+}
+
+func (c *Coder) encode(sub int, data, parity []byte) {
+	if c.layout.params.Kind == XOR {
+		c.xorEncode(sub, data, parity)
+		return
+	}
+	first, n := c.layout.DataRange(sub)
+	pFirst, m := c.layout.ParityRange(sub)
+	shards := c.shards[:n+m]
+	for j := range n {
+		shards[j] = c.padded(data, first+j)
+	}
+	for j := range m {
+		shards[n+j] = c.parityChunk(parity, pFirst+j)
+	}
+	// Cannot fail: the shard count matches the encoder and all shards are
+	// ChunkSize long.
+	_ = c.rs[n].Encode(shards)
+	clear(shards)
+}
+
+func (c *Coder) mdsReconstruct(sub int, data, parity []byte, dataBits, parityBits []uint64) error {
+	first, n := c.layout.DataRange(sub)
+	pFirst, m := c.layout.ParityRange(sub)
+	cs := c.layout.chunkSize
+	shards := c.shards[:n+m]
+	defer clear(shards)
+	shortMissing := false
+	for j := range n {
+		i := first + j
+		switch {
+		case received(dataBits, i):
+			shards[j] = c.padded(data, i)
+		case c.layout.ChunkLen(i) < cs:
+			// Rebuilt into scratch: writing ChunkSize bytes at the chunk
+			// would run past DataLen.
+			shards[j], shortMissing = c.pad[:0:cs], true
+		default:
+			// Zero length marks it missing; the capacity lets reedsolomon
+			// rebuild it in place.
+			off := i * cs
+			shards[j] = data[off : off : off+cs]
+		}
+	}
+	for j := range m {
+		shards[n+j] = nil
+		if received(parityBits, pFirst+j) {
+			shards[n+j] = c.parityChunk(parity, pFirst+j)
+		}
+	}
+	if err := c.rs[n].ReconstructData(shards); err != nil {
+		return fmt.Errorf("ec: %v submessage %d: reed-solomon: %w", c.layout.params, sub, err)
+	}
+	if shortMissing {
+		last := first + n - 1
+		copy(c.chunk(data, last), c.pad)
+	}
+	return nil
+}
+
+// xorEncode sets parity g of sub to the XOR of the data chunks j ≡ g (mod M),
+// short chunks counting as zero-padded.
+func (c *Coder) xorEncode(sub int, data, parity []byte) {
+	first, n := c.layout.DataRange(sub)
+	pFirst, m := c.layout.ParityRange(sub)
+	for g := range m {
+		p := c.parityChunk(parity, pFirst+g)
+		switch {
+		case g >= n:
+			clear(p)
+		case g+m >= n:
+			clear(p[copy(p, c.chunk(data, first+g)):])
+		default:
+			// Only the message's last chunk can be short, so the first
+			// of two or more members is full.
+			xorPadded(p, c.chunk(data, first+g), c.chunk(data, first+g+m))
+			for j := g + 2*m; j < n; j += m {
+				subtle.XORBytes(p, p, c.chunk(data, first+j))
+			}
+		}
+	}
+}
+
+// xorReconstruct rebuilds the one missing data chunk of each parity group
+// that has one (decodability checked by the caller) as the XOR of the
+// group's parity and its other data chunks.
+func (c *Coder) xorReconstruct(sub int, data, parity []byte, dataBits []uint64) {
+	first, n := c.layout.DataRange(sub)
+	pFirst, m := c.layout.ParityRange(sub)
+	for g := range min(m, n) {
+		lost := -1
+		for j := g; j < n; j += m {
+			if !received(dataBits, first+j) {
+				lost = j
+				break
+			}
+		}
+		if lost < 0 {
+			continue
+		}
+		dst := c.chunk(data, first+lost)
+		p := c.parityChunk(parity, pFirst+g)
+		started := false
+		for j := g; j < n; j += m {
+			if j == lost {
+				continue
+			}
+			if !started {
+				xorPadded(dst, p, c.chunk(data, first+j))
+				started = true
+			} else {
+				subtle.XORBytes(dst, dst, c.chunk(data, first+j))
+			}
+		}
+		if !started {
+			copy(dst, p)
+		}
+	}
+}
+
+// xorPadded sets dst = a ^ b over len(dst), with b zero-padded if shorter;
+// a must be at least len(dst) long. b may be longer than dst (only its
+// first len(dst) bytes count).
+func xorPadded(dst, a, b []byte) {
+	n := subtle.XORBytes(dst, a[:len(dst)], b)
+	copy(dst[n:], a[n:len(dst)])
+}
