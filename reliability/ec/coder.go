@@ -8,8 +8,9 @@ import (
 )
 
 // Coder encodes and decodes messages laid out by a Layout. It keeps scratch
-// buffers and Reed–Solomon encoders between calls, so steady-state Encode,
-// EncodeSubmessage and XOR Reconstruct allocate nothing.
+// buffers and Reed–Solomon encoders between calls, so coding allocates
+// nothing of its own (XOR: nothing at all; MDS: only the library's small
+// per-call internals, see the package doc).
 //
 // A Coder is not safe for concurrent use: it belongs to one goroutine. All
 // work runs on that goroutine (the Reed–Solomon encoders are limited to one

@@ -39,7 +39,10 @@
 // byte. Decoding touches only submessages with missing data chunks and
 // writes only those chunks. A Coder runs on the calling goroutine only; to
 // use more cores, give each goroutine its own Coder and its own submessages
-// (EncodeSubmessage, Reconstruct). Steady-state Encode, EncodeSubmessage and
-// XOR Reconstruct allocate nothing; MDS Reconstruct allocates only the
-// library's few small index slices per call (no chunk buffers).
+// (EncodeSubmessage, Reconstruct). XOR coding allocates nothing. MDS coding
+// allocates nothing of its own: shards are views of the caller's buffers
+// (only a short last chunk goes through one reused padded chunk); what
+// remains are the reedsolomon library's internals, 1–2 small objects per
+// submessage Encode and about 7 per ReconstructData (index slices), never a
+// chunk buffer.
 package ec
