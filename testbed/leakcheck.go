@@ -6,19 +6,17 @@ import (
 	"testing"
 )
 
-// RunChecked runs a package's tests (call it from TestMain) and fails the
-// run if any namespace created through this package is still there
-// afterwards, deleting it so the next run starts clean.
+// RunChecked runs a package's tests and fails the run if they left a
+// namespace behind, as testbedtest.RunChecked does.
+//
+// Deprecated: test helpers do not belong in this package; use
+// testbedtest.RunChecked. This remains only until every test package has
+// moved (emunic/sdrnic's TestMain is the last).
 func RunChecked(m *testing.M) int {
 	code := m.Run()
-	if left := Live(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "testbed: tests left %d network namespaces behind: %v\n", len(left), left)
-		for _, name := range left {
-			(&Namespace{Name: name}).Close()
-		}
-		if code == 0 {
-			code = 1
-		}
+	if err := CloseLive(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
 	}
 	return code
 }

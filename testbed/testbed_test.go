@@ -1,12 +1,18 @@
-package testbed
+package testbed_test
 
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
 func TestPairPings(t *testing.T) {
@@ -17,17 +23,21 @@ func TestPairPings(t *testing.T) {
 }
 
 func testPairPings(t *testing.T, switched bool) {
-	pair, err := NewPair(PairConfig{MTU: 2048, Switched: switched})
+	pair, err := testbed.NewPair(testbed.PairConfig{MTU: 2048, Switched: switched})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := pair.A, pair.B
+	spaces := []*testbed.Namespace{a.NS, b.NS}
+	if pair.WAN != nil {
+		spaces = append(spaces, pair.WAN)
+	}
 	defer func() {
 		if err := pair.Close(); err != nil {
 			t.Error(err)
 		}
-		for _, ns := range pair.spaces {
-			if _, err := os.Stat("/var/run/netns/" + ns.Name); !os.IsNotExist(err) {
+		for _, ns := range spaces {
+			if _, err := os.Stat(testbed.RunDir + "/" + ns.Name); !os.IsNotExist(err) {
 				t.Errorf("namespace %s left behind", ns.Name)
 			}
 		}
@@ -48,22 +58,135 @@ func testPairPings(t *testing.T, switched bool) {
 	}
 }
 
+// ipNetns runs `ip netns ARGS...` and returns its output.
+func ipNetns(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestCoexistsWithIPNetns is defect 9 of issue 10: starting from a
+// /run/netns that is a plain directory (a fresh private /run), the testbed
+// creates namespaces, `ip netns add` and `ip netns delete` run while they
+// live (before the fix, the add bind-mounted /run/netns over them and both
+// Close calls failed with EBUSY); iproute2 deletes one of them, the
+// testbed closes both: nothing of theirs is left, and iproute2's own
+// namespace lives on untouched.
+func TestCoexistsWithIPNetns(t *testing.T) {
+	privileged.Require(t)
+	if !testbedtest.InPrivateMounts(t, time.Minute) {
+		return
+	}
+	var tracked []testbedtest.Leftover
+	var spaces []*testbed.Namespace
+	for _, role := range []string{"coexist", "coexist"} {
+		ns, err := testbed.NewNamespace(role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spaces = append(spaces, ns)
+		tracked = append(tracked, testbedtest.Track(t, ns.Name, "testbed"))
+	}
+	ipNetns(t, "add", "iproute2-keep")
+	ipNetns(t, "add", "iproute2-gone")
+	ipNetns(t, "delete", "iproute2-gone")
+	list := ipNetns(t, "list")
+	for _, ns := range spaces {
+		if !strings.Contains(list, ns.Name) {
+			t.Errorf("ip netns list does not show %s:\n%s", ns.Name, list)
+		}
+		// iproute2 can still enter it.
+		if out, err := exec.Command("ip", "-n", ns.Name, "link", "show", "lo").CombinedOutput(); err != nil {
+			t.Errorf("ip -n %s: %v\n%s", ns.Name, err, out)
+		}
+	}
+	// iproute2 deletes a testbed namespace as its own: possible only if
+	// the add did not hide the testbed's mount beneath a new bind mount.
+	ipNetns(t, "delete", spaces[0].Name)
+	tracked[0].CheckGone(t)
+	for _, ns := range spaces {
+		if err := ns.Close(); err != nil { // the first is gone already: no error
+			t.Error(err)
+		}
+	}
+	for _, l := range tracked {
+		l.CheckGone(t)
+	}
+	if live := testbed.Live(); len(live) != 0 {
+		t.Errorf("still live: %v", live)
+	}
+	if out, err := exec.Command("ip", "-n", "iproute2-keep", "link", "show", "lo").CombinedOutput(); err != nil {
+		t.Errorf("iproute2's namespace did not survive the testbed's: %v\n%s", err, out)
+	}
+	ipNetns(t, "delete", "iproute2-keep")
+}
+
+// TestCloseShadowed closes a namespace hidden beneath a later bind mount
+// of /run/netns on itself after the directory was made private again (as
+// an administrator might; iproute2 makes the same shadow when it finds
+// /run/netns unprepared): Close removes the hidden mount
+// and the file, and nothing of the namespace remains.
+func TestCloseShadowed(t *testing.T) {
+	privileged.Require(t)
+	if !testbedtest.InPrivateMounts(t, time.Minute) {
+		return
+	}
+	ns, err := testbed.NewNamespace("shadowed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := testbedtest.Track(t, ns.Name, "shadowed by a bind mount")
+	// Shared, the directory's mounts would propagate unmounts to the copies
+	// a bind makes of them (the point of the convention): undo it first.
+	if err := unix.Mount("", testbed.RunDir, "none", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(testbed.RunDir, testbed.RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A plain unmount and unlink, as `ip netns delete` does, cannot
+	// remove it: the hidden mount keeps the file busy.
+	unix.Unmount(testbed.RunDir+"/"+ns.Name, unix.MNT_DETACH)
+	if err := unix.Unlink(testbed.RunDir + "/" + ns.Name); err != unix.EBUSY {
+		t.Fatalf("unlink beside a hidden mount: %v, want EBUSY (the test did not shadow the mount)", err)
+	}
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l.CheckGone(t)
+	if slices.Contains(testbed.Live(), ns.Name) {
+		t.Errorf("%s still counted live", ns.Name)
+	}
+}
+
+// TestCleanupLeftovers plants namespaces in every state runs have left
+// them (mounted, shadowed with and without the top copy, a bare file) and
+// expects CleanupLeftovers to delete each and leave no mount of them.
 func TestCleanupLeftovers(t *testing.T) {
 	privileged.Require(t)
-	ns, err := NewNamespace("leftover")
+	if !testbedtest.InPrivateMounts(t, time.Minute) {
+		return
+	}
+	planted := testbedtest.PlantLeftovers(t, testbed.NamePrefix+"left-")
+	ipNetns(t, "add", "iproute2-keep")
+	deleted, err := testbed.CleanupLeftovers()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Only this test's namespace: tests of other packages may be running.
-	deleted, err := cleanupMatching(NamePrefix + "leftover-")
-	if err != nil {
-		t.Fatal(err)
+	for _, l := range planted {
+		if !slices.Contains(deleted, l.Name) {
+			t.Errorf("%s (%s) not reported deleted (deleted %v)", l.Name, l.Kind, deleted)
+		}
+		l.CheckGone(t)
 	}
-	found := false
-	for _, name := range deleted {
-		found = found || name == ns.Name
+	if len(deleted) != len(planted) {
+		t.Errorf("deleted %v, planted %d", deleted, len(planted))
 	}
-	if !found {
-		t.Errorf("%s not cleaned up (deleted %v)", ns.Name, deleted)
+	if list := ipNetns(t, "list"); !strings.Contains(list, "iproute2-keep") {
+		t.Errorf("cleanup took a namespace that is not the testbed's:\n%s", list)
 	}
+	ipNetns(t, "delete", "iproute2-keep")
 }

@@ -151,7 +151,7 @@ func AddVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int
 	const tmp = "sdrtb-peer"
 	veth := &netlink.Veth{
 		LinkAttrs: netlink.LinkAttrs{Name: nameA, MTU: mtu, NumTxQueues: 1, NumRxQueues: 1},
-		PeerName:  tmp, PeerNamespace: netlink.NsFd(nsB.handle),
+		PeerName:  tmp, PeerNamespace: netlink.NsFd(nsB.handle()),
 	}
 	if err := hA.LinkAdd(veth); err != nil {
 		return fmt.Errorf("testbed: add veth %s/%s: %w", nsA.Name, nameA, err)

@@ -3,29 +3,21 @@ package wire
 import (
 	"bytes"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sdr-rdma/sdr/internal/privileged"
 )
 
-// requireTshark returns the path of tshark, or skips the test with the
-// reason. Under CI (CI set) a missing tshark fails instead: the test
-// command installs it.
+// requireTshark returns the path of tshark, or skips the test (fails it
+// under privileged.RequireEnv=1, as in CI, whose test command installs it).
 func requireTshark(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("tshark")
-	if err == nil {
-		return path
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("tshark not found; CI must install it (apt-get install tshark)")
-	}
-	t.Skip("tshark not found: install Debian's tshark to cross-check the encoder with Wireshark's dissector")
-	return ""
+	return privileged.RequireTool(t, "tshark", "cross-checks the encoder with Wireshark's dissector")
 }
 
 // tsharkFields lists, per frame, the Wireshark field values our encoder's

@@ -1,18 +1,66 @@
-// Package privileged gates tests that need root: network namespaces, veth,
-// XDP and AF_XDP.
+// Package privileged gates tests that need root (network namespaces, veth,
+// XDP and AF_XDP) or a system tool. Such a test skips, saying what is
+// missing, on a developer's machine; where RequireEnv is set to 1 (CI, by
+// .ci/run) the same gate fails the test instead, so a suite cannot pass
+// there by skipping what it was meant to run.
 package privileged
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
-// Require skips t, naming what is missing, unless the process runs as root.
-// CI runs as root, so there the privileged tests always run.
+// RequireEnv names the environment switch that turns every skip of this
+// package into a failure.
+const RequireEnv = "SDR_REQUIRE_PRIVILEGED"
+
+// Required reports whether RequireEnv is set to 1.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
+// Require skips t, naming what is missing, unless the process runs as
+// root; under RequireEnv=1 it fails t instead.
 func Require(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veth pairs, XDP programs and AF_XDP sockets " +
+		unavailable(t, "needs root: creates network namespaces, veth pairs, XDP programs and AF_XDP sockets "+
 			"(CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, CAP_IPC_LOCK)")
 	}
+}
+
+// RequireTool returns the path of the named program (`make deps` installs
+// it), skipping t with why when it is missing; under RequireEnv=1 it fails
+// t instead. why says what the test does with the tool.
+func RequireTool(t testing.TB, name, why string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		unavailable(t, name+" not found ("+why+"): install it, as `make deps` does")
+	}
+	return path
+}
+
+// OptionalTool returns the path of the named program and true, or logs
+// that the check it serves (why) is left out and returns false; under
+// RequireEnv=1 a missing tool fails t.
+func OptionalTool(t testing.TB, name, why string) (string, bool) {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path, true
+	}
+	msg := name + " not found: " + why + " left out; install it, as `make deps` does"
+	if Required() {
+		t.Fatalf("%s (%s=1: nothing may be left out)", msg, RequireEnv)
+	}
+	t.Log(msg)
+	return "", false
+}
+
+func unavailable(t testing.TB, reason string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%s (%s=1: this test must run, not skip)", reason, RequireEnv)
+	}
+	t.Skip(reason)
 }
