@@ -1,0 +1,310 @@
+package reliability_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
+)
+
+// schemes under test, with small codes so that 8-chunk messages span
+// several submessages and a shortened last one.
+var testSchemes = []struct {
+	name   string
+	scheme reliability.Scheme
+	code   ec.Params
+}{
+	{"sr-rto", reliability.SRRTO, ec.Params{}},
+	{"sr-nack", reliability.SRNACK, ec.Params{}},
+	{"ec-mds(3,2)", reliability.EC, ec.Params{Kind: ec.MDS, K: 3, M: 2}},
+	{"ec-xor(4,2)", reliability.EC, ec.Params{Kind: ec.XOR, K: 4, M: 2}},
+	{"hybrid-mds(4,1)", reliability.Hybrid, ec.Params{Kind: ec.MDS, K: 4, M: 1}},
+}
+
+func schemeConfig(scheme reliability.Scheme, code ec.Params) reliability.Config {
+	c := reliability.Config{Scheme: scheme}
+	if code.K > 0 {
+		c.Code = code
+	}
+	return c
+}
+
+// firstPassLoss drops the first transmission of the chunks in mask: data
+// chunk i is bit i, parity chunk j is bit chunks+j.
+func firstPassLoss(chunks int, mask uint64) fate {
+	return func(p packet) (int, time.Duration) {
+		bit := -1
+		switch p.kind {
+		case dataChunk:
+			bit = p.index
+		case parityChunk:
+			bit = chunks + p.index
+		}
+		if bit >= 0 && p.attempt == 0 && mask>>bit&1 != 0 {
+			return 0, 0
+		}
+		return 1, 0
+	}
+}
+
+// TestEveryFirstPassLossPattern loses every subset of the first pass of
+// messages of 0..8 chunks (data and parity) under every scheme: each
+// transfer completes with exact data, lossless ones without any repair,
+// and lossy ones within the scheme's bound.
+func TestEveryFirstPassLossPattern(t *testing.T) {
+	for _, sc := range testSchemes {
+		t.Run(sc.name, func(t *testing.T) {
+			runs := 0
+			for chunks := 0; chunks <= 8; chunks++ {
+				length := max(0, chunks*testMTU-testMTU/3)
+				if chunks == 0 {
+					length = 0
+				}
+				cfg := schemeConfig(sc.scheme, sc.code)
+				probe := newHarness(t, cfg, lossless)
+				total := chunks + probe.r.Plan(length).ParityChunks()
+				for mask := uint64(0); mask < 1<<total; mask++ {
+					runs++
+					h := newHarness(t, cfg, firstPassLoss(chunks, mask))
+					h.transfer(length, length, mask)
+					h.run(time.Second)
+					sent, recvd := h.check(0)
+					if sent.err != nil {
+						t.Fatalf("%d chunks, loss mask %b: failed: %v", chunks, mask, sent.err)
+					}
+					rtt := 2 * testDelay
+					rto := 3 * rtt
+					bound := 2*rtt + rto + time.Millisecond // the first pass plus one repair round, with slack
+					if sc.scheme == reliability.EC || sc.scheme == reliability.Hybrid {
+						bound += rtt + rto // the fallback timeout (and a probe) come before the repair
+					}
+					if recvd.stats.Duration() > bound {
+						t.Errorf("%d chunks, loss mask %b: took %v, bound %v (sender %v)", chunks, mask, recvd.stats.Duration(), bound, sent)
+					}
+					if mask == 0 && (sent.stats.Retransmitted != 0 || recvd.stats.Fallbacks != 0) {
+						t.Errorf("%d chunks lossless: %d retransmitted, %d fallbacks", chunks, sent.stats.Retransmitted, recvd.stats.Fallbacks)
+					}
+				}
+			}
+			t.Logf("%d loss patterns", runs)
+		})
+	}
+}
+
+// controlFate loses or duplicates control datagrams by their ordinal in a
+// direction, and delays every other datagram by reorder to reorder them.
+func controlFate(lostToSender, lostToReceiver map[int]bool, dup bool, reorder time.Duration) fate {
+	return func(p packet) (int, time.Duration) {
+		switch p.kind {
+		case toSender:
+			if lostToSender[p.index] {
+				return 0, 0
+			}
+		case toReceiver:
+			if lostToReceiver[p.index] {
+				return 0, 0
+			}
+		default:
+			return 1, 0
+		}
+		copies := 1
+		if dup {
+			copies = 2
+		}
+		if p.index%2 == 1 {
+			return copies, reorder
+		}
+		return copies, 0
+	}
+}
+
+// TestLostControlMessages loses each of the first control datagrams of
+// either direction (the CTS, ACKs, the completing ACK, NACKs, probes), with
+// and without a lost data chunk, and duplicates and reorders all of them.
+func TestLostControlMessages(t *testing.T) {
+	for _, sc := range testSchemes {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, dataLoss := range []uint64{0, 0b100, 0b10000001} {
+				for dir := range 2 {
+					for k := range 6 {
+						for _, variant := range []struct {
+							dup     bool
+							reorder time.Duration
+						}{{false, 0}, {true, 0}, {true, 3 * time.Millisecond}} {
+							lost := map[int]bool{k: true, k + 2: true}
+							ls, lr := lost, map[int]bool{}
+							if dir == 1 {
+								ls, lr = lr, ls
+							}
+							control := controlFate(ls, lr, variant.dup, variant.reorder)
+							data := firstPassLoss(8, dataLoss)
+							h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+								if p.kind == toSender || p.kind == toReceiver {
+									return control(p)
+								}
+								return data(p)
+							})
+							h.transfer(8*testMTU, 8*testMTU, uint64(k))
+							h.transfer(3*testMTU, 3*testMTU, uint64(k+100))
+							h.run(time.Second)
+							for id := range uint64(2) {
+								if sent, _ := h.check(id); sent.err != nil {
+									t.Fatalf("loss %b, direction %d, datagrams %v lost, %+v: transfer %d failed: %v",
+										dataLoss, dir, lost, variant, id, sent.err)
+								}
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestRepeatedLoss loses every transmission of a chunk until its n-th:
+// repair keeps going (new rounds) until it gets through.
+func TestRepeatedLoss(t *testing.T) {
+	for _, sc := range testSchemes {
+		t.Run(sc.name, func(t *testing.T) {
+			for _, tries := range []int{2, 4} {
+				h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+					if (p.kind == dataChunk && (p.index == 1 || p.index == 2) || p.kind == parityChunk) && p.attempt < tries {
+						return 0, 0
+					}
+					return 1, 0
+				})
+				h.transfer(8*testMTU, 8*testMTU, 1)
+				h.run(time.Second)
+				sent, recvd := h.check(0)
+				if sent.err != nil {
+					t.Fatalf("%d tries: %v", tries, sent.err)
+				}
+				if sent.stats.Retransmitted < 2*(tries-1) {
+					t.Errorf("%d tries: %d retransmissions, want at least %d", tries, sent.stats.Retransmitted, 2*(tries-1))
+				}
+				t.Logf("%d tries: %v, %+v", tries, recvd.stats.Duration(), sent.stats)
+			}
+		})
+	}
+}
+
+// TestLostImmediateCarriers loses the zero-length carriers of a short
+// message once: the receiver reports the immediate missing and the sender
+// sends the carriers again.
+func TestLostImmediateCarriers(t *testing.T) {
+	for _, sc := range testSchemes {
+		t.Run(sc.name, func(t *testing.T) {
+			h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+				if p.kind == carrier && p.attempt == 0 && p.index == 5 {
+					return 0, 0
+				}
+				return 1, 0
+			})
+			h.transfer(2*testMTU, 2*testMTU, 1)
+			h.run(time.Second)
+			if sent, _ := h.check(0); sent.err != nil {
+				t.Fatal(sent.err)
+			}
+			if h.attempts[[3]uint64{uint64(carrier), 0, 5}] < 2 {
+				t.Fatal("the lost carrier was never sent again")
+			}
+		})
+	}
+}
+
+// TestBlackholeTimesOut: a link that carries nothing fails the transfer
+// on both sides at the global timeout, not before, never hanging.
+func TestBlackholeTimesOut(t *testing.T) {
+	for _, sc := range testSchemes {
+		t.Run(sc.name, func(t *testing.T) {
+			cfg := schemeConfig(sc.scheme, sc.code)
+			cfg.Timeout = 300 * time.Millisecond
+			drops := 0
+			h := newHarness(t, cfg, func(p packet) (int, time.Duration) {
+				if p.kind == dataChunk || p.kind == parityChunk || p.kind == toSender && p.index > 0 {
+					drops++
+					return 0, 0 // the CTS gets through, nothing after it
+				}
+				return 1, 0
+			})
+			h.transfer(4*testMTU, 4*testMTU, 1)
+			h.run(time.Second)
+			sent, recvd := h.check(0)
+			if !errors.Is(sent.err, reliability.ErrTimeout) && !errors.Is(sent.err, reliability.ErrAborted) ||
+				!errors.Is(recvd.err, reliability.ErrTimeout) && !errors.Is(recvd.err, reliability.ErrAborted) {
+				t.Fatalf("sender %v, receiver %v: want timeouts", sent.err, recvd.err)
+			}
+			if d := recvd.stats.Duration(); d < cfg.Timeout || d > cfg.Timeout+50*time.Millisecond {
+				t.Fatalf("receiver failed after %v, timeout %v", d, cfg.Timeout)
+			}
+			if drops == 0 {
+				t.Fatal("nothing was sent")
+			}
+		})
+	}
+}
+
+// TestLengthMismatch: a send longer than the posted receive fails on both
+// sides, and the next transfer still matches its own receive.
+func TestLengthMismatch(t *testing.T) {
+	h := newHarness(t, schemeConfig(reliability.SRRTO, ec.Params{}), lossless)
+	h.transfer(4*testMTU, 5*testMTU, 1)
+	h.transfer(2*testMTU, 2*testMTU, 2)
+	h.run(time.Second)
+	sent, recvd := h.check(0)
+	if !errors.Is(sent.err, reliability.ErrLengthMismatch) || !errors.Is(recvd.err, reliability.ErrLengthMismatch) {
+		t.Fatalf("sender %v, receiver %v: want length mismatch", sent.err, recvd.err)
+	}
+	if sent, _ := h.check(1); sent.err != nil {
+		t.Fatalf("the next transfer: %v", sent.err)
+	}
+}
+
+// TestManyTransfersRandomLoss runs a window of transfers of mixed sizes
+// through 10 % random loss of everything, duplicates and reordering.
+func TestManyTransfersRandomLoss(t *testing.T) {
+	for _, sc := range testSchemes {
+		t.Run(sc.name, func(t *testing.T) {
+			for seed := range uint64(5) {
+				rng := newRand(seed)
+				h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+					switch x := rng.Float64(); {
+					case x < 0.10:
+						return 0, 0
+					case x < 0.13:
+						return 2, time.Duration(rng.IntN(2000)) * time.Microsecond
+					case x < 0.20:
+						return 1, time.Duration(rng.IntN(3000)) * time.Microsecond
+					}
+					return 1, 0
+				})
+				for i := range 12 {
+					n := (i*37)%300*testMTU/7 + 1
+					h.transfer(n, n, seed*100+uint64(i))
+				}
+				h.run(3 * time.Second)
+				for id := range uint64(12) {
+					if sent, _ := h.check(id); sent.err != nil {
+						t.Fatalf("seed %d transfer %d: %v", seed, id, sent.err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSchemeNames(t *testing.T) {
+	for _, s := range []reliability.Scheme{reliability.SRRTO, reliability.SRNACK, reliability.EC, reliability.Hybrid, reliability.Auto} {
+		got, err := reliability.ParseScheme(s.String())
+		if err != nil || got != s {
+			t.Errorf("ParseScheme(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := reliability.ParseScheme("tcp"); !errors.Is(err, reliability.ErrInvalid) {
+		t.Errorf("ParseScheme(tcp): %v", err)
+	}
+	_ = fmt.Sprint
+}

@@ -1,0 +1,473 @@
+package reliability
+
+import (
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/control"
+	"github.com/sdr-rdma/sdr/reliability/ec"
+)
+
+// Receiver is the receiving side's engine of one connection. It is not
+// safe for concurrent use: one goroutine owns it and calls its methods
+// with the current time.
+type Receiver struct {
+	cfg Config
+	rto time.Duration
+
+	next   uint64 // the next transfer to post
+	active map[uint64]*recvXfer
+	// Transfers below doneBelow have all finished; done holds the
+	// finished ones at or above it (they may finish out of order).
+	doneBelow uint64
+	done      map[uint64]bool
+
+	est Estimator
+
+	actions []Action
+	msg     control.Message
+	scratch []uint64
+	// Malformed counts control datagrams that failed to decode.
+	Malformed int
+}
+
+// recvXfer is one posted transfer.
+type recvXfer struct {
+	id     uint64
+	plan   Plan
+	chunks int // data chunks
+	parity int // parity chunks
+
+	data       bitmap // data chunks held (the SDR bitmap, or'ed in)
+	parityBits bitmap
+	have       int // data chunks held
+	haveParity int
+	immDone    bool
+	highest    int // 1 + the highest data chunk held
+	highestSub int // 1 + the highest submessage with a chunk held (coded)
+	cum        int // every data chunk below it is held
+
+	// ACK coalescing: data words [dirtyLo, dirtyHi) changed since the
+	// last ACK, which is due at ackAt.
+	dirtyLo, dirtyHi int
+	ackAt            time.Time
+
+	// Coded plans.
+	coder        *ec.Coder
+	decodable    []bool
+	undecodable  int
+	ftoAt        time.Time
+	nackedSubAt  []time.Time // when each submessage was last NACKed (Hybrid)
+	nackedBelow  int         // SR-NACK: holes below it were NACKed once
+	ctsAt        time.Time   // when to resend the CTS (until data arrives)
+	ctsBackoff   time.Duration
+	ctsFirst     time.Time
+	ctsResent    bool
+	firstArrival time.Time
+	lossSampled  bool
+	deadline     time.Time
+	stats        Stats
+}
+
+// NewReceiver returns a receiver engine. It validates cfg (ErrInvalid).
+func NewReceiver(cfg Config) (*Receiver, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	r := &Receiver{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{}}
+	r.est.init(cfg)
+	return r, nil
+}
+
+// Config returns the configuration with defaults filled in.
+func (r *Receiver) Config() Config { return r.cfg }
+
+// Estimator returns the receiver's link estimator (Auto's input).
+func (r *Receiver) Estimator() *Estimator { return &r.est }
+
+// Actions appends the queued actions to dst, clears the queue and returns
+// dst.
+func (r *Receiver) Actions(dst []Action) []Action {
+	dst = append(dst, r.actions...)
+	clear(r.actions)
+	r.actions = r.actions[:0]
+	return dst
+}
+
+// Plan chooses how a transfer of length bytes will travel: the
+// configured scheme, or Auto's choice from the estimator. Post uses it;
+// a caller may call it to size buffers first.
+func (r *Receiver) Plan(length int) Plan {
+	p := Plan{Scheme: r.cfg.Scheme, Code: r.cfg.Code, Length: length, ChunkSize: r.cfg.ChunkSize, MTU: r.cfg.MTU}
+	if p.Scheme == Auto {
+		p.Scheme, p.Code = r.est.choose(length)
+	}
+	if !p.Scheme.coded() {
+		p.Code = ec.Params{}
+	}
+	return p
+}
+
+// Post registers the next transfer under plan (from Plan; the caller has
+// posted its SDR receives) and sends its CTS. It returns the transfer's
+// number.
+func (r *Receiver) Post(now time.Time, plan Plan) (uint64, error) {
+	if err := plan.validate(); err != nil {
+		return 0, err
+	}
+	if plan.ChunkSize != r.cfg.ChunkSize || plan.MTU != r.cfg.MTU || plan.Length > 1<<40 {
+		return 0, fmt.Errorf("reliability: post: plan %v of %d B in %d-B chunks: %w", plan, plan.Length, plan.ChunkSize, ErrInvalid)
+	}
+	x := &recvXfer{id: r.next, plan: plan, chunks: plan.DataChunks(), parity: plan.ParityChunks(),
+		ctsBackoff: r.rto, ctsFirst: now, deadline: now.Add(r.cfg.Timeout), stats: Stats{Plan: plan, Start: now}}
+	if plan.Scheme.coded() {
+		l, err := plan.Layout()
+		if err != nil {
+			return 0, err
+		}
+		if x.coder, err = ec.NewCoder(l); err != nil {
+			return 0, err
+		}
+		x.decodable = make([]bool, l.Submessages())
+		x.undecodable = l.Submessages()
+		x.nackedSubAt = make([]time.Time, l.Submessages())
+		for s := range x.decodable { // a submessage may be decodable with nothing held? never: k' >= 1
+			r.updateDecodable(x, s)
+		}
+	}
+	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
+	x.dirtyLo = len(x.data)
+	r.next++
+	r.active[x.id] = x
+	r.sendCTS(now, x)
+	return x.id, nil
+}
+
+func (r *Receiver) sendCTS(now time.Time, x *recvXfer) {
+	r.msg = control.Message{Type: control.CTS, Transfer: x.id, Length: uint64(x.plan.Length),
+		Scheme: uint8(x.plan.Scheme), ChunkSize: uint32(x.plan.ChunkSize)}
+	if x.plan.Scheme.coded() {
+		r.msg.CTSFlags, r.msg.K, r.msg.M = codeToWire(x.plan.Code)
+	}
+	r.send()
+	x.ctsAt = now.Add(x.ctsBackoff)
+}
+
+func (r *Receiver) send() {
+	p, err := r.msg.Append(nil, r.cfg.ControlMTU)
+	if err != nil {
+		panic(fmt.Sprintf("reliability: encoding %v: %v", r.msg.Type, err)) // sizes are bounded by construction
+	}
+	r.actions = append(r.actions, Action{Kind: ActControl, Transfer: r.msg.Transfer, Datagram: p})
+}
+
+// Deadline returns when HandleTimer must next be called, and false when no
+// timer is armed.
+func (r *Receiver) Deadline() (time.Time, bool) {
+	var t time.Time
+	consider := func(c time.Time) {
+		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
+			t = c
+		}
+	}
+	for _, x := range r.active {
+		consider(x.deadline)
+		consider(x.ackAt)
+		consider(x.ftoAt)
+		if x.firstArrival.IsZero() {
+			consider(x.ctsAt)
+		}
+	}
+	return t, !t.IsZero()
+}
+
+// HandleProgress takes a transfer's current chunk bitmaps (data, and
+// parity for coded plans; in the format of sdr.RecvHandle.Bitmap) and
+// whether its immediate is whole. Bits only accumulate: what a bitmap no
+// longer shows is kept.
+func (r *Receiver) HandleProgress(now time.Time, id uint64, data, parity []uint64, immDone bool) {
+	x, ok := r.active[id]
+	if !ok {
+		return
+	}
+	x.immDone = x.immDone || immDone
+	changed := false
+	for w := range min(len(data), len(x.data)) {
+		fresh := data[w] &^ x.data[w]
+		if w == len(x.data)-1 && x.chunks%64 != 0 {
+			fresh &= 1<<(x.chunks%64) - 1
+		}
+		if fresh == 0 {
+			continue
+		}
+		changed = true
+		x.data[w] |= fresh
+		x.have += bits.OnesCount64(fresh)
+		x.dirtyLo, x.dirtyHi = min(x.dirtyLo, w), max(x.dirtyHi, w+1)
+		x.highest = max(x.highest, 64*w+64-bits.LeadingZeros64(x.data[w]))
+		if x.coder != nil {
+			l := x.coder.Layout()
+			x.highestSub = max(x.highestSub, l.Submessage(x.highest-1)+1)
+			for s := l.Submessage(64 * w); s <= l.Submessage(min(64*w+63, x.chunks-1)); s++ {
+				r.updateDecodable(x, s)
+			}
+		}
+	}
+	for w := range min(len(parity), len(x.parityBits)) {
+		fresh := parity[w] &^ x.parityBits[w]
+		if w == len(x.parityBits)-1 && x.parity%64 != 0 {
+			fresh &= 1<<(x.parity%64) - 1
+		}
+		if fresh == 0 {
+			continue
+		}
+		changed = true
+		x.parityBits[w] |= fresh
+		x.haveParity += bits.OnesCount64(fresh)
+		l := x.coder.Layout()
+		top := 64*w + 63 - bits.LeadingZeros64(x.parityBits[w])
+		x.highestSub = max(x.highestSub, l.ParitySubmessage(top)+1)
+		for s := l.ParitySubmessage(64 * w); s <= l.ParitySubmessage(min(64*w+63, x.parity-1)); s++ {
+			r.updateDecodable(x, s)
+		}
+	}
+	for x.cum < x.chunks && x.data.has(x.cum) {
+		x.cum = x.data.firstClear(x.cum, x.chunks)
+	}
+	if changed && x.firstArrival.IsZero() {
+		x.firstArrival = now
+		if !x.ctsResent {
+			r.est.observeRTT(now.Sub(x.ctsFirst))
+		}
+		if x.coder != nil {
+			// The fallback timeout: the whole transfer's injection plus
+			// half the retransmission slack.
+			x.ftoAt = now.Add(r.cfg.injection(x.chunks+x.parity) + time.Duration(0.5*r.cfg.Alpha*float64(r.cfg.RTT)))
+		}
+	}
+	if r.complete(x) {
+		r.finish(now, x)
+		return
+	}
+	if !x.lossSampled && (x.highest == x.chunks && x.parity == 0 || x.parity > 0 && x.parityBits.has(x.parity-1)) {
+		r.sampleLoss(x)
+	}
+	if changed && x.ackAt.IsZero() {
+		x.ackAt = now.Add(r.cfg.AckDelay)
+	}
+}
+
+// dataWhole reports whether every data chunk is held or can be decoded.
+func (x *recvXfer) dataWhole() bool {
+	if x.coder != nil {
+		return x.undecodable == 0
+	}
+	return x.have == x.chunks
+}
+
+func (r *Receiver) complete(x *recvXfer) bool { return x.immDone && x.dataWhole() }
+
+func (r *Receiver) updateDecodable(x *recvXfer, s int) {
+	if x.decodable[s] {
+		return
+	}
+	if ok, _ := x.coder.Decodable(s, x.data, x.parityBits); ok {
+		x.decodable[s] = true
+		x.undecodable--
+	}
+}
+
+// sampleLoss feeds the estimator the share of the first pass that is
+// missing when its last chunk arrived.
+func (r *Receiver) sampleLoss(x *recvXfer) {
+	x.lossSampled = true
+	total := x.chunks + x.parity
+	if total > 0 {
+		r.est.observeLoss(total-x.have-x.haveParity, total)
+	}
+}
+
+// finish completes a transfer: decode what is missing, tell the sender.
+func (r *Receiver) finish(now time.Time, x *recvXfer) {
+	if !x.lossSampled {
+		r.sampleLoss(x)
+	}
+	if x.coder != nil {
+		for s := range x.decodable {
+			if n, _ := x.coder.Missing(s, x.data); n > 0 {
+				r.actions = append(r.actions, Action{Kind: ActDecode, Transfer: x.id, Sub: s})
+				x.stats.Decoded++
+			}
+		}
+	}
+	r.sendAck(x, control.AckComplete, 0)
+	x.stats.End = now
+	r.actions = append(r.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.stats})
+	r.retire(x.id)
+}
+
+func (r *Receiver) retire(id uint64) {
+	delete(r.active, id)
+	r.done[id] = true
+	for r.done[r.doneBelow] {
+		delete(r.done, r.doneBelow)
+		r.doneBelow++
+	}
+}
+
+func (r *Receiver) finished(id uint64) bool { return id < r.doneBelow || r.done[id] }
+
+// sendAck sends one ACK with flags whose window starts at data word from.
+func (r *Receiver) sendAck(x *recvXfer, flags uint8, from int) {
+	x.stats.ACKs++
+	r.msg = control.Message{Type: control.ACK, Transfer: x.id, AckFlags: flags, Cumulative: uint32(x.cum)}
+	if flags&control.AckComplete == 0 {
+		if !x.immDone && x.dataWhole() {
+			r.msg.AckFlags |= control.AckImmMissing
+		}
+		to := min(len(x.data), from+control.MaxAckWords(r.cfg.ControlMTU))
+		r.msg.Base = uint32(64 * from)
+		r.msg.Bits = x.data[from:to]
+	}
+	r.send()
+}
+
+// flushAcks sends ACKs covering every data word that changed.
+func (r *Receiver) flushAcks(x *recvXfer) {
+	per := control.MaxAckWords(r.cfg.ControlMTU)
+	if x.dirtyLo >= x.dirtyHi {
+		r.sendAck(x, 0, x.cum/64) // nothing new: the immediate or a probe's answer
+	}
+	for w := x.dirtyLo; w < x.dirtyHi; w += per {
+		r.sendAck(x, 0, w)
+	}
+	x.dirtyLo, x.dirtyHi = len(x.data), 0
+}
+
+// HandleTimer runs the timers that are due at now.
+func (r *Receiver) HandleTimer(now time.Time) {
+	for _, x := range r.active {
+		if !x.deadline.After(now) {
+			r.fail(now, x, fmt.Errorf("reliability: transfer %d: %w", x.id, ErrTimeout), abortTimeout)
+			continue
+		}
+		if x.firstArrival.IsZero() && !x.ctsAt.After(now) {
+			x.ctsResent = true
+			x.ctsBackoff = min(2*x.ctsBackoff, max(r.rto, time.Second))
+			r.sendCTS(now, x)
+		}
+		if !x.ackAt.IsZero() && !x.ackAt.After(now) {
+			x.ackAt = time.Time{}
+			r.flushAcks(x)
+			switch x.plan.Scheme {
+			case SRNACK:
+				r.nackHoles(x)
+			case Hybrid:
+				r.nackSubmessages(now, x, x.highestSub-1)
+			}
+		}
+		if !x.ftoAt.IsZero() && !x.ftoAt.After(now) {
+			x.ftoAt = now.Add(r.rto)
+			if x.undecodable > 0 {
+				x.stats.Fallbacks++
+				r.nackSubmessages(now, x, len(x.decodable))
+			}
+		}
+	}
+}
+
+// nackHoles NACKs (once) the data chunks missing below the highest one
+// held; holes that stay missing are left to the sender's RTO.
+func (r *Receiver) nackHoles(x *recvXfer) {
+	if x.highest <= x.nackedBelow {
+		return
+	}
+	r.nackRanges(x, func(emit func(first, n int)) {
+		x.data.clearRuns(max(x.nackedBelow, x.cum), x.highest-1, emit)
+	})
+	x.nackedBelow = x.highest
+}
+
+// nackSubmessages NACKs the missing data chunks of every undecodable
+// submessage below limit not NACKed within the last RTO.
+func (r *Receiver) nackSubmessages(now time.Time, x *recvXfer, limit int) {
+	l := x.coder.Layout()
+	r.nackRanges(x, func(emit func(first, n int)) {
+		for s := range min(limit, len(x.decodable)) {
+			if x.decodable[s] || (!x.nackedSubAt[s].IsZero() && now.Sub(x.nackedSubAt[s]) < r.rto) {
+				continue
+			}
+			x.nackedSubAt[s] = now
+			first, n := l.DataRange(s)
+			x.data.clearRuns(first, first+n, emit)
+		}
+	})
+}
+
+// nackRanges sends the ranges that gen emits as NACK datagrams.
+func (r *Receiver) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
+	per := control.MaxNackRanges(r.cfg.ControlMTU)
+	var ranges []control.Range
+	flush := func() {
+		if len(ranges) == 0 {
+			return
+		}
+		x.stats.NACKs++
+		r.msg = control.Message{Type: control.NACK, Transfer: x.id, Ranges: ranges}
+		r.send()
+		ranges = ranges[:0]
+	}
+	gen(func(first, n int) {
+		ranges = append(ranges, control.Range{First: uint32(first), Count: uint32(n)})
+		if len(ranges) == per {
+			flush()
+		}
+	})
+	flush()
+}
+
+// HandleControl processes one control datagram from the sender.
+// Malformed datagrams are counted and dropped.
+func (r *Receiver) HandleControl(now time.Time, datagram []byte) {
+	if err := r.msg.Decode(datagram); err != nil {
+		r.Malformed++
+		return
+	}
+	switch r.msg.Type {
+	case control.Probe:
+		id, from := r.msg.Transfer, int(r.msg.From)
+		if x, ok := r.active[id]; ok {
+			r.sendAck(x, 0, min(from, x.chunks)/64)
+			if x.coder != nil && x.ftoAt.IsZero() {
+				// Nothing arrived at all: the fallback starts now.
+				x.ftoAt = now
+			}
+		} else if r.finished(id) {
+			r.msg = control.Message{Type: control.ACK, Transfer: id, AckFlags: control.AckComplete}
+			r.send()
+		}
+	case control.Abort:
+		if x, ok := r.active[r.msg.Transfer]; ok {
+			x.stats.End = now
+			r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.stats, Err: abortError(r.msg.Reason)})
+			r.retire(x.id)
+		}
+	}
+}
+
+// fail ends a transfer with err and tells the sender.
+func (r *Receiver) fail(now time.Time, x *recvXfer, err error, reason uint8) {
+	r.msg = control.Message{Type: control.Abort, Transfer: x.id, Reason: reason}
+	r.send()
+	x.stats.End = now
+	r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.stats, Err: err})
+	r.retire(x.id)
+}
+
+// Close fails every posted transfer with ErrClosed and tells the sender.
+func (r *Receiver) Close(now time.Time) {
+	for _, x := range r.active {
+		r.fail(now, x, ErrClosed, abortClosed)
+	}
+}

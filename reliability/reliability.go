@@ -1,0 +1,358 @@
+// Package reliability runs software-defined reliability over SDR's partial
+// message completion (DESIGN §6): Selective Repeat with retransmission
+// timeouts (SR-RTO) or receiver NACKs (SR-NACK), Erasure Coding (EC, MDS or
+// XOR) with a fallback to SR repair, a hybrid of the two, and Auto, which
+// picks one per transfer from the link's measured round trip and loss
+// through the paper's models (package reliability/model).
+//
+// The engines (Sender, Receiver) are sans-I/O state machines: they take
+// events — a transfer submitted or posted, a receive bitmap changed, a
+// control datagram arrived, time passed — each with the current time, and
+// queue actions — open a transfer's SDR messages, send these chunks, send
+// this datagram, decode this submessage, the transfer completed or failed —
+// that the caller drains with Actions and carries out. They start no
+// goroutines, read no clock and do no I/O, so the same engines run under
+// the simulator's virtual clock (testbed/sim), in fake-clock tests, and
+// over a real sdr.QP through the drivers of this package (Dial/Accept,
+// Conn.Write, Conn.Read).
+//
+// # Protocol
+//
+// Transfers are numbered 0, 1, 2, … on both sides. The receiver posts the
+// buffers of a transfer (the data message, and for EC a parity message
+// after it, in SDR's order-based matching) and sends a CTS naming the
+// transfer, its exact length and the scheme: one credit per posted
+// transfer, so a sender never outruns the receiver's slots. The sender
+// starts transfers in order once it holds both the application's data and
+// the transfer's CTS, and sends the data chunks (and parity) as streamed
+// SDR writes. The receiver acknowledges what its chunk bitmaps show (ACK:
+// a cumulative point and a window of the bitmap), asks for missing chunks
+// (NACK), and answers probes; the sender retransmits chunks whose
+// retransmission timer ran out or that were NACKed, and finishes the
+// transfer when an ACK says it is complete. Every control message is one
+// datagram over the same link as the data (package reliability/control),
+// so it can be lost, duplicated or reordered: every message is idempotent,
+// the receiver resends CTSs until data arrives, and the sender probes
+// until it hears of completion. A transfer that does not complete within
+// the global timeout fails on both sides.
+package reliability
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+)
+
+// Errors. Test with errors.Is.
+var (
+	// ErrTimeout: the transfer did not complete within the global timeout.
+	ErrTimeout = errors.New("reliability: transfer timed out")
+	// ErrAborted: the peer gave up on the transfer.
+	ErrAborted = errors.New("reliability: transfer aborted by the peer")
+	// ErrLengthMismatch: the sender's data and the receiver's buffer differ
+	// in length.
+	ErrLengthMismatch = errors.New("reliability: sender and receiver lengths differ")
+	// ErrInvalid: an argument or configuration is out of range.
+	ErrInvalid = errors.New("reliability: invalid argument")
+	// ErrClosed: the connection was closed.
+	ErrClosed = errors.New("reliability: connection closed")
+)
+
+// Scheme is a reliability scheme.
+type Scheme uint8
+
+// Schemes.
+const (
+	// SRRTO is Selective Repeat driven by per-chunk retransmission
+	// timeouts (RTO = RTT + α·RTT).
+	SRRTO Scheme = iota + 1
+	// SRNACK is Selective Repeat where the receiver NACKs holes as soon
+	// as a later chunk arrives, with RTO as the fallback.
+	SRNACK
+	// EC sends k data + m parity chunks per submessage; after the
+	// fallback timeout the receiver NACKs the submessages it cannot
+	// decode, which are repaired by SR.
+	EC
+	// Hybrid is EC whose receiver NACKs an undecodable submessage as soon
+	// as chunks of a later submessage arrive, not after the fallback
+	// timeout.
+	Hybrid
+	// Auto picks SR-RTO, SR-NACK or EC and its code per transfer from the
+	// measured link through reliability/model.
+	Auto
+)
+
+var schemeNames = []string{SRRTO: "sr-rto", SRNACK: "sr-nack", EC: "ec", Hybrid: "hybrid", Auto: "auto"}
+
+func (s Scheme) String() string {
+	if int(s) < len(schemeNames) && schemeNames[s] != "" {
+		return schemeNames[s]
+	}
+	return fmt.Sprintf("scheme(%d)", uint8(s))
+}
+
+// ParseScheme parses a scheme name as String prints it ("sr-rto",
+// "sr-nack", "ec", "hybrid", "auto").
+func ParseScheme(s string) (Scheme, error) {
+	for i, name := range schemeNames {
+		if name != "" && strings.EqualFold(name, s) {
+			return Scheme(i), nil
+		}
+	}
+	return 0, fmt.Errorf("reliability: scheme %q (sr-rto, sr-nack, ec, hybrid, auto): %w", s, ErrInvalid)
+}
+
+// coded reports whether the scheme sends parity.
+func (s Scheme) coded() bool { return s == EC || s == Hybrid }
+
+// Plan is how one transfer travels, fixed by the receiver's CTS.
+type Plan struct {
+	Scheme    Scheme    // never Auto
+	Code      ec.Params // EC and Hybrid
+	Length    int       // data bytes
+	ChunkSize int       // bytes per chunk (the SDR QP's)
+	MTU       int       // bytes per packet (the SDR QP's)
+}
+
+// DataChunks returns how many data chunks the transfer has.
+func (p Plan) DataChunks() int { return (p.Length + p.ChunkSize - 1) / p.ChunkSize }
+
+// Layout returns the EC layout of a coded plan.
+func (p Plan) Layout() (ec.Layout, error) { return ec.NewLayout(p.Code, p.Length, p.ChunkSize) }
+
+// ParityChunks returns how many parity chunks a coded plan sends (0 for SR).
+func (p Plan) ParityChunks() int {
+	if !p.Scheme.coded() {
+		return 0
+	}
+	l, err := p.Layout()
+	if err != nil {
+		return 0
+	}
+	return l.ParityChunks()
+}
+
+// ParityLen returns the parity message's length in bytes (0 for SR).
+func (p Plan) ParityLen() int { return p.ParityChunks() * p.ChunkSize }
+
+// Messages returns how many SDR messages the transfer takes: the data
+// message, and the parity message for coded plans.
+func (p Plan) Messages() int {
+	if p.Scheme.coded() {
+		return 2
+	}
+	return 1
+}
+
+// immChunks returns how many leading data chunks carry every immediate
+// nibble (the layout's 8 nibbles ride in packets 0..7).
+func (p Plan) immChunks() int {
+	return min(p.DataChunks(), (immPackets*p.MTU+p.ChunkSize-1)/p.ChunkSize)
+}
+
+// immPackets is how many leading packets carry every nibble of the user
+// immediate (wire.ImmLayout.Nibbles for both SDR layouts).
+const immPackets = 8
+
+func (p Plan) validate() error {
+	switch {
+	case p.Scheme < SRRTO || p.Scheme > Hybrid:
+		return fmt.Errorf("reliability: plan scheme %v: %w", p.Scheme, ErrInvalid)
+	case p.Length < 0 || p.ChunkSize <= 0 || p.MTU <= 0 || p.ChunkSize%p.MTU != 0:
+		return fmt.Errorf("reliability: plan of %d B in %d-B chunks, MTU %d: %w", p.Length, p.ChunkSize, p.MTU, ErrInvalid)
+	case p.Scheme.coded():
+		if err := p.Code.Validate(); err != nil {
+			return fmt.Errorf("reliability: plan code: %w", err)
+		}
+		if p.Code.K > 255 || p.Code.M > 255 {
+			return fmt.Errorf("reliability: plan code %v: %w", p.Code, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func (p Plan) String() string {
+	if p.Scheme.coded() {
+		return fmt.Sprintf("%v %v", p.Scheme, p.Code)
+	}
+	return p.Scheme.String()
+}
+
+// Config tunes the engines of one connection. Zero fields take the
+// defaults in brackets.
+type Config struct {
+	// RTT is the round-trip time the timers start from [1 ms]; Auto's
+	// estimator refines its own copy from measurements.
+	RTT time.Duration
+	// Bandwidth is the path's rate in bits per second, which the sender's
+	// injection clock uses to know when a chunk left [10 Gbit/s].
+	Bandwidth float64
+	// Alpha scales the retransmission timeout RTO = RTT + α·RTT and the
+	// EC fallback timeout [2].
+	Alpha float64
+	// AckDelay is how long the receiver coalesces bitmap changes into one
+	// ACK [RTT/8, at most 1 ms, at least 10 µs].
+	AckDelay time.Duration
+	// Timeout fails a transfer that has not completed this long after it
+	// started [max(10 s, 1000·RTT)].
+	Timeout time.Duration
+	// ControlMTU is the largest control datagram [1024].
+	ControlMTU int
+	// Scheme is what the receiver asks for [Auto]; Code is the code of EC
+	// and Hybrid [MDS(32,8)].
+	Scheme Scheme
+	Code   ec.Params
+	// ChunkSize and MTU are the SDR QP's.
+	ChunkSize, MTU int
+	// Window bounds the transfers a sender has started and not finished
+	// [8].
+	Window int
+	// MaxInFlightBytes bounds the data and parity bytes of those
+	// transfers [unbounded].
+	MaxInFlightBytes int
+}
+
+func (c *Config) setDefaults() error {
+	if c.RTT == 0 {
+		c.RTT = time.Millisecond
+	}
+	if c.Bandwidth == 0 {
+		c.Bandwidth = 10e9
+	}
+	if c.Alpha == 0 {
+		c.Alpha = 2
+	}
+	if c.AckDelay == 0 {
+		c.AckDelay = min(time.Millisecond, max(10*time.Microsecond, c.RTT/8))
+	}
+	if c.Timeout == 0 {
+		c.Timeout = max(10*time.Second, 1000*c.RTT)
+	}
+	if c.ControlMTU == 0 {
+		c.ControlMTU = 1024
+	}
+	if c.Scheme == 0 {
+		c.Scheme = Auto
+	}
+	if c.Code == (ec.Params{}) {
+		c.Code = ec.Params{Kind: ec.MDS, K: 32, M: 8}
+	}
+	if c.Window == 0 {
+		c.Window = 8
+	}
+	switch {
+	case c.RTT < 0 || c.Bandwidth < 0 || c.Alpha < 0 || c.AckDelay < 0 || c.Timeout < 0:
+		return fmt.Errorf("reliability: negative timing in config: %w", ErrInvalid)
+	case c.ControlMTU < 256:
+		return fmt.Errorf("reliability: control MTU %d (at least 256): %w", c.ControlMTU, ErrInvalid)
+	case c.Scheme < SRRTO || c.Scheme > Auto:
+		return fmt.Errorf("reliability: scheme %v: %w", c.Scheme, ErrInvalid)
+	case c.ChunkSize <= 0 || c.MTU <= 0 || c.ChunkSize%c.MTU != 0:
+		return fmt.Errorf("reliability: chunk size %d, MTU %d: %w", c.ChunkSize, c.MTU, ErrInvalid)
+	case c.Window < 1:
+		return fmt.Errorf("reliability: window %d: %w", c.Window, ErrInvalid)
+	}
+	if err := c.Code.Validate(); err != nil {
+		return fmt.Errorf("reliability: config code: %w", err)
+	}
+	return nil
+}
+
+// rto is the retransmission timeout RTT + α·RTT.
+func (c *Config) rto() time.Duration { return c.RTT + time.Duration(c.Alpha*float64(c.RTT)) }
+
+// injection returns how long n chunks take on the wire.
+func (c *Config) injection(n int) time.Duration {
+	return time.Duration(float64(n) * float64(c.ChunkSize) * 8 / c.Bandwidth * 1e9)
+}
+
+// Part names one of a transfer's SDR messages.
+type Part uint8
+
+// Parts.
+const (
+	Data Part = iota
+	Parity
+)
+
+func (p Part) String() string {
+	if p == Parity {
+		return "parity"
+	}
+	return "data"
+}
+
+// ActionKind says what an Action asks of the caller.
+type ActionKind uint8
+
+// Action kinds.
+const (
+	// ActStart (sender): open the transfer's SDR messages (Plan.Messages
+	// of them, in order) and, for coded plans, compute the parity.
+	ActStart ActionKind = iota + 1
+	// ActSend (sender): send chunks [First, First+Count) of Part.
+	ActSend
+	// ActSendImm (sender): send the zero-length immediate carriers of a
+	// message shorter than the immediate's packets (none otherwise).
+	ActSendImm
+	// ActControl (both): send Datagram on the control channel.
+	ActControl
+	// ActDecode (receiver): rebuild the missing data chunks of
+	// submessage Sub from the parity.
+	ActDecode
+	// ActComplete (both): the transfer is done; Stats describe it.
+	ActComplete
+	// ActFail (both): the transfer failed with Err.
+	ActFail
+)
+
+var actionNames = []string{ActStart: "start", ActSend: "send", ActSendImm: "send-imm", ActControl: "control",
+	ActDecode: "decode", ActComplete: "complete", ActFail: "fail"}
+
+func (k ActionKind) String() string {
+	if int(k) < len(actionNames) && actionNames[k] != "" {
+		return actionNames[k]
+	}
+	return fmt.Sprintf("action(%d)", uint8(k))
+}
+
+// Action is one thing an engine asks its caller to do. Only the fields of
+// its Kind are set.
+type Action struct {
+	Kind     ActionKind
+	Transfer uint64
+	Plan     Plan // ActStart
+	Part     Part // ActSend
+	First    int  // ActSend
+	Count    int  // ActSend
+	Sub      int  // ActDecode
+	// Datagram is an encoded control message (ActControl); the caller
+	// owns it.
+	Datagram []byte
+	Stats    Stats // ActComplete, ActFail
+	Err      error // ActFail
+}
+
+// Stats describe one transfer.
+type Stats struct {
+	Plan Plan
+	// Sender side.
+	ChunksSent    int // data chunk transmissions, first pass and repairs
+	Retransmitted int // data chunk transmissions after the first
+	ParitySent    int // parity chunk transmissions
+	Probes        int // probes sent
+	// Receiver side.
+	Decoded   int // submessages rebuilt from parity
+	Fallbacks int // EC fallbacks: NACK rounds for undecodable submessages
+	NACKs     int // NACK datagrams (sent by the receiver, received by the sender)
+	ACKs      int // ACK datagrams
+	// Start is when the sender started the transfer (ActStart) or the
+	// receiver posted it; End is when it completed or failed.
+	Start, End time.Time
+}
+
+// Duration is End − Start.
+func (s Stats) Duration() time.Duration { return s.End.Sub(s.Start) }

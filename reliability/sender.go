@@ -1,0 +1,384 @@
+package reliability
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/control"
+)
+
+// Sender is the sending side's engine of one connection. It is not safe
+// for concurrent use: one goroutine (a driver's loop, the simulator) owns
+// it and calls its methods with the current time.
+type Sender struct {
+	cfg Config
+	rto time.Duration
+
+	// wireFree is when the last chunk handed to the caller has left, by
+	// the injection clock (chunks queue behind each other at Bandwidth).
+	wireFree time.Time
+
+	submitted uint64             // transfers the application submitted
+	lengths   map[uint64]int     // their lengths, until started
+	credits   map[uint64]Plan    // CTSs of transfers not yet started
+	next      uint64             // the next transfer to start
+	active    map[uint64]*sendXfer
+	flights   []flight // retransmission timers, in deadline order
+	inFlight  int      // data and parity bytes of active transfers
+
+	actions []Action
+	msg     control.Message
+	// Malformed counts control datagrams that failed to decode.
+	Malformed int
+}
+
+// sendXfer is one started transfer.
+type sendXfer struct {
+	id        uint64
+	plan      Plan
+	chunks    int    // data chunks
+	acked     bitmap // data chunks the receiver reported
+	ackedN    int
+	probeAt   time.Time // when to probe next
+	deadline  time.Time // global timeout
+	lastImm   time.Time // when the immediate was last resent
+	probedAt  time.Time // when the last probe went out
+	stats     Stats
+	coded     bool
+	firstPass time.Time // when the first pass has left the wire
+}
+
+// flight is a run of data chunks sent together and the time by which an
+// ACK should have covered them.
+type flight struct {
+	deadline    time.Time
+	transfer    uint64
+	first, size int
+}
+
+// NewSender returns a sender engine. It validates cfg (ErrInvalid).
+func NewSender(cfg Config) (*Sender, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Sender{cfg: cfg, rto: cfg.rto(), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
+		active: map[uint64]*sendXfer{}}, nil
+}
+
+// Config returns the configuration with defaults filled in.
+func (s *Sender) Config() Config { return s.cfg }
+
+// Submit queues the application's next transfer of length bytes and
+// returns its number. It starts once the receiver's CTS for that number
+// has arrived, every earlier transfer has started and the window has
+// room.
+func (s *Sender) Submit(now time.Time, length int) uint64 {
+	id := s.submitted
+	s.submitted++
+	s.lengths[id] = length
+	s.tryStart(now)
+	return id
+}
+
+// Actions appends the queued actions to dst, clears the queue and returns
+// dst.
+func (s *Sender) Actions(dst []Action) []Action {
+	dst = append(dst, s.actions...)
+	clear(s.actions)
+	s.actions = s.actions[:0]
+	return dst
+}
+
+// Active returns how many transfers have started and not finished.
+func (s *Sender) Active() int { return len(s.active) }
+
+// Deadline returns when HandleTimer must next be called, and false when no
+// timer is armed.
+func (s *Sender) Deadline() (time.Time, bool) {
+	var t time.Time
+	for len(s.flights) > 0 {
+		if _, ok := s.active[s.flights[0].transfer]; ok {
+			t = s.flights[0].deadline
+			break
+		}
+		s.flights = s.flights[1:] // the transfer finished: its timers are moot
+	}
+	for _, x := range s.active {
+		if t.IsZero() || x.deadline.Before(t) {
+			t = x.deadline
+		}
+		if !x.probeAt.IsZero() && x.probeAt.Before(t) {
+			t = x.probeAt
+		}
+	}
+	return t, !t.IsZero()
+}
+
+// tryStart starts transfers in order while their data and CTS are there
+// and the window has room.
+func (s *Sender) tryStart(now time.Time) {
+	for {
+		length, submitted := s.lengths[s.next]
+		plan, credited := s.credits[s.next]
+		if !submitted || !credited || len(s.active) >= s.cfg.Window {
+			return
+		}
+		bytes := plan.Length + plan.ParityLen()
+		if s.cfg.MaxInFlightBytes > 0 && len(s.active) > 0 && s.inFlight+bytes > s.cfg.MaxInFlightBytes {
+			return
+		}
+		id := s.next
+		s.next++
+		delete(s.lengths, id)
+		delete(s.credits, id)
+		if length != plan.Length {
+			// The receiver's messages are posted: open and close them so
+			// later transfers still match, then fail this one both ways.
+			s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
+			s.fail(now, id, plan, fmt.Errorf("reliability: transfer %d: %d bytes sent into a %d-byte receive: %w",
+				id, length, plan.Length, ErrLengthMismatch), abortLength)
+			continue
+		}
+		s.start(now, id, plan)
+	}
+}
+
+// Abort reasons carried by control.Abort.
+const (
+	abortTimeout uint8 = iota + 1
+	abortLength
+	abortClosed
+)
+
+func abortError(reason uint8) error {
+	switch reason {
+	case abortTimeout:
+		return fmt.Errorf("%w (the peer timed out)", ErrAborted)
+	case abortLength:
+		return fmt.Errorf("%w: %w", ErrAborted, ErrLengthMismatch)
+	}
+	return ErrAborted
+}
+
+func (s *Sender) start(now time.Time, id uint64, plan Plan) {
+	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
+		deadline: now.Add(s.cfg.Timeout), stats: Stats{Plan: plan, Start: now}}
+	x.acked = newBitmap(x.chunks)
+	s.active[id] = x
+	s.inFlight += plan.Length + plan.ParityLen()
+	s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
+	s.sendData(now, x, 0, x.chunks, !x.coded)
+	if p := plan.ParityChunks(); p > 0 {
+		s.actions = append(s.actions, Action{Kind: ActSend, Transfer: id, Part: Parity, First: 0, Count: p})
+		s.wireFree = s.departure(now, p)
+		x.stats.ParitySent += p
+	}
+	s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: id})
+	x.firstPass = s.wireFree
+	// Probe when no news came within an RTO of the first pass (coded
+	// transfers: after the receiver's fallback timeout too): the
+	// completing ACK or an immediate report may have been lost, and
+	// nothing else would bring them again.
+	x.probeAt = x.firstPass.Add(s.rto)
+	if x.coded {
+		x.probeAt = x.probeAt.Add(s.rto / 2)
+	}
+}
+
+// departure returns when n chunks handed over now will have left.
+func (s *Sender) departure(now time.Time, n int) time.Time {
+	return maxTime(now, s.wireFree).Add(s.cfg.injection(n))
+}
+
+// flightChunks bounds a flight so that its chunks left within 1/64 of an
+// RTO of each other: the flight's timer (set by its last chunk) is then
+// at most that late for its first.
+func (s *Sender) flightChunks() int {
+	return max(1, int(float64(s.rto/64)/float64(s.cfg.injection(1))))
+}
+
+// sendData sends data chunks [first, first+n) and, if timed, arms
+// retransmission timers for them in flights.
+func (s *Sender) sendData(now time.Time, x *sendXfer, first, n int, timed bool) {
+	if n == 0 {
+		return
+	}
+	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: Data, First: first, Count: n})
+	x.stats.ChunksSent += n
+	per := s.flightChunks()
+	for done := 0; done < n; done += per {
+		size := min(per, n-done)
+		s.wireFree = s.departure(now, size)
+		if timed {
+			s.flights = append(s.flights, flight{deadline: s.wireFree.Add(s.rto), transfer: x.id, first: first + done, size: size})
+		}
+	}
+}
+
+// resend sends again the chunks of [first, first+n) not acknowledged yet,
+// with timers.
+func (s *Sender) resend(now time.Time, x *sendXfer, first, n int) int {
+	sent := 0
+	x.acked.clearRuns(first, min(first+n, x.chunks), func(f, c int) {
+		s.sendData(now, x, f, c, true)
+		x.stats.Retransmitted += c
+		sent += c
+	})
+	return sent
+}
+
+// HandleTimer runs the timers that are due at now.
+func (s *Sender) HandleTimer(now time.Time) {
+	for len(s.flights) > 0 && !s.flights[0].deadline.After(now) {
+		f := s.flights[0]
+		s.flights = s.flights[1:]
+		x, ok := s.active[f.transfer]
+		if !ok {
+			continue
+		}
+		if s.resend(now, x, f.first, f.size) > 0 && !x.probedAt.Equal(now) {
+			s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
+		}
+	}
+	for id, x := range s.active {
+		switch {
+		case !x.deadline.After(now):
+			s.fail(now, id, x.plan, fmt.Errorf("reliability: transfer %d: %w", id, ErrTimeout), abortTimeout)
+		case !x.probeAt.IsZero() && !x.probeAt.After(now):
+			x.probeAt = now.Add(s.rto)
+			if !x.probedAt.Equal(now) {
+				s.probe(now, x, x.acked.firstClear(0, x.chunks))
+			}
+		}
+	}
+}
+
+func (s *Sender) probe(now time.Time, x *sendXfer, from int) {
+	x.probedAt = now
+	x.stats.Probes++
+	s.msg = control.Message{Type: control.Probe, Transfer: x.id, From: uint32(from)}
+	s.send()
+}
+
+// send queues s.msg as a datagram.
+func (s *Sender) send() {
+	p, err := s.msg.Append(nil, s.cfg.ControlMTU)
+	if err != nil {
+		panic(fmt.Sprintf("reliability: encoding %v: %v", s.msg.Type, err)) // sizes are bounded by construction
+	}
+	s.actions = append(s.actions, Action{Kind: ActControl, Transfer: s.msg.Transfer, Datagram: p})
+}
+
+// HandleControl processes one control datagram from the receiver.
+// Malformed datagrams are counted and dropped.
+func (s *Sender) HandleControl(now time.Time, datagram []byte) {
+	if err := s.msg.Decode(datagram); err != nil {
+		s.Malformed++
+		return
+	}
+	m := &s.msg
+	switch m.Type {
+	case control.CTS:
+		s.handleCTS(now, m)
+	case control.ACK:
+		s.handleACK(now, m)
+	case control.NACK:
+		x, ok := s.active[m.Transfer]
+		if !ok {
+			return
+		}
+		x.stats.NACKs++
+		for _, r := range m.Ranges {
+			if int(r.First) < x.chunks {
+				s.resend(now, x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)))
+			}
+		}
+	case control.Abort:
+		if x, ok := s.active[m.Transfer]; ok {
+			s.finish(now, x, abortError(m.Reason))
+		}
+	}
+}
+
+func (s *Sender) handleCTS(now time.Time, m *control.Message) {
+	if m.Transfer < s.next {
+		return // a duplicate of a started transfer's CTS
+	}
+	plan := Plan{Scheme: Scheme(m.Scheme), Length: int(m.Length), ChunkSize: int(m.ChunkSize), MTU: s.cfg.MTU}
+	if plan.Scheme.coded() {
+		plan.Code = codeFromWire(m.CTSFlags, m.K, m.M)
+	}
+	if plan.validate() != nil || plan.ChunkSize != s.cfg.ChunkSize || uint64(plan.Length) != m.Length {
+		s.Malformed++
+		return
+	}
+	s.credits[m.Transfer] = plan
+	s.tryStart(now)
+}
+
+func (s *Sender) handleACK(now time.Time, m *control.Message) {
+	x, ok := s.active[m.Transfer]
+	if !ok {
+		return
+	}
+	x.stats.ACKs++
+	if m.AckFlags&control.AckComplete != 0 {
+		s.finish(now, x, nil)
+		return
+	}
+	for i := x.acked.firstClear(0, x.chunks); i < min(int(m.Cumulative), x.chunks); i = x.acked.firstClear(i+1, x.chunks) {
+		x.acked.set(i)
+		x.ackedN++
+	}
+	for w, word := range m.Bits {
+		base := int(m.Base) + 64*w
+		for word != 0 && base < x.chunks {
+			i := base + trailingZeros(word)
+			word &= word - 1
+			if i < x.chunks && !x.acked.has(i) {
+				x.acked.set(i)
+				x.ackedN++
+			}
+		}
+	}
+	if m.AckFlags&control.AckImmMissing != 0 && now.Sub(x.lastImm) >= s.cfg.RTT {
+		x.lastImm = now
+		if n := x.plan.immChunks(); n > 0 {
+			s.sendData(now, x, 0, n, false)
+			x.stats.Retransmitted += n
+		}
+		s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: x.id})
+	}
+}
+
+// finish ends an active transfer.
+func (s *Sender) finish(now time.Time, x *sendXfer, err error) {
+	delete(s.active, x.id)
+	s.inFlight -= x.plan.Length + x.plan.ParityLen()
+	x.stats.End = now
+	if err != nil {
+		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.stats, Err: err})
+	} else {
+		s.actions = append(s.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.stats})
+	}
+	s.tryStart(now)
+}
+
+// fail ends transfer id with err and tells the receiver.
+func (s *Sender) fail(now time.Time, id uint64, plan Plan, err error, reason uint8) {
+	s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
+	s.send()
+	if x, ok := s.active[id]; ok {
+		s.finish(now, x, err)
+		return
+	}
+	s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: Stats{Plan: plan, Start: now, End: now}, Err: err})
+}
+
+// Close fails every transfer that has not finished with ErrClosed and
+// tells the receiver.
+func (s *Sender) Close(now time.Time) {
+	for id, x := range s.active {
+		s.fail(now, id, x.plan, ErrClosed, abortClosed)
+	}
+}

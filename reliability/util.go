@@ -1,0 +1,25 @@
+package reliability
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+)
+
+func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// codeToWire and codeFromWire carry an EC code in a CTS: the kind in the
+// flags' low bits, k and m in their bytes.
+func codeToWire(p ec.Params) (flags, k, m uint8) { return uint8(p.Kind) & 3, uint8(p.K), uint8(p.M) }
+
+func codeFromWire(flags, k, m uint8) ec.Params {
+	return ec.Params{Kind: ec.Kind(flags & 3), K: int(k), M: int(m)}
+}
