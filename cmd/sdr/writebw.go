@@ -50,6 +50,7 @@ type writeBWParams struct {
 	Loss       float64 `json:"loss"`
 	RateGbps   float64 `json:"rate_gbps"`
 	Timeout    string  `json:"message_timeout"`
+	Verify     bool    `json:"verify"`
 }
 
 // writeBWResult is what the server measured.
@@ -63,9 +64,14 @@ type writeBWResult struct {
 	ChunksDelivered int     `json:"chunks_delivered"`
 	ChunksTotal     int     `json:"chunks_total"`
 	Complete        int     `json:"messages_complete"`
-	ElapsedSeconds  float64 `json:"elapsed_seconds"`
-	Device          string  `json:"device"`
-	Transport       string  `json:"transport"`
+	// With Verify: delivered chunks whose bytes are the client's, those
+	// that are not, and messages whose immediate is not their number.
+	ChunksVerified int     `json:"chunks_verified"`
+	ChunksCorrupt  int     `json:"chunks_corrupt"`
+	WrongImm       int     `json:"messages_wrong_imm"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	Device         string  `json:"device"`
+	Transport      string  `json:"transport"`
 	writeBWParams
 }
 
@@ -78,12 +84,13 @@ type writeBWFlags struct {
 	loopback bool
 	json     bool
 	metrics  string
+	stderr   io.Writer // where the metrics address is announced
 }
 
 func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sdr write-bw", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var f writeBWFlags
+	f := writeBWFlags{stderr: stderr}
 	p := &f.params
 	fs.IntVar(&p.Size, "s", 65536, "message `size` in bytes")
 	fs.IntVar(&p.Iterations, "n", 1000, "measured `iterations`")
@@ -96,13 +103,14 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&p.Loss, "loss", 0, "drop this `fraction` of packets at the server's ingress")
 	fs.Float64Var(&p.RateGbps, "rate", 0, "pace the client to this many `Gbit/s` (all channels; 0: unpaced)")
 	fs.StringVar(&p.Timeout, "timeout", "", "give up on a message after this long without progress (default 50ms with loss, 1s without)")
+	fs.BoolVar(&p.Verify, "verify", false, "check every delivered chunk's bytes and every message's immediate at the server (a memory compare per chunk)")
 	fs.StringVar(&f.dev, "dev", "udp", "emulated NIC port: `xsk` or udp")
 	fs.StringVar(&f.iface, "i", "", "network `interface` for -dev xsk")
 	fs.StringVar(&f.addr, "a", "", "local IP `address` for -dev udp (default: the interface's, or 127.0.0.1)")
 	fs.IntVar(&f.port, "p", sdr.DefaultBootstrapPort, "TCP `port` for the bootstrap")
 	fs.BoolVar(&f.loopback, "loopback", false, "run server and client in this process over an in-memory link")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
-	fs.StringVar(&f.metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, writeBWUsage)
 		fs.PrintDefaults()
@@ -268,7 +276,7 @@ func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, e
 		return nil, err
 	}
 	defer dev.Close()
-	stop, err := serveMetrics(f.metrics, map[string]*emunic.Device{map[bool]string{true: "server", false: "client"}[server]: dev})
+	stop, err := serveMetrics(f, map[string]*emunic.Device{map[bool]string{true: "server", false: "client"}[server]: dev})
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +306,7 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 		return nil, err
 	}
 	defer server.Close()
-	stop, err := serveMetrics(f.metrics, map[string]*emunic.Device{"client": client, "server": server})
+	stop, err := serveMetrics(f, map[string]*emunic.Device{"client": client, "server": server})
 	if err != nil {
 		return nil, err
 	}
@@ -337,16 +345,18 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 	return res, errors.Join(err, serverErr)
 }
 
-// serveMetrics serves the devices' counters at addr/metrics until stop is
-// called; an empty addr serves nothing.
-func serveMetrics(addr string, devices map[string]*emunic.Device) (stop func(), err error) {
-	if addr == "" {
+// serveMetrics serves the devices' counters at f.metrics/metrics until
+// stop is called, and announces the address it listens on to f.stderr;
+// an empty f.metrics serves nothing.
+func serveMetrics(f *writeBWFlags, devices map[string]*emunic.Device) (stop func(), err error) {
+	if f.metrics == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", f.metrics)
 	if err != nil {
 		return nil, fmt.Errorf("-metrics: %w", err)
 	}
+	fmt.Fprintf(f.stderr, "sdr write-bw: metrics at http://%s/metrics\n", ln.Addr())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", emunic.MetricsHandler(devices))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -372,6 +382,7 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 	}
 	defer ctx.Close()
 	buf := make([]byte, p.InFlight*p.Size)
+	want := writeBWPattern(p.Size)
 	mr, err := ctx.RegisterMemory(buf)
 	if err != nil {
 		return nil, err
@@ -422,6 +433,9 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 			res.ChunksTotal += h.Chunks()
 			if h.Done() {
 				res.Complete++
+			}
+			if p.Verify {
+				res.verify(h, i, buf[i%p.InFlight*p.Size:][:p.Size], want)
 			}
 			windowBytes += min(p.Size, chunks*p.ChunkSize)
 			if d := now.Sub(windowStart); d >= peakWindow {
@@ -486,11 +500,7 @@ func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*wri
 		return nil, err
 	}
 	defer ctx.Close()
-	src := make([]byte, p.Size)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	mr, err := ctx.RegisterMemory(src)
+	mr, err := ctx.RegisterMemory(writeBWPattern(p.Size))
 	if err != nil {
 		return nil, err
 	}
@@ -541,6 +551,36 @@ func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*wri
 	}
 }
 
+// writeBWPattern returns the bytes of every message the client sends.
+func writeBWPattern(size int) []byte {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}
+
+// verify counts message i's delivered chunks in msg that hold the
+// client's bytes (want) and those that do not, and a complete message
+// whose immediate is not its number (the client sends i): one landed in
+// another's receive.
+func (r *writeBWResult) verify(h *sdr.RecvHandle, i int, msg, want []byte) {
+	for c := range h.Chunks() {
+		if !h.ChunkDone(c) {
+			continue
+		}
+		lo, hi := c*r.ChunkSize, min((c+1)*r.ChunkSize, len(msg))
+		if string(msg[lo:hi]) == string(want[lo:hi]) {
+			r.ChunksVerified++
+		} else {
+			r.ChunksCorrupt++
+		}
+	}
+	if imm, ok := h.Imm(); h.Done() && (!ok || imm != uint32(i)) {
+		r.WrongImm++
+	}
+}
+
 func printWriteBW(w io.Writer, f *writeBWFlags, r *writeBWResult) {
 	if f.json {
 		enc := json.NewEncoder(w)
@@ -561,5 +601,9 @@ func printWriteBW(w io.Writer, f *writeBWFlags, r *writeBWResult) {
 	fmt.Fprintln(w, line)
 	fmt.Fprintf(w, " Packets: %.4f Mpps   Chunks delivered: %d/%d (%.2f%%)   Complete messages: %d/%d\n",
 		r.PacketRateMpps, r.ChunksDelivered, r.ChunksTotal, 100*float64(r.ChunksDelivered)/float64(max(1, r.ChunksTotal)), r.Complete, r.Iterations)
+	if r.Verify {
+		fmt.Fprintf(w, " Verified: %d chunks hold the client's bytes, %d do not; %d messages with a wrong immediate\n",
+			r.ChunksVerified, r.ChunksCorrupt, r.WrongImm)
+	}
 	fmt.Fprintln(w, line)
 }

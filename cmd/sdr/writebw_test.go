@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +16,20 @@ import (
 	"github.com/sdr-rdma/sdr/testbed"
 )
 
+// checkAllVerified fails t unless the server received every chunk of
+// every measured message, each holding the client's bytes, and every
+// message with its own number as immediate.
+func checkAllVerified(t *testing.T, what string, r writeBWResult, iters, chunksPerMsg int) {
+	t.Helper()
+	if !r.Verify || r.Iterations != iters || r.Complete != iters || r.ChunksTotal != iters*chunksPerMsg ||
+		r.ChunksDelivered != r.ChunksTotal || r.ChunksVerified != r.ChunksTotal || r.ChunksCorrupt != 0 ||
+		r.WrongImm != 0 || r.BWAverageGbps <= 0 {
+		t.Errorf("%s: want %d messages of %d chunks, all delivered and verified: %+v", what, iters, chunksPerMsg, r)
+	}
+}
+
 func TestWriteBWLoopback(t *testing.T) {
-	code, out, errOut := runSDR("write-bw", "-loopback", "-s", "20000", "-n", "50", "-w", "5", "-json")
+	code, out, errOut := runSDR("write-bw", "-loopback", "-s", "20000", "-n", "50", "-w", "5", "-json", "-verify")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -22,38 +37,15 @@ func TestWriteBWLoopback(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if r.Complete != 50 || r.ChunksDelivered != r.ChunksTotal || r.ChunksTotal != 50 || r.BWAverageGbps <= 0 {
-		t.Errorf("result %+v", r)
-	}
-	// The counters are served for Prometheus while the test runs.
-	got := make(chan string, 1)
-	go func() {
-		for range 100 {
-			resp, err := http.Get("http://127.0.0.1:19412/metrics")
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				got <- string(body)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		got <- ""
-	}()
-	if code, _, errOut := runSDR("write-bw", "-loopback", "-s", "65536", "-n", "1500", "-metrics", "127.0.0.1:19412"); code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	if m := <-got; !strings.Contains(m, `emunic_rx_packets_total{device="server"}`) || !strings.Contains(m, `device="client"`) {
-		t.Errorf("metrics during the run:\n%s", m)
-	}
-
+	checkAllVerified(t, "loopback", r, 50, 1)
 	// With loss, chunks go missing and the table says so.
-	code, out, _ = runSDR("write-bw", "-loopback", "-s", "65536", "-c", "4096", "-n", "20", "-w", "0", "-loss", "0.05", "-timeout", "20ms")
+	code, out, _ = runSDR("write-bw", "-loopback", "-s", "65536", "-c", "4096", "-n", "20", "-w", "0", "-loss", "0.05", "-timeout", "20ms", "-verify")
 	if code != exitOK || !strings.Contains(out, "#bytes") || !strings.Contains(out, "Loss injection  : 5.00%") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	if strings.Contains(out, "Chunks delivered: 320/320") {
-		t.Errorf("5%% loss lost no chunk:\n%s", out)
+	if strings.Contains(out, "Chunks delivered: 320/320") || !strings.Contains(out, " do not; 0 messages with a wrong immediate") ||
+		!strings.Contains(out, "chunks hold the client's bytes, 0 do not") {
+		t.Errorf("5%% loss: want chunks lost, those delivered intact:\n%s", out)
 	}
 	for _, args := range [][]string{{"write-bw", "-s", "0"}, {"write-bw", "-loss", "1"}, {"write-bw", "a", "b"}} {
 		if code, _, _ := runSDR(args...); code != exitUsage {
@@ -62,8 +54,55 @@ func TestWriteBWLoopback(t *testing.T) {
 	}
 }
 
+// TestWriteBWMetrics serves the counters for Prometheus on a port the
+// kernel picks (-metrics 127.0.0.1:0), which write-bw announces, and
+// reads them while the run goes on.
+func TestWriteBWMetrics(t *testing.T) {
+	stderrR, stderrW := io.Pipe()
+	announced := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:[1-9][0-9]*/metrics)`)
+		sc := bufio.NewScanner(stderrR)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				announced <- m[1]
+			}
+		}
+		close(announced)
+	}()
+	exit := make(chan int, 1)
+	var stdout bytes.Buffer
+	go func() {
+		exit <- run([]string{"write-bw", "-loopback", "-s", "65536", "-n", "3000", "-metrics", "127.0.0.1:0"}, &stdout, stderrW)
+		stderrW.Close()
+	}()
+	url, ok := <-announced
+	if !ok {
+		t.Fatalf("no metrics address announced (exit %d)", <-exit)
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("metrics during the run: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if code := <-exit; code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	m := string(body)
+	if !strings.Contains(m, `emunic_rx_packets_total{device="server"}`) || !strings.Contains(m, `device="client"`) {
+		t.Errorf("metrics during the run:\n%s", m)
+	}
+}
+
 // TestWriteBWOverXSK runs the server and the client in two namespaces on
-// AF_XDP ports, as a user would with two hosts, and reports the numbers.
+// AF_XDP ports, as a user would with two hosts. Over RC channel QPs, which
+// recover what the copy-mode AF_XDP rings drop when the receiver falls
+// behind, every chunk of every message must arrive with the client's bytes
+// and its message's immediate. Over UC, the SDR data path, nothing
+// recovers such drops, so every chunk that did arrive must hold the
+// client's bytes, every complete message its own immediate, and the
+// server's counts must add up.
 func TestWriteBWOverXSK(t *testing.T) {
 	privileged.Require(t)
 	pair, err := testbed.NewPair(testbed.PairConfig{})
@@ -71,9 +110,13 @@ func TestWriteBWOverXSK(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pair.Close()
-	for _, c := range []struct{ size, iters, inflight int }{{64 << 10, 1000, 16}, {1 << 20, 100, 4}, {8 << 20, 12, 1}} {
+	const chunk = 64 << 10 // 64 MTUs of 1024 B, the default
+	for _, c := range []struct {
+		size, iters, inflight int
+		rc                    bool
+	}{{64 << 10, 300, 16, true}, {1 << 20, 40, 4, true}, {8 << 20, 4, 1, true}, {1 << 20, 40, 4, false}} {
 		flags := []string{"-dev", "xsk", "-i", "veth0", "-s", fmt.Sprint(c.size), "-n", fmt.Sprint(c.iters), "-w", "2",
-			"-q", fmt.Sprint(c.inflight), "-json"}
+			"-q", fmt.Sprint(c.inflight), "-json", "-verify", fmt.Sprintf("-rc=%v", c.rc)}
 		type outcome struct {
 			code     int
 			out, err string
@@ -88,12 +131,12 @@ func TestWriteBWOverXSK(t *testing.T) {
 			server <- o
 		}()
 		var client outcome
-		for try := 0; try < 50; try++ { // until the server listens
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until the server listens
 			pair.A.NS.Do(func() error {
 				client.code, client.out, client.err = runSDR(append(append([]string{"write-bw"}, flags...), pair.B.Addr.String())...)
 				return nil
 			})
-			if client.code == exitOK || !strings.Contains(client.err, "connection refused") {
+			if client.code == exitOK || !strings.Contains(client.err, "connection refused") || time.Now().After(deadline) {
 				break
 			}
 		}
@@ -105,10 +148,14 @@ func TestWriteBWOverXSK(t *testing.T) {
 		if err := json.Unmarshal([]byte(client.out), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.ChunksDelivered == 0 || r.BWAverageGbps <= 0 {
-			t.Errorf("size %d: %+v", c.size, r)
+		what := fmt.Sprintf("%s size %d", r.Transport, c.size)
+		if c.rc {
+			checkAllVerified(t, what, r, c.iters, c.size/chunk)
+		} else if r.ChunksTotal != c.iters*c.size/chunk || r.ChunksDelivered == 0 || r.ChunksVerified != r.ChunksDelivered ||
+			r.ChunksCorrupt != 0 || r.WrongImm != 0 || r.Complete > c.iters || r.Complete*c.size/chunk > r.ChunksDelivered {
+			t.Errorf("%s: want every delivered chunk verified and the counts consistent: %+v", what, r)
 		}
-		t.Logf("xsk %8d B x %3d: %.2f Gbit/s average, %.2f peak, %.3f Mpps, %d/%d chunks, %d/%d messages complete",
-			c.size, c.iters, r.BWAverageGbps, r.BWPeakGbps, r.PacketRateMpps, r.ChunksDelivered, r.ChunksTotal, r.Complete, r.Iterations)
+		t.Logf("xsk %-16s %8d B x %3d: %.2f Gbit/s average, %.2f peak, %.3f Mpps, %d/%d chunks verified, %d/%d messages complete",
+			r.Transport, c.size, c.iters, r.BWAverageGbps, r.BWPeakGbps, r.PacketRateMpps, r.ChunksVerified, r.ChunksTotal, r.Complete, r.Iterations)
 	}
 }
