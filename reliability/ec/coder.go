@@ -18,11 +18,11 @@ import (
 // and a disjoint set of submessages.
 type Coder struct {
 	layout Layout
-	// rs[k] is the (k, M) Reed–Solomon encoder for a submessage of k data
-	// chunks (MDS only): rs[K] for full submessages, rs[k'] for a shortened
-	// last one. Built on first need and kept across Reset with the same
-	// Params, since building one inverts a K×K matrix.
-	rs []reedsolomon.Encoder
+	// rs[k] codes a submessage of k data chunks (MDS only): rs[K] full
+	// submessages, rs[k'] a shortened last one. Built on first need and
+	// kept across Reset with the same Params, since building one inverts a
+	// K×K matrix.
+	rs []rsCode
 	// shards holds the K+M shard headers handed to reedsolomon, pointing
 	// into the caller's buffers; cleared after each call so the Coder pins
 	// no caller memory.
@@ -30,6 +30,28 @@ type Coder struct {
 	// pad holds a short last data chunk zero-padded to ChunkSize (MDS only:
 	// reedsolomon needs equal shard sizes; XOR handles short chunks itself).
 	pad []byte
+}
+
+// rsCode is a (k, M) Reed–Solomon encoder and how many reconstructions it
+// has run. The library caches the inverted matrix of every erasure pattern
+// it decodes, without bound (for (32,8) about 1.5–4 KiB a pattern), so the
+// Coder replaces an encoder after maxDecodesPerEncoder reconstructions to
+// bound a long-lived receiver's memory (to a few MiB per encoder) while
+// still serving repeated patterns from the cache (which makes a 4 KiB-chunk
+// (32,8) decode about 3x faster than inverting each time).
+type rsCode struct {
+	enc     reedsolomon.Encoder
+	decodes int
+}
+
+const maxDecodesPerEncoder = 1024
+
+func newRSCode(k, m int) (rsCode, error) {
+	enc, err := reedsolomon.New(k, m, reedsolomon.WithMaxGoroutines(1))
+	if err != nil {
+		return rsCode{}, fmt.Errorf("ec: reed-solomon (%d,%d): %w", k, m, err)
+	}
+	return rsCode{enc: enc}, nil
 }
 
 // NewCoder returns a Coder for messages laid out as l. For MDS it builds the
@@ -44,7 +66,8 @@ func NewCoder(l Layout) (*Coder, error) {
 }
 
 // Reset retargets c to messages laid out as l, keeping its encoders when the
-// Params are unchanged and its scratch when it is large enough.
+// Params are unchanged and its scratch when it is large enough. A rejected
+// layout leaves c unchanged.
 func (c *Coder) Reset(l Layout) error {
 	if c == nil || !l.valid() {
 		return fmt.Errorf("ec: coder reset: layout not made by NewLayout: %w", ErrInvalid)
@@ -53,19 +76,19 @@ func (c *Coder) Reset(l Layout) error {
 	if c.layout.params != p {
 		c.rs, c.shards = nil, nil
 		if p.Kind == MDS {
-			c.rs = make([]reedsolomon.Encoder, p.K+1)
+			c.rs = make([]rsCode, p.K+1)
 			c.shards = make([][]byte, p.K+p.M)
 		}
 	}
 	if p.Kind == MDS {
 		for _, sub := range [2]int{0, l.subs - 1} {
-			if _, n := l.DataRange(sub); n > 0 && c.rs[n] == nil {
-				enc, err := reedsolomon.New(n, p.M, reedsolomon.WithMaxGoroutines(1))
+			if _, n := l.DataRange(sub); n > 0 && c.rs[n].enc == nil {
+				code, err := newRSCode(n, p.M)
 				if err != nil {
 					c.layout = Layout{}
-					return fmt.Errorf("ec: reed-solomon (%d,%d): %w", n, p.M, err)
+					return err
 				}
-				c.rs[n] = enc
+				c.rs[n] = code
 			}
 		}
 		if l.dataLen%l.chunkSize != 0 && cap(c.pad) < l.chunkSize {
@@ -264,7 +287,7 @@ func (c *Coder) encode(sub int, data, parity []byte) {
 	}
 	// Cannot fail: the shard count matches the encoder and all shards are
 	// ChunkSize long.
-	_ = c.rs[n].Encode(shards)
+	_ = c.rs[n].enc.Encode(shards)
 	clear(shards)
 }
 
@@ -297,7 +320,16 @@ func (c *Coder) mdsReconstruct(sub int, data, parity []byte, dataBits, parityBit
 			shards[n+j] = c.parityChunk(parity, pFirst+j)
 		}
 	}
-	if err := c.rs[n].ReconstructData(shards); err != nil {
+	code := &c.rs[n]
+	if code.decodes == maxDecodesPerEncoder {
+		fresh, err := newRSCode(n, m)
+		if err != nil {
+			return err
+		}
+		*code = fresh
+	}
+	code.decodes++
+	if err := code.enc.ReconstructData(shards); err != nil {
 		return fmt.Errorf("ec: %v submessage %d: reed-solomon: %w", c.layout.params, sub, err)
 	}
 	if shortMissing {

@@ -322,6 +322,28 @@ func TestReset(t *testing.T) {
 	}
 }
 
+// TestDecodeCacheBound runs more reconstructions than one encoder serves:
+// the encoder is replaced (dropping the library's inversion cache) and
+// decoding stays exact across the replacement.
+func TestDecodeCacheBound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	m := newMessage(t, Params{MDS, 6, 3}, 6*8, 8, rng) // one submessage
+	l := m.c.Layout()
+	first := m.c.rs[6].enc
+	for i := range maxDecodesPerEncoder + 10 {
+		dataLost := make([]bool, l.DataChunks())
+		dataLost[rng.IntN(6)] = true
+		dataLost[rng.IntN(6)] = true
+		parityLost := make([]bool, l.ParityChunks())
+		parityLost[rng.IntN(3)] = i%2 == 0
+		checkErasures(t, m, dataLost, parityLost, rng)
+	}
+	if m.c.rs[6].enc == first || m.c.rs[6].decodes != 10 {
+		t.Fatalf("after %d decodes: encoder replaced %v, decodes since %d; want replaced and 10",
+			maxDecodesPerEncoder+10, m.c.rs[6].enc != first, m.c.rs[6].decodes)
+	}
+}
+
 func TestCoderErrors(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, p := range []Params{{MDS, 4, 2}, {XOR, 4, 2}} {
@@ -414,10 +436,10 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// lossyBitmaps returns full bitmaps except that in submessage sub the
-// worst decodable loss is marked: M data chunks for MDS, one per group for
-// XOR (the data chunks 0..M-1 of the submessage in both cases).
-func lossyBitmaps(l Layout, sub int) (dataBits, parityBits []uint64) {
+// lossyBitmaps returns full bitmaps except that in each of subs the worst
+// decodable loss is marked: M data chunks for MDS, one per group for XOR
+// (the data chunks 0..M-1 of the submessage in both cases).
+func lossyBitmaps(l Layout, subs ...int) (dataBits, parityBits []uint64) {
 	dataBits = make([]uint64, bitmapWords(l.DataChunks()))
 	parityBits = make([]uint64, bitmapWords(l.ParityChunks()))
 	for i := range l.DataChunks() {
@@ -426,9 +448,11 @@ func lossyBitmaps(l Layout, sub int) (dataBits, parityBits []uint64) {
 	for i := range l.ParityChunks() {
 		parityBits[i/64] |= 1 << (i % 64)
 	}
-	first, n := l.DataRange(sub)
-	for j := range min(n, l.Params().M) {
-		dataBits[(first+j)/64] &^= 1 << ((first + j) % 64)
+	for _, sub := range subs {
+		first, n := l.DataRange(sub)
+		for j := range min(n, l.Params().M) {
+			dataBits[(first+j)/64] &^= 1 << ((first + j) % 64)
+		}
 	}
 	return dataBits, parityBits
 }

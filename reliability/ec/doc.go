@@ -25,7 +25,13 @@
 // any k' of a submessage's k'+M chunks rebuild it (K+M <= 256). The last,
 // shortened submessage is coded with its own (k', M) code instead of feeding
 // K-k' zero chunks through the full one; both sides use this package, and
-// the decodability rule is the same.
+// the decodability rule is the same. The encoders use the library's default
+// systematic matrix and one goroutine each. Its Leopard GF(2^8) variant was
+// measured too: it encodes (32,8) about 2.5x faster on this machine's CPU,
+// but rebuilds a submessage that lost one or two chunks 3–12x slower (its
+// decode cost does not shrink with the loss), and it needs chunk sizes that
+// are multiples of 64 bytes; the receiver decodes every lossy submessage,
+// so the classic construction is used.
 //
 // XOR is the cheap code: parity i of a submessage is the XOR of its data
 // chunks j with j mod M == i (M <= K). Each of the M parity groups survives
