@@ -99,8 +99,13 @@ func (c *Coder) Reset(l Layout) error {
 	return nil
 }
 
-// Layout returns the layout c codes.
-func (c *Coder) Layout() Layout { return c.layout }
+// Layout returns the layout c codes (the zero Layout for a nil Coder).
+func (c *Coder) Layout() Layout {
+	if c == nil {
+		return Layout{}
+	}
+	return c.layout
+}
 
 // Encode fills the whole parity area from the message: len(data) must be
 // DataLen and len(parity) ParityLen. Costs one EncodeSubmessage per
