@@ -483,24 +483,41 @@ func (s *Stream) End() (*SendHandle, error) {
 	if s.ended {
 		return nil, ErrDone
 	}
-	q := s.qp
-	packets := max(1, (s.length+q.attr.MTU-1)/q.attr.MTU)
-	if s.hasImm && packets < q.attr.ImmLayout.Nibbles() {
-		w := backend.Write{Slot: s.slot, MsgID: s.msgID, Gen: s.gen, Imm: s.imm}
-		for k := packets; k < q.attr.ImmLayout.Nibbles(); k++ {
-			w.Carriers = append(w.Carriers, k)
-		}
-		if s.length == 0 {
-			w.Carriers = append([]int{0}, w.Carriers...)
-		}
-		if err := q.bqp.Write(&w); err != nil {
-			return nil, fmt.Errorf("sdr: end: %w", err)
-		}
+	if err := s.SendImmCarriers(); err != nil {
+		return nil, fmt.Errorf("sdr: end: %w", err)
 	}
 	s.abort()
 	h := &SendHandle{done: make(chan struct{})}
 	close(h.done)
 	return h, nil
+}
+
+// SendImmCarriers (re)sends the zero-length immediate carriers of a
+// message with an immediate that is shorter than the layout's nibble
+// count (End sends them too); it does nothing for other messages, whose
+// data packets carry every nibble. Carriers are idempotent at the
+// receiver, so a reliability scheme calls it again when the receiver
+// reports the immediate incomplete. It fails with ErrDone after End.
+func (s *Stream) SendImmCarriers() error {
+	if s.ended {
+		return ErrDone
+	}
+	q := s.qp
+	packets := max(1, (s.length+q.attr.MTU-1)/q.attr.MTU)
+	if !s.hasImm || packets >= q.attr.ImmLayout.Nibbles() {
+		return nil
+	}
+	w := backend.Write{Slot: s.slot, MsgID: s.msgID, Gen: s.gen, Imm: s.imm}
+	if s.length == 0 {
+		w.Carriers = append(w.Carriers, 0)
+	}
+	for k := packets; k < q.attr.ImmLayout.Nibbles(); k++ {
+		w.Carriers = append(w.Carriers, k)
+	}
+	if err := q.bqp.Write(&w); err != nil {
+		return fmt.Errorf("sdr: immediate carriers: %w", err)
+	}
+	return nil
 }
 
 // abort releases the stream's reservation.
