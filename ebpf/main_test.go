@@ -1,10 +1,11 @@
 package ebpf_test
 
 import (
-	"github.com/sdr-rdma/sdr/testbed"
 	"os"
 	"testing"
+
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
 // TestMain fails the run if a test leaves a network namespace behind.
-func TestMain(m *testing.M) { os.Exit(testbed.RunChecked(m)) }
+func TestMain(m *testing.M) { os.Exit(testbedtest.RunChecked(m)) }

@@ -39,8 +39,8 @@ func BenchmarkUCWriteImm(b *testing.B) {
 				if port.name == "udp" {
 					gidA, gidB = netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 				}
-				a := emunictest.NewHost(b, pa, gidA, [6]byte{2, 0, 0, 0, 0, 1})
-				r := emunictest.NewHost(b, pb, gidB, [6]byte{2, 0, 0, 0, 0, 2})
+				a := emunictest.NewHost(b, pa, gidA, [6]byte{2, 0, 0, 0, 0, 1}, nil)
+				r := emunictest.NewHost(b, pb, gidB, [6]byte{2, 0, 0, 0, 0, 2}, nil)
 				emunictest.BenchUCWriteImm(b, a, r, size)
 			})
 		}

@@ -1,66 +1,234 @@
-// Package emunictest has helpers that set up emunic devices and queue
-// pairs in tests and benchmarks, whatever port carries their frames (pipe,
-// UDP, AF_XDP), and the UC WRITE-with-Imm benchmark every port runs.
+// Package emunictest is the one host fixture of emunic's tests, benchmarks
+// and interop harness, whatever port carries their frames (pipe, UDP,
+// AF_XDP in a testbed namespace): a device with a PD and CQs, QPs brought
+// to INIT, connected to RTS, completions awaited, memory registered and
+// filled with a checkable pattern; and the UC WRITE-with-Imm benchmark
+// every port runs.
+//
+// The helpers taking a testing.TB fail the test on error and must run on
+// the test's goroutine; their error-returning counterparts (Attach,
+// Host.NewQP, ConnectQP, NextCQE) serve code that runs elsewhere, such as
+// the interop harness's peers.
 package emunictest
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/wire"
 )
 
-// Host is a device with a PD and a send and a receive CQ.
+// QKey is the Q_Key of every QP the fixture creates (ibv_ud_pingpong's).
+const QKey = 0x11111111
+
+// CQDepth is the depth of a Host's CQs: enough for any test's burst.
+const CQDepth = 1 << 16
+
+// WaitTimeout bounds WaitCQE: far beyond any completion on a live link,
+// short enough that a lost one fails the test instead of hanging it.
+const WaitTimeout = 20 * time.Second
+
+// Host is a device with a PD and a send and a receive CQ. Net and XSK are
+// set for a host on an AF_XDP port in a testbed namespace (NewXSKHost).
 type Host struct {
 	Dev    *emunic.Device
 	PD     *emunic.PD
 	SendCQ *emunic.CQ
 	RecvCQ *emunic.CQ
+	Net    *testbed.Host
+	XSK    *xsk.Port
 }
 
-// NewHost creates a device on port; it is closed when the test ends.
-func NewHost(tb testing.TB, port emunic.Port, gid netip.Addr, mac [6]byte) *Host {
+// Attach gives dev a new PD and a send and a receive CQ of depth cqDepth.
+// It allocates the CQs' rings; nothing needs closing but the device.
+func Attach(dev *emunic.Device, cqDepth int) (*Host, error) {
+	h := &Host{Dev: dev, PD: dev.AllocPD()}
+	var err error
+	if h.SendCQ, err = emunic.NewCQ(cqDepth); err != nil {
+		return nil, fmt.Errorf("emunictest: send CQ: %w", err)
+	}
+	if h.RecvCQ, err = emunic.NewCQ(cqDepth); err != nil {
+		return nil, fmt.Errorf("emunictest: receive CQ: %w", err)
+	}
+	return h, nil
+}
+
+// NewHost opens a device on port with address gid and Ethernet address
+// mac, writing every frame to tap if it is not nil, and attaches a PD and
+// CQs. The device is closed when the test ends.
+func NewHost(tb testing.TB, port emunic.Port, gid netip.Addr, mac [6]byte, tap *wire.PcapWriter) *Host {
 	tb.Helper()
-	dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: mac})
+	dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: mac, Tap: tap})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { dev.Close() })
-	h := &Host{Dev: dev, PD: dev.AllocPD()}
-	h.SendCQ, _ = emunic.NewCQ(1 << 16)
-	h.RecvCQ, _ = emunic.NewCQ(1 << 16)
+	h, err := Attach(dev, CQDepth)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return h
 }
 
-// Connect creates a QP of type typ on a and on b and brings both to RTS
-// facing each other at path MTU mtu.
-func Connect(tb testing.TB, typ emunic.QPType, a, b *Host, mtu int) (qa, qb *emunic.QP) {
+// NewXSKHost opens an AF_XDP port on th's interface inside th's namespace
+// (cfg.Interface is set from th) and a host on it with th's address and
+// MAC, its tap as NewHost's. The port and device are closed when the test
+// ends. It needs root.
+func NewXSKHost(tb testing.TB, th *testbed.Host, cfg xsk.PortConfig, tap *wire.PcapWriter) *Host {
 	tb.Helper()
-	var qps []*emunic.QP
-	for _, h := range []*Host{a, b} {
-		qp, err := h.PD.CreateQP(emunic.QPConfig{Type: typ, SendCQ: h.SendCQ, RecvCQ: h.RecvCQ, MaxRecvWR: 1 << 14})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := qp.Modify(emunic.StateInit, emunic.QPAttr{Access: emunic.AccessRemoteWrite | emunic.AccessRemoteRead}); err != nil {
-			tb.Fatal(err)
-		}
-		qps = append(qps, qp)
+	cfg.Interface = th.IfName
+	var port *xsk.Port
+	if err := th.NS.Do(func() (err error) {
+		port, err = xsk.NewPort(cfg)
+		return err
+	}); err != nil {
+		tb.Fatal(err)
 	}
-	for i := range 2 {
-		peer, pqp := []*Host{b, a}[i], qps[1-i]
-		err := qps[i].Modify(emunic.StateRTR, emunic.QPAttr{DestQPN: pqp.QPN(), DestGID: peer.Dev.GID(),
-			DestMAC: peer.Dev.MAC(), RQPSN: 1, PathMTU: mtu})
-		if err == nil {
-			err = qps[i].Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: 1})
-		}
-		if err != nil {
+	h := NewHost(tb, port, th.Addr, th.MAC, tap)
+	h.Net, h.XSK = th, port
+	return h
+}
+
+// NewQP creates a QP of typ on the host's CQs, room for maxRecvWR
+// receives, and moves it to INIT with every remote access right and Q_Key
+// QKey. The caller destroys it (or lets the device's Close do so).
+func (h *Host) NewQP(typ emunic.QPType, maxRecvWR int) (*emunic.QP, error) {
+	qp, err := h.PD.CreateQP(emunic.QPConfig{Type: typ, SendCQ: h.SendCQ, RecvCQ: h.RecvCQ, MaxRecvWR: maxRecvWR})
+	if err != nil {
+		return nil, fmt.Errorf("emunictest: create %v QP: %w", typ, err)
+	}
+	access := emunic.AccessRemoteWrite | emunic.AccessRemoteRead | emunic.AccessRemoteAtomic
+	if err := qp.Modify(emunic.StateInit, emunic.QPAttr{Access: access, QKey: QKey}); err != nil {
+		qp.Destroy()
+		return nil, fmt.Errorf("emunictest: %v QP to INIT: %w", typ, err)
+	}
+	return qp, nil
+}
+
+// QP is NewQP with room for 16384 receives, failing tb on error.
+func (h *Host) QP(tb testing.TB, typ emunic.QPType) *emunic.QP {
+	tb.Helper()
+	qp, err := h.NewQP(typ, 1<<14)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return qp
+}
+
+// MR registers buf with every access right, failing tb on error.
+func (h *Host) MR(tb testing.TB, buf []byte) *emunic.MR {
+	tb.Helper()
+	mr, err := h.PD.RegisterMR(buf, emunic.AccessLocalWrite|emunic.AccessRemoteWrite|emunic.AccessRemoteRead|emunic.AccessRemoteAtomic)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return mr
+}
+
+// Peer is what a QP needs to know of the remote QP it connects to.
+type Peer struct {
+	QPN uint32
+	GID netip.Addr
+	MAC [6]byte
+	// PSN is the peer's first send PSN: the one this QP expects.
+	PSN wire.PSN
+}
+
+// ConnectQP moves qp from INIT to RTR facing peer at path MTU mtu, then
+// to RTS with rts (its SQPSN, timeouts, retry counts and rate).
+func ConnectQP(qp *emunic.QP, peer Peer, mtu int, rts emunic.QPAttr) error {
+	err := qp.Modify(emunic.StateRTR, emunic.QPAttr{DestQPN: peer.QPN, DestGID: peer.GID, DestMAC: peer.MAC,
+		RQPSN: peer.PSN, PathMTU: mtu})
+	if err != nil {
+		return fmt.Errorf("emunictest: QP %#x to RTR: %w", qp.QPN(), err)
+	}
+	if err := qp.Modify(emunic.StateRTS, rts); err != nil {
+		return fmt.Errorf("emunictest: QP %#x to RTS: %w", qp.QPN(), err)
+	}
+	return nil
+}
+
+// First send PSNs of Connect: A's wraps the 24-bit space within 16
+// packets, so every long test crosses the wrap.
+const (
+	PSNA wire.PSN = 0xFFFFF0
+	PSNB wire.PSN = 0x123456
+)
+
+// Connect brings qa on a and qb on b (both in INIT) to RTS facing each
+// other at path MTU mtu, A sending from PSNA and B from PSNB; rts gives
+// both the rest of their RTS attributes.
+func Connect(tb testing.TB, a *Host, qa *emunic.QP, b *Host, qb *emunic.QP, mtu int, rts emunic.QPAttr) {
+	tb.Helper()
+	for _, side := range []struct {
+		qp, peerQP *emunic.QP
+		peer       *Host
+		sq, rq     wire.PSN
+	}{{qa, qb, b, PSNA, PSNB}, {qb, qa, a, PSNB, PSNA}} {
+		attr := rts
+		attr.SQPSN = side.sq
+		p := Peer{QPN: side.peerQP.QPN(), GID: side.peer.Dev.GID(), MAC: side.peer.Dev.MAC(), PSN: side.rq}
+		if err := ConnectQP(side.qp, p, mtu, attr); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	return qps[0], qps[1]
+}
+
+// NextCQE returns cq's next completion, waiting for it until ctx ends
+// (without spinning: the CQ's notification wakes it).
+func NextCQE(ctx context.Context, cq *emunic.CQ) (emunic.CQE, error) {
+	var out [1]emunic.CQE
+	for cq.Poll(out[:]) == 0 {
+		if err := cq.Wait(ctx); err != nil {
+			return out[0], fmt.Errorf("emunictest: waiting for a completion: %w", err)
+		}
+	}
+	return out[0], nil
+}
+
+// WaitCQE is NextCQE bounded by WaitTimeout, failing tb if none comes.
+func WaitCQE(tb testing.TB, cq *emunic.CQ) emunic.CQE {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), WaitTimeout)
+	defer cancel()
+	c, err := NextCQE(ctx, cq)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// Pattern returns n pseudo-random bytes determined by seed: a message no
+// other seed's message equals, so misplaced data shows.
+func Pattern(n int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// Verify fails tb, naming what and the first differing offset, unless got
+// holds want.
+func Verify(tb testing.TB, what string, got, want []byte) {
+	tb.Helper()
+	if len(got) != len(want) {
+		tb.Fatalf("%s: %d bytes, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			tb.Fatalf("%s: byte %d of %d is %#x, want %#x", what, i, len(got), got[i], want[i])
+		}
+	}
 }
 
 // BenchUCWriteImm sends b.N UC WRITE-with-Imm messages of size bytes from
@@ -69,15 +237,10 @@ func Connect(tb testing.TB, typ emunic.QPType, a, b *Host, mtu int) (qa, qb *emu
 // AF_XDP may drop when the sender outruns the receiver). The receiver keeps
 // its receive queue stocked as an SDR receiver does.
 func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
-	qa, qr := Connect(b, emunic.UC, a, r, 1024)
-	src, err := a.PD.RegisterMR(make([]byte, size), emunic.AccessLocalWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dst, err := r.PD.RegisterMR(make([]byte, size), emunic.AccessLocalWrite|emunic.AccessRemoteWrite)
-	if err != nil {
-		b.Fatal(err)
-	}
+	qa, qr := a.QP(b, emunic.UC), r.QP(b, emunic.UC)
+	Connect(b, a, qa, r, qr, 1024, emunic.QPAttr{})
+	src := a.MR(b, make([]byte, size))
+	dst := r.MR(b, make([]byte, size))
 	const rqDepth = 8192
 	for range rqDepth {
 		if err := qr.PostRecv(emunic.RecvWR{}); err != nil {

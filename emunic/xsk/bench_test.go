@@ -2,7 +2,6 @@ package xsk_test
 
 import (
 	"fmt"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -126,18 +125,18 @@ func BenchmarkUCWriteImm(b *testing.B) {
 				b.Cleanup(func() { pair.Close() })
 				var hosts []*emunictest.Host
 				for _, h := range []*testbed.Host{pair.A, pair.B} {
+					if kind == "xsk" {
+						hosts = append(hosts, emunictest.NewXSKHost(b, h, xsk.PortConfig{}, nil))
+						continue
+					}
 					var port emunic.Port
 					if err := h.NS.Do(func() (err error) {
-						if kind == "xsk" {
-							port, err = xsk.NewPort(xsk.PortConfig{Interface: h.IfName})
-						} else {
-							port, err = emunic.NewUDPPort(h.Addr)
-						}
+						port, err = emunic.NewUDPPort(h.Addr)
 						return err
 					}); err != nil {
 						b.Fatal(err)
 					}
-					hosts = append(hosts, emunictest.NewHost(b, port, netip.Addr(h.Addr), h.MAC))
+					hosts = append(hosts, emunictest.NewHost(b, port, h.Addr, h.MAC, nil))
 				}
 				emunictest.BenchUCWriteImm(b, hosts[0], hosts[1], size)
 			})

@@ -2,7 +2,6 @@ package xsk_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,35 +14,20 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-// xskHost is an emunic device on an AF_XDP port inside a testbed host.
-type xskHost struct {
-	*testbed.Host
-	port   *xsk.Port
-	dev    *emunic.Device
-	pd     *emunic.PD
-	sendCQ *emunic.CQ
-	recvCQ *emunic.CQ
-	tap    *wire.PcapWriter
-}
-
-// newXSKPair builds two namespaces joined by veth with an emunic device on
-// an AF_XDP port in each; the devices' pcap taps go to dir.
-func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (*xskHost, *xskHost, *testbed.Pair) {
-	t.Helper()
-	return newXSKHosts(t, testbed.PairConfig{MTU: mtu, Switched: true}, multiBuffer, dir)
-}
-
-// newXSKHosts is newXSKPair for any testbed topology.
-func newXSKHosts(t testing.TB, cfg testbed.PairConfig, multiBuffer bool, dir string) (*xskHost, *xskHost, *testbed.Pair) {
+// newXSKPair builds two namespaces joined by a switch with an emunic host
+// on an AF_XDP port in each; with dir set, the devices' pcap taps write to
+// emunic-a.pcap and emunic-b.pcap there (call flush before reading them).
+func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (a, b *emunictest.Host, pair *testbed.Pair, flush func()) {
 	t.Helper()
 	privileged.Require(t)
-	pair, err := testbed.NewPair(cfg)
+	pair, err := testbed.NewPair(testbed.PairConfig{MTU: mtu, Switched: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,102 +36,39 @@ func newXSKHosts(t testing.TB, cfg testbed.PairConfig, multiBuffer bool, dir str
 			t.Error(err)
 		}
 	})
-	var hosts []*xskHost
+	var hosts []*emunictest.Host
+	var taps []*wire.PcapWriter
 	for i, h := range []*testbed.Host{pair.A, pair.B} {
-		x := &xskHost{Host: h}
-		if err := h.NS.Do(func() (err error) {
-			x.port, err = xsk.NewPort(xsk.PortConfig{Interface: h.IfName, MultiBuffer: multiBuffer})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		var tap *wire.PcapWriter
 		if dir != "" {
-			if x.tap, err = wire.CreatePcap(filepath.Join(dir, fmt.Sprintf("emunic-%c.pcap", 'a'+i))); err != nil {
+			if tap, err = wire.CreatePcap(filepath.Join(dir, fmt.Sprintf("emunic-%c.pcap", 'a'+i))); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { tap.Close() }) // after the device's close, registered later
+			taps = append(taps, tap)
 		}
-		x.dev, err = emunic.NewDevice(emunic.Config{Port: x.port, GID: h.Addr, MAC: h.MAC, Tap: x.tap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			x.dev.Close()
-			x.tap.Close()
-		})
-		x.pd = x.dev.AllocPD()
-		x.sendCQ, _ = emunic.NewCQ(4096)
-		x.recvCQ, _ = emunic.NewCQ(4096)
-		hosts = append(hosts, x)
+		hosts = append(hosts, emunictest.NewXSKHost(t, h, xsk.PortConfig{MultiBuffer: multiBuffer}, tap))
 	}
-	return hosts[0], hosts[1], pair
-}
-
-func (x *xskHost) qp(t *testing.T, typ emunic.QPType) *emunic.QP {
-	t.Helper()
-	qp, err := x.pd.CreateQP(emunic.QPConfig{Type: typ, SendCQ: x.sendCQ, RecvCQ: x.recvCQ})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := qp.Modify(emunic.StateInit, emunic.QPAttr{Access: emunic.AccessRemoteWrite | emunic.AccessRemoteRead}); err != nil {
-		t.Fatal(err)
-	}
-	return qp
-}
-
-func connectQPs(t *testing.T, a *xskHost, qa *emunic.QP, b *xskHost, qb *emunic.QP, mtu int, peerMAC func(from, to *xskHost) [6]byte) {
-	t.Helper()
-	for _, s := range []struct {
-		h, peer *xskHost
-		qp, pqp *emunic.QP
-	}{{a, b, qa, qb}, {b, a, qb, qa}} {
-		if err := s.qp.Modify(emunic.StateRTR, emunic.QPAttr{DestQPN: s.pqp.QPN(), DestGID: s.peer.Addr,
-			DestMAC: peerMAC(s.h, s.peer), RQPSN: 100, PathMTU: mtu}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.qp.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: 100, Timeout: 50 * time.Millisecond, RetryCount: 7}); err != nil {
-			t.Fatal(err)
+	return hosts[0], hosts[1], pair, func() {
+		for _, tap := range taps {
+			if err := tap.Flush(); err != nil {
+				t.Error(err)
+			}
 		}
 	}
 }
 
-func (x *xskHost) mr(t *testing.T, buf []byte) *emunic.MR {
-	t.Helper()
-	mr, err := x.pd.RegisterMR(buf, emunic.AccessLocalWrite|emunic.AccessRemoteWrite|emunic.AccessRemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return mr
-}
-
-func waitCQE(t *testing.T, cq *emunic.CQ) emunic.CQE {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var out [1]emunic.CQE
-	for cq.Poll(out[:]) == 0 {
-		if err := cq.Wait(ctx); err != nil {
-			t.Fatalf("no completion: %v", err)
-		}
-	}
-	return out[0]
-}
-
-func fill(n int, seed byte) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(i*7) ^ seed
-	}
-	return b
-}
+// rcRetry lets RC recover a frame the copy-mode rings dropped.
+var rcRetry = emunic.QPAttr{Timeout: 50 * time.Millisecond, RetryCount: 7}
 
 // exchange runs SEND, WRITE-with-Imm and (RC) READ of size bytes from a to
 // b over connected QPs and checks data, immediates and completions.
-func exchange(t *testing.T, typ emunic.QPType, a *xskHost, qa *emunic.QP, b *xskHost, qb *emunic.QP, size int, seed byte) {
+func exchange(t *testing.T, typ emunic.QPType, a *emunictest.Host, qa *emunic.QP, b *emunictest.Host, qb *emunic.QP, size int, seed uint64) {
 	t.Helper()
-	src := fill(size, seed)
-	srcMR := a.mr(t, bytes.Clone(src))
+	src := emunictest.Pattern(size, seed)
+	srcMR := a.MR(t, bytes.Clone(src))
 	dst := make([]byte, size)
-	dstMR := b.mr(t, dst)
+	dstMR := b.MR(t, dst)
 	sge := []emunic.SGE{{Addr: srcMR.Addr(), Length: uint32(size), LKey: srcMR.LKey()}}
 
 	if err := qb.PostRecv(emunic.RecvWR{ID: 1, SGL: []emunic.SGE{{Addr: dstMR.Addr(), Length: uint32(size), LKey: dstMR.LKey()}}}); err != nil {
@@ -156,13 +77,11 @@ func exchange(t *testing.T, typ emunic.QPType, a *xskHost, qa *emunic.QP, b *xsk
 	if err := qa.PostSend(emunic.SendWR{ID: 1, Op: emunic.OpSendImm, Imm: 0xAB, SGL: sge}); err != nil {
 		t.Fatal(err)
 	}
-	if c := waitCQE(t, b.recvCQ); c.Status != emunic.StatusSuccess || c.ByteLen != uint32(size) || c.Imm != 0xAB {
+	if c := emunictest.WaitCQE(t, b.RecvCQ); c.Status != emunic.StatusSuccess || c.ByteLen != uint32(size) || c.Imm != 0xAB {
 		t.Fatalf("%v SEND: %+v", typ, c)
 	}
-	waitCQE(t, a.sendCQ)
-	if !bytes.Equal(dst, src) {
-		t.Fatalf("%v SEND: data differs", typ)
-	}
+	emunictest.WaitCQE(t, a.SendCQ)
+	emunictest.Verify(t, fmt.Sprintf("%v SEND", typ), dst, src)
 	clear(dst)
 	if err := qb.PostRecv(emunic.RecvWR{ID: 2}); err != nil {
 		t.Fatal(err)
@@ -170,28 +89,24 @@ func exchange(t *testing.T, typ emunic.QPType, a *xskHost, qa *emunic.QP, b *xsk
 	if err := qa.PostSend(emunic.SendWR{ID: 2, Op: emunic.OpWriteImm, Imm: 0xCD, SGL: sge, RemoteAddr: dstMR.Addr(), RKey: dstMR.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	if c := waitCQE(t, b.recvCQ); c.Status != emunic.StatusSuccess || c.Imm != 0xCD || c.ByteLen != uint32(size) {
+	if c := emunictest.WaitCQE(t, b.RecvCQ); c.Status != emunic.StatusSuccess || c.Imm != 0xCD || c.ByteLen != uint32(size) {
 		t.Fatalf("%v WRITE-Imm: %+v", typ, c)
 	}
-	waitCQE(t, a.sendCQ)
-	if !bytes.Equal(dst, src) {
-		t.Fatalf("%v WRITE-Imm: data differs", typ)
-	}
+	emunictest.WaitCQE(t, a.SendCQ)
+	emunictest.Verify(t, fmt.Sprintf("%v WRITE-Imm", typ), dst, src)
 	if typ != emunic.RC {
 		return
 	}
 	back := make([]byte, size)
-	backMR := a.mr(t, back)
+	backMR := a.MR(t, back)
 	if err := qa.PostSend(emunic.SendWR{ID: 3, Op: emunic.OpRead, RemoteAddr: dstMR.Addr(), RKey: dstMR.RKey(),
 		SGL: []emunic.SGE{{Addr: backMR.Addr(), Length: uint32(size), LKey: backMR.LKey()}}}); err != nil {
 		t.Fatal(err)
 	}
-	if c := waitCQE(t, a.sendCQ); c.Status != emunic.StatusSuccess || c.Opcode != emunic.WCRead {
+	if c := emunictest.WaitCQE(t, a.SendCQ); c.Status != emunic.StatusSuccess || c.Opcode != emunic.WCRead {
 		t.Fatalf("READ: %+v", c)
 	}
-	if !bytes.Equal(back, src) {
-		t.Fatal("READ: data differs")
-	}
+	emunictest.Verify(t, "READ", back, src)
 }
 
 // startTcpdump captures RoCEv2 on the switch between the hosts (AF_XDP
@@ -234,7 +149,7 @@ func checkCapture(t *testing.T, path string, minPackets int) {
 	if roce < minPackets {
 		t.Errorf("%s: %d RoCEv2 packets, want at least %d", filepath.Base(path), roce, minPackets)
 	}
-	if tshark, err := exec.LookPath("tshark"); err == nil {
+	if tshark, ok := privileged.OptionalTool(t, "tshark", "the Wireshark cross-check of the capture"); ok {
 		out, err := exec.Command(tshark, "-r", path, "-Y", "infiniband", "-T", "fields", "-e", "infiniband.bth.opcode").Output()
 		if err != nil {
 			t.Errorf("tshark on %s: %v", path, err)
@@ -251,14 +166,13 @@ func checkCapture(t *testing.T, path string, minPackets int) {
 // devices' taps and a tcpdump of the wire.
 func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 	dir := t.TempDir()
-	a, b, pair := newXSKPair(t, 1500, false, dir)
-	static := func(from, to *xskHost) [6]byte { return to.MAC }
+	a, b, pair, flush := newXSKPair(t, 1500, false, dir)
 	stop := startTcpdump(t, pair, filepath.Join(dir, "wire.pcap"))
 
 	// Kernel traffic alongside: a TCP echo and a ping.
 	var ln net.Listener
-	if err := b.NS.Do(func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(b.Addr.String(), "7777"))
+	if err := b.Net.NS.Do(func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(b.Net.Addr.String(), "0"))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -272,8 +186,8 @@ func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 		}
 	}()
 	var tcp net.Conn
-	if err := a.NS.Do(func() (err error) {
-		tcp, err = net.DialTimeout("tcp", net.JoinHostPort(b.Addr.String(), "7777"), 5*time.Second)
+	if err := a.Net.NS.Do(func() (err error) {
+		tcp, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -283,14 +197,14 @@ func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 	var pingOut []byte
 	var pingErr error
 	wg.Go(func() {
-		pingOut, pingErr = exec.Command("ip", "netns", "exec", a.NS.Name, "ping", "-c", "5", "-i", "0.2", "-W", "2", b.Addr.String()).CombinedOutput()
+		pingOut, pingErr = exec.Command("ip", "netns", "exec", a.Net.NS.Name, "ping", "-c", "5", "-i", "0.2", "-W", "2", b.Net.Addr.String()).CombinedOutput()
 	})
 
 	for _, typ := range []emunic.QPType{emunic.UC, emunic.RC} {
-		qa, qb := a.qp(t, typ), b.qp(t, typ)
-		connectQPs(t, a, qa, b, qb, 1024, static)
+		qa, qb := a.QP(t, typ), b.QP(t, typ)
+		emunictest.Connect(t, a, qa, b, qb, 1024, rcRetry)
 		for i, size := range []int{1, 1024, 1025, 64 << 10} {
-			exchange(t, typ, a, qa, b, qb, size, byte(i))
+			exchange(t, typ, a, qa, b, qb, size, uint64(i))
 		}
 		// The TCP connection works between the RDMA transfers.
 		msg := []byte(fmt.Sprintf("tcp beside %v", typ))
@@ -309,19 +223,19 @@ func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 	}
 	stop()
 
-	for _, h := range []*xskHost{a, b} {
-		c, err := h.port.Program().Counters()
+	flush()
+	for _, h := range []*emunictest.Host{a, b} {
+		c, err := h.XSK.Program().Counters()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if c.Redirected == 0 || c.Passed == 0 || c.Malformed != 0 {
-			t.Errorf("%s: XDP counters %+v", h.NS.Name, c)
+			t.Errorf("%s: XDP counters %+v", h.Net.NS.Name, c)
 		}
-		st := h.dev.Stats()
+		st := h.Dev.Stats()
 		if st.Drops() != 0 {
-			t.Errorf("%s: device drops: %v", h.NS.Name, st)
+			t.Errorf("%s: device drops: %v", h.Net.NS.Name, st)
 		}
-		h.tap.Flush()
 	}
 	checkCapture(t, filepath.Join(dir, "wire.pcap"), 100)
 	checkCapture(t, filepath.Join(dir, "emunic-a.pcap"), 100)
@@ -338,14 +252,13 @@ func TestXSKMTUs(t *testing.T) {
 	}{{2048, 2200, false}, {4096, 4200, true}} {
 		t.Run(fmt.Sprint(c.pathMTU), func(t *testing.T) {
 			dir := t.TempDir()
-			a, b, pair := newXSKPair(t, c.linkMTU, c.multiBuffer, dir)
+			a, b, pair, _ := newXSKPair(t, c.linkMTU, c.multiBuffer, dir)
 			stop := startTcpdump(t, pair, filepath.Join(dir, "wire.pcap"))
-			static := func(from, to *xskHost) [6]byte { return to.MAC }
 			for _, typ := range []emunic.QPType{emunic.UC, emunic.RC} {
-				qa, qb := a.qp(t, typ), b.qp(t, typ)
-				connectQPs(t, a, qa, b, qb, c.pathMTU, static)
+				qa, qb := a.QP(t, typ), b.QP(t, typ)
+				emunictest.Connect(t, a, qa, b, qb, c.pathMTU, rcRetry)
 				for i, size := range []int{c.pathMTU - 1, c.pathMTU, c.pathMTU + 1, 256 << 10} {
-					exchange(t, typ, a, qa, b, qb, size, byte(i))
+					exchange(t, typ, a, qa, b, qb, size, uint64(i))
 				}
 			}
 			stop()
@@ -367,15 +280,15 @@ func TestXSKMTUs(t *testing.T) {
 
 // TestResolveMAC finds the peer's MAC through the kernel's neighbour table.
 func TestResolveMAC(t *testing.T) {
-	a, b, _ := newXSKPair(t, 1500, false, "")
+	a, b, _, _ := newXSKPair(t, 1500, false, "")
 	var mac [6]byte
-	if err := a.NS.Do(func() (err error) {
-		mac, err = xsk.ResolveMAC(a.IfName, b.Addr, 5*time.Second)
+	if err := a.Net.NS.Do(func() (err error) {
+		mac, err = xsk.ResolveMAC(a.Net.IfName, b.Net.Addr, 5*time.Second)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if mac != b.MAC {
-		t.Errorf("resolved %x, want %x", mac, b.MAC)
+	if mac != b.Net.MAC {
+		t.Errorf("resolved %x, want %x", mac, b.Net.MAC)
 	}
 }
