@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/klauspost/reedsolomon"
 )
@@ -21,37 +22,15 @@ const benchMessage = 8 << 20
 
 var benchChunks = []int{4 << 10, 64 << 10}
 
-func BenchmarkEncode(b *testing.B) {
-	for _, cs := range benchChunks {
-		for _, kind := range []Kind{MDS, XOR} {
-			m := newMessage(b, Params{kind, 32, 8}, benchMessage, cs, rand.New(rand.NewPCG(1, 2)))
-			b.Run(fmt.Sprintf("code=%v/chunk=%dKiB/impl=ec", kind, cs>>10), func(b *testing.B) {
-				b.SetBytes(benchMessage)
-				for b.Loop() {
-					if err := m.c.Encode(m.data, m.parity); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			if kind != MDS {
-				continue
-			}
-			rs, shards := bareShards(b, m)
-			b.Run(fmt.Sprintf("code=%v/chunk=%dKiB/impl=bare", kind, cs>>10), func(b *testing.B) {
-				b.SetBytes(benchMessage)
-				for b.Loop() {
-					for _, sh := range shards {
-						if err := rs.Encode(sh); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-			})
-		}
-	}
+// benchCase is one operation on a whole message, through the package and,
+// where there is one, the bare library (nil for XOR).
+type benchCase struct {
+	name     string
+	ec, bare func() error
 }
 
-func BenchmarkDecode(b *testing.B) {
+func benchCases(b *testing.B) []benchCase {
+	var cases []benchCase
 	for _, cs := range benchChunks {
 		for _, kind := range []Kind{MDS, XOR} {
 			m := newMessage(b, Params{kind, 32, 8}, benchMessage, cs, rand.New(rand.NewPCG(1, 2)))
@@ -61,38 +40,100 @@ func BenchmarkDecode(b *testing.B) {
 				subs[s] = s
 			}
 			dataBits, parityBits := lossyBitmaps(l, subs...)
-			b.Run(fmt.Sprintf("code=%v/chunk=%dKiB/impl=ec", kind, cs>>10), func(b *testing.B) {
-				b.SetBytes(benchMessage)
-				for b.Loop() {
+			enc := benchCase{
+				name: fmt.Sprintf("op=encode/code=%v/chunk=%dKiB", kind, cs>>10),
+				ec:   func() error { return m.c.Encode(m.data, m.parity) },
+			}
+			dec := benchCase{
+				name: fmt.Sprintf("op=decode/code=%v/chunk=%dKiB", kind, cs>>10),
+				ec: func() error {
 					for _, s := range subs {
 						if err := m.c.Reconstruct(s, m.data, m.parity, dataBits, parityBits); err != nil {
-							b.Fatal(err)
+							return err
 						}
 					}
-				}
-			})
-			if kind != MDS {
-				continue
+					return nil
+				},
 			}
-			rs, shards := bareShards(b, m)
-			k := l.Params().K
-			b.Run(fmt.Sprintf("code=%v/chunk=%dKiB/impl=bare", kind, cs>>10), func(b *testing.B) {
-				b.SetBytes(benchMessage)
-				for b.Loop() {
+			if kind == MDS {
+				rs, shards := bareShards(b, m)
+				enc.bare = func() error {
+					for _, sh := range shards {
+						if err := rs.Encode(sh); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				dec.bare = func() error {
 					for _, sh := range shards {
 						for j := range l.Params().M { // lose data shards 0..M-1, keeping their memory
 							sh[j] = sh[j][:0]
 						}
 						if err := rs.ReconstructData(sh); err != nil {
-							b.Fatal(err)
+							return err
 						}
-						if len(sh[0]) != len(sh[k]) {
-							b.Fatal("shard not rebuilt")
-						}
+					}
+					return nil
+				}
+			}
+			cases = append(cases, enc, dec)
+		}
+	}
+	return cases
+}
+
+// BenchmarkCode measures each operation through the package and the bare
+// library, in GB/s of message data.
+func BenchmarkCode(b *testing.B) {
+	for _, c := range benchCases(b) {
+		for impl, f := range map[string]func() error{"ec": c.ec, "bare": c.bare} {
+			if f == nil {
+				continue
+			}
+			b.Run(c.name+"/impl="+impl, func(b *testing.B) {
+				b.SetBytes(benchMessage)
+				for b.Loop() {
+					if err := f(); err != nil {
+						b.Fatal(err)
 					}
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkRatio runs the package and the bare library alternately on the
+// same message within one benchmark, so that load from other processes on a
+// shared machine hits both alike, and reports throughput of each (GB/s,
+// 1e9 bytes) and the ratio ec/bare of their throughputs.
+func BenchmarkRatio(b *testing.B) {
+	for _, c := range benchCases(b) {
+		if c.bare == nil {
+			continue
+		}
+		b.Run(c.name, func(b *testing.B) {
+			var ec, bare time.Duration
+			first := true
+			for b.Loop() {
+				fs, ds := [2]func() error{c.ec, c.bare}, [2]*time.Duration{&ec, &bare}
+				if !first { // alternate the order so neither always runs on a warm cache
+					fs[0], fs[1], ds[0], ds[1] = fs[1], fs[0], ds[1], ds[0]
+				}
+				first = !first
+				for i, f := range fs {
+					start := time.Now()
+					if err := f(); err != nil {
+						b.Fatal(err)
+					}
+					*ds[i] += time.Since(start)
+				}
+			}
+			runs := float64(b.N) * benchMessage / 1e9
+			b.ReportMetric(runs/ec.Seconds(), "ec-GB/s")
+			b.ReportMetric(runs/bare.Seconds(), "bare-GB/s")
+			b.ReportMetric(bare.Seconds()/ec.Seconds(), "ec/bare")
+		})
 	}
 }
 
