@@ -7,11 +7,9 @@ import (
 )
 
 // RunChecked runs a package's tests and fails the run if they left a
-// namespace behind, as testbedtest.RunChecked does.
-//
-// Deprecated: test helpers do not belong in this package; use
-// testbedtest.RunChecked. This remains only until every test package has
-// moved (emunic/sdrnic's TestMain is the last).
+// namespace behind, as testbedtest.RunChecked does. Test helpers do not
+// belong in this package: new code uses testbedtest.RunChecked, and this
+// goes once emunic/sdrnic's TestMain, the last caller, has moved.
 func RunChecked(m *testing.M) int {
 	code := m.Run()
 	if err := CloseLive(); err != nil {

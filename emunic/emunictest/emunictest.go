@@ -47,16 +47,20 @@ type Host struct {
 	XSK    *xsk.Port
 }
 
-// Attach gives dev a new PD and a send and a receive CQ of depth cqDepth.
+// Attach gives dev a new PD and a send and a receive CQ of depth cqDepth,
+// or with oneCQ a single CQ for both, as the verbs example programs use.
 // It allocates the CQs' rings; nothing needs closing but the device.
-func Attach(dev *emunic.Device, cqDepth int) (*Host, error) {
+func Attach(dev *emunic.Device, cqDepth int, oneCQ bool) (*Host, error) {
 	h := &Host{Dev: dev, PD: dev.AllocPD()}
 	var err error
 	if h.SendCQ, err = emunic.NewCQ(cqDepth); err != nil {
 		return nil, fmt.Errorf("emunictest: send CQ: %w", err)
 	}
-	if h.RecvCQ, err = emunic.NewCQ(cqDepth); err != nil {
-		return nil, fmt.Errorf("emunictest: receive CQ: %w", err)
+	h.RecvCQ = h.SendCQ
+	if !oneCQ {
+		if h.RecvCQ, err = emunic.NewCQ(cqDepth); err != nil {
+			return nil, fmt.Errorf("emunictest: receive CQ: %w", err)
+		}
 	}
 	return h, nil
 }
@@ -71,7 +75,7 @@ func NewHost(tb testing.TB, port emunic.Port, gid netip.Addr, mac [6]byte, tap *
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { dev.Close() })
-	h, err := Attach(dev, CQDepth)
+	h, err := Attach(dev, CQDepth, false)
 	if err != nil {
 		tb.Fatal(err)
 	}

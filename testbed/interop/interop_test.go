@@ -15,22 +15,24 @@ import (
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-func TestMain(m *testing.M) { os.Exit(testbed.RunChecked(m)) }
+// TestMain fails the run if a test leaves a network namespace behind.
+func TestMain(m *testing.M) { os.Exit(testbedtest.RunChecked(m)) }
 
 // env is one booted guest and an emunic device next to it.
 type env struct {
 	net     *Network
 	guest   *Guest
-	dev     *emunic.Device
-	port    *xsk.Port
+	host    *emunictest.Host // on an AF_XDP port beside the guest
 	capture string
 	stopCap func()
 }
@@ -66,16 +68,7 @@ func setup(t *testing.T) *env {
 	})
 	e.capture = filepath.Join(t.TempDir(), "bridge.pcap")
 	e.stopCap = startCapture(t, e.net, e.capture)
-	if err := e.net.Host.NS.Do(func() (err error) {
-		e.port, err = xsk.NewPort(xsk.PortConfig{Interface: e.net.Host.IfName})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if e.dev, err = emunic.NewDevice(emunic.Config{Port: e.port, GID: e.net.Host.Addr, MAC: e.net.Host.MAC}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.dev.Close() })
+	e.host = emunictest.NewXSKHost(t, e.net.Host, xsk.PortConfig{}, nil)
 	console, err := os.Create(filepath.Join(t.TempDir(), "console.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +163,7 @@ func TestPingPong(t *testing.T) {
 			if !guestServer {
 				cmd += " " + e.net.Host.Addr.String()
 			}
-			runBoth(t, e, name, cmd, guestServer, func() error { return pp.Run(e.dev, 60*time.Second) })
+			runBoth(t, e, name, cmd, guestServer, func() error { return pp.Run(e.host.Dev, 60*time.Second) })
 		}
 	}
 	e.stopCap()
@@ -240,7 +233,7 @@ func TestVerbsOperations(t *testing.T) {
 					cmd += " " + e.net.Host.Addr.String()
 				}
 				runBoth(t, e, fmt.Sprintf("%v %s guest-active=%v", typ, op, guestActive), cmd, !guestActive,
-					func() error { return v.Run(e.dev, 60*time.Second) })
+					func() error { return v.Run(e.host.Dev, 60*time.Second) })
 			}
 		}
 	}
@@ -259,7 +252,7 @@ func TestVerbsOperations(t *testing.T) {
 func TestRCRecovery(t *testing.T) {
 	e := setup(t)
 	buildVerbs(t, e.guest)
-	if err := e.port.Program().SetDropProbability(0.1); err != nil {
+	if err := e.host.XSK.Program().SetDropProbability(0.1); err != nil {
 		t.Fatal(err)
 	}
 	var toGuest *ebpf.Program
@@ -286,12 +279,12 @@ func TestRCRecovery(t *testing.T) {
 				cmd += " " + e.net.Host.Addr.String()
 			}
 			runBoth(t, e, fmt.Sprintf("RC %s guest-active=%v with loss", op, guestActive), cmd, !guestActive,
-				func() error { return v.Run(e.dev, 120*time.Second) })
+				func() error { return v.Run(e.host.Dev, 120*time.Second) })
 		}
 	}
-	toEmunic, _ := e.port.Program().Counters()
+	toEmunic, _ := e.host.XSK.Program().Counters()
 	lost, _ := toGuest.Counters()
-	st := e.dev.Stats()
+	st := e.host.Dev.Stats()
 	stats, _, _ := e.guest.Run("rdma statistic show link rxe0/1", 10*time.Second)
 	t.Logf("dropped toward emunic %d, toward the guest %d; emunic: %d retransmitted, %d timeouts, %d NAKs received, %d NAKs sent, %d duplicates; rxe: %s",
 		toEmunic.Dropped, lost.Dropped, st.Get(emunic.TxRetransmits), st.Get(emunic.Timeouts), st.Get(emunic.RxNAKs),
@@ -318,7 +311,7 @@ func TestSDRMessages(t *testing.T) {
 		imm      = 0xDEADBEEF
 	)
 	newQP := func(send bool) (*sdr.Context, *sdr.QP) {
-		ctx, err := sdr.Open(sdrnic.New(e.dev, sdrnic.Options{}), sdr.DeviceAttr{Channels: channels})
+		ctx, err := sdr.Open(sdrnic.New(e.host.Dev, sdrnic.Options{}), sdr.DeviceAttr{Channels: channels})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,13 +321,6 @@ func TestSDRMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		return ctx, qp
-	}
-	pattern := func() []byte {
-		b := make([]byte, size)
-		for i := range b {
-			b[i] = byte(i*7 + 3)
-		}
-		return b
 	}
 
 	// Guest sends, emunic receives.
@@ -374,7 +360,7 @@ func TestSDRMessages(t *testing.T) {
 			if got, ok := h.Imm(); !ok || got != imm {
 				return fmt.Errorf("message %d: immediate %#x complete %v", m, got, ok)
 			}
-			if string(region[m*size:(m+1)*size]) != string(pattern()) {
+			if string(region[m*size:(m+1)*size]) != string(verbsPattern(size)) {
 				return fmt.Errorf("message %d: data differs", m)
 			}
 		}
@@ -386,7 +372,7 @@ func TestSDRMessages(t *testing.T) {
 	// emunic sends, the guest receives and checks every packet's immediate.
 	sctx, sqp := newQP(true)
 	defer sctx.Close()
-	smr, err := sctx.RegisterMemory(pattern())
+	smr, err := sctx.RegisterMemory(verbsPattern(size))
 	if err != nil {
 		t.Fatal(err)
 	}

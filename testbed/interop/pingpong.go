@@ -14,14 +14,12 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
 // PingPongPort is the TCP port of the verbs pingpong examples.
 const PingPongPort = 18515
-
-// pingPongQKey is the Q_Key ibv_ud_pingpong uses.
-const pingPongQKey = 0x11111111
 
 // grhLen is the GRH that precedes every UD receive buffer.
 const grhLen = 40
@@ -55,19 +53,16 @@ const Fill = 0x7b
 func (p *PingPong) Run(dev *emunic.Device, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	pd := dev.AllocPD()
-	cq, err := emunic.NewCQ(2*p.Iters + 16)
+	h, err := emunictest.Attach(dev, 2*p.Iters+16, true)
 	if err != nil {
 		return err
 	}
-	qp, err := pd.CreateQP(emunic.QPConfig{Type: p.Type, SendCQ: cq, RecvCQ: cq, MaxRecvWR: p.Iters + 16})
+	cq := h.SendCQ
+	qp, err := h.NewQP(p.Type, p.Iters+16)
 	if err != nil {
 		return err
 	}
 	defer qp.Destroy()
-	if err := qp.Modify(emunic.StateInit, emunic.QPAttr{QKey: pingPongQKey}); err != nil {
-		return err
-	}
 	recvLen, sendOff := p.Size, 0
 	if p.Type == emunic.UD {
 		recvLen, sendOff = p.Size+grhLen, grhLen
@@ -79,11 +74,11 @@ func (p *PingPong) Run(dev *emunic.Device, timeout time.Duration) error {
 		}
 	}
 	sendBuf := bytes.Clone(buf)
-	recvMR, err := pd.RegisterMR(buf, emunic.AccessLocalWrite)
+	recvMR, err := h.PD.RegisterMR(buf, emunic.AccessLocalWrite)
 	if err != nil {
 		return err
 	}
-	sendMR, err := pd.RegisterMR(sendBuf, emunic.AccessLocalWrite)
+	sendMR, err := h.PD.RegisterMR(sendBuf, emunic.AccessLocalWrite)
 	if err != nil {
 		return err
 	}
@@ -93,13 +88,16 @@ func (p *PingPong) Run(dev *emunic.Device, timeout time.Duration) error {
 		}
 	}
 	local := dest{QPN: qp.QPN(), PSN: wire.PSN(rand.Uint32() & wire.PSNMask), GID: dev.GID()}
-	remote, err := p.exchange(ctx, dev.GID(), local, func(remote dest) error { return p.connect(qp, local, remote) })
+	remote, err := p.exchange(ctx, dev.GID(), local, func(remote dest) error {
+		return emunictest.ConnectQP(qp, emunictest.Peer{QPN: remote.QPN, GID: remote.GID, MAC: p.PeerMAC, PSN: remote.PSN},
+			p.MTU, toolRTS(local.PSN))
+	})
 	if err != nil {
 		return err
 	}
 	send := emunic.SendWR{ID: 2, Op: emunic.OpSend, SGL: []emunic.SGE{{Addr: sendMR.Addr() + uint64(sendOff), Length: uint32(p.Size), LKey: sendMR.LKey()}}}
 	if p.Type == emunic.UD {
-		send.UD = &emunic.UDDest{QPN: remote.QPN, QKey: pingPongQKey, GID: remote.GID, MAC: p.PeerMAC}
+		send.UD = &emunic.UDDest{QPN: remote.QPN, QKey: emunictest.QKey, GID: remote.GID, MAC: p.PeerMAC}
 	}
 	const recvBit, sendBit = 1, 2
 	pending := recvBit
@@ -161,12 +159,10 @@ func (p *PingPong) check(msg []byte) error {
 	return nil
 }
 
-func (p *PingPong) connect(qp *emunic.QP, local, remote dest) error {
-	if err := qp.Modify(emunic.StateRTR, emunic.QPAttr{DestQPN: remote.QPN, DestGID: remote.GID, DestMAC: p.PeerMAC,
-		RQPSN: remote.PSN, PathMTU: p.MTU}); err != nil {
-		return err
-	}
-	return qp.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: local.PSN, Timeout: 100 * time.Millisecond, RetryCount: 7, RNRRetry: 7})
+// toolRTS is the RTS attributes both tools' peers use: sending from psn,
+// retrying lost and receiver-not-ready packets as the rxe side expects.
+func toolRTS(psn wire.PSN) emunic.QPAttr {
+	return emunic.QPAttr{SQPSN: psn, Timeout: 100 * time.Millisecond, RetryCount: 7, RNRRetry: 7}
 }
 
 // dest is one side of the exchange.

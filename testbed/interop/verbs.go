@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -48,24 +49,20 @@ func (v *Verbs) Run(dev *emunic.Device, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	isRead, isSend, withImm := v.Op == "read", strings.HasPrefix(v.Op, "send"), strings.HasSuffix(v.Op, "_imm")
-	pd := dev.AllocPD()
-	cq, err := emunic.NewCQ(2*v.Iters + 16)
+	h, err := emunictest.Attach(dev, 2*v.Iters+16, true)
 	if err != nil {
 		return err
 	}
-	qp, err := pd.CreateQP(emunic.QPConfig{Type: v.Type, SendCQ: cq, RecvCQ: cq})
+	qp, err := h.NewQP(v.Type, v.Iters+16)
 	if err != nil {
 		return err
 	}
 	defer qp.Destroy()
-	if err := qp.Modify(emunic.StateInit, emunic.QPAttr{Access: emunic.AccessRemoteWrite | emunic.AccessRemoteRead}); err != nil {
-		return err
-	}
 	buf := make([]byte, max(v.Size, 1))
 	if v.Active != isRead {
 		copy(buf, verbsPattern(v.Size))
 	}
-	mr, err := pd.RegisterMR(buf, emunic.AccessLocalWrite|emunic.AccessRemoteWrite|emunic.AccessRemoteRead)
+	mr, err := h.PD.RegisterMR(buf, emunic.AccessLocalWrite|emunic.AccessRemoteWrite|emunic.AccessRemoteRead)
 	if err != nil {
 		return err
 	}
@@ -82,11 +79,8 @@ func (v *Verbs) Run(dev *emunic.Device, timeout time.Duration) error {
 	}
 	local := verbsDest{QPN: qp.QPN(), PSN: wire.PSN(rand.Uint32() & wire.PSNMask), RKey: mr.RKey(), VA: mr.Addr(), GID: dev.GID()}
 	connect := func(remote verbsDest) error {
-		if err := qp.Modify(emunic.StateRTR, emunic.QPAttr{DestQPN: remote.QPN, DestGID: remote.GID, DestMAC: v.PeerMAC,
-			RQPSN: remote.PSN, PathMTU: v.MTU}); err != nil {
-			return err
-		}
-		return qp.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: local.PSN, Timeout: 100 * time.Millisecond, RetryCount: 7, RNRRetry: 7})
+		return emunictest.ConnectQP(qp, emunictest.Peer{QPN: remote.QPN, GID: remote.GID, MAC: v.PeerMAC, PSN: remote.PSN},
+			v.MTU, toolRTS(local.PSN))
 	}
 	conn, remote, err := v.exchange(ctx, dev.GID(), local, connect)
 	if err != nil {
@@ -94,16 +88,14 @@ func (v *Verbs) Run(dev *emunic.Device, timeout time.Duration) error {
 	}
 	defer conn.Close()
 	wait := func() (emunic.CQE, error) {
-		var out [1]emunic.CQE
-		for cq.Poll(out[:]) == 0 {
-			if err := cq.Wait(ctx); err != nil {
-				return out[0], fmt.Errorf("interop: %s: no completion: %w (device %v)", v.Op, err, dev.Stats())
-			}
+		c, err := emunictest.NextCQE(ctx, h.SendCQ) // sends and receives share it
+		if err != nil {
+			return c, fmt.Errorf("interop: %s: %w (device %v)", v.Op, err, dev.Stats())
 		}
-		if out[0].Status != emunic.StatusSuccess {
-			return out[0], fmt.Errorf("interop: %s: completion %+v", v.Op, out[0])
+		if c.Status != emunic.StatusSuccess {
+			return c, fmt.Errorf("interop: %s: completion %+v", v.Op, c)
 		}
-		return out[0], nil
+		return c, nil
 	}
 	if v.Active {
 		op := map[string]emunic.Op{"write": emunic.OpWrite, "write_imm": emunic.OpWriteImm, "read": emunic.OpRead,
