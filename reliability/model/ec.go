@@ -1,0 +1,328 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// pattern is one way a decode unit (an MDS submessage, or one XOR parity
+// group) fails: its probability, the number of its data chunks lost (the
+// receiver asks for them again) and its slack — the unit decodes after the
+// repair iff at most slack of those resent chunks are still missing.
+type pattern struct {
+	w        float64
+	d, slack int
+}
+
+// unit is a decode unit with its failure patterns and its multiplicity in a
+// message.
+type unit struct {
+	count    float64
+	patterns []pattern
+	fail     float64 // Σ w: the unit's failure probability, summed without cancellation
+}
+
+// stillFailing is P(unit failed on the first pass and is still undecodable
+// after one repair attempt whose every resent chunk is lost with
+// probability eps). eps = 1 gives the first-pass failure probability.
+func (u *unit) stillFailing(eps binomial) float64 {
+	s := 0.0
+	for _, pt := range u.patterns {
+		s += pt.w * eps.tailAbove(pt.d, pt.slack)
+	}
+	return s
+}
+
+// negligiblePattern is the weight, relative to a unit's likeliest failure
+// pattern, below which a pattern is dropped: the failure probability keeps
+// 1e-22 relative precision and the work stays small at low loss.
+const negligiblePattern = 1e-25
+
+func newUnit(count float64, patterns []pattern) unit {
+	most := 0.0
+	for _, pt := range patterns {
+		most = max(most, pt.w)
+	}
+	kept := patterns[:0]
+	u := unit{count: count}
+	for _, pt := range patterns {
+		if pt.w >= negligiblePattern*most {
+			kept = append(kept, pt)
+			u.fail += pt.w
+		}
+	}
+	u.patterns = kept
+	return u
+}
+
+// mdsUnit is a Reed–Solomon submessage of k data and m parity chunks: it
+// fails iff the d lost data and f lost parity chunks exceed m, and after
+// the d data chunks are resent it needs d+f−m of them.
+func mdsUnit(k, m int, p float64) unit {
+	data, parity := binomialPMF(k, p), binomialPMF(m, p)
+	pts := make([]pattern, 0, k*(m+1))
+	for d := 1; d <= k; d++ {
+		for f := max(0, m-d+1); f <= m; f++ {
+			if w := data[d] * parity[f]; w > 0 {
+				pts = append(pts, pattern{w: w, d: d, slack: m - f})
+			}
+		}
+	}
+	return newUnit(1, pts)
+}
+
+// xorGroupUnit is one XOR parity group of g data chunks and one parity
+// chunk: it fails iff two or more of its g+1 chunks are lost; after the lost
+// data is resent it tolerates one missing chunk, none if the parity is lost.
+func xorGroupUnit(g int, p float64) unit {
+	data := binomialPMF(g, p)
+	pts := make([]pattern, 0, 2*g)
+	for d := 1; d <= g; d++ {
+		if d >= 2 {
+			if w := data[d] * (1 - p); w > 0 {
+				pts = append(pts, pattern{w: w, d: d, slack: 1})
+			}
+		}
+		if w := data[d] * p; w > 0 {
+			pts = append(pts, pattern{w: w, d: d, slack: 0})
+		}
+	}
+	return newUnit(1, pts)
+}
+
+// xorGroupSizes returns the data chunks in each of the m groups of a
+// k-data XOR submessage: group i holds data j with j mod m = i.
+func xorGroupSizes(k, m int) []int {
+	g := make([]int, m)
+	for i := range g {
+		g[i] = (k - i + m - 1) / m
+	}
+	return g
+}
+
+// submessage is the profile of one submessage of k data chunks.
+type submessage struct {
+	units []unit
+	// logDecode is ln P(the submessage decodes from its first pass).
+	logDecode float64
+	// nackedData is E[lost data chunks · 1{submessage fails}]: what the
+	// receiver asks for again.
+	nackedData float64
+}
+
+func newSubmessage(p Params, k int, loss float64) submessage {
+	var s submessage
+	if p.Code == MDS {
+		u := mdsUnit(k, p.M, loss)
+		s.units = []unit{u}
+		for _, pt := range u.patterns {
+			s.nackedData += pt.w * float64(pt.d)
+		}
+	} else {
+		sizes := xorGroupSizes(k, p.M)
+		for _, g := range sizes {
+			s.units = append(s.units, xorGroupUnit(g, loss))
+		}
+		total := 0.0
+		for i := range s.units {
+			total += math.Log1p(-s.units[i].fail)
+		}
+		for i, u := range s.units {
+			// The failed groups' lost data, plus the data lost in a
+			// recoverable group (one chunk, parity present) when another
+			// group fails: the receiver asks for all of it.
+			for _, pt := range u.patterns {
+				s.nackedData += pt.w * float64(pt.d)
+			}
+			othersFail := -math.Expm1(total - math.Log1p(-u.fail))
+			s.nackedData += float64(sizes[i]) * loss * math.Pow(1-loss, float64(sizes[i])) * othersFail
+		}
+	}
+	for _, u := range s.units {
+		s.logDecode += math.Log1p(-u.fail)
+	}
+	return s
+}
+
+// SubmessageFailure is the probability that a submessage of k data and m
+// parity chunks cannot be decoded when each chunk is lost independently
+// with probability loss: Σ_{e>m} C(k+m,e)·p^e·(1−p)^(k+m−e) for MDS, and
+// 1 − Π_groups [(1−p)^(g+1) + (g+1)·p·(1−p)^g] for XOR. Both are summed
+// from their failing terms (no 1 − x cancellation), so 1e-40 is exact to
+// the last digits. It costs O(k·m).
+func SubmessageFailure(code Code, k, m int, loss float64) (float64, error) {
+	p := Params{Code: code, K: k, M: m}
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	if !(loss >= 0 && loss < 1) {
+		return 0, fmt.Errorf("model: loss %v must be in [0, 1): %w", loss, ErrInvalidArgument)
+	}
+	return -math.Expm1(newSubmessage(p, k, loss).logDecode), nil
+}
+
+// DecodeProbability is 1 − SubmessageFailure: the probability that a
+// submessage decodes from its first transmission.
+func DecodeProbability(code Code, k, m int, loss float64) (float64, error) {
+	f, err := SubmessageFailure(code, k, m, loss)
+	return 1 - f, err
+}
+
+// atom is a point of a discrete completion-time distribution: the time and
+// P(completion > time).
+type atom struct{ t, survival float64 }
+
+// ecModel is the completion-time distribution of an EC message.
+type ecModel struct {
+	atoms []atom
+	// nacked is E[data chunks resent · 1{fallback}], for the error bound.
+	nacked float64
+}
+
+// patternFloor drops failure patterns whose total weight over the message is
+// below it: they move a mean by less than 1e-22·RTO.
+const patternFloor = 1e-22
+
+func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
+	loss, tinj, rtt := l.Loss, l.injection(), l.rtt()
+	k, m := float64(p.K), float64(p.M)
+	subs := math.Ceil(n / k)
+	lastK := int(n - (subs-1)*k)
+	total := n + subs*m
+	full, last := newSubmessage(p, p.K, loss), newSubmessage(p, lastK, loss)
+
+	em := &ecModel{}
+	// First pass: the message completes when its last submessage becomes
+	// decodable, provided every earlier one decodes.
+	logOthers := (subs - 1) * full.logDecode
+	othersFail, othersOK := -math.Expm1(logOthers), math.Exp(logOthers)
+	start := (total - float64(lastK) - m) * tinj
+	for pos := lastK - 1; pos < lastK+p.M; pos++ {
+		s := othersFail + othersOK*lastUndecodable(p, lastK, pos, loss, last.units)
+		em.atoms = append(em.atoms, atom{start + float64(pos+1)*tinj + rtt/2, s})
+	}
+	fallback := em.atoms[len(em.atoms)-1].survival
+	if fallback <= 0 {
+		return em
+	}
+	// Fallback: FTO fires at RTT/2 + total·T_inj + α·RTT/2, the NACK takes
+	// RTT/2, the resent data chunks are injected back to back and land RTT/2
+	// later; lost resends are repaired after RTO each.
+	var units []unit
+	for _, sub := range []struct {
+		s     submessage
+		count float64
+	}{{full, subs - 1}, {last, 1}} {
+		if sub.count == 0 {
+			continue
+		}
+		em.nacked += sub.count * sub.s.nackedData
+		for _, u := range sub.s.units {
+			var kept []pattern
+			for _, pt := range u.patterns {
+				if sub.count*pt.w >= patternFloor {
+					kept = append(kept, pt)
+				}
+			}
+			units = append(units, newUnit(sub.count, kept))
+		}
+	}
+	rto := rtt * (1 + alpha)
+	base := total*tinj + (1.5+alpha/2)*rtt + em.nacked/fallback*tinj
+	eps := loss
+	for round := 0; round < 100000; round++ {
+		b := newBinomial(eps)
+		logDone := 0.0
+		for i := range units {
+			logDone += units[i].count * math.Log1p(-units[i].stillFailing(b))
+		}
+		s := -math.Expm1(logDone)
+		em.atoms = append(em.atoms, atom{base + float64(round)*rto, s})
+		if s < survivalEpsilon || eps == 0 {
+			break
+		}
+		eps *= loss
+	}
+	return em
+}
+
+// lastUndecodable is P(the last submessage, of k data chunks, cannot be
+// decoded from its chunks at positions 0..pos): data first, then parity.
+func lastUndecodable(p Params, k, pos int, loss float64, units []unit) float64 {
+	if p.Code == MDS {
+		if pos+1 < k {
+			return 1
+		}
+		return newBinomial(loss).tailAbove(pos+1, pos+1-k)
+	}
+	logOK := 0.0
+	for i, g := range xorGroupSizes(k, p.M) {
+		switch {
+		case pos >= k+i: // the group's parity has arrived (or been lost)
+			logOK += math.Log1p(-units[i].fail)
+		case g == 0 || i+(g-1)*p.M <= pos: // every data chunk of the group is in
+			logOK += float64(g) * math.Log1p(-loss)
+		default:
+			return 1
+		}
+	}
+	return -math.Expm1(logOK)
+}
+
+func (em *ecModel) mean() float64 {
+	x := em.atoms[0].t
+	for i := 1; i < len(em.atoms); i++ {
+		x += (em.atoms[i].t - em.atoms[i-1].t) * em.atoms[i-1].survival
+	}
+	return x
+}
+
+func (em *ecModel) quantile(q float64) float64 {
+	for _, a := range em.atoms {
+		if a.survival <= 1-q {
+			return a.t
+		}
+	}
+	return em.atoms[len(em.atoms)-1].t
+}
+
+// EC predicts the completion time of a size-byte message under erasure
+// coding with p's code and SR repair after the fallback timeout (α sets both
+// FTO's 0.5·α·RTT and the repair's RTO = RTT + α·RTT). See the package doc
+// for the semantics; the mean is exact up to Estimate.Bound (the resent
+// chunks' injection times). It costs O(rounds × failure patterns), tens of
+// microseconds, whatever the size.
+func EC(l Link, size int64, p Params, alpha float64) (Estimate, error) {
+	em, tinj, err := ecModelFor(l, size, p, alpha)
+	if err != nil {
+		return Estimate{}, err
+	}
+	return newEstimate(em.mean(), em.quantile(0.999), tinj*(1+em.nacked)), nil
+}
+
+// ECQuantile is the level-q quantile (0 < q < 1) of the EC completion time.
+func ECQuantile(l Link, size int64, p Params, alpha, q float64) (time.Duration, error) {
+	if err := validLevel(q); err != nil {
+		return 0, err
+	}
+	em, _, err := ecModelFor(l, size, p, alpha)
+	if err != nil {
+		return 0, err
+	}
+	return seconds(em.quantile(q)), nil
+}
+
+func ecModelFor(l Link, size int64, p Params, alpha float64) (*ecModel, float64, error) {
+	n, err := l.chunks(size)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, 0, err
+	}
+	if err := validAlpha(alpha); err != nil {
+		return nil, 0, err
+	}
+	return newECModel(l, n, p, alpha), l.injection(), nil
+}

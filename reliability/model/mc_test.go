@@ -1,0 +1,295 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The Monte-Carlo below is written from the engine semantics alone, chunk by
+// chunk, and shares no code with the model: it samples every transmission.
+
+type mcLink struct {
+	tinj, rtt, rto, alpha, p float64
+}
+
+func (c mcLink) lost(rng *rand.Rand) bool { return rng.Float64() < c.p }
+
+// mcSR returns one completion time of an n-chunk message under SR-RTO or
+// SR-NACK.
+func mcSR(rng *rand.Rand, c mcLink, n int, nack bool) float64 {
+	firstLost := make([]bool, n)
+	for i := range firstLost {
+		firstLost[i] = c.lost(rng)
+	}
+	done := 0.0
+	for i := range n {
+		start := float64(i) * c.tinj
+		if firstLost[i] {
+			next := start + c.rto
+			if nack {
+				for j := i + 1; j < n; j++ {
+					if !firstLost[j] { // chunk j lands, the receiver NACKs chunk i
+						next = math.Min(next, float64(j+1)*c.tinj+c.rtt)
+						break
+					}
+				}
+			}
+			start = next
+			for c.lost(rng) {
+				start += c.rto
+			}
+		}
+		done = math.Max(done, start+c.tinj+c.rtt/2)
+	}
+	return done
+}
+
+// mcEC returns one completion time of an n-chunk message under EC(k, m).
+func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int) float64 {
+	subs := (n + k - 1) / k
+	total := n + subs*m
+	type sub struct{ dataLost, parityLost []bool }
+	var failed []sub
+	decodable := func(dataLost, parityLost []bool) bool {
+		if code == MDS {
+			e := 0
+			for _, l := range append(slices.Clone(dataLost), parityLost...) {
+				if l {
+					e++
+				}
+			}
+			return e <= m
+		}
+		for g := range m {
+			e := 0
+			if parityLost[g] {
+				e++
+			}
+			for j := g; j < len(dataLost); j += m {
+				if dataLost[j] {
+					e++
+				}
+			}
+			if e > 1 {
+				return false
+			}
+		}
+		return true
+	}
+	pos, lastDecode := 0, 0.0
+	for s := range subs {
+		ks := min(k, n-s*k)
+		d, p := make([]bool, ks), make([]bool, m)
+		for j := range d {
+			d[j] = c.lost(rng)
+		}
+		for j := range p {
+			p[j] = c.lost(rng)
+		}
+		if !decodable(d, p) {
+			failed = append(failed, sub{d, p})
+		} else if s == subs-1 {
+			// Earliest position by which the chunks received so far decode.
+			for t := 0; t < ks+m; t++ {
+				dd, pp := slices.Clone(d), slices.Clone(p)
+				for j := range dd {
+					dd[j] = dd[j] || j > t
+				}
+				for j := range pp {
+					pp[j] = pp[j] || ks+j > t
+				}
+				if decodable(dd, pp) {
+					lastDecode = float64(pos+t+1)*c.tinj + c.rtt/2
+					break
+				}
+			}
+		}
+		pos += ks + m
+	}
+	if len(failed) == 0 {
+		return lastDecode
+	}
+	nackAt := c.rtt/2 + float64(total)*c.tinj + c.alpha*c.rtt/2 + c.rtt/2
+	resent := 0
+	arrive := func() float64 {
+		start := nackAt + float64(resent)*c.tinj
+		resent++
+		for c.lost(rng) {
+			start += c.rto
+		}
+		return start + c.tinj + c.rtt/2
+	}
+	done := 0.0
+	for _, f := range failed {
+		arrivals := make([]float64, len(f.dataLost))
+		for j, l := range f.dataLost {
+			if l {
+				arrivals[j] = arrive()
+			}
+		}
+		if code == MDS {
+			var got []float64
+			e := 0
+			for j, l := range f.dataLost {
+				if l {
+					got = append(got, arrivals[j])
+					e++
+				}
+			}
+			for _, l := range f.parityLost {
+				if l {
+					e++
+				}
+			}
+			slices.Sort(got)
+			done = math.Max(done, got[e-m-1])
+			continue
+		}
+		for g := range m {
+			var got []float64
+			for j := g; j < len(f.dataLost); j += m {
+				if f.dataLost[j] {
+					got = append(got, arrivals[j])
+				}
+			}
+			slices.Sort(got)
+			switch {
+			case f.parityLost[g] && len(got) >= 1:
+				done = math.Max(done, got[len(got)-1])
+			case !f.parityLost[g] && len(got) >= 2:
+				done = math.Max(done, got[len(got)-2])
+			}
+		}
+	}
+	return done
+}
+
+type sample struct{ xs []float64 }
+
+func (s sample) meanSE() (float64, float64) {
+	var sum, sq float64
+	for _, x := range s.xs {
+		sum += x
+	}
+	mean := sum / float64(len(s.xs))
+	for _, x := range s.xs {
+		sq += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(sq / float64(len(s.xs)-1) / float64(len(s.xs)))
+}
+
+// cdf is the fraction of samples ≤ x.
+func (s sample) cdf(x float64) float64 {
+	i, _ := slices.BinarySearch(s.xs, math.Nextafter(x, math.Inf(1)))
+	return float64(i) / float64(len(s.xs))
+}
+
+// testLink has an injection time (10 µs) not negligible against the RTT
+// (1 ms), so the fluid bracket, the injection offsets and the resends'
+// staggering are all exercised.
+func testLink(p float64) (Link, mcLink) {
+	l := Link{Bandwidth: 4096 * 8 / 10e-6, RTT: time.Millisecond, Loss: p, ChunkSize: 4096}
+	return l, mcLink{tinj: l.injection(), rtt: l.rtt(), rto: 3 * l.rtt(), alpha: DefaultAlpha, p: p}
+}
+
+// checkAgainstMC compares the model's mean and quantiles with the samples.
+// The mean must lie within 4 standard errors plus the model's own Bound; a
+// quantile q of the model must bracket the empirical CDF: at most q + 4σ of
+// the samples lie strictly below it (minus qSlack) and at least q − 4σ at or
+// below it (plus qSlack), σ = √(q(1−q)/n).
+func checkAgainstMC(t *testing.T, name string, est Estimate, quantile func(float64) time.Duration, qSlack float64, s sample) {
+	t.Helper()
+	slices.Sort(s.xs)
+	mean, se := s.meanSE()
+	bound := est.Bound.Seconds() + 1e-9 // Duration rounding
+	got := est.Mean.Seconds()
+	if diff := math.Abs(got - mean); diff > 4*se+bound {
+		t.Errorf("%s: model mean %.6g s, Monte-Carlo %.6g ± %.2g s (bound %.2g): off by %.3g %%", name, got, mean, se, bound, 100*diff/mean)
+	}
+	if rel := math.Abs(got-mean) / mean; rel > 0.05 {
+		t.Errorf("%s: model mean %.6g s is %.2f %% from the Monte-Carlo %.6g s", name, got, 100*rel, mean)
+	}
+	n := float64(len(s.xs))
+	for _, q := range []float64{0.5, 0.9, 0.999} {
+		x := quantile(q).Seconds()
+		sigma := math.Sqrt(q * (1 - q) / n)
+		if below := s.cdf(math.Nextafter(x-qSlack, 0)); below > q+4*sigma+1/n {
+			t.Errorf("%s: %.2f %% of samples lie below the model's q%.3g = %.6g s", name, 100*below, q, x)
+		}
+		if atOrBelow := s.cdf(x + qSlack); atOrBelow < q-4*sigma {
+			t.Errorf("%s: only %.2f %% of samples lie at or below the model's q%.3g = %.6g s", name, 100*atOrBelow, q, x)
+		}
+	}
+}
+
+func mcSamples(count int) int {
+	if testing.Short() {
+		return count / 4
+	}
+	return count
+}
+
+func TestSRMatchesMonteCarlo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 8, 64} {
+		for _, p := range []float64{1e-3, 1e-2, 0.05, 0.2} {
+			for _, nack := range []bool{false, true} {
+				l, c := testLink(p)
+				size := int64(n * l.ChunkSize)
+				est, err := SR(l, size, DefaultAlpha, nack)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := sample{xs: make([]float64, mcSamples(20000))}
+				for i := range s.xs {
+					s.xs[i] = mcSR(rng, c, n, nack)
+				}
+				name := Choice{Scheme: map[bool]Scheme{false: SRRTO, true: SRNACK}[nack], Alpha: DefaultAlpha}.String()
+				checkAgainstMC(t, name+" n="+itoa(n)+" p="+ftoa(p), est, func(q float64) time.Duration {
+					d, err := SRQuantile(l, size, DefaultAlpha, nack, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return d
+				}, est.Bound.Seconds()+1e-9, s)
+			}
+		}
+	}
+}
+
+func TestECMatchesMonteCarlo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct {
+		n    int
+		code Code
+		k, m int
+	}{
+		{8, MDS, 4, 2}, {8, XOR, 4, 2}, {10, MDS, 4, 2}, {10, XOR, 4, 2},
+		{64, MDS, 32, 8}, {64, XOR, 32, 8}, {70, XOR, 32, 8}, {5, MDS, 8, 2},
+	} {
+		for _, p := range []float64{1e-3, 1e-2, 0.05, 0.2} {
+			l, c := testLink(p)
+			size := int64(tc.n * l.ChunkSize)
+			params := Params{Code: tc.code, K: tc.k, M: tc.m}
+			est, err := EC(l, size, params, DefaultAlpha)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sample{xs: make([]float64, mcSamples(20000))}
+			for i := range s.xs {
+				s.xs[i] = mcEC(rng, c, tc.n, tc.code, tc.k, tc.m)
+			}
+			name := tc.code.String() + "(" + itoa(tc.k) + "," + itoa(tc.m) + ") n=" + itoa(tc.n) + " p=" + ftoa(p)
+			checkAgainstMC(t, name, est, func(q float64) time.Duration {
+				d, err := ECQuantile(l, size, params, DefaultAlpha, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}, float64(tc.n)*c.tinj, s) // a quantile's resends may be staggered by up to n·T_inj
+		}
+	}
+}

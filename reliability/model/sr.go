@@ -1,0 +1,273 @@
+package model
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// survivalEpsilon is where the SR models truncate their infinite sums: a
+// retransmission level, or a NACK trailing-loss run, whose probability
+// weight is below it is dropped. Its effect on a mean is below 1e-17·RTO·N.
+const survivalEpsilon = 1e-17
+
+// repairKind is the distribution of a chunk's delivery offset: the time from
+// the injection start of its first transmission to the injection start of
+// the transmission that arrives. Level 0 covers offsets [start, start+first)
+// and level k ≥ 1 covers [start+first+(k−1)·RTO, start+first+k·RTO); the
+// chunk has arrived by level k with probability 1 − p^(k+1). Offsets below
+// start are impossible (probability 0 of being delivered), and a certain
+// kind is delivered at offset 0.
+type repairKind struct {
+	certain      bool
+	start, first float64
+}
+
+// segment is a run of consecutive chunks of one kind whose first
+// transmissions start in [s0, s1]; the fluid model spreads them uniformly
+// (density 1/T_inj).
+type segment struct {
+	kind   repairKind
+	s0, s1 float64
+}
+
+// component is one term of a mixture: its probability and its segments.
+type component struct {
+	weight float64
+	segs   []segment
+	lo     float64 // smallest x where every segment can have arrived
+}
+
+// srModel is the fluid description of X = max over chunks of (injection
+// start + delivery offset); the completion time is X + RTT/2 (see package
+// doc for the ±T_inj bracket).
+type srModel struct {
+	tinj, rto float64
+	logq      []float64 // logq[k] = log(1 − p^(k+1)); zero beyond
+	comps     []component
+	total     float64 // Σ weights, for renormalising the truncated mixture
+}
+
+func (m *srModel) levelStart(k repairKind, level int) float64 {
+	if level == 0 {
+		return k.start
+	}
+	return k.start + k.first + float64(level-1)*m.rto
+}
+
+func (m *srModel) level(k repairKind, tau float64) int {
+	if tau < k.start+k.first {
+		return 0
+	}
+	return 1 + int(math.Floor((tau-k.start-k.first)/m.rto))
+}
+
+// integrateLogQ is ∫_lo^hi log P(delivered by offset τ) dτ for lo ≥ start.
+// The sum runs over the few levels the window spans (N·T_inj/RTO + 2).
+func (m *srModel) integrateLogQ(k repairKind, lo, hi float64) float64 {
+	if k.certain || hi <= lo {
+		return 0
+	}
+	sum := 0.0
+	for lv := m.level(k, lo); lv < len(m.logq); lv++ {
+		end := m.levelStart(k, lv+1)
+		sum += m.logq[lv] * (math.Min(end, hi) - lo)
+		if end >= hi {
+			break
+		}
+		lo = end
+	}
+	return sum
+}
+
+// exponent is log P(X ≤ x) for one component, x ≥ c.lo.
+func (m *srModel) exponent(c *component, x float64) float64 {
+	e := 0.0
+	for _, s := range c.segs {
+		e += m.integrateLogQ(s.kind, x-s.s1, x-s.s0)
+	}
+	return e / m.tinj
+}
+
+// breakpoints are the x where the exponent's slope changes, from c.lo on.
+func (m *srModel) breakpoints(c *component) []float64 {
+	xs := []float64{c.lo}
+	for _, s := range c.segs {
+		for _, at := range [2]float64{s.s0, s.s1} {
+			if s.kind.certain {
+				xs = append(xs, at)
+				continue
+			}
+			for lv := 0; lv <= len(m.logq); lv++ {
+				xs = append(xs, at+m.levelStart(s.kind, lv))
+			}
+		}
+	}
+	xs = slices.DeleteFunc(xs, func(x float64) bool { return x < c.lo })
+	slices.Sort(xs)
+	return slices.Compact(xs)
+}
+
+// meanX is E[X] of the mixture: each component's lower support end plus the
+// exact integral of its survival over the pieces where log F is linear.
+func (m *srModel) meanX() float64 {
+	mean := 0.0
+	for i := range m.comps {
+		c := &m.comps[i]
+		xs := m.breakpoints(c)
+		sum, e := c.lo, m.exponent(c, xs[0])
+		for i := 1; i < len(xs); i++ {
+			ne := m.exponent(c, xs[i])
+			sum += (xs[i] - xs[i-1]) * meanOneMinusExp(e, ne)
+			e = ne
+		}
+		mean += c.weight * sum
+	}
+	return mean / m.total
+}
+
+// survival is P(X > x) of the mixture.
+func (m *srModel) survival(x float64) float64 {
+	s := 0.0
+	for i := range m.comps {
+		c := &m.comps[i]
+		if x < c.lo {
+			s += c.weight
+			continue
+		}
+		s += c.weight * -math.Expm1(m.exponent(c, x))
+	}
+	return s / m.total
+}
+
+// quantileX is the smallest x with P(X ≤ x) ≥ q, by bisection to 1e-12
+// relative (the fluid CDF is continuous and increasing above its support).
+func (m *srModel) quantileX(q float64) float64 {
+	lo := math.Inf(1)
+	for _, c := range m.comps {
+		lo = math.Min(lo, c.lo)
+	}
+	target := 1 - q
+	hi := lo + m.rto
+	for m.survival(hi) > target {
+		lo, hi = hi, hi+2*(hi-lo)
+	}
+	for range 200 {
+		mid := lo + (hi-lo)/2
+		if m.survival(mid) > target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+		if hi-lo <= 1e-12*hi {
+			break
+		}
+	}
+	return hi
+}
+
+// newSRModel builds the fluid model of n chunks under SR-RTO or SR-NACK.
+func newSRModel(l Link, n, alpha float64, nack bool) *srModel {
+	p, tinj, rtt := l.Loss, l.injection(), l.rtt()
+	m := &srModel{tinj: tinj, rto: rtt * (1 + alpha)}
+	if p > 0 {
+		// Level K with n·p^(K+1) < ε is the last that can matter.
+		levels := int(math.Ceil(math.Log(survivalEpsilon/n)/math.Log(p))) + 1
+		m.logq = make([]float64, max(levels, 1))
+		for k := range m.logq {
+			m.logq[k] = math.Log1p(-math.Pow(p, float64(k+1)))
+		}
+	}
+	end := n * tinj
+	timeout := repairKind{first: m.rto}
+	if !nack {
+		m.add(1, segment{timeout, 0, end})
+		return m
+	}
+	// SR-NACK: a chunk followed by a delivered chunk is repaired after
+	// RTT + 2·T_inj (the next chunk lands, its NACK flies back); the run of
+	// chunks lost at the end of the first pass has nothing after it and waits
+	// for the timeout. Condition on that run's length ℓ.
+	nackKind := repairKind{first: math.Min(rtt+2*tinj, m.rto)}
+	afterLoss := repairKind{start: m.rto, first: m.rto}
+	delivered := repairKind{certain: true}
+	for run := 0.0; run <= n; run++ {
+		w := math.Pow(p, run) * (1 - p)
+		if run == n {
+			w = math.Pow(p, n)
+		}
+		if w == 0 || (run > 0 && w < survivalEpsilon) {
+			break
+		}
+		var segs []segment
+		if run < n {
+			if first := (n - 1 - run) * tinj; first > 0 {
+				segs = append(segs, segment{nackKind, 0, first})
+			}
+			segs = append(segs, segment{delivered, (n - 1 - run) * tinj, (n - run) * tinj})
+		}
+		if run > 0 {
+			segs = append(segs, segment{afterLoss, (n - run) * tinj, end})
+		}
+		m.add(w, segs...)
+	}
+	return m
+}
+
+func (m *srModel) add(w float64, segs ...segment) {
+	c := component{weight: w, segs: segs, lo: math.Inf(-1)}
+	for _, s := range segs {
+		c.lo = math.Max(c.lo, s.s1+s.kind.start)
+	}
+	m.comps = append(m.comps, c)
+	m.total += w
+}
+
+// SR predicts the completion time of a size-byte message under Selective
+// Repeat with RTO = RTT + α·RTT (nack false: "SR-RTO") or with the
+// receiver's NACK on the next arrival (nack true: "SR-NACK"). The mean is
+// the exact integral of the fluid model (see the package doc), within
+// T_inj of the engine semantics plus the contention bound reported in
+// Estimate.Bound. It costs O(levels × segments) — microseconds, whatever
+// the size.
+func SR(l Link, size int64, alpha float64, nack bool) (Estimate, error) {
+	n, err := l.chunks(size)
+	if err != nil {
+		return Estimate{}, err
+	}
+	if err := validAlpha(alpha); err != nil {
+		return Estimate{}, err
+	}
+	m := newSRModel(l, n, alpha, nack)
+	half := l.rtt() / 2
+	return newEstimate(m.meanX()+half, m.quantileX(0.999)+half, srBound(l, n, nack)), nil
+}
+
+// srBound is the error allowance of the SR models: one injection time for
+// the fluid bracket, the injection time of the expected retransmissions
+// (they share the link with the first pass), and for SR-NACK the delay of a
+// NACK behind a run of consecutive losses (its expected longest run).
+func srBound(l Link, n float64, nack bool) float64 {
+	p, tinj := l.Loss, l.injection()
+	b := tinj + tinj*n*p/(1-p)
+	if nack && p > 0 {
+		b += tinj * (1 + math.Log(n)/math.Log(1/p))
+	}
+	return b
+}
+
+// SRQuantile is the level-q quantile (0 < q < 1) of the SR completion time
+// under the same model as SR, within T_inj of the engine semantics.
+func SRQuantile(l Link, size int64, alpha float64, nack bool, q float64) (time.Duration, error) {
+	n, err := l.chunks(size)
+	if err != nil {
+		return 0, err
+	}
+	if err := validAlpha(alpha); err != nil {
+		return 0, err
+	}
+	if err := validLevel(q); err != nil {
+		return 0, err
+	}
+	return seconds(newSRModel(l, n, alpha, nack).quantileX(q) + l.rtt()/2), nil
+}
