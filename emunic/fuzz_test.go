@@ -3,6 +3,7 @@ package emunic
 import (
 	"bytes"
 	"encoding/binary"
+	"net/netip"
 	"path/filepath"
 	"testing"
 
@@ -61,19 +62,19 @@ func FuzzResponder(f *testing.F) {
 	port := newInjectPort()
 	// The captures' receiver: 10.77.0.3; the QPNs they use are allocated
 	// around 0x46..0x56 below.
-	dev, err := NewDevice(Config{Port: port, GID: mustAddr("10.77.0.3")})
+	dev, err := NewDevice(Config{Port: port, GID: netip.MustParseAddr("10.77.0.3")})
 	if err != nil {
 		f.Fatal(err)
 	}
 	defer dev.Close()
 	pd := dev.AllocPD()
 	cq, _ := NewCQ(1 << 16)
-	mem, intact := canaried(1 << 16)
+	mem, intact := Canaried(1 << 16)
 	mr, err := pd.RegisterMR(mem, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic)
 	if err != nil {
 		f.Fatal(err)
 	}
-	slotMem, slotIntact := canaried(4096)
+	slotMem, slotIntact := Canaried(4096)
 	slotMR, _ := pd.RegisterMR(slotMem, AccessLocalWrite)
 	root, _ := pd.RegisterIndirectMR(4, 4096, AccessRemoteWrite)
 	root.SetSlot(1, slotMR)
@@ -86,7 +87,7 @@ func FuzzResponder(f *testing.F) {
 			f.Fatal(err)
 		}
 		qp.Modify(StateInit, QPAttr{Access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, QKey: 0x11111111})
-		qp.Modify(StateRTR, QPAttr{DestQPN: 0x47, DestGID: mustAddr("10.77.0.2"), PathMTU: 1024})
+		qp.Modify(StateRTR, QPAttr{DestQPN: 0x47, DestGID: netip.MustParseAddr("10.77.0.2"), PathMTU: 1024})
 		qp.Modify(StateRTS, QPAttr{})
 		qps = append(qps, qp)
 	}
@@ -97,7 +98,7 @@ func FuzzResponder(f *testing.F) {
 			if qp.State() != StateRTS {
 				qp.Modify(StateReset, QPAttr{})
 				qp.Modify(StateInit, QPAttr{Access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic, QKey: 0x11111111})
-				qp.Modify(StateRTR, QPAttr{DestQPN: 0x47, DestGID: mustAddr("10.77.0.2"), PathMTU: 1024})
+				qp.Modify(StateRTR, QPAttr{DestQPN: 0x47, DestGID: netip.MustParseAddr("10.77.0.2"), PathMTU: 1024})
 				qp.Modify(StateRTS, QPAttr{})
 			}
 			qp.PostRecv(RecvWR{SGL: []SGE{{Addr: mr.Addr() + 1024, Length: 8192, LKey: mr.LKey()}}})

@@ -1,4 +1,4 @@
-package emunic
+package emunic_test
 
 import (
 	"bytes"
@@ -8,13 +8,15 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
 // message i of a loss test: its size and contents follow from i.
 func lossMessage(i int) []byte {
 	size := 1 + (i*2731)%(6*1024)
-	return pattern(size, uint64(i)+1000)
+	return emunictest.Pattern(size, uint64(i)+1000)
 }
 
 // TestRCRecoversFromLoss runs RC SENDs through a link that drops,
@@ -23,32 +25,32 @@ func lossMessage(i int) []byte {
 func TestRCRecoversFromLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var toB linkCounter
-		link := func(seed uint64) LinkHook {
-			return NewRandomLink(LinkConfig{Delay: 200 * time.Microsecond, Jitter: 20 * time.Microsecond,
+		link := func(seed uint64) emunic.LinkHook {
+			return emunic.NewRandomLink(emunic.LinkConfig{Delay: 200 * time.Microsecond, Jitter: 20 * time.Microsecond,
 				Loss: 0.05, Duplicate: 0.03, Reorder: 0.05, Seed: seed})
 		}
-		a, b := newPipeHosts(t, PipeConfig{AToB: toB.wrap(link(1)), BToA: link(2)})
-		qa, qb := a.createQP(t, RC), b.createQP(t, RC)
-		connect(t, a, qa, b, qb, 1024, QPAttr{Timeout: 5 * time.Millisecond, RetryCount: 7, RNRRetry: 7})
+		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: toB.wrap(link(1)), BToA: link(2)})
+		qa, qb := a.QP(t, emunic.RC), b.QP(t, emunic.RC)
+		emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{Timeout: 5 * time.Millisecond, RetryCount: 7, RNRRetry: 7})
 		const messages = 150
 		recv := make([]byte, messages*8192)
-		recvMR := b.register(t, recv)
+		recvMR := b.MR(t, recv)
 		for i := range messages {
-			if err := qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{{Addr: recvMR.Addr() + uint64(i*8192), Length: 8192, LKey: recvMR.LKey()}}}); err != nil {
+			if err := qb.PostRecv(emunic.RecvWR{ID: uint64(i), SGL: []emunic.SGE{{Addr: recvMR.Addr() + uint64(i*8192), Length: 8192, LKey: recvMR.LKey()}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for i := range messages {
 			msg := lossMessage(i)
-			mr := a.register(t, msg)
-			if err := qa.PostSend(SendWR{ID: uint64(i), Op: OpSendImm, Imm: uint32(i),
-				SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
+			mr := a.MR(t, msg)
+			if err := qa.PostSend(emunic.SendWR{ID: uint64(i), Op: emunic.OpSendImm, Imm: uint32(i),
+				SGL: []emunic.SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for i := range messages {
-			c := waitCQE(t, b.recvCQ)
-			if c.Status != StatusSuccess || c.WRID != uint64(i) || c.Imm != uint32(i) || int(c.ByteLen) != len(lossMessage(i)) {
+			c := emunictest.WaitCQE(t, b.RecvCQ)
+			if c.Status != emunic.StatusSuccess || c.WRID != uint64(i) || c.Imm != uint32(i) || int(c.ByteLen) != len(lossMessage(i)) {
 				t.Fatalf("receive %d: %+v", i, c)
 			}
 			if !bytes.Equal(recv[i*8192:i*8192+int(c.ByteLen)], lossMessage(i)) {
@@ -56,25 +58,25 @@ func TestRCRecoversFromLoss(t *testing.T) {
 			}
 		}
 		for i := range messages {
-			if c := waitCQE(t, a.sendCQ); c.Status != StatusSuccess || c.WRID != uint64(i) {
+			if c := emunictest.WaitCQE(t, a.SendCQ); c.Status != emunic.StatusSuccess || c.WRID != uint64(i) {
 				t.Fatalf("send %d: %+v", i, c)
 			}
 		}
 		time.Sleep(time.Second) // let late duplicates arrive
-		expectNoCQE(t, b.recvCQ)
-		sa, sb := a.dev.Stats(), b.dev.Stats()
-		if sa.Get(TxRetransmits) == 0 || sb.Get(RxDuplicate) == 0 || sb.Get(RxPSNError) == 0 || sb.Get(TxNAKs) == 0 {
+		expectNoCQE(t, b.RecvCQ)
+		sa, sb := a.Dev.Stats(), b.Dev.Stats()
+		if sa.Get(emunic.TxRetransmits) == 0 || sb.Get(emunic.RxDuplicate) == 0 || sb.Get(emunic.RxPSNError) == 0 || sb.Get(emunic.TxNAKs) == 0 {
 			t.Errorf("loss left no trace: retransmits %d, duplicates %d, PSN errors %d, NAKs %d",
-				sa.Get(TxRetransmits), sb.Get(RxDuplicate), sb.Get(RxPSNError), sb.Get(TxNAKs))
+				sa.Get(emunic.TxRetransmits), sb.Get(emunic.RxDuplicate), sb.Get(emunic.RxPSNError), sb.Get(emunic.TxNAKs))
 		}
 		// Every frame is accounted for: what A sent entered the link, and
 		// every copy the link delivered was counted by B.
-		if sa.Get(TxPackets) != toB.in.Load() || sb.Get(RxPackets) != toB.out.Load() {
+		if sa.Get(emunic.TxPackets) != toB.in.Load() || sb.Get(emunic.RxPackets) != toB.out.Load() {
 			t.Errorf("A sent %d, link took %d and delivered %d, B received %d",
-				sa.Get(TxPackets), toB.in.Load(), toB.out.Load(), sb.Get(RxPackets))
+				sa.Get(emunic.TxPackets), toB.in.Load(), toB.out.Load(), sb.Get(emunic.RxPackets))
 		}
 		t.Logf("A: %d packets sent, %d retransmitted, %d timeouts; B: %d duplicates, %d out of sequence",
-			sa.Get(TxPackets), sa.Get(TxRetransmits), sa.Get(Timeouts), sb.Get(RxDuplicate), sb.Get(RxPSNError))
+			sa.Get(emunic.TxPackets), sa.Get(emunic.TxRetransmits), sa.Get(emunic.Timeouts), sb.Get(emunic.RxDuplicate), sb.Get(emunic.RxPSNError))
 	})
 }
 
@@ -82,7 +84,7 @@ func TestRCRecoversFromLoss(t *testing.T) {
 // delivers.
 type linkCounter struct{ in, out atomic.Uint64 }
 
-func (c *linkCounter) wrap(h LinkHook) LinkHook {
+func (c *linkCounter) wrap(h emunic.LinkHook) emunic.LinkHook {
 	return func(frame []byte, deliver func(time.Duration)) {
 		c.in.Add(1)
 		h(frame, func(d time.Duration) {
@@ -121,17 +123,17 @@ func (r *dropRule) hook(frame []byte, deliver func(time.Duration)) {
 // missing, every other one arrives intact and in order, and the counters
 // account for every frame.
 func TestUCLosesOnlyAffectedMessages(t *testing.T) {
-	for _, op := range []Op{OpSendImm, OpWriteImm} {
-		t.Run(map[Op]string{OpSendImm: "send", OpWriteImm: "write"}[op], func(t *testing.T) {
+	for _, op := range []emunic.Op{emunic.OpSendImm, emunic.OpWriteImm} {
+		t.Run(map[emunic.Op]string{emunic.OpSendImm: "send", emunic.OpWriteImm: "write"}[op], func(t *testing.T) {
 			rule := &dropRule{first: 0xFFFFF0, drop: func(off int) bool { return off%11 == 4 || off%23 == 0 }}
-			a, b := newPipeHosts(t, PipeConfig{AToB: rule.hook})
-			qa, qb := a.createQP(t, UC), b.createQP(t, UC)
-			connect(t, a, qa, b, qb, 1024, QPAttr{})
+			a, b := newPipeHosts(t, emunic.PipeConfig{AToB: rule.hook})
+			qa, qb := a.QP(t, emunic.UC), b.QP(t, emunic.UC)
+			emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
 			const messages = 120
 			recv := make([]byte, messages*8192)
-			recvMR := b.register(t, recv)
+			recvMR := b.MR(t, recv)
 			for i := range messages {
-				if err := qb.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{{Addr: recvMR.Addr() + uint64(i*8192), Length: 8192, LKey: recvMR.LKey()}}}); err != nil {
+				if err := qb.PostRecv(emunic.RecvWR{ID: uint64(i), SGL: []emunic.SGE{{Addr: recvMR.Addr() + uint64(i*8192), Length: 8192, LKey: recvMR.LKey()}}}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -139,7 +141,7 @@ func TestUCLosesOnlyAffectedMessages(t *testing.T) {
 			psn := 0
 			for i := range messages {
 				msg := lossMessage(i)
-				mr := a.register(t, msg)
+				mr := a.MR(t, msg)
 				packets := (len(msg) + 1023) / 1024
 				lost := false
 				for k := range packets {
@@ -149,8 +151,8 @@ func TestUCLosesOnlyAffectedMessages(t *testing.T) {
 				if !lost {
 					delivered = append(delivered, i)
 				}
-				wr := SendWR{ID: uint64(i), Op: op, Imm: uint32(i), RemoteAddr: recvMR.Addr() + uint64(i*8192), RKey: recvMR.RKey(),
-					SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}
+				wr := emunic.SendWR{ID: uint64(i), Op: op, Imm: uint32(i), RemoteAddr: recvMR.Addr() + uint64(i*8192), RKey: recvMR.RKey(),
+					SGL: []emunic.SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}
 				if err := qa.PostSend(wr); err != nil {
 					t.Fatal(err)
 				}
@@ -161,38 +163,38 @@ func TestUCLosesOnlyAffectedMessages(t *testing.T) {
 				marker++
 			}
 			for range marker - 1 - psn {
-				if err := qa.PostSend(SendWR{Op: OpWrite, RemoteAddr: recvMR.Addr(), RKey: recvMR.RKey()}); err != nil {
+				if err := qa.PostSend(emunic.SendWR{Op: emunic.OpWrite, RemoteAddr: recvMR.Addr(), RKey: recvMR.RKey()}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := qa.PostSend(SendWR{ID: 999, Op: OpWriteImm, Imm: 999}); err != nil {
+			if err := qa.PostSend(emunic.SendWR{ID: 999, Op: emunic.OpWriteImm, Imm: 999}); err != nil {
 				t.Fatal(err)
 			}
 			for _, i := range delivered {
-				c := waitCQE(t, b.recvCQ)
-				if c.Imm != uint32(i) || c.Status != StatusSuccess {
+				c := emunictest.WaitCQE(t, b.RecvCQ)
+				if c.Imm != uint32(i) || c.Status != emunic.StatusSuccess {
 					t.Fatalf("expected message %d, got completion %+v", i, c)
 				}
 				at := i * 8192
-				if op == OpSendImm {
+				if op == emunic.OpSendImm {
 					at = int(c.WRID) * 8192
 				}
 				if int(c.ByteLen) != len(lossMessage(i)) || !bytes.Equal(recv[at:at+int(c.ByteLen)], lossMessage(i)) {
 					t.Fatalf("message %d: corrupted", i)
 				}
 			}
-			if c := waitCQE(t, b.recvCQ); c.Imm != 999 {
+			if c := emunictest.WaitCQE(t, b.RecvCQ); c.Imm != 999 {
 				t.Fatalf("a lost message completed: %+v", c)
 			}
-			sa, sb := a.dev.Stats(), b.dev.Stats()
-			if sa.Get(TxPackets) != rule.seen.Load() {
-				t.Errorf("A sent %d frames, the link saw %d", sa.Get(TxPackets), rule.seen.Load())
+			sa, sb := a.Dev.Stats(), b.Dev.Stats()
+			if sa.Get(emunic.TxPackets) != rule.seen.Load() {
+				t.Errorf("A sent %d frames, the link saw %d", sa.Get(emunic.TxPackets), rule.seen.Load())
 			}
-			if got := sb.Get(RxPackets) + rule.dropped.Load(); got != rule.seen.Load() {
-				t.Errorf("B received %d + link dropped %d != %d sent", sb.Get(RxPackets), rule.dropped.Load(), rule.seen.Load())
+			if got := sb.Get(emunic.RxPackets) + rule.dropped.Load(); got != rule.seen.Load() {
+				t.Errorf("B received %d + link dropped %d != %d sent", sb.Get(emunic.RxPackets), rule.dropped.Load(), rule.seen.Load())
 			}
-			if sb.Get(RxPSNError) == 0 || len(delivered) == messages || len(delivered) < messages/3 {
-				t.Errorf("PSN errors %d, %d of %d delivered", sb.Get(RxPSNError), len(delivered), messages)
+			if sb.Get(emunic.RxPSNError) == 0 || len(delivered) == messages || len(delivered) < messages/3 {
+				t.Errorf("PSN errors %d, %d of %d delivered", sb.Get(emunic.RxPSNError), len(delivered), messages)
 			}
 			t.Logf("%d of %d messages delivered, %d frames dropped", len(delivered), messages, rule.dropped.Load())
 		})
@@ -204,26 +206,26 @@ func TestUCLosesOnlyAffectedMessages(t *testing.T) {
 func TestRCRetryExhaustion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cut := func([]byte, func(time.Duration)) {}
-		a, b := newPipeHosts(t, PipeConfig{AToB: cut})
-		qa, qb := a.createQP(t, RC), b.createQP(t, RC)
-		connect(t, a, qa, b, qb, 1024, QPAttr{Timeout: time.Millisecond, RetryCount: 3})
+		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: cut})
+		qa, qb := a.QP(t, emunic.RC), b.QP(t, emunic.RC)
+		emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{Timeout: time.Millisecond, RetryCount: 3})
 		for i := range 3 {
-			if err := qa.PostSend(SendWR{ID: uint64(i), Op: OpWrite, RemoteAddr: 0, RKey: 0}); err != nil {
+			if err := qa.PostSend(emunic.SendWR{ID: uint64(i), Op: emunic.OpWrite, RemoteAddr: 0, RKey: 0}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if c := waitCQE(t, a.sendCQ); c.WRID != 0 || c.Status != StatusRetryExceeded {
+		if c := emunictest.WaitCQE(t, a.SendCQ); c.WRID != 0 || c.Status != emunic.StatusRetryExceeded {
 			t.Fatalf("first completion %+v", c)
 		}
 		for i := 1; i < 3; i++ {
-			if c := waitCQE(t, a.sendCQ); c.WRID != uint64(i) || c.Status != StatusWRFlushError {
+			if c := emunictest.WaitCQE(t, a.SendCQ); c.WRID != uint64(i) || c.Status != emunic.StatusWRFlushError {
 				t.Fatalf("completion %d: %+v", i, c)
 			}
 		}
-		if qa.State() != StateError {
+		if qa.State() != emunic.StateError {
 			t.Errorf("QP in %v", qa.State())
 		}
-		if got := a.dev.Stats().Get(Timeouts); got != 4 {
+		if got := a.Dev.Stats().Get(emunic.Timeouts); got != 4 {
 			t.Errorf("%d timeouts, want 4 (first try + 3 retries)", got)
 		}
 	})
@@ -233,31 +235,31 @@ func TestRCRetryExhaustion(t *testing.T) {
 // RNR NAKs, backs off, and delivers once the receive is posted.
 func TestRCRNR(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newPipeHosts(t, PipeConfig{})
-		qa, qb := a.createQP(t, RC), b.createQP(t, RC)
-		connect(t, a, qa, b, qb, 1024, QPAttr{RNRRetry: 7, RNRTimer: time.Millisecond})
+		a, b := newPipeHosts(t, emunic.PipeConfig{})
+		qa, qb := a.QP(t, emunic.RC), b.QP(t, emunic.RC)
+		emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{RNRRetry: 7, RNRTimer: time.Millisecond})
 		msg := []byte("hello after RNR")
-		mr := a.register(t, msg)
-		if err := qa.PostSend(SendWR{ID: 1, Op: OpSend, SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
+		mr := a.MR(t, msg)
+		if err := qa.PostSend(emunic.SendWR{ID: 1, Op: emunic.OpSend, SGL: []emunic.SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
 		synctest.Wait()
-		if b.dev.Stats().Get(TxRNRNAKs) == 0 {
+		if b.Dev.Stats().Get(emunic.TxRNRNAKs) == 0 {
 			t.Fatal("no RNR NAK sent")
 		}
 		buf := make([]byte, 64)
-		bmr := b.register(t, buf)
-		if err := qb.PostRecv(RecvWR{ID: 2, SGL: []SGE{{Addr: bmr.Addr(), Length: 64, LKey: bmr.LKey()}}}); err != nil {
+		bmr := b.MR(t, buf)
+		if err := qb.PostRecv(emunic.RecvWR{ID: 2, SGL: []emunic.SGE{{Addr: bmr.Addr(), Length: 64, LKey: bmr.LKey()}}}); err != nil {
 			t.Fatal(err)
 		}
-		if c := waitCQE(t, b.recvCQ); c.WRID != 2 || string(buf[:c.ByteLen]) != string(msg) {
+		if c := emunictest.WaitCQE(t, b.RecvCQ); c.WRID != 2 || string(buf[:c.ByteLen]) != string(msg) {
 			t.Fatalf("receive %+v %q", c, buf[:c.ByteLen])
 		}
-		if c := waitCQE(t, a.sendCQ); c.Status != StatusSuccess {
+		if c := emunictest.WaitCQE(t, a.SendCQ); c.Status != emunic.StatusSuccess {
 			t.Fatalf("send %+v", c)
 		}
-		if a.dev.Stats().Get(RxRNRNAKs) == 0 {
+		if a.Dev.Stats().Get(emunic.RxRNRNAKs) == 0 {
 			t.Error("requester counted no RNR NAK")
 		}
 	})
@@ -272,33 +274,33 @@ func TestRCRNR(t *testing.T) {
 func TestUCUnderReorderAndDuplication(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var toB linkCounter
-		link := NewRandomLink(LinkConfig{Delay: 100 * time.Microsecond, Loss: 0.02, Duplicate: 0.05, Reorder: 0.05, Seed: 7})
-		a, b := newPipeHosts(t, PipeConfig{AToB: toB.wrap(link)})
-		qa, qb := a.createQP(t, UC), b.createQP(t, UC)
-		connect(t, a, qa, b, qb, 1024, QPAttr{})
+		link := emunic.NewRandomLink(emunic.LinkConfig{Delay: 100 * time.Microsecond, Loss: 0.02, Duplicate: 0.05, Reorder: 0.05, Seed: 7})
+		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: toB.wrap(link)})
+		qa, qb := a.QP(t, emunic.UC), b.QP(t, emunic.UC)
+		emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
 		const messages = 200
 		recv := make([]byte, messages*8192)
-		recvMR := b.register(t, recv)
+		recvMR := b.MR(t, recv)
 		for i := range messages {
-			if err := qb.PostRecv(RecvWR{ID: uint64(i)}); err != nil {
+			if err := qb.PostRecv(emunic.RecvWR{ID: uint64(i)}); err != nil {
 				t.Fatal(err)
 			}
 			msg := lossMessage(i)
-			mr := a.register(t, msg)
-			if err := qa.PostSend(SendWR{ID: uint64(i), Op: OpWriteImm, Imm: uint32(i), Unsignaled: true,
+			mr := a.MR(t, msg)
+			if err := qa.PostSend(emunic.SendWR{ID: uint64(i), Op: emunic.OpWriteImm, Imm: uint32(i), Unsignaled: true,
 				RemoteAddr: recvMR.Addr() + uint64(i*8192), RKey: recvMR.RKey(),
-				SGL: []SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
+				SGL: []emunic.SGE{{Addr: mr.Addr(), Length: uint32(len(msg)), LKey: mr.LKey()}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		var cqes [2 * messages]CQE
-		n := b.recvCQ.Poll(cqes[:])
+		var cqes [2 * messages]emunic.CQE
+		n := b.RecvCQ.Poll(cqes[:])
 		distinct := map[int]bool{}
 		for _, c := range cqes[:n] {
 			i := int(c.Imm)
-			if i >= messages || c.Status != StatusSuccess {
+			if i >= messages || c.Status != emunic.StatusSuccess {
 				t.Fatalf("completion %+v", c)
 			}
 			distinct[i] = true
@@ -306,14 +308,14 @@ func TestUCUnderReorderAndDuplication(t *testing.T) {
 				t.Fatalf("message %d corrupted", i)
 			}
 		}
-		sa, sb := a.dev.Stats(), b.dev.Stats()
-		if sa.Get(TxPackets) != toB.in.Load() || sb.Get(RxPackets) != toB.out.Load() {
+		sa, sb := a.Dev.Stats(), b.Dev.Stats()
+		if sa.Get(emunic.TxPackets) != toB.in.Load() || sb.Get(emunic.RxPackets) != toB.out.Load() {
 			t.Errorf("A sent %d, link took %d and delivered %d, B received %d",
-				sa.Get(TxPackets), toB.in.Load(), toB.out.Load(), sb.Get(RxPackets))
+				sa.Get(emunic.TxPackets), toB.in.Load(), toB.out.Load(), sb.Get(emunic.RxPackets))
 		}
 		if len(distinct) == 0 || len(distinct) == messages {
 			t.Errorf("%d of %d messages completed", len(distinct), messages)
 		}
-		t.Logf("%d of %d messages completed (%d completions); %d PSN errors", len(distinct), messages, n, sb.Get(RxPSNError))
+		t.Logf("%d of %d messages completed (%d completions); %d PSN errors", len(distinct), messages, n, sb.Get(emunic.RxPSNError))
 	})
 }

@@ -1,4 +1,4 @@
-package emunic
+package emunic_test
 
 import (
 	"io"
@@ -6,14 +6,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 )
 
 func TestPrometheusMetrics(t *testing.T) {
-	a, b := newPipeHosts(t, PipeConfig{})
-	qa, qb := a.createQP(t, UC), b.createQP(t, UC)
-	connect(t, a, qa, b, qb, 1024, QPAttr{})
-	transfer(t, a, qa, b, qb, OpSendImm, 3000, 1)
-	srv := httptest.NewServer(MetricsHandler(map[string]*Device{"b": b.dev}))
+	a, b := newPipeHosts(t, emunic.PipeConfig{})
+	qa, qb := a.QP(t, emunic.UC), b.QP(t, emunic.UC)
+	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
+	transfer(t, a, qa, b, qb, emunic.OpSendImm, 3000, 1)
+	srv := httptest.NewServer(emunic.MetricsHandler(map[string]*emunic.Device{"b": b.Dev}))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL + "/metrics")
 	if err != nil {
@@ -22,20 +25,20 @@ func TestPrometheusMetrics(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	text := string(body)
-	st := b.dev.Stats()
+	st := b.Dev.Stats()
 	for _, want := range []string{
 		"# TYPE emunic_rx_packets_total counter\n",
-		"emunic_rx_packets_total{device=\"b\"} " + strconv.FormatUint(st.Get(RxPackets), 10) + "\n",
+		"emunic_rx_packets_total{device=\"b\"} " + strconv.FormatUint(st.Get(emunic.RxPackets), 10) + "\n",
 		"emunic_rx_bad_icrc_total{device=\"b\"} 0\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q:\n%s", want, text)
 		}
 	}
-	if st.Get(RxPackets) < 3 {
-		t.Errorf("rx_packets %d", st.Get(RxPackets))
+	if st.Get(emunic.RxPackets) < 3 {
+		t.Errorf("rx_packets %d", st.Get(emunic.RxPackets))
 	}
-	if n := strings.Count(text, "# TYPE "); n != int(numCounters) {
-		t.Errorf("%d metric families, want %d", n, numCounters)
+	if n := strings.Count(text, "# TYPE "); n != len(st) {
+		t.Errorf("%d metric families, want one per counter: %d", n, len(st))
 	}
 }

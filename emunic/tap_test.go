@@ -1,4 +1,4 @@
-package emunic
+package emunic_test
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -18,24 +20,18 @@ func TestPcapTap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pa, pb := NewPipe(PipeConfig{})
-	devA, err := NewDevice(Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, Tap: tap})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &host{dev: devA, pd: devA.AllocPD()}
-	a.sendCQ, _ = NewCQ(64)
-	a.recvCQ, _ = NewCQ(64)
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+	a := emunictest.NewHost(t, pa, netip.MustParseAddr("10.0.0.1"), [6]byte{2, 0, 0, 0, 0, 1}, tap)
 	b := newHost(t, pb, "10.0.0.2", 2)
-	qa, qb := a.createQP(t, RC), b.createQP(t, RC)
-	connect(t, a, qa, b, qb, 1024, QPAttr{})
-	transfer(t, a, qa, b, qb, OpWriteImm, 5000, 1)
-	transfer(t, a, qa, b, qb, OpSend, 10, 2)
-	devA.Close()
+	qa, qb := a.QP(t, emunic.RC), b.QP(t, emunic.RC)
+	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
+	transfer(t, a, qa, b, qb, emunic.OpWriteImm, 5000, 1)
+	transfer(t, a, qa, b, qb, emunic.OpSend, 10, 2)
+	a.Dev.Close() // flushes the tap; the cleanup's second Close does nothing
 	if err := tap.Close(); err != nil {
 		t.Fatal(err)
 	}
-	st := devA.Stats()
+	st := a.Dev.Stats()
 	r, err := wire.OpenPcap(path)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +53,7 @@ func TestPcapTap(t *testing.T) {
 		opcodes[p.Opcode()]++
 		frames++
 	}
-	if want := st.Get(TxPackets) + st.Get(RxPackets); uint64(frames) != want {
+	if want := st.Get(emunic.TxPackets) + st.Get(emunic.RxPackets); uint64(frames) != want {
 		t.Errorf("capture holds %d frames, device sent and received %d", frames, want)
 	}
 	if opcodes[wire.RCWriteFirst] != 1 || opcodes[wire.RCWriteLastImm] != 1 || opcodes[wire.RCAck] == 0 {
