@@ -16,9 +16,10 @@ type pattern struct {
 }
 
 // unit is a decode unit with its failure patterns and its multiplicity in a
-// message.
+// submessage or a message. For XOR, size is the group's data chunks.
 type unit struct {
 	count    float64
+	size     int
 	patterns []pattern
 	fail     float64 // Σ w: the unit's failure probability, summed without cancellation
 }
@@ -75,7 +76,7 @@ func mdsUnit(k, m int, p float64) unit {
 // xorGroupUnit is one XOR parity group of g data chunks and one parity
 // chunk: it fails iff two or more of its g+1 chunks are lost; after the lost
 // data is resent it tolerates one missing chunk, none if the parity is lost.
-func xorGroupUnit(g int, p float64) unit {
+func xorGroupUnit(g int, count float64, p float64) unit {
 	data := binomialPMF(g, p)
 	pts := make([]pattern, 0, 2*g)
 	for d := 1; d <= g; d++ {
@@ -88,7 +89,9 @@ func xorGroupUnit(g int, p float64) unit {
 			pts = append(pts, pattern{w: w, d: d, slack: 0})
 		}
 	}
-	return newUnit(1, pts)
+	u := newUnit(count, pts)
+	u.size = g
+	return u
 }
 
 // xorGroupSizes returns the data chunks in each of the m groups of a
@@ -99,6 +102,30 @@ func xorGroupSizes(k, m int) []int {
 		g[i] = (k - i + m - 1) / m
 	}
 	return g
+}
+
+// xorGroupUnits returns one unit per distinct group size (at most two:
+// ⌈k/m⌉ and ⌊k/m⌋), each counted as often as the size occurs.
+func xorGroupUnits(k, m int, p float64) []unit {
+	big, bigCount := (k+m-1)/m, k%m
+	if bigCount == 0 {
+		bigCount = m
+	}
+	units := []unit{xorGroupUnit(big, float64(bigCount), p)}
+	if bigCount < m {
+		units = append(units, xorGroupUnit(big-1, float64(m-bigCount), p))
+	}
+	return units
+}
+
+// unitOfSize returns the XOR unit whose groups hold g data chunks.
+func unitOfSize(units []unit, g int) *unit {
+	for i := range units {
+		if units[i].size == g {
+			return &units[i]
+		}
+	}
+	return nil
 }
 
 // submessage is the profile of one submessage of k data chunks.
@@ -119,28 +146,24 @@ func newSubmessage(p Params, k int, loss float64) submessage {
 		for _, pt := range u.patterns {
 			s.nackedData += pt.w * float64(pt.d)
 		}
-	} else {
-		sizes := xorGroupSizes(k, p.M)
-		for _, g := range sizes {
-			s.units = append(s.units, xorGroupUnit(g, loss))
-		}
-		total := 0.0
-		for i := range s.units {
-			total += math.Log1p(-s.units[i].fail)
-		}
-		for i, u := range s.units {
-			// The failed groups' lost data, plus the data lost in a
-			// recoverable group (one chunk, parity present) when another
-			// group fails: the receiver asks for all of it.
-			for _, pt := range u.patterns {
-				s.nackedData += pt.w * float64(pt.d)
-			}
-			othersFail := -math.Expm1(total - math.Log1p(-u.fail))
-			s.nackedData += float64(sizes[i]) * loss * math.Pow(1-loss, float64(sizes[i])) * othersFail
-		}
+		s.logDecode = math.Log1p(-u.fail)
+		return s
+	}
+	s.units = xorGroupUnits(k, p.M, loss)
+	for _, u := range s.units {
+		s.logDecode += u.count * math.Log1p(-u.fail)
 	}
 	for _, u := range s.units {
-		s.logDecode += math.Log1p(-u.fail)
+		// The failed groups' lost data, plus the data lost in a recoverable
+		// group (one chunk, parity present) when another group fails: the
+		// receiver asks for all of it.
+		lost := 0.0
+		for _, pt := range u.patterns {
+			lost += pt.w * float64(pt.d)
+		}
+		othersFail := -math.Expm1(s.logDecode - math.Log1p(-u.fail))
+		single := float64(u.size) * loss * math.Pow(1-loss, float64(u.size))
+		s.nackedData += u.count * (lost + single*othersFail)
 	}
 	return s
 }
@@ -190,7 +213,11 @@ func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 	subs := math.Ceil(n / k)
 	lastK := int(n - (subs-1)*k)
 	total := n + subs*m
-	full, last := newSubmessage(p, p.K, loss), newSubmessage(p, lastK, loss)
+	full := newSubmessage(p, p.K, loss)
+	last := full
+	if lastK != p.K {
+		last = newSubmessage(p, lastK, loss)
+	}
 
 	em := &ecModel{}
 	// First pass: the message completes when its last submessage becomes
@@ -209,24 +236,24 @@ func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 	// Fallback: FTO fires at RTT/2 + total·T_inj + α·RTT/2, the NACK takes
 	// RTT/2, the resent data chunks are injected back to back and land RTT/2
 	// later; lost resends are repaired after RTO each.
+	em.nacked = (subs-1)*full.nackedData + last.nackedData
 	var units []unit
-	for _, sub := range []struct {
-		s     submessage
-		count float64
-	}{{full, subs - 1}, {last, 1}} {
-		if sub.count == 0 {
-			continue
-		}
-		em.nacked += sub.count * sub.s.nackedData
-		for _, u := range sub.s.units {
+	addUnits := func(sub submessage, count float64) {
+		for _, u := range sub.units {
 			var kept []pattern
 			for _, pt := range u.patterns {
-				if sub.count*pt.w >= patternFloor {
+				if count*u.count*pt.w >= patternFloor {
 					kept = append(kept, pt)
 				}
 			}
-			units = append(units, newUnit(sub.count, kept))
+			units = append(units, unit{count: count * u.count, patterns: kept})
 		}
+	}
+	if lastK == p.K {
+		addUnits(full, subs)
+	} else {
+		addUnits(full, subs-1)
+		addUnits(last, 1)
 	}
 	rto := rtt * (1 + alpha)
 	base := total*tinj + (1.5+alpha/2)*rtt + em.nacked/fallback*tinj
@@ -260,7 +287,7 @@ func lastUndecodable(p Params, k, pos int, loss float64, units []unit) float64 {
 	for i, g := range xorGroupSizes(k, p.M) {
 		switch {
 		case pos >= k+i: // the group's parity has arrived (or been lost)
-			logOK += math.Log1p(-units[i].fail)
+			logOK += math.Log1p(-unitOfSize(units, g).fail)
 		case g == 0 || i+(g-1)*p.M <= pos: // every data chunk of the group is in
 			logOK += float64(g) * math.Log1p(-loss)
 		default:

@@ -22,9 +22,9 @@ var (
 // time; they are far outside the paper's grid.
 const (
 	// MaxLoss is the largest per-chunk loss probability accepted. Above it
-	// the number of retransmission rounds that matter grows without a
-	// useful bound and no scheme is worth choosing.
-	MaxLoss = 0.9
+	// the retransmission rounds that matter grow into the hundreds (and the
+	// cost of a prediction with them) while no scheme is worth choosing.
+	MaxLoss = 0.5
 	// MaxChunks is the largest number of data chunks in one message (2^40).
 	MaxChunks = 1 << 40
 	// MaxCodeWidth bounds k+m of an erasure code (GF(2^8) Reed–Solomon).

@@ -61,9 +61,11 @@ func newBinomial(p float64) binomial {
 	return binomial{p: p, logP: math.Log(p), logQ: math.Log1p(-p), ratio: p / (1 - p)}
 }
 
-// tailAbove is P(Bin(n, p) > j) for n ≤ MaxCodeWidth, summed upward from
-// j+1 so that a tail of 1e-40 is as precise as a tail of 0.5. It stops once
-// the terms past the mode fall below 1e-20 of the sum.
+// tailAbove is P(Bin(n, p) > j) for n ≤ MaxCodeWidth. Each tail is summed
+// from the term nearest the mode outward, so that its first term is its
+// largest: the upper tail directly when it starts past the mode (a tail of
+// 1e-40 is as precise as one of 0.5), else one minus the lower tail, which is
+// then at most about one half. Sums stop when terms fall below 1e-20 of them.
 func (b binomial) tailAbove(n, j int) float64 {
 	if j < 0 {
 		return 1
@@ -74,17 +76,32 @@ func (b binomial) tailAbove(n, j int) float64 {
 	if b.p == 1 {
 		return 1
 	}
-	i := j + 1
+	if float64(j+1) >= float64(n)*b.p {
+		return b.sumFrom(n, j+1, +1)
+	}
+	return 1 - b.sumFrom(n, j, -1)
+}
+
+// sumFrom sums P(Bin(n, p) = i) from i = first in direction dir (±1) until
+// the terms vanish against the sum or i leaves [0, n].
+func (b binomial) sumFrom(n, first, dir int) float64 {
+	i := first
 	term := math.Exp(logChoose(n, i) + float64(i)*b.logP + float64(n-i)*b.logQ)
 	sum := term
-	mode := float64(n) * b.p
-	for i < n {
-		term *= float64(n-i) / float64(i+1) * b.ratio
-		i++
-		sum += term
-		if float64(i) > mode && term < 1e-20*sum {
-			break
+	for term > 1e-20*sum {
+		if dir > 0 {
+			if i == n {
+				break
+			}
+			term *= float64(n-i) / float64(i+1) * b.ratio
+		} else {
+			if i == 0 {
+				break
+			}
+			term *= float64(i) / float64(n-i+1) / b.ratio
 		}
+		i += dir
+		sum += term
 	}
 	return math.Min(sum, 1)
 }
