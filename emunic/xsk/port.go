@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -46,7 +47,12 @@ type Port struct {
 	sock *Socket
 	prog *ebpf.Program
 	kick chan struct{}
-	done chan struct{}
+	done chan struct{} // closed by Close: the flusher returns
+	// flushed is closed by the flusher when it returns, so that Close
+	// never closes the socket under a Flush still running.
+	flushed   chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // flushBatch is how many pending TX descriptors make Send flush itself
@@ -84,7 +90,7 @@ func NewPort(cfg PortConfig) (*Port, error) {
 		prog.Close()
 		return nil, err
 	}
-	p := &Port{sock: sock, prog: prog, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &Port{sock: sock, prog: prog, kick: make(chan struct{}, 1), done: make(chan struct{}), flushed: make(chan struct{})}
 	go p.flusher()
 	return p, nil
 }
@@ -109,6 +115,7 @@ func (p *Port) Send(frames [][]byte) (int, error) {
 }
 
 func (p *Port) flusher() {
+	defer close(p.flushed)
 	for {
 		select {
 		case <-p.kick:
@@ -141,10 +148,16 @@ func (p *Port) Program() *ebpf.Program { return p.prog }
 // Socket returns the AF_XDP socket.
 func (p *Port) Socket() *Socket { return p.sock }
 
-// Close detaches the program and closes the socket.
+// Close stops the flusher, waits for it to return, then detaches the
+// program and closes the socket. Later calls return the first call's
+// result.
 func (p *Port) Close() error {
-	close(p.done)
-	return errors.Join(p.sock.Close(), p.prog.Close())
+	p.closeOnce.Do(func() {
+		close(p.done)
+		<-p.flushed
+		p.closeErr = errors.Join(p.sock.Close(), p.prog.Close())
+	})
+	return p.closeErr
 }
 
 // ResolveMAC returns the Ethernet address of ip on the interface from the

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"strconv"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sdr-rdma/sdr/wire"
@@ -23,17 +25,21 @@ type vectorFile struct {
 			Active     bool   `json:"active"`
 		} `json:"slot"`
 		Events []struct {
-			Channel    int    `json:"channel"`
-			Generation uint32 `json:"generation"`
-			Imm        string `json:"imm"`
-			Bytes      uint32 `json:"bytes"`
-			Result     string `json:"result"`
+			Op           string `json:"op"` // "" (a packet), "activate" or "deactivate"
+			MsgID        uint32 `json:"msg_id"`
+			Channel      int    `json:"channel"`
+			Generation   uint32 `json:"generation"`
+			Imm          string `json:"imm"`
+			Bytes        uint32 `json:"bytes"`
+			Result       string `json:"result"`
+			CompletesImm bool   `json:"completes_imm"`
 		} `json:"events"`
 		Expect struct {
 			ChunkFlags  []string `json:"chunk_flags"`
 			Masks       []string `json:"masks"`
 			Imm         string   `json:"imm"`
 			ImmComplete bool     `json:"imm_complete"`
+			Truncated   bool     `json:"truncated"`
 		} `json:"expect"`
 	} `json:"cases"`
 }
@@ -58,7 +64,7 @@ func TestVectors(t *testing.T) {
 	if err := json.Unmarshal(data, &file); err != nil {
 		t.Fatal(err)
 	}
-	if len(file.Cases) < 5 {
+	if len(file.Cases) < 11 {
 		t.Fatalf("%d cases", len(file.Cases))
 	}
 	for _, c := range file.Cases {
@@ -79,12 +85,25 @@ func TestVectors(t *testing.T) {
 				s.Activate(c.Slot.MsgID, c.Slot.Generation)
 			}
 			for i, e := range c.Events {
+				switch e.Op {
+				case "activate":
+					s.Activate(e.MsgID, e.Generation)
+					continue
+				case "deactivate":
+					s.Deactivate()
+					continue
+				case "":
+				default:
+					t.Fatalf("event %d: unknown op %q", i, e.Op)
+				}
 				want, err := ParseResult(e.Result)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := s.Process(e.Generation, uint32(hexValue(t, e.Imm)), e.Bytes); got != want {
-					t.Errorf("event %d (imm %s, %d B, gen %d): %v, want %v", i, e.Imm, e.Bytes, e.Generation, got, want)
+				got, immDone := s.Process(e.Generation, uint32(hexValue(t, e.Imm)), e.Bytes)
+				if got != want || immDone != e.CompletesImm {
+					t.Errorf("event %d (imm %s, %d B, gen %d): %v completes immediate %v, want %v %v",
+						i, e.Imm, e.Bytes, e.Generation, got, immDone, want, e.CompletesImm)
 				}
 			}
 			flags := s.Bitmap(nil)
@@ -111,13 +130,16 @@ func TestVectors(t *testing.T) {
 			if uint64(imm) != hexValue(t, c.Expect.Imm) || complete != c.Expect.ImmComplete {
 				t.Errorf("immediate %#x complete %v, want %s %v", imm, complete, c.Expect.Imm, c.Expect.ImmComplete)
 			}
+			if s.Truncated() != c.Expect.Truncated {
+				t.Errorf("truncated %v, want %v", s.Truncated(), c.Expect.Truncated)
+			}
 		})
 	}
 }
 
 func TestGeometry(t *testing.T) {
 	for _, c := range []struct{ length, mtu, chunk, packets, chunks int }{
-		{0, 1024, 4096, 1, 1}, {1, 1024, 1024, 1, 1}, {4096, 1024, 4096, 4, 1}, {4097, 1024, 4096, 5, 2},
+		{0, 1024, 4096, 0, 0}, {1, 1024, 1024, 1, 1}, {4096, 1024, 4096, 4, 1}, {4097, 1024, 4096, 5, 2},
 		{8 << 20, 1024, 65536, 8192, 128},
 	} {
 		g, err := NewGeometry(c.length, c.mtu, c.chunk)
@@ -147,7 +169,7 @@ func TestConcurrentWorkers(t *testing.T) {
 			for k := w; k < 2*geo.Packets; k += workers {
 				off := uint32(k % geo.Packets)
 				imm := wire.DefaultImmLayout.Pack(7, off, wire.DefaultImmLayout.NibbleOf(0xCAFEF00D, off))
-				if s.Process(1, imm, 1024) == ChunkComplete {
+				if r, _ := s.Process(1, imm, 1024); r == ChunkComplete {
 					completed[w]++
 				}
 			}
@@ -163,6 +185,84 @@ func TestConcurrentWorkers(t *testing.T) {
 	}
 	if imm, ok := s.Imm(); !ok || imm != 0xCAFEF00D {
 		t.Errorf("immediate %#x %v", imm, ok)
+	}
+}
+
+// TestReuseUnderConcurrentStalePackets switches one slot's memory back
+// and forth between message A, whose packets workers send nonstop, and
+// message B, which nobody sends: B's state must stay empty, however the
+// switch interleaves with a packet of A between its check and its update.
+// A check-then-OR engine fails this; run with -race as well.
+func TestReuseUnderConcurrentStalePackets(t *testing.T) {
+	geo, _ := NewGeometry(4*1024, 1024, 4*1024) // one chunk of 4 packets
+	s, _ := NewSlot(nil, geo, wire.DefaultImmLayout)
+	const msgA, genA, msgB, genB = 1, 0, 2, 1
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var accepted atomic.Int64
+	for w := range max(1, runtime.GOMAXPROCS(0)-1) { // leave the test a core
+		wg.Go(func() {
+			for k := w; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if r, _ := s.Process(genA, wire.DefaultImmLayout.Pack(msgA, uint32(k%4), 0), 1024); r != Stale {
+					accepted.Add(1)
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for round := range 10000 {
+		s.Activate(msgA, genA)
+		for spin := 0; s.ExpandChunk(0) == 0 && spin < 1000; spin++ {
+			runtime.Gosched()
+		}
+		s.Activate(msgB, genB)
+		for range round % 4 {
+			runtime.Gosched()
+		}
+		if m, _ := s.Imm(); s.ExpandChunk(0) != 0 || m != 0 || s.CompleteChunks() != 0 {
+			t.Fatalf("round %d: message B holds packets %04b of message A", round, s.ExpandChunk(0))
+		}
+	}
+	if accepted.Load() == 0 {
+		t.Fatal("no packet of message A was ever accepted: the test raced nothing")
+	}
+}
+
+// TestActivateWaitsForPacketInFlight holds a packet "in flight" (its
+// count taken, as Process does between the check and the OR) and checks
+// that Activate does not return until it is released.
+func TestActivateWaitsForPacketInFlight(t *testing.T) {
+	geo, _ := NewGeometry(1024, 1024, 1024)
+	s, _ := NewSlot(nil, geo, wire.DefaultImmLayout)
+	s.Activate(1, 0)
+	atomic.AddUint64(&s.words[stateWord], 1) // a packet past its check
+	activated := make(chan struct{})
+	go func() {
+		s.Activate(2, 1)
+		close(activated)
+	}()
+	// Fence: the slot is deactivated (Activate's first step) before we
+	// look, so Activate is provably running and waiting.
+	for atomic.LoadUint64(&s.words[stateWord])&activeBit != 0 {
+		runtime.Gosched()
+	}
+	select {
+	case <-activated:
+		t.Fatal("Activate returned while a packet was in flight")
+	default:
+	}
+	atomic.AddUint64(&s.words[stateWord], ^uint64(0))
+	<-activated
+	if r, _ := s.Process(1, wire.DefaultImmLayout.Pack(2, 0, 0), 1024); r != ChunkComplete {
+		t.Errorf("packet of the new message: %v", r)
 	}
 }
 
@@ -184,7 +284,7 @@ func BenchmarkProcess(b *testing.B) {
 			s.Activate(3, 0)
 			b.StartTimer()
 		}
-		s.Process(0, imms[i%geo.Packets], 1024)
+		s.Process(0, imms[i%geo.Packets], 1024) // result checked by TestVectors
 		events++
 	}
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds()/1e6, "Mevents/s")
