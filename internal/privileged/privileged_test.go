@@ -2,8 +2,12 @@ package privileged
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -69,5 +73,48 @@ func TestPresentToolPasses(t *testing.T) {
 	r := gate(func(r *recorder) { path = RequireTool(r, "go", "runs the tests") })
 	if r.failed != "" || r.skipped != "" || !strings.HasSuffix(path, "/go") {
 		t.Errorf("go: path %q, skipped %q, failed %q", path, r.skipped, r.failed)
+	}
+}
+
+// childEnv makes this test binary, started by TestRequireWithoutRoot as
+// an unprivileged user, run Require and print how it ended the test.
+const childEnv = "SDR_PRIVILEGED_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		r := gate(func(r *recorder) { Require(r) })
+		fmt.Printf("skipped: %q\nfailed: %q\n", r.skipped, r.failed)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestRequireWithoutRoot runs Require in a copy of this test binary as
+// user nobody: it skips the test, and fails it under RequireEnv=1.
+func TestRequireWithoutRoot(t *testing.T) {
+	Require(t) // to switch to another user
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} { // nobody must reach the copy
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "privileged.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ env, want string }{{"", `skipped: "needs root`}, {"1", `failed: "needs root`}} {
+		cmd := exec.Command(bin)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), childEnv+"=1", RequireEnv+"="+c.env)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s=%q as nobody: want %q: %v\n%s", RequireEnv, c.env, c.want, err, out)
+		}
 	}
 }
