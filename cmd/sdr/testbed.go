@@ -11,8 +11,10 @@ import (
 const testbedUsage = `usage: sdr testbed clean
 
 clean   delete every network namespace the testbed created (names starting
-        with "` + testbed.NamePrefix + `") that a crashed run left behind;
-        their veth links and XDP programs go with them. Needs root.
+        with "` + testbed.NamePrefix + `") that a crashed run left behind in
+        ` + testbed.RunDir + `, also those whose mount a later bind mount of
+        the directory hides; their veth links and XDP programs go with them.
+        Needs root.
 `
 
 func runTestbed(args []string, stdout, stderr io.Writer) int {
