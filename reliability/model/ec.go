@@ -32,7 +32,7 @@ func (u *unit) stillFailing(eps binomial) float64 {
 	for _, pt := range u.patterns {
 		s += pt.w * eps.tailAbove(pt.d, pt.slack)
 	}
-	return s
+	return math.Min(s, 1)
 }
 
 // negligiblePattern is the weight, relative to a unit's likeliest failure
@@ -54,6 +54,7 @@ func newUnit(count float64, patterns []pattern) unit {
 		}
 	}
 	u.patterns = kept
+	u.fail = math.Min(u.fail, 1) // rounding may push a sum of certain failure past 1
 	return u
 }
 
@@ -151,7 +152,9 @@ func newSubmessage(p Params, k int, loss float64) submessage {
 	}
 	s.units = xorGroupUnits(k, p.M, loss)
 	for _, u := range s.units {
-		s.logDecode += u.count * math.Log1p(-u.fail)
+		if u.count > 0 {
+			s.logDecode += u.count * math.Log1p(-u.fail)
+		}
 	}
 	for _, u := range s.units {
 		// The failed groups' lost data, plus the data lost in a recoverable
@@ -161,7 +164,13 @@ func newSubmessage(p Params, k int, loss float64) submessage {
 		for _, pt := range u.patterns {
 			lost += pt.w * float64(pt.d)
 		}
-		othersFail := -math.Expm1(s.logDecode - math.Log1p(-u.fail))
+		logOthersOK := 0.0 // the other groups of the submessage all decode
+		for _, o := range s.units {
+			if others := o.count - b2f(o.size == u.size); others > 0 {
+				logOthersOK += others * math.Log1p(-o.fail)
+			}
+		}
+		othersFail := -math.Expm1(logOthersOK)
 		single := float64(u.size) * loss * math.Pow(1-loss, float64(u.size))
 		s.nackedData += u.count * (lost + single*othersFail)
 	}
@@ -222,7 +231,10 @@ func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 	em := &ecModel{}
 	// First pass: the message completes when its last submessage becomes
 	// decodable, provided every earlier one decodes.
-	logOthers := (subs - 1) * full.logDecode
+	logOthers := 0.0
+	if subs > 1 { // 0·ln 0 would be NaN when a submessage always fails
+		logOthers = (subs - 1) * full.logDecode
+	}
 	othersFail, othersOK := -math.Expm1(logOthers), math.Exp(logOthers)
 	start := (total - float64(lastK) - m) * tinj
 	for pos := lastK - 1; pos < lastK+p.M; pos++ {
@@ -239,6 +251,9 @@ func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 	em.nacked = (subs-1)*full.nackedData + last.nackedData
 	var units []unit
 	addUnits := func(sub submessage, count float64) {
+		if count == 0 {
+			return
+		}
 		for _, u := range sub.units {
 			var kept []pattern
 			for _, pt := range u.patterns {
@@ -352,4 +367,11 @@ func ecModelFor(l Link, size int64, p Params, alpha float64) (*ecModel, float64,
 		return nil, 0, err
 	}
 	return newECModel(l, n, p, alpha), l.injection(), nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,0 +1,58 @@
+package model
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// FuzzParseScheme: any name either parses to a scheme whose String parses
+// back to it, or fails with ErrInvalidArgument; nothing panics.
+func FuzzParseScheme(f *testing.F) {
+	for _, s := range []string{"sr-rto", "SR_NACK", " ec-mds", "ec-xor ", "", "ec", "scheme(9)"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		s, err := ParseScheme(name)
+		if err != nil {
+			return
+		}
+		if again, err := ParseScheme(s.String()); err != nil || again != s {
+			t.Fatalf("ParseScheme(%q) = %v, but %q parses to %v, %v", name, s, s.String(), again, err)
+		}
+	})
+}
+
+// FuzzPredict feeds arbitrary links, sizes and schemes to the models: they
+// return an error or a finite estimate at or above the lossless time whose
+// p99.9 is at least its median, and never panic.
+func FuzzPredict(f *testing.F) {
+	f.Add(400e9, int64(25e6), 1e-3, 4096, int64(128<<20), uint8(0), 0, 0, 2.0)
+	f.Add(1e9, int64(1e6), 0.2, 1024, int64(10_000), uint8(1), 0, 0, 0.5)
+	f.Add(400e9, int64(25e6), 1e-2, 4096, int64(8<<30), uint8(2), 32, 8, 2.0)
+	f.Add(3e9, int64(1e5), 0.4, 100, int64(777), uint8(3), 7, 3, 1.0)
+	f.Add(1.0, int64(1), 0.5, 1, int64(1), uint8(2), 128, 128, 0.0)
+	f.Fuzz(func(t *testing.T, bw float64, rttNs int64, loss float64, chunk int, size int64, scheme uint8, k, m int, alpha float64) {
+		l := Link{Bandwidth: bw, RTT: time.Duration(rttNs), Loss: loss, ChunkSize: chunk}
+		c := Choice{Scheme: Scheme(scheme), K: k, M: m, Alpha: alpha}
+		e, err := Predict(l, size, c)
+		if err != nil {
+			return
+		}
+		lossless, err := Lossless(l, size)
+		if err != nil {
+			t.Fatalf("Predict accepted %+v %d B but Lossless fails: %v", l, size, err)
+		}
+		median, err := Quantile(l, size, c, 0.5)
+		if err != nil {
+			t.Fatalf("Predict accepted %+v %d B %v but Quantile fails: %v", l, size, c, err)
+		}
+		if e.Mean <= 0 || e.Bound < 0 || e.P999 < median || math.IsNaN(float64(e.Mean)) {
+			t.Fatalf("%+v %d B %v: implausible %+v (median %v)", l, size, c, e, median)
+		}
+		// No scheme beats the lossless time (up to nanosecond rounding).
+		if e.Mean+2 < lossless {
+			t.Fatalf("%+v %d B %v: mean %v below lossless %v", l, size, c, e.Mean, lossless)
+		}
+	})
+}
