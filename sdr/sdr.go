@@ -11,6 +11,43 @@
 //
 // The SDK talks to a backend through package sdr/backend: the emulated NIC
 // (emunic/sdrnic) or a BlueField-3's DPA (hwnic/dpa).
+//
+// # Sends happen whole or not at all
+//
+// PostSend validates everything (memory, range, length, immediate) before
+// it takes a message number, and injects the message in one backend call
+// that sends every packet or none; when it fails (ErrRetry included)
+// nothing was sent and no number was consumed, so the next message still
+// lands in the next posted receive. A Stream owns its number from
+// StartStream on: each Continue and End is again all or nothing.
+//
+// # Late packets
+//
+// A receive is keyed by its message's (generation, message ID). After
+// Complete, late packets of the message touch neither its buffer nor any
+// bitmap until the receive of the message LateWindow() messages later is
+// posted: W = I·G / gcd(G, I/M) for I message IDs of the immediate layout,
+// M = MaxMessages and G = Generations (1024 with the defaults; with
+// MaxMessages = 1024 and two generations, 2048). A packet that old is
+// indistinguishable from that message's own; a reliability scheme must not
+// resend a packet of message n once message n+W may have been posted.
+//
+// # Zero-length messages and truncation
+//
+// A zero-length receive has no chunks: an empty bitmap. It is Done when
+// its immediate is complete. A zero-length send must carry an immediate
+// (HasImm), which travels in zero-length carrier packets; without one it
+// would be invisible to the receiver and is refused with ErrInvalid. A
+// message longer than its receive writes only the posted bytes; packets
+// beyond them are dropped, mark the receive Truncated, and Done never
+// reports it.
+//
+// # Wake-ups
+//
+// Progress and Wait wake when a chunk completes, when the immediate
+// completes (on a data packet or a carrier) and when a receive becomes
+// truncated. Single packets that complete nothing (ExpandChunk's bits) do
+// not wake: a scheme reads them when it decides what to resend.
 package sdr
 
 import (
@@ -18,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/engine"
@@ -38,7 +76,16 @@ var (
 	ErrNotConnected = errors.New("sdr: QP not connected")
 	// ErrDone means the handle or stream was already completed or ended.
 	ErrDone = errors.New("sdr: already completed")
+	// ErrPeerInfo means the peer's Info is malformed.
+	ErrPeerInfo = backend.ErrPeerInfo
+	// ErrPeerMismatch means the peer's QP has another geometry; the
+	// error is a *MismatchError naming the field.
+	ErrPeerMismatch = backend.ErrPeerMismatch
 )
+
+// MismatchError names the geometry field on which two QPs disagree; it
+// matches ErrPeerMismatch.
+type MismatchError = backend.MismatchError
 
 // DeviceAttr configures a context (sdr_dev_attr).
 type DeviceAttr struct {
@@ -94,9 +141,18 @@ func (m *MR) Bytes() []byte { return m.mem.Bytes() }
 // Deregister releases the registration.
 func (m *MR) Deregister() error { return m.mem.Deregister() }
 
-func (m *MR) check(off, length int) error {
-	if off < 0 || length < 0 || off > len(m.Bytes()) || length > len(m.Bytes())-off {
-		return fmt.Errorf("sdr: [%d,+%d) outside a %d-byte MR: %w", off, length, len(m.Bytes()), ErrInvalid)
+// checkRange validates [off, off+length) of mr; a nil mr holds only the
+// empty range.
+func checkRange(mr *MR, off, length int) error {
+	if mr == nil {
+		if length != 0 || off != 0 {
+			return fmt.Errorf("[%d,+%d) of no memory: %w", off, length, ErrInvalid)
+		}
+		return nil
+	}
+	n := len(mr.Bytes())
+	if off < 0 || length < 0 || off > n || length > n-off {
+		return fmt.Errorf("[%d,+%d) outside a %d-byte MR: %w", off, length, n, ErrInvalid)
 	}
 	return nil
 }
@@ -111,6 +167,7 @@ type QPAttr struct {
 	ChunkSize int
 	// MaxMessages is how many receives may be posted at once (slots), a
 	// power of two no larger than the immediate layout's message IDs [64].
+	// With Generations it sets the late-packet window (see LateWindow).
 	MaxMessages int
 	// MaxInFlightBytes bounds the bytes of all posted receives and of all
 	// open send streams; a slot, and so a message, holds at most
@@ -124,9 +181,15 @@ type QPAttr struct {
 	// apart, so that late packets of a completed message never count for
 	// the next [2].
 	Generations int
-	// ImmLayout splits each packet's immediate [wire.DefaultImmLayout].
+	// ImmLayout splits each packet's immediate [wire.DefaultImmLayout];
+	// at most 16 message-ID bits (a backend keeps one receive entry per
+	// message ID and generation).
 	ImmLayout wire.ImmLayout
 }
+
+// maxMsgIDBits bounds the layouts a QP accepts: backends keep a receive
+// entry per message ID and generation (64 Ki × 16 at most).
+const maxMsgIDBits = 16
 
 func (a *QPAttr) setDefaults() error {
 	if a.MTU == 0 {
@@ -159,6 +222,8 @@ func (a *QPAttr) setDefaults() error {
 		return bad("neither send nor receive enabled")
 	case a.ImmLayout.Validate() != nil:
 		return a.ImmLayout.Validate()
+	case a.ImmLayout.MsgIDBits > maxMsgIDBits:
+		return bad("immediate layout %v has more than %d message-ID bits", a.ImmLayout, maxMsgIDBits)
 	case a.MaxMessages <= 0 || a.MaxMessages&(a.MaxMessages-1) != 0 || uint32(a.MaxMessages) > a.ImmLayout.MaxMessageIDs():
 		return bad("max messages %d is not a power of two up to %d", a.MaxMessages, a.ImmLayout.MaxMessageIDs())
 	case a.MaxInFlightBytes < a.MaxMessages*a.MTU:
@@ -175,12 +240,17 @@ func (a *QPAttr) setDefaults() error {
 }
 
 // QP is an SDR queue pair (sdr_qp). Its methods are safe for concurrent
-// use.
+// use: mu guards the counters below it; numberMu orders taking a send
+// number with PostSend's injection, so that a failed PostSend can give
+// its number back before anyone takes the next.
 type QP struct {
 	ctx      *Context
 	bqp      backend.QP
 	attr     QPAttr
 	slotSize int
+	window   int
+
+	numberMu sync.Mutex
 
 	mu        sync.Mutex
 	connected bool
@@ -205,8 +275,15 @@ func (c *Context) NewQP(attr QPAttr) (*QP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sdr: new QP: %w", err)
 	}
-	return &QP{ctx: c, bqp: bqp, attr: attr, slotSize: slotSize, recvSlots: make([]*RecvHandle, attr.MaxMessages)}, nil
+	battr := backend.QPAttr{MaxMessages: attr.MaxMessages, Generations: attr.Generations, Layout: attr.ImmLayout}
+	return &QP{ctx: c, bqp: bqp, attr: attr, slotSize: slotSize, window: backend.LateWindow(battr),
+		recvSlots: make([]*RecvHandle, attr.MaxMessages)}, nil
 }
+
+// LateWindow returns W: after Complete, late packets of message n touch
+// no buffer and no bitmap until the receive of message n+W is posted
+// (see the package doc). It costs nothing.
+func (q *QP) LateWindow() int { return q.window }
 
 // Attr returns the QP's attributes with defaults filled in.
 func (q *QP) Attr() QPAttr { return q.attr }
@@ -219,14 +296,21 @@ func (q *QP) MaxMessageSize() int { return q.slotSize }
 func (q *QP) Info() ([]byte, error) { return q.bqp.Info() }
 
 // Connect connects the QP to the peer whose Info is remote. Both sides
-// must use the same MTU, channels, generations, slots and layout.
+// must use the same MTU, chunk size, channels, generations, slots, slot
+// size and layout: malformed info fails with ErrPeerInfo, a different
+// geometry with a *MismatchError (ErrPeerMismatch), and after either the
+// QP is still unconnected and may be connected with good info. A second
+// Connect fails with ErrInvalid.
 func (q *QP) Connect(remote []byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.connected {
+		return fmt.Errorf("sdr: connect: already connected: %w", ErrInvalid)
+	}
 	if err := q.bqp.Connect(remote); err != nil {
 		return fmt.Errorf("sdr: connect: %w", err)
 	}
-	q.mu.Lock()
 	q.connected = true
-	q.mu.Unlock()
 	return nil
 }
 
@@ -239,7 +323,8 @@ func (q *QP) position(n uint64) (slot int, msgID, gen uint32) {
 		uint32(n / uint64(q.attr.MaxMessages) % uint64(q.attr.Generations))
 }
 
-// RecvHandle tracks one posted receive buffer (sdr_recv_handle).
+// RecvHandle tracks one posted receive buffer (sdr_recv_handle). Its
+// methods are safe for concurrent use.
 type RecvHandle struct {
 	qp       *QP
 	slot     int
@@ -251,10 +336,12 @@ type RecvHandle struct {
 }
 
 // PostRecv posts length bytes of mr from off as the buffer of the next
-// message the peer sends. It fails with ErrRetry while that message's slot
-// still holds an uncompleted receive or the backend has no room, and with
-// ErrTooLong for buffers larger than a slot. It costs one slot arming in
-// the backend; nothing is allocated per packet afterwards.
+// message the peer sends. A zero-length receive needs no memory (mr may
+// be nil). It fails with ErrRetry while that message's slot still holds an
+// uncompleted receive or the backend has no room, with ErrTooLong for
+// buffers larger than a slot and with ErrInvalid for a range outside mr.
+// It costs one slot arming in the backend; nothing is allocated per
+// packet afterwards.
 func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
 	if !q.attr.Recv {
 		return nil, fmt.Errorf("sdr: post recv: receiving not enabled: %w", ErrInvalid)
@@ -262,8 +349,12 @@ func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
 	if length > q.slotSize {
 		return nil, fmt.Errorf("sdr: post recv of %d bytes, slots hold %d: %w", length, q.slotSize, ErrTooLong)
 	}
-	if err := mr.check(off, length); err != nil {
-		return nil, err
+	if err := checkRange(mr, off, length); err != nil {
+		return nil, fmt.Errorf("sdr: post recv: %w", err)
+	}
+	var mem backend.Memory
+	if mr != nil {
+		mem = mr.mem
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -278,7 +369,7 @@ func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
 		return nil, fmt.Errorf("sdr: post recv: %d bytes posted already: %w", q.recvBytes, ErrRetry)
 	}
 	h := &RecvHandle{qp: q, slot: slot, length: length, progress: make(chan struct{}, 1)}
-	es, err := q.bqp.Arm(slot, msgID, gen, mr.mem, off, length, h.progress)
+	es, err := q.bqp.Arm(slot, msgID, gen, mem, off, length, h.progress)
 	if err != nil {
 		return nil, fmt.Errorf("sdr: post recv: %w", err)
 	}
@@ -289,7 +380,8 @@ func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
 	return h, nil
 }
 
-// Chunks returns how many chunks the buffer has.
+// Chunks returns how many chunks the buffer has: 0 for a zero-length
+// buffer.
 func (h *RecvHandle) Chunks() int { return h.es.Geometry().Chunks }
 
 // Bitmap copies the chunk bitmap into dst (bit i of word i/64 for chunk
@@ -303,8 +395,24 @@ func (h *RecvHandle) ChunkDone(i int) bool { return h.es.ChunkDone(i) }
 // CompleteChunks counts the complete chunks.
 func (h *RecvHandle) CompleteChunks() int { return h.es.CompleteChunks() }
 
-// Done reports whether every chunk is complete.
-func (h *RecvHandle) Done() bool { return h.es.CompleteChunks() == h.Chunks() }
+// Done reports whether the message arrived: every chunk is complete (for
+// a zero-length receive: the immediate is) and no packet beyond the
+// buffer arrived (see Truncated).
+func (h *RecvHandle) Done() bool {
+	if h.es.Truncated() {
+		return false
+	}
+	if h.length == 0 {
+		_, ok := h.es.Imm()
+		return ok
+	}
+	return h.es.CompleteChunks() == h.Chunks()
+}
+
+// Truncated reports whether a packet with payload beyond the posted
+// length arrived: the sender's message is longer than this receive. Its
+// excess bytes were dropped and Done stays false.
+func (h *RecvHandle) Truncated() bool { return h.es.Truncated() }
 
 // ExpandChunk returns chunk i's packet bits: bit k for packet k of the
 // chunk. A scheme uses it to resend single packets.
@@ -315,7 +423,8 @@ func (h *RecvHandle) ExpandChunk(i int) uint64 { return h.es.ExpandChunk(i) }
 func (h *RecvHandle) Imm() (uint32, bool) { return h.es.Imm() }
 
 // Progress returns a channel that receives a token when a chunk or the
-// immediate completes (tokens coalesce); for select loops.
+// immediate completes or the receive becomes truncated (tokens
+// coalesce); for select loops.
 func (h *RecvHandle) Progress() <-chan struct{} { return h.progress }
 
 // Wait blocks until more progress has been made since the last Wait, the
@@ -332,10 +441,13 @@ func (h *RecvHandle) Wait(ctx context.Context) error {
 	}
 }
 
-// Complete releases the buffer: from now on late packets of its message
-// land nowhere (the slot points at the null MR and the message's
-// generation is stale), and the slot is free for a later PostRecv. It must
-// be called for every handle, complete or not.
+// Complete releases the buffer: when it returns, no packet writes the
+// buffer any more (a copy already under way has finished), late packets
+// of its message touch no buffer and no bitmap until the receive of the
+// message LateWindow() messages later is posted, and the slot is free for
+// a later PostRecv. It must be called for every handle, complete or not.
+// It costs a handshake with each of the backend's receive paths, not a
+// cost per packet.
 func (h *RecvHandle) Complete() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -364,6 +476,17 @@ type SendRequest struct {
 	HasImm bool
 }
 
+// checkSend validates a one-shot send against the QP.
+func (q *QP) checkSend(req SendRequest) error {
+	if req.Length < 0 || req.Length > q.slotSize {
+		return fmt.Errorf("sdr: send of %d bytes, slots hold %d: %w", req.Length, q.slotSize, ErrTooLong)
+	}
+	if err := checkRange(req.MR, req.Off, req.Length); err != nil {
+		return fmt.Errorf("sdr: send: %w", err)
+	}
+	return nil
+}
+
 // SendHandle tracks a send. "Complete" means injected, not delivered.
 type SendHandle struct{ done chan struct{} }
 
@@ -387,20 +510,40 @@ func (s *SendHandle) Wait(ctx context.Context) error {
 	}
 }
 
-// PostSend sends one message: StartStream, one Continue over the whole
-// buffer, End.
+// PostSend sends one message whole, or nothing: it validates the request
+// (ErrInvalid, ErrTooLong), takes the next message number and injects
+// every packet and immediate carrier in one backend call. If that fails
+// (ErrRetry when the backend lacks room for now) the number is given back
+// and nothing was sent. It allocates a handle.
 func (q *QP) PostSend(req SendRequest) (*SendHandle, error) {
-	st, err := q.StartStream(StreamRequest{Length: req.Length, Imm: req.Imm, HasImm: req.HasImm})
+	if err := q.checkSend(req); err != nil {
+		return nil, err
+	}
+	q.numberMu.Lock()
+	defer q.numberMu.Unlock()
+	st, err := q.startStream(StreamRequest{Length: req.Length, Imm: req.Imm, HasImm: req.HasImm})
 	if err != nil {
 		return nil, err
 	}
+	w := st.write()
 	if req.Length > 0 {
-		if err := st.Continue(req.MR, req.Off, req.Length, 0); err != nil {
-			st.abort()
-			return nil, err
-		}
+		w.Mem, w.Off, w.Length = req.MR.mem, req.Off, req.Length
 	}
-	return st.End()
+	w.Carriers = st.carriers()
+	if err := q.bqp.Write(&w); err != nil {
+		st.release(true)
+		return nil, fmt.Errorf("sdr: send: %w", err)
+	}
+	st.release(false)
+	return doneHandle(), nil
+}
+
+// doneHandle returns a handle that is already complete: backends inject
+// before Write returns.
+func doneHandle() *SendHandle {
+	h := &SendHandle{done: make(chan struct{})}
+	close(h.done)
+	return h
 }
 
 // StreamRequest opens a streaming send of a message of Length bytes.
@@ -412,7 +555,7 @@ type StreamRequest struct {
 
 // Stream is a message sent in pieces (sdr_send_stream): Continue writes
 // chunks at any chunk offset, in any order, as the data becomes ready;
-// End finishes the message.
+// End finishes the message. Its methods are safe for concurrent use.
 type Stream struct {
 	qp     *QP
 	length int
@@ -421,18 +564,31 @@ type Stream struct {
 	gen    uint32
 	imm    uint32
 	hasImm bool
-	ended  bool
+	ended  atomic.Bool
 }
 
 // StartStream reserves the next message. It fails with ErrTooLong for
-// messages larger than a slot and with ErrRetry when MaxMessages streams
-// are open or their bytes would exceed MaxInFlightBytes.
+// messages larger than a slot, with ErrInvalid for a zero-length message
+// without an immediate (nothing would reach the receiver), and with
+// ErrRetry when MaxMessages streams are open or their bytes would exceed
+// MaxInFlightBytes. The stream owns its message number from now on: the
+// peer's next posted receive is its.
 func (q *QP) StartStream(req StreamRequest) (*Stream, error) {
+	q.numberMu.Lock()
+	defer q.numberMu.Unlock()
+	return q.startStream(req)
+}
+
+// startStream is StartStream; the caller holds numberMu.
+func (q *QP) startStream(req StreamRequest) (*Stream, error) {
 	if !q.attr.Send {
 		return nil, fmt.Errorf("sdr: send: sending not enabled: %w", ErrInvalid)
 	}
 	if req.Length < 0 || req.Length > q.slotSize {
 		return nil, fmt.Errorf("sdr: send of %d bytes, slots hold %d: %w", req.Length, q.slotSize, ErrTooLong)
+	}
+	if req.Length == 0 && !req.HasImm {
+		return nil, fmt.Errorf("sdr: send: a zero-length message needs an immediate: %w", ErrInvalid)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -449,86 +605,114 @@ func (q *QP) StartStream(req StreamRequest) (*Stream, error) {
 	return &Stream{qp: q, length: req.Length, slot: slot, msgID: msgID, gen: gen, imm: req.Imm, hasImm: req.HasImm}, nil
 }
 
+// write returns a backend write of the stream's message with no packets.
+func (s *Stream) write() backend.Write {
+	return backend.Write{Slot: s.slot, MsgID: s.msgID, Gen: s.gen, Imm: s.imm}
+}
+
+// carriers lists the packet offsets of the message's zero-length
+// immediate carriers: those its own packets do not reach (all of them
+// for a zero-length message); none without an immediate.
+func (s *Stream) carriers() []int {
+	if !s.hasImm {
+		return nil
+	}
+	l := s.qp.attr.ImmLayout
+	packets := (s.length + s.qp.attr.MTU - 1) / s.qp.attr.MTU
+	var out []int
+	for k := packets; k < l.Nibbles(); k++ {
+		out = append(out, k)
+	}
+	return out
+}
+
 // Continue sends length bytes of mr from off as the message's bytes from
-// chunk chunkOffset on. Unless it reaches the end of the message, length
-// must be a multiple of the MTU (packets are whole MTUs but the last).
+// chunk chunkOffset on, all of them or (on error) none. Unless it reaches
+// the end of the message, length must be a multiple of the MTU (packets
+// are whole MTUs but the last). It fails with ErrTooLong for a range
+// outside the message, ErrInvalid for a range outside mr, ErrRetry when
+// the backend lacks room for now, and ErrDone after End.
 func (s *Stream) Continue(mr *MR, off, length, chunkOffset int) error {
-	if s.ended {
+	if s.ended.Load() {
 		return ErrDone
 	}
 	q := s.qp
+	// Bound chunkOffset before multiplying: a huge offset must not wrap
+	// around to a valid position.
+	if chunkOffset < 0 || chunkOffset > s.length/q.attr.ChunkSize || length <= 0 {
+		return fmt.Errorf("sdr: continue: %d bytes at chunk %d of a %d-byte message: %w", length, chunkOffset, s.length, ErrTooLong)
+	}
 	start := chunkOffset * q.attr.ChunkSize
-	if chunkOffset < 0 || length <= 0 || start > s.length || length > s.length-start {
+	if length > s.length-start {
 		return fmt.Errorf("sdr: continue: [%d,+%d) outside a %d-byte message: %w", start, length, s.length, ErrTooLong)
 	}
 	if start+length != s.length && length%q.attr.MTU != 0 {
 		return fmt.Errorf("sdr: continue: %d bytes is not whole packets of %d: %w", length, q.attr.MTU, ErrInvalid)
 	}
-	if err := mr.check(off, length); err != nil {
-		return err
+	if err := checkRange(mr, off, length); err != nil {
+		return fmt.Errorf("sdr: continue: %w", err)
 	}
-	w := backend.Write{Slot: s.slot, MsgID: s.msgID, Gen: s.gen, Mem: mr.mem, Off: off, Length: length,
-		FirstPacket: start / q.attr.MTU, Imm: s.imm}
+	w := s.write()
+	w.Mem, w.Off, w.Length, w.FirstPacket = mr.mem, off, length, start/q.attr.MTU
 	if err := q.bqp.Write(&w); err != nil {
 		return fmt.Errorf("sdr: continue: %w", err)
 	}
 	return nil
 }
 
-// End finishes the message: for a message with an immediate that is
-// shorter than the layout's nibble count it sends the zero-length
-// immediate carriers. The returned handle is complete: the emulated NIC
-// injects before returning.
-func (s *Stream) End() (*SendHandle, error) {
-	if s.ended {
-		return nil, ErrDone
-	}
-	if err := s.SendImmCarriers(); err != nil {
-		return nil, fmt.Errorf("sdr: end: %w", err)
-	}
-	s.abort()
-	h := &SendHandle{done: make(chan struct{})}
-	close(h.done)
-	return h, nil
-}
-
 // SendImmCarriers (re)sends the zero-length immediate carriers of a
-// message with an immediate that is shorter than the layout's nibble
-// count (End sends them too); it does nothing for other messages, whose
-// data packets carry every nibble. Carriers are idempotent at the
-// receiver, so a reliability scheme calls it again when the receiver
-// reports the immediate incomplete. It fails with ErrDone after End.
+// message shorter than the layout's nibble count, so that a receiver that
+// lost some completes the immediate. It is idempotent and a no-op for a
+// message without an immediate or long enough to carry every nibble in
+// its data packets; ErrDone after End, ErrRetry when the backend lacks
+// room for now. A reliable sender calls it after its first pass and again
+// when the receiver reports the immediate incomplete.
 func (s *Stream) SendImmCarriers() error {
-	if s.ended {
+	if s.ended.Load() {
 		return ErrDone
 	}
-	q := s.qp
-	packets := max(1, (s.length+q.attr.MTU-1)/q.attr.MTU)
-	if !s.hasImm || packets >= q.attr.ImmLayout.Nibbles() {
+	w := s.write()
+	if w.Carriers = s.carriers(); len(w.Carriers) == 0 {
 		return nil
 	}
-	w := backend.Write{Slot: s.slot, MsgID: s.msgID, Gen: s.gen, Imm: s.imm}
-	if s.length == 0 {
-		w.Carriers = append(w.Carriers, 0)
-	}
-	for k := packets; k < q.attr.ImmLayout.Nibbles(); k++ {
-		w.Carriers = append(w.Carriers, k)
-	}
-	if err := q.bqp.Write(&w); err != nil {
+	if err := s.qp.bqp.Write(&w); err != nil {
 		return fmt.Errorf("sdr: immediate carriers: %w", err)
 	}
 	return nil
 }
 
-// abort releases the stream's reservation.
-func (s *Stream) abort() {
-	if s.ended {
-		return
+// End finishes the message: for a message with an immediate that is
+// shorter than the layout's nibble count it sends the zero-length
+// immediate carriers (if that fails the stream stays open and End may be
+// called again). The returned handle is complete: backends inject before
+// returning.
+func (s *Stream) End() (*SendHandle, error) {
+	if s.ended.Load() {
+		return nil, ErrDone
 	}
-	s.ended = true
+	if err := s.SendImmCarriers(); err != nil {
+		return nil, fmt.Errorf("sdr: end: %w", err)
+	}
+	if !s.release(false) {
+		return nil, ErrDone
+	}
+	return doneHandle(), nil
+}
+
+// release ends the stream and frees its reservation; unsend also gives
+// its message number back (PostSend, under numberMu, when nothing was
+// sent). It reports whether this call ended the stream.
+func (s *Stream) release(unsend bool) bool {
+	if s.ended.Swap(true) {
+		return false
+	}
 	q := s.qp
 	q.mu.Lock()
 	q.sendOpen--
 	q.sendBytes -= s.length
+	if unsend {
+		q.sendNext--
+	}
 	q.mu.Unlock()
+	return true
 }

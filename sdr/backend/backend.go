@@ -10,6 +10,7 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/sdr-rdma/sdr/sdr/engine"
 	"github.com/sdr-rdma/sdr/wire"
@@ -18,6 +19,29 @@ import (
 // ErrRetry means a transient lack of resources (receive WQEs, transmit
 // room): the caller may try again. The frontend returns it as sdr.ErrRetry.
 var ErrRetry = errors.New("sdr: resources temporarily exhausted, retry")
+
+// ErrPeerInfo means a peer's Info blob is malformed: it does not decode,
+// or a field is missing, zero, out of range or of the wrong shape.
+var ErrPeerInfo = errors.New("sdr: malformed peer info")
+
+// ErrPeerMismatch means a peer's Info is well formed but describes a QP
+// whose geometry differs from ours; connecting would misplace data. A
+// *MismatchError says which field.
+var ErrPeerMismatch = errors.New("sdr: peer geometry differs")
+
+// MismatchError names the geometry field on which two QPs disagree. It
+// matches ErrPeerMismatch with errors.Is.
+type MismatchError struct {
+	Field         string
+	Local, Remote any
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("sdr: peer's %s is %v, ours %v", e.Field, e.Remote, e.Local)
+}
+
+// Is makes errors.Is(err, ErrPeerMismatch) hold.
+func (e *MismatchError) Is(target error) bool { return target == ErrPeerMismatch }
 
 // DeviceAttr configures a device context.
 type DeviceAttr struct {
@@ -69,7 +93,11 @@ type QP interface {
 	// Info describes the local endpoint for the peer (QP numbers,
 	// addresses, keys). Why: only the backend knows them.
 	Info() ([]byte, error)
-	// Connect takes the peer's Info and readies the transport. Why: the
+	// Connect takes the peer's Info and readies the transport. It
+	// validates all of remote before changing anything: malformed info
+	// fails with ErrPeerInfo, another geometry (MTU, chunk size, slots,
+	// slot size, generations, channels, layout, transport) with a
+	// *MismatchError, and either leaves the QP connectable. Why: the
 	// same, the other way round.
 	Connect(remote []byte) error
 	// Arm installs length bytes of mem from off into receive slot slot for
@@ -81,17 +109,26 @@ type QP interface {
 	// and the progress state lives where the per-packet work runs.
 	Arm(slot int, msgID, gen uint32, mem Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error)
 	// Disarm stops the slot's message from taking packets: late packets
-	// must not touch its buffer nor count for the slot's next message.
-	// Why: sdr's Complete guarantees exactly that.
+	// must not touch its buffer nor count for any message until the
+	// receive of the message LateWindow messages later is armed, and when
+	// Disarm returns no payload copy that resolved the buffer before may
+	// still be writing it. Why: sdr's Complete guarantees exactly that.
+	// Memory is protected like the bitmap when the backend addresses a
+	// buffer by (generation, message ID), as the engine keys a slot.
 	Disarm(slot int) error
-	// Write injects packets of a message. Why: packet injection (channels,
-	// pacing) is the backend's.
+	// Write injects packets of a message: all of them, or none and an
+	// error (ErrRetry when transmit room or credits lack for now). Why:
+	// packet injection (channels, pacing) is the backend's, and a send
+	// that fails half-way would leave the receiver a message nobody
+	// resends.
 	Write(w *Write) error
 	// Close releases the QP's transport resources.
 	Close() error
 }
 
-// Write is a run of packets of one message to inject.
+// Write is a run of packets of one message to inject. Packet k of the
+// message goes to byte k·MTU of the receive buffer of message MsgID in
+// generation Gen.
 type Write struct {
 	Slot  int
 	MsgID uint32
@@ -101,9 +138,30 @@ type Write struct {
 	Mem         Memory
 	Off, Length int
 	FirstPacket int
-	// Imm is the user immediate; its nibbles ride in every packet.
+	// Imm is the user immediate; its nibbles ride in every packet. (Data
+	// packets of a message without one carry zero nibbles.)
 	Imm uint32
 	// Carriers lists packet offsets to send as zero-length immediate
 	// carriers (a message shorter than Layout.Nibbles() packets).
 	Carriers []int
+}
+
+// LateWindow is how many messages apart two messages of a QP are when
+// they share a receive key (generation, message ID): messages n and n+k
+// share one exactly when k is a multiple of
+//
+//	W = I·G / gcd(G, I/M)
+//
+// for I = Layout.MaxMessageIDs(), M = MaxMessages and G = Generations
+// (message n has ID n mod I and generation ⌊n/M⌋ mod G). A late packet of
+// message n is told apart from every message up to n+W-1 and is
+// indistinguishable from message n+W's own.
+func LateWindow(attr QPAttr) int {
+	ids := int(attr.Layout.MaxMessageIDs())
+	g, laps := attr.Generations, ids/attr.MaxMessages
+	a, b := g, laps
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return ids * g / a
 }

@@ -3,8 +3,8 @@ package engine
 import (
 	"encoding/json"
 	"os"
-	"strconv"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
