@@ -209,6 +209,7 @@ func checkAgainstMC(t *testing.T, name string, est Estimate, quantile func(float
 	if diff := math.Abs(got - mean); diff > 4*se+bound {
 		t.Errorf("%s: model mean %.6g s, Monte-Carlo %.6g ± %.2g s (bound %.2g): off by %.3g %%", name, got, mean, se, bound, 100*diff/mean)
 	}
+	t.Logf("%s: model %.6g s, Monte-Carlo %.6g ± %.2g s (%+.3f %%), bound %.2g s", name, got, mean, se, 100*(got-mean)/mean, bound)
 	if rel := math.Abs(got-mean) / mean; rel > 0.05 {
 		t.Errorf("%s: model mean %.6g s is %.2f %% from the Monte-Carlo %.6g s", name, got, 100*rel, mean)
 	}
@@ -232,30 +233,48 @@ func mcSamples(count int) int {
 	return count
 }
 
-func TestSRMatchesMonteCarlo(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+// mcPoint is one Monte-Carlo comparison: n chunks at loss p.
+type mcPoint struct {
+	n int
+	p float64
+}
+
+// srPoints cover one chunk, messages injected well within an RTO (8, 64
+// chunks: 0.08 and 0.64 ms against RTO = 3 ms) and a message injected over
+// several RTOs (1024 chunks, 10 ms), where retransmissions of early chunks
+// overlap the first pass as for 8 GiB at 400 Gbit/s.
+var srPoints = func() (pts []mcPoint) {
 	for _, n := range []int{1, 8, 64} {
 		for _, p := range []float64{1e-3, 1e-2, 0.05, 0.2} {
-			for _, nack := range []bool{false, true} {
-				l, c := testLink(p)
-				size := int64(n * l.ChunkSize)
-				est, err := SR(l, size, DefaultAlpha, nack)
+			pts = append(pts, mcPoint{n, p})
+		}
+	}
+	return append(pts, mcPoint{1024, 1e-3}, mcPoint{1024, 1e-2}, mcPoint{1024, 0.05})
+}()
+
+func TestSRMatchesMonteCarlo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, pt := range srPoints {
+		n, p := pt.n, pt.p
+		for _, nack := range []bool{false, true} {
+			l, c := testLink(p)
+			size := int64(n * l.ChunkSize)
+			est, err := SR(l, size, DefaultAlpha, nack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sample{xs: make([]float64, mcSamples(20000*64/max(n, 64)))}
+			for i := range s.xs {
+				s.xs[i] = mcSR(rng, c, n, nack)
+			}
+			name := Choice{Scheme: map[bool]Scheme{false: SRRTO, true: SRNACK}[nack], Alpha: DefaultAlpha}.String()
+			checkAgainstMC(t, name+" n="+itoa(n)+" p="+ftoa(p), est, func(q float64) time.Duration {
+				d, err := SRQuantile(l, size, DefaultAlpha, nack, q)
 				if err != nil {
 					t.Fatal(err)
 				}
-				s := sample{xs: make([]float64, mcSamples(20000))}
-				for i := range s.xs {
-					s.xs[i] = mcSR(rng, c, n, nack)
-				}
-				name := Choice{Scheme: map[bool]Scheme{false: SRRTO, true: SRNACK}[nack], Alpha: DefaultAlpha}.String()
-				checkAgainstMC(t, name+" n="+itoa(n)+" p="+ftoa(p), est, func(q float64) time.Duration {
-					d, err := SRQuantile(l, size, DefaultAlpha, nack, q)
-					if err != nil {
-						t.Fatal(err)
-					}
-					return d
-				}, est.Bound.Seconds()+1e-9, s)
-			}
+				return d
+			}, est.Bound.Seconds()+1e-9, s)
 		}
 	}
 }
@@ -269,6 +288,7 @@ func TestECMatchesMonteCarlo(t *testing.T) {
 	}{
 		{8, MDS, 4, 2}, {8, XOR, 4, 2}, {10, MDS, 4, 2}, {10, XOR, 4, 2},
 		{64, MDS, 32, 8}, {64, XOR, 32, 8}, {70, XOR, 32, 8}, {5, MDS, 8, 2},
+		{1024, MDS, 32, 4}, {1024, XOR, 32, 8},
 	} {
 		for _, p := range []float64{1e-3, 1e-2, 0.05, 0.2} {
 			l, c := testLink(p)
@@ -278,7 +298,7 @@ func TestECMatchesMonteCarlo(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s := sample{xs: make([]float64, mcSamples(20000))}
+			s := sample{xs: make([]float64, mcSamples(20000*64/max(tc.n, 64)))}
 			for i := range s.xs {
 				s.xs[i] = mcEC(rng, c, tc.n, tc.code, tc.k, tc.m)
 			}
