@@ -2,10 +2,11 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
-// Predict dispatches to SR or EC for a Choice.
+// Predict dispatches to SR or EC for a Choice; it costs what they cost.
 func Predict(l Link, size int64, c Choice) (Estimate, error) {
 	switch c.Scheme {
 	case SRRTO, SRNACK:
@@ -17,7 +18,7 @@ func Predict(l Link, size int64, c Choice) (Estimate, error) {
 }
 
 // Quantile is the level-q quantile (0 < q < 1) of a Choice's completion
-// time: SRQuantile or ECQuantile.
+// time: SRQuantile or ECQuantile, with their cost.
 func Quantile(l Link, size int64, c Choice, q float64) (time.Duration, error) {
 	switch c.Scheme {
 	case SRRTO, SRNACK:
@@ -28,14 +29,14 @@ func Quantile(l Link, size int64, c Choice, q float64) (time.Duration, error) {
 	return 0, fmt.Errorf("model: unknown scheme %v: %w", c.Scheme, ErrInvalidArgument)
 }
 
-// Candidates are the choices Choose weighs, cheapest first: SR before EC
+// candidates are the choices Choose weighs, cheapest first: SR before EC
 // (no parity bandwidth, no coding), SR-RTO before SR-NACK (no NACK
 // traffic), then EC by parity overhead m/k, XOR before MDS (XOR codes at
 // twice MDS's speed per core). The codes keep k = 32 — the paper's
 // submessage — and vary m to trade parity bandwidth (6.25 % … 25 %)
 // against loss tolerance; (16,8) adds a 50 % code for loss rates near 10 %,
 // where even 8 parity chunks per 32 fail too often.
-var Candidates = []Choice{
+var candidates = []Choice{
 	{Scheme: SRRTO, Alpha: DefaultAlpha},
 	{Scheme: SRNACK, Alpha: DefaultAlpha},
 	{Scheme: ECXOR, K: 32, M: 2, Alpha: DefaultAlpha},
@@ -48,6 +49,11 @@ var Candidates = []Choice{
 	{Scheme: ECMDS, K: 16, M: 8, Alpha: DefaultAlpha},
 }
 
+// Candidates returns (a copy of) the choices Choose weighs, cheapest first:
+// SR-RTO, SR-NACK, then XOR and MDS codes with k = 32 and m = 2, 4, 8, and
+// with (16, 8).
+func Candidates() []Choice { return slices.Clone(candidates) }
+
 // ChooseTolerance is how much slower (relative mean) a cheaper candidate
 // may be and still be chosen over the fastest.
 const ChooseTolerance = 0.01
@@ -57,9 +63,9 @@ const ChooseTolerance = 0.01
 // ChooseTolerance of the best. It is deterministic and costs one SR and EC
 // evaluation per candidate — tens of microseconds even for 8 GiB.
 func Choose(l Link, size int64) (Choice, error) {
-	means := make([]time.Duration, len(Candidates))
+	means := make([]time.Duration, len(candidates))
 	best := 0
-	for i, c := range Candidates {
+	for i, c := range candidates {
 		e, err := Predict(l, size, c)
 		if err != nil {
 			return Choice{}, err
@@ -72,8 +78,8 @@ func Choose(l Link, size int64) (Choice, error) {
 	limit := float64(means[best]) * (1 + ChooseTolerance)
 	for i := range best {
 		if float64(means[i]) <= limit {
-			return Candidates[i], nil
+			return candidates[i], nil
 		}
 	}
-	return Candidates[best], nil
+	return candidates[best], nil
 }

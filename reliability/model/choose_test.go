@@ -53,8 +53,8 @@ func TestChoosePicksCheapestWithinTolerance(t *testing.T) {
 			}
 			best, chosen := math.Inf(1), math.Inf(1)
 			firstWithin := -1
-			means := make([]float64, len(Candidates))
-			for i, cand := range Candidates {
+			means := make([]float64, len(candidates))
+			for i, cand := range candidates {
 				e, err := Predict(l, size, cand)
 				if err != nil {
 					t.Fatal(err)
@@ -65,14 +65,14 @@ func TestChoosePicksCheapestWithinTolerance(t *testing.T) {
 					chosen = means[i]
 				}
 			}
-			for i := range Candidates {
+			for i := range candidates {
 				if means[i] <= best*(1+ChooseTolerance) {
 					firstWithin = i
 					break
 				}
 			}
-			if chosen > best*(1+ChooseTolerance) || Candidates[firstWithin] != c {
-				t.Errorf("p=%g %d B: chose %v (mean %.4g), best %.4g, cheapest within tolerance %v", p, size, c, chosen, best, Candidates[firstWithin])
+			if chosen > best*(1+ChooseTolerance) || candidates[firstWithin] != c {
+				t.Errorf("p=%g %d B: chose %v (mean %.4g), best %.4g, cheapest within tolerance %v", p, size, c, chosen, best, candidates[firstWithin])
 			}
 		}
 	}

@@ -343,7 +343,8 @@ func EC(l Link, size int64, p Params, alpha float64) (Estimate, error) {
 	return newEstimate(em.mean(), em.quantile(0.999), tinj*(1+em.nacked)), nil
 }
 
-// ECQuantile is the level-q quantile (0 < q < 1) of the EC completion time.
+// ECQuantile is the level-q quantile (0 < q < 1) of the EC completion time,
+// within the injection time of the resent chunks; it costs what EC costs.
 func ECQuantile(l Link, size int64, p Params, alpha, q float64) (time.Duration, error) {
 	if err := validLevel(q); err != nil {
 		return 0, err

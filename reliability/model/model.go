@@ -64,7 +64,8 @@ func (l Link) Validate() error {
 	return nil
 }
 
-// InjectionTime is the time to put one chunk on the wire, ChunkSize·8/B.
+// InjectionTime is the time to put one chunk on the wire, ChunkSize·8/B
+// (one division).
 func (l Link) InjectionTime() time.Duration { return seconds(l.injection()) }
 
 func (l Link) injection() float64 { return float64(l.ChunkSize) * 8 / l.Bandwidth }

@@ -64,3 +64,22 @@ func TestPaperClaims(t *testing.T) {
 }
 
 func round2(x float64) float64 { return float64(int(x*100+0.5)) / 100 }
+
+// Wherever the simulator's grid goes (128 KiB … 8 GiB, 1e-6 … 1e-2, the paper's
+// link), every scheme's model claims to be exact, so the simulator's 5 %
+// check applies everywhere.
+func TestPaperGridIsExact(t *testing.T) {
+	for size := int64(128 << 10); size <= 8<<30; size *= 2 {
+		for _, p := range []float64{1e-6, 1e-5, 1e-4, 1e-3, 1e-2} {
+			for _, c := range allSchemes {
+				e, err := Predict(paperLink(p), size, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !e.Exact || e.Bound > e.Mean/100 {
+					t.Errorf("%d B at %g, %v: %+v is not exact", size, p, c, e)
+				}
+			}
+		}
+	}
+}

@@ -257,7 +257,8 @@ func srBound(l Link, n float64, nack bool) float64 {
 }
 
 // SRQuantile is the level-q quantile (0 < q < 1) of the SR completion time
-// under the same model as SR, within T_inj of the engine semantics.
+// under the same model as SR, within T_inj of the engine semantics. It
+// bisects the model's CDF: about 40 evaluations of SR's cost.
 func SRQuantile(l Link, size int64, alpha float64, nack bool, q float64) (time.Duration, error) {
 	n, err := l.chunks(size)
 	if err != nil {
