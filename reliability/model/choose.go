@@ -6,27 +6,57 @@ import (
 	"time"
 )
 
-// Predict dispatches to SR or EC for a Choice; it costs what they cost.
-func Predict(l Link, size int64, c Choice) (Estimate, error) {
+// distribution is a scheme's completion-time model.
+type distribution interface {
+	mean() float64
+	quantile(q float64) float64
+	bound() float64
+}
+
+// newDistribution validates its arguments and builds c's model.
+func newDistribution(l Link, size int64, c Choice) (distribution, error) {
+	n, err := l.chunks(size)
+	if err != nil {
+		return nil, err
+	}
+	if err := validAlpha(c.Alpha); err != nil {
+		return nil, err
+	}
 	switch c.Scheme {
 	case SRRTO, SRNACK:
-		return SR(l, size, c.Alpha, c.Scheme == SRNACK)
+		nack := c.Scheme == SRNACK
+		return srDistribution{m: newSRModel(l, n, c.Alpha, nack), half: l.rtt() / 2, error: srBound(l, n, nack)}, nil
 	case ECMDS, ECXOR:
-		return EC(l, size, c.params(), c.Alpha)
+		p := c.params()
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		return newECModel(l, n, p, c.Alpha), nil
 	}
-	return Estimate{}, fmt.Errorf("model: unknown scheme %v: %w", c.Scheme, ErrInvalidArgument)
+	return nil, fmt.Errorf("model: unknown scheme %v: %w", c.Scheme, ErrInvalidArgument)
+}
+
+// Predict returns the mean, p99.9 and error bound of a Choice's completion
+// time (see SR and EC); it costs what they cost.
+func Predict(l Link, size int64, c Choice) (Estimate, error) {
+	d, err := newDistribution(l, size, c)
+	if err != nil {
+		return Estimate{}, err
+	}
+	return newEstimate(d.mean(), d.quantile(0.999), d.bound()), nil
 }
 
 // Quantile is the level-q quantile (0 < q < 1) of a Choice's completion
-// time: SRQuantile or ECQuantile, with their cost.
+// time (see SRQuantile and ECQuantile), with their cost.
 func Quantile(l Link, size int64, c Choice, q float64) (time.Duration, error) {
-	switch c.Scheme {
-	case SRRTO, SRNACK:
-		return SRQuantile(l, size, c.Alpha, c.Scheme == SRNACK, q)
-	case ECMDS, ECXOR:
-		return ECQuantile(l, size, c.params(), c.Alpha, q)
+	if err := validLevel(q); err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("model: unknown scheme %v: %w", c.Scheme, ErrInvalidArgument)
+	d, err := newDistribution(l, size, c)
+	if err != nil {
+		return 0, err
+	}
+	return seconds(d.quantile(q)), nil
 }
 
 // candidates are the choices Choose weighs, cheapest first: SR before EC
@@ -60,24 +90,24 @@ const ChooseTolerance = 0.01
 
 // Choose returns the candidate with the smallest model mean for a size-byte
 // message on l, preferring the earliest (cheapest) candidate within
-// ChooseTolerance of the best. It is deterministic and costs one SR and EC
-// evaluation per candidate — tens of microseconds even for 8 GiB.
+// ChooseTolerance of the best. It is deterministic and costs one model mean
+// per candidate (no quantiles) — about 0.1 ms, for any size.
 func Choose(l Link, size int64) (Choice, error) {
-	means := make([]time.Duration, len(candidates))
+	means := make([]float64, len(candidates))
 	best := 0
 	for i, c := range candidates {
-		e, err := Predict(l, size, c)
+		d, err := newDistribution(l, size, c)
 		if err != nil {
 			return Choice{}, err
 		}
-		means[i] = e.Mean
-		if e.Mean < means[best] {
+		means[i] = d.mean()
+		if means[i] < means[best] {
 			best = i
 		}
 	}
-	limit := float64(means[best]) * (1 + ChooseTolerance)
+	limit := means[best] * (1 + ChooseTolerance)
 	for i := range best {
-		if float64(means[i]) <= limit {
+		if means[i] <= limit {
 			return candidates[i], nil
 		}
 	}

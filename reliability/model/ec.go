@@ -207,6 +207,7 @@ type atom struct{ t, survival float64 }
 
 // ecModel is the completion-time distribution of an EC message.
 type ecModel struct {
+	tinj  float64
 	atoms []atom
 	// nacked is E[data chunks resent · 1{fallback}], for the error bound.
 	nacked float64
@@ -228,7 +229,7 @@ func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 		last = newSubmessage(p, lastK, loss)
 	}
 
-	em := &ecModel{}
+	em := &ecModel{tinj: tinj}
 	// First pass: the message completes when its last submessage becomes
 	// decodable, provided every earlier one decodes.
 	logOthers := 0.0
@@ -329,6 +330,8 @@ func (em *ecModel) quantile(q float64) float64 {
 	return em.atoms[len(em.atoms)-1].t
 }
 
+func (em *ecModel) bound() float64 { return em.tinj * (1 + em.nacked) }
+
 // EC predicts the completion time of a size-byte message under erasure
 // coding with p's code and SR repair after the fallback timeout (α sets both
 // FTO's 0.5·α·RTT and the repair's RTO = RTT + α·RTT). See the package doc
@@ -336,38 +339,26 @@ func (em *ecModel) quantile(q float64) float64 {
 // chunks' injection times). It costs O(rounds × failure patterns), tens of
 // microseconds, whatever the size.
 func EC(l Link, size int64, p Params, alpha float64) (Estimate, error) {
-	em, tinj, err := ecModelFor(l, size, p, alpha)
-	if err != nil {
-		return Estimate{}, err
-	}
-	return newEstimate(em.mean(), em.quantile(0.999), tinj*(1+em.nacked)), nil
+	return Predict(l, size, ecChoice(p, alpha))
 }
 
 // ECQuantile is the level-q quantile (0 < q < 1) of the EC completion time,
 // within the injection time of the resent chunks; it costs what EC costs.
 func ECQuantile(l Link, size int64, p Params, alpha, q float64) (time.Duration, error) {
-	if err := validLevel(q); err != nil {
-		return 0, err
-	}
-	em, _, err := ecModelFor(l, size, p, alpha)
-	if err != nil {
-		return 0, err
-	}
-	return seconds(em.quantile(q)), nil
+	return Quantile(l, size, ecChoice(p, alpha), q)
 }
 
-func ecModelFor(l Link, size int64, p Params, alpha float64) (*ecModel, float64, error) {
-	n, err := l.chunks(size)
-	if err != nil {
-		return nil, 0, err
+// ecChoice maps a code to its Choice; an unknown code keeps an invalid
+// scheme so that validation reports it.
+func ecChoice(p Params, alpha float64) Choice {
+	c := Choice{Scheme: numSchemes, K: p.K, M: p.M, Alpha: alpha}
+	switch p.Code {
+	case MDS:
+		c.Scheme = ECMDS
+	case XOR:
+		c.Scheme = ECXOR
 	}
-	if err := p.Validate(); err != nil {
-		return nil, 0, err
-	}
-	if err := validAlpha(alpha); err != nil {
-		return nil, 0, err
-	}
-	return newECModel(l, n, p, alpha), l.injection(), nil
+	return c
 }
 
 func b2f(b bool) float64 {

@@ -223,24 +223,33 @@ func (m *srModel) add(w float64, segs ...segment) {
 	m.total += w
 }
 
+// srDistribution is the SR completion time: X + RTT/2.
+type srDistribution struct {
+	m           *srModel
+	half, error float64
+}
+
+func (d srDistribution) mean() float64              { return d.m.meanX() + d.half }
+func (d srDistribution) quantile(q float64) float64 { return d.m.quantileX(q) + d.half }
+func (d srDistribution) bound() float64             { return d.error }
+
 // SR predicts the completion time of a size-byte message under Selective
 // Repeat with RTO = RTT + α·RTT (nack false: "SR-RTO") or with the
 // receiver's NACK on the next arrival (nack true: "SR-NACK"). The mean is
 // the exact integral of the fluid model (see the package doc), within
 // T_inj of the engine semantics plus the contention bound reported in
-// Estimate.Bound. It costs O(levels × segments) — microseconds, whatever
+// Estimate.Bound; the p99.9 comes from bisecting the same model's CDF. It
+// costs O(levels × segments) per evaluation, tens of microseconds whatever
 // the size.
 func SR(l Link, size int64, alpha float64, nack bool) (Estimate, error) {
-	n, err := l.chunks(size)
-	if err != nil {
-		return Estimate{}, err
+	return Predict(l, size, srChoice(alpha, nack))
+}
+
+func srChoice(alpha float64, nack bool) Choice {
+	if nack {
+		return Choice{Scheme: SRNACK, Alpha: alpha}
 	}
-	if err := validAlpha(alpha); err != nil {
-		return Estimate{}, err
-	}
-	m := newSRModel(l, n, alpha, nack)
-	half := l.rtt() / 2
-	return newEstimate(m.meanX()+half, m.quantileX(0.999)+half, srBound(l, n, nack)), nil
+	return Choice{Scheme: SRRTO, Alpha: alpha}
 }
 
 // srBound is the error allowance of the SR models: one injection time for
@@ -260,15 +269,5 @@ func srBound(l Link, n float64, nack bool) float64 {
 // under the same model as SR, within T_inj of the engine semantics. It
 // bisects the model's CDF: about 40 evaluations of SR's cost.
 func SRQuantile(l Link, size int64, alpha float64, nack bool, q float64) (time.Duration, error) {
-	n, err := l.chunks(size)
-	if err != nil {
-		return 0, err
-	}
-	if err := validAlpha(alpha); err != nil {
-		return 0, err
-	}
-	if err := validLevel(q); err != nil {
-		return 0, err
-	}
-	return seconds(newSRModel(l, n, alpha, nack).quantileX(q) + l.rtt()/2), nil
+	return Quantile(l, size, srChoice(alpha, nack), q)
 }
