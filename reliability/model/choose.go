@@ -25,7 +25,7 @@ func newDistribution(l Link, size int64, c Choice) (distribution, error) {
 	switch c.Scheme {
 	case SRRTO, SRNACK:
 		nack := c.Scheme == SRNACK
-		return srDistribution{m: newSRModel(l, n, c.Alpha, nack), half: l.rtt() / 2, error: srBound(l, n, nack)}, nil
+		return srDistribution{m: newSRModel(l, n, c.Alpha, nack), half: l.rtt() / 2, errBound: srBound(l, n, nack)}, nil
 	case ECMDS, ECXOR:
 		p := c.params()
 		if err := p.Validate(); err != nil {

@@ -116,9 +116,9 @@ func (m *srModel) meanX() float64 {
 		c := &m.comps[i]
 		xs := m.breakpoints(c)
 		sum, e := c.lo, m.exponent(c, xs[0])
-		for i := 1; i < len(xs); i++ {
-			ne := m.exponent(c, xs[i])
-			sum += (xs[i] - xs[i-1]) * meanOneMinusExp(e, ne)
+		for j := 1; j < len(xs); j++ {
+			ne := m.exponent(c, xs[j])
+			sum += (xs[j] - xs[j-1]) * meanOneMinusExp(e, ne)
 			e = ne
 		}
 		mean += c.weight * sum
@@ -225,13 +225,13 @@ func (m *srModel) add(w float64, segs ...segment) {
 
 // srDistribution is the SR completion time: X + RTT/2.
 type srDistribution struct {
-	m           *srModel
-	half, error float64
+	m              *srModel
+	half, errBound float64
 }
 
 func (d srDistribution) mean() float64              { return d.m.meanX() + d.half }
 func (d srDistribution) quantile(q float64) float64 { return d.m.quantileX(q) + d.half }
-func (d srDistribution) bound() float64             { return d.error }
+func (d srDistribution) bound() float64             { return d.errBound }
 
 // SR predicts the completion time of a size-byte message under Selective
 // Repeat with RTO = RTT + α·RTT (nack false: "SR-RTO") or with the
