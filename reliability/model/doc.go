@@ -103,6 +103,16 @@
 // per expected resent chunk; the quantiles may be off by the injection of
 // the resent chunks (at most N·T, microseconds on the paper's grid).
 //
+// With P_fb = 1 − Π_submessages P_decode the fallback probability and S_r the
+// survival after repair round r, the mean is
+//
+//	E[C] = E[first-pass decode time; no fallback]
+//	     + P_fb·((N + L·m)·T + (1.5 + α/2)·R) + T·E[M; fallback] + RTO·Σ_{r≥0} S_r,
+//
+// which is at least the lower bound (1 − P_fb)·((N + (L−1)·m)·T + R/2) +
+// P_fb·((N + L·m)·T + (1.5 + α/2)·R + T) — one fallback round whose
+// resends all arrive — and exceeds it only by the repair rounds.
+//
 // DecodeProbability and SubmessageFailure give the decode probabilities on
 // their own: Σ_{e>m} C(k+m, e)·p^e·(1−p)^(k+m−e) for MDS and 1 − Π_groups
 // [(1−p)^(g+1) + (g+1)·p·(1−p)^g] for XOR, both summed from their failing

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"math"
 	"testing"
 )
 
@@ -78,6 +79,42 @@ func TestPaperGridIsExact(t *testing.T) {
 				}
 				if !e.Exact || e.Bound > e.Mean/100 {
 					t.Errorf("%d B at %g, %v: %+v is not exact", size, p, c, e)
+				}
+			}
+		}
+	}
+}
+
+// The EC mean is at least the one-round lower bound of the package doc and
+// at most that plus the extra rounds SR repair of all resends would take.
+func TestECAboveOneRoundBound(t *testing.T) {
+	for _, p := range []float64{1e-5, 1e-3, 1e-2, 0.1} {
+		for _, size := range []int64{128 << 10, 128 << 20} {
+			for _, code := range []Code{MDS, XOR} {
+				l := paperLink(p)
+				params := Params{Code: code, K: 32, M: 8}
+				e, err := EC(l, size, params, DefaultAlpha)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tinj, rtt := l.injection(), l.rtt()
+				n := float64(size / int64(l.ChunkSize))
+				subs := n / 32
+				fail, _ := SubmessageFailure(code, 32, 8, p)
+				fb := -math.Expm1(subs * math.Log1p(-fail))
+				lower := (1-fb)*((n+(subs-1)*8)*tinj+rtt/2) + fb*((n+subs*8)*tinj+(1.5+DefaultAlpha/2)*rtt+tinj)
+				// Upper bound on the extra rounds: every one of the
+				// fallback's M resends must arrive (the tail sum over the
+				// max of M geometric round counts, concave in M, so taken
+				// at E[M | fallback]).
+				resends := newECModel(l, n, params, DefaultAlpha).nacked / fb
+				rounds := 0.0
+				for r := 1; r < 200; r++ {
+					rounds += -math.Expm1(resends * math.Log1p(-math.Pow(p, float64(r))))
+				}
+				extra := fb * 3 * rtt * rounds
+				if got := e.Mean.Seconds(); got < lower-1e-9 || got > lower+extra+e.Bound.Seconds()+1e-9 {
+					t.Errorf("%v(32,8) %d B at %g: mean %.6g s outside [%.6g, %.6g]", code, size, p, got, lower, lower+extra)
 				}
 			}
 		}
