@@ -111,7 +111,8 @@
 //
 // which is at least the lower bound (1 − P_fb)·((N + (L−1)·m)·T + R/2) +
 // P_fb·((N + L·m)·T + (1.5 + α/2)·R + T) — one fallback round whose
-// resends all arrive — and exceeds it only by the repair rounds.
+// resends all arrive — and exceeds it only by the further repair rounds and
+// the resends' injection.
 //
 // DecodeProbability and SubmessageFailure give the decode probabilities on
 // their own: Σ_{e>m} C(k+m, e)·p^e·(1−p)^(k+m−e) for MDS and 1 − Π_groups
