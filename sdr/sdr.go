@@ -38,9 +38,13 @@
 // its immediate is complete. A zero-length send must carry an immediate
 // (HasImm), which travels in zero-length carrier packets; without one it
 // would be invisible to the receiver and is refused with ErrInvalid. A
-// message longer than its receive writes only the posted bytes; packets
-// beyond them are dropped, mark the receive Truncated, and Done never
-// reports it.
+// message longer than its receive writes and counts only the posted
+// bytes; packets beyond them never touch memory. A payload packet that
+// reaches the engine beyond the buffer marks the receive Truncated, which
+// keeps Done false: always for a zero-length receive (it has no bytes to
+// count, so its Done rests on the immediate, which such a packet never
+// supplies); a NIC that drops out-of-bounds writes before completing them
+// (emunic does, as real NICs do) hides the excess of longer receives.
 //
 // # Wake-ups
 //
@@ -118,8 +122,11 @@ func Open(b backend.Backend, attr DeviceAttr) (*Context, error) {
 // Close closes the context and every QP and registration made from it.
 func (c *Context) Close() error { return c.dev.Close() }
 
-// MR is registered memory (sdr_mr).
-type MR struct{ mem backend.Memory }
+// MR is registered memory (sdr_mr) of one context.
+type MR struct {
+	mem backend.Memory
+	ctx *Context
+}
 
 // RegisterMemory registers buf for sends and receives. It costs a key
 // registration in the backend; register large regions once and post
@@ -132,7 +139,7 @@ func (c *Context) RegisterMemory(buf []byte) (*MR, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sdr: register memory: %w", err)
 	}
-	return &MR{mem: mem}, nil
+	return &MR{mem: mem, ctx: c}, nil
 }
 
 // Bytes returns the registered memory.
@@ -141,14 +148,17 @@ func (m *MR) Bytes() []byte { return m.mem.Bytes() }
 // Deregister releases the registration.
 func (m *MR) Deregister() error { return m.mem.Deregister() }
 
-// checkRange validates [off, off+length) of mr; a nil mr holds only the
-// empty range.
-func checkRange(mr *MR, off, length int) error {
+// checkRange validates [off, off+length) of mr for use on ctx; a nil mr
+// holds only the empty range.
+func checkRange(ctx *Context, mr *MR, off, length int) error {
 	if mr == nil {
 		if length != 0 || off != 0 {
 			return fmt.Errorf("[%d,+%d) of no memory: %w", off, length, ErrInvalid)
 		}
 		return nil
+	}
+	if mr.ctx != ctx {
+		return fmt.Errorf("memory registered with another context: %w", ErrInvalid)
 	}
 	n := len(mr.Bytes())
 	if off < 0 || length < 0 || off > n || length > n-off {
@@ -349,7 +359,7 @@ func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
 	if length > q.slotSize {
 		return nil, fmt.Errorf("sdr: post recv of %d bytes, slots hold %d: %w", length, q.slotSize, ErrTooLong)
 	}
-	if err := checkRange(mr, off, length); err != nil {
+	if err := checkRange(q.ctx, mr, off, length); err != nil {
 		return nil, fmt.Errorf("sdr: post recv: %w", err)
 	}
 	var mem backend.Memory
@@ -410,8 +420,9 @@ func (h *RecvHandle) Done() bool {
 }
 
 // Truncated reports whether a packet with payload beyond the posted
-// length arrived: the sender's message is longer than this receive. Its
-// excess bytes were dropped and Done stays false.
+// length reached the engine: the sender's message is longer than this
+// receive. Its excess bytes were dropped and Done stays false. (See the
+// package doc for when a backend drops such packets before the engine.)
 func (h *RecvHandle) Truncated() bool { return h.es.Truncated() }
 
 // ExpandChunk returns chunk i's packet bits: bit k for packet k of the
@@ -481,7 +492,7 @@ func (q *QP) checkSend(req SendRequest) error {
 	if req.Length < 0 || req.Length > q.slotSize {
 		return fmt.Errorf("sdr: send of %d bytes, slots hold %d: %w", req.Length, q.slotSize, ErrTooLong)
 	}
-	if err := checkRange(req.MR, req.Off, req.Length); err != nil {
+	if err := checkRange(q.ctx, req.MR, req.Off, req.Length); err != nil {
 		return fmt.Errorf("sdr: send: %w", err)
 	}
 	return nil
@@ -649,7 +660,7 @@ func (s *Stream) Continue(mr *MR, off, length, chunkOffset int) error {
 	if start+length != s.length && length%q.attr.MTU != 0 {
 		return fmt.Errorf("sdr: continue: %d bytes is not whole packets of %d: %w", length, q.attr.MTU, ErrInvalid)
 	}
-	if err := checkRange(mr, off, length); err != nil {
+	if err := checkRange(q.ctx, mr, off, length); err != nil {
 		return fmt.Errorf("sdr: continue: %w", err)
 	}
 	w := s.write()

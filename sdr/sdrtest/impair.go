@@ -19,6 +19,9 @@ type impaired struct {
 	fate    func(slot, pkt int) (copies int, hold bool)
 	reverse bool // send each write's packets last first
 	held    []heldPacket
+	// injected counts the packets (data and carriers) handed to the
+	// backend, copies included.
+	injected int
 }
 
 type heldPacket struct {
@@ -41,11 +44,13 @@ func (im *impaired) set(fate func(slot, pkt int) (int, bool), reverse bool) {
 	im.fate, im.reverse = fate, reverse
 }
 
-// release sends the held packets.
-func (im *impaired) release() error {
+// release sends the held packets; keep holds them for another release.
+func (im *impaired) release(keep bool) error {
 	im.mu.Lock()
 	held := im.held
-	im.held = nil
+	if !keep {
+		im.held = nil
+	}
 	im.mu.Unlock()
 	for _, h := range held {
 		if err := h.qp.Write(&h.w); err != nil {
@@ -53,6 +58,20 @@ func (im *impaired) release() error {
 		}
 	}
 	return nil
+}
+
+// packets returns how many packets were injected so far.
+func (im *impaired) packets() int {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.injected
+}
+
+// count records n injected packets.
+func (im *impaired) count(n int) {
+	im.mu.Lock()
+	im.injected += n
+	im.mu.Unlock()
 }
 
 type impairedDevice struct {
@@ -80,7 +99,11 @@ func (q *impairedQP) Write(w *backend.Write) error {
 	fate, reverse := q.im.fate, q.im.reverse
 	q.im.mu.Unlock()
 	if fate == nil && !reverse {
-		return q.QP.Write(w)
+		if err := q.QP.Write(w); err != nil {
+			return err
+		}
+		q.im.count((w.Length+q.mtu-1)/q.mtu + len(w.Carriers))
+		return nil
 	}
 	type one struct {
 		w   backend.Write
@@ -116,6 +139,7 @@ func (q *impairedQP) Write(w *backend.Write) error {
 			if err := q.QP.Write(&p.w); err != nil {
 				return err
 			}
+			q.im.count(1)
 		}
 	}
 	return nil

@@ -1,9 +1,17 @@
 // Package sdrtest is the conformance suite of the SDR SDK's backend
 // contract: Run checks partial completion, idempotence under duplicates
 // and reordering, immediates, 1024 messages in flight with ID wraparound,
-// late packets after Complete, streaming, ErrRetry and length errors
-// against any backend. The emulated NIC runs it over its pipe, UDP and
-// AF_XDP ports; a BlueField-3 host runs it on the DPA backend.
+// late packets after Complete at the edge of the documented window (in
+// memory and bitmap), Complete racing packets in flight, message matching
+// after failed sends, peer-info validation, wake-ups, zero-length and
+// truncated messages, streaming, ErrRetry and length errors against any
+// backend. The emulated NIC runs it over its pipe, UDP and AF_XDP ports;
+// a BlueField-3 host runs it on the DPA backend.
+//
+// Negative checks never wait a fixed time: they fence. A backend handles
+// each channel's packets in order (one worker per channel CQ), so once a
+// message whose packets cover every channel has been seen complete,
+// every packet injected before it has been written and counted.
 package sdrtest
 
 import (
@@ -32,6 +40,15 @@ func Run(t *testing.T, newBackends Factory) {
 		{"ImmediateForEveryLength", testImmediates},
 		{"ThousandMessagesInFlightWithWraparound", testManyInFlight},
 		{"LatePacketsAfterComplete", testLatePackets},
+		{"LatePacketsAtWindowEdge", testLateWindowEdge},
+		{"CompleteRacesPacketsInFlight", testCompleteRace},
+		{"FailedSendsKeepMatching", testFailedSends},
+		{"ContinueOverflow", testContinueOverflow},
+		{"MalformedPeerInfo", testMalformedPeerInfo},
+		{"MismatchedPeerInfo", testMismatchedPeerInfo},
+		{"WakeOnImmediate", testWakeOnImmediate},
+		{"ZeroLength", testZeroLength},
+		{"SendImmCarriers", testSendImmCarriers},
 		{"StreamingContinue", testStreaming},
 		{"ErrRetry", testErrRetry},
 		{"LengthErrors", testLengthErrors},
@@ -48,6 +65,13 @@ type env struct {
 	t    *testing.T
 	im   *impaired
 	recv backend.Backend
+
+	// Set by pair, for fence.
+	channels   int
+	sq, rq     *sdr.QP
+	sctx, rctx *sdr.Context
+	fenceSrc   *sdr.MR
+	fenceDst   *sdr.MR
 }
 
 const (
@@ -91,6 +115,9 @@ func (e *env) pair(attr sdr.QPAttr, channels int) (send, recv *sdr.QP, sctx, rct
 	if err := recv.Connect(si); err != nil {
 		t.Fatal(err)
 	}
+	e.channels, e.sq, e.rq, e.sctx, e.rctx = channels, send, recv, sctx, rctx
+	e.fenceSrc = register(t, sctx, make([]byte, channels*mtu))
+	e.fenceDst = register(t, rctx, make([]byte, channels*mtu))
 	return send, recv, sctx, rctx
 }
 
@@ -130,10 +157,6 @@ func waitFor(t *testing.T, what string, h *sdr.RecvHandle, cond func() bool) {
 	}
 }
 
-// settle gives packets in flight time to arrive: backends over real
-// networks need a moment; nothing is expected to change afterwards.
-func settle() { time.Sleep(50 * time.Millisecond) }
-
 func send(t *testing.T, q *sdr.QP, mr *sdr.MR, length int, imm uint32) {
 	t.Helper()
 	h, err := q.PostSend(sdr.SendRequest{MR: mr, Length: length, Imm: imm, HasImm: true})
@@ -168,7 +191,7 @@ func testPartialCompletion(t *testing.T, e *env) {
 	}, false)
 	send(t, sq, smr, size, 0x1234)
 	waitFor(t, "chunks 0 and 2", h, func() bool { return h.ChunkDone(0) && h.ChunkDone(2) })
-	settle()
+	e.fence()
 	if got := h.Bitmap(nil); len(got) != 1 || got[0] != 0b0101 {
 		t.Errorf("bitmap %b, want 0101", got)
 	}
@@ -209,8 +232,7 @@ func testIdempotence(t *testing.T, e *env) {
 	waitFor(t, "all chunks", h, h.Done)
 	// Second copies may still be landing (rewriting the same bytes):
 	// a message sent after them orders them before the read below.
-	e.im.set(nil, false)
-	fence(t, sq, rq, sctx, rctx)
+	e.fence()
 	if !bytes.Equal(dst, src) {
 		t.Error("data differs")
 	}
@@ -223,18 +245,26 @@ func testIdempotence(t *testing.T, e *env) {
 	h.Complete()
 }
 
-// fence sends one more single-packet message and waits for it. A backend
-// handles a QP's packets in order, so everything sent before has been
-// written to memory when it completes.
-func fence(t *testing.T, sq, rq *sdr.QP, sctx, rctx *sdr.Context) {
+// fence sends one message with a packet on every channel and waits for
+// it: everything injected before on the pair's sender QP has then been
+// written to memory and counted (see the package doc). It needs a free
+// receive slot.
+func (e *env) fence() {
+	t := e.t
 	t.Helper()
-	h, err := rq.PostRecv(register(t, rctx, make([]byte, mtu)), 0, mtu)
+	e.im.set(nil, false)
+	size := e.channels * mtu
+	h, err := e.rq.PostRecv(e.fenceDst, 0, size)
 	if err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	if _, err := e.sq.PostSend(sdr.SendRequest{MR: e.fenceSrc, Length: size}); err != nil {
+		t.Fatalf("fence: %v", err)
+	}
+	waitFor(t, "the fence message", h, h.Done)
+	if err := h.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	send(t, sq, register(t, sctx, make([]byte, mtu)), mtu, 0)
-	waitFor(t, "the fence message", h, h.Done)
-	h.Complete()
 }
 
 func testImmediates(t *testing.T, e *env) {
@@ -312,6 +342,7 @@ func testManyInFlight(t *testing.T, e *env) {
 func testLatePackets(t *testing.T, e *env) {
 	attr := defaultAttr()
 	attr.MaxMessages = 2
+	attr.Generations = 1
 	attr.MaxInFlightBytes = 2 * 4 * chunkSize
 	sq, rq, sctx, rctx := e.pair(attr, 2)
 	const size = 2 * chunkSize
@@ -330,51 +361,42 @@ func testLatePackets(t *testing.T, e *env) {
 		return 1, false
 	}, false)
 	send(t, sq, smr, size, 1)
-	waitFor(t, "chunk 0", old, func() bool { return old.ChunkDone(0) })
-	settle()
+	waitFor(t, "chunk 0 and packets 4, 5, 7", old, func() bool { return old.ChunkDone(0) && old.ExpandChunk(1) == 0b1011 })
 	if err := old.Complete(); err != nil {
 		t.Fatal(err)
 	}
 	e.im.set(nil, false)
-	// Message 1 fills slot 1; message 2 reuses slot 0 in the next generation.
-	filler, _ := rq.PostRecv(rmr, size, size)
+	// Message 1 is a fence in slot 1; message 2 reuses slot 0 (with one
+	// generation: the old design's window of MaxMessages·Generations).
+	e.fence()
 	next, err := rq.PostRecv(rmr, 2*size, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.im.release(); err != nil { // the late packet of message 0
+	if err := e.im.release(false); err != nil { // the late packet of message 0
 		t.Fatal(err)
 	}
-	settle()
+	// Send the next message without its packet 6, so that its buffer's
+	// bytes there stay canaries unless the late packet wrote them; its
+	// packets on the late packet's channel fence it.
+	e.im.set(func(slot, pkt int) (int, bool) { return min(1, pkt^6), false }, false)
+	send(t, sq, smr, size, 3)
+	waitFor(t, "next message's chunk 0 and packets 4, 5, 7", next, func() bool { return next.ChunkDone(0) && next.ExpandChunk(1) == 0b1011 })
+	if got := next.ExpandChunk(1); got != 0b1011 || next.CompleteChunks() != 1 {
+		t.Errorf("late packet counted for the slot's next message: chunk 1 mask %04b", got)
+	}
+	if err := next.Complete(); err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(rbuf[6*mtu:7*mtu], bytes.Repeat([]byte{0xCA}, mtu)) {
 		t.Error("a packet after Complete wrote into the completed buffer")
 	}
-	if got := next.ExpandChunk(1); got != 0 || next.CompleteChunks() != 0 {
-		t.Errorf("late packet counted for the next message: chunk 1 mask %b", got)
-	}
-	// Send the next message without its packet 6, so that its buffer's
-	// bytes there stay canaries unless the late packet wrote them. (The
-	// buffer is read only after the message's own writes, which the bitmap
-	// orders before the read; the late packet has no such order with a
-	// read, so reading earlier would race whenever the kernel carries it.)
-	e.im.set(func(slot, pkt int) (int, bool) {
-		if slot == 0 && pkt == 6 {
-			return 0, false
-		}
-		return 1, false
-	}, false)
-	send(t, sq, smr, size, 2) // message 1 into slot 1
-	send(t, sq, smr, size, 3) // message 2 into slot 0, next generation
-	waitFor(t, "next message's chunk 0", next, func() bool { return next.ChunkDone(0) && next.ExpandChunk(1) == 0b1011 })
-	settle()
 	if !bytes.Equal(rbuf[2*size+6*mtu:2*size+7*mtu], bytes.Repeat([]byte{0xCA}, mtu)) {
 		t.Error("a late packet wrote into the slot's next buffer")
 	}
 	if !bytes.Equal(rbuf[2*size:2*size+6*mtu], src[:6*mtu]) || !bytes.Equal(rbuf[2*size+7*mtu:3*size], src[7*mtu:]) {
 		t.Error("the slot's next message is corrupted")
 	}
-	filler.Complete()
-	next.Complete()
 }
 
 func testStreaming(t *testing.T, e *env) {
@@ -397,7 +419,7 @@ func testStreaming(t *testing.T, e *env) {
 		}
 	}
 	waitFor(t, "chunks 1 and 4", h, func() bool { return h.ChunkDone(1) && h.ChunkDone(4) })
-	settle()
+	e.fence()
 	if got := h.Bitmap(nil)[0]; got != 0b010010 {
 		t.Errorf("bitmap %06b, want 010010", got)
 	}
@@ -489,8 +511,11 @@ func testLengthErrors(t *testing.T, e *env) {
 	if _, err := rq.PostRecv(register(t, rctx, make([]byte, 16)), 8, 16); !errors.Is(err, sdr.ErrInvalid) {
 		t.Errorf("receive outside its MR: %v", err)
 	}
+	if _, err := rq.PostRecv(register(t, sctx, make([]byte, 16)), 0, 16); !errors.Is(err, sdr.ErrInvalid) {
+		t.Errorf("receive into another context's MR: %v", err)
+	}
 	// A send longer than the matched receive (but within the slot): the
-	// receive completes its own chunks, and the excess touches nothing.
+	// receive completes its own chunks and the excess touches nothing.
 	const posted = 2 * chunkSize
 	guarded := bytes.Repeat([]byte{0xCA}, posted+chunkSize)
 	rmr := register(t, rctx, guarded)
@@ -500,13 +525,18 @@ func testLengthErrors(t *testing.T, e *env) {
 	}
 	src := pattern(3*chunkSize, 6)
 	send(t, sq, register(t, sctx, src), 3*chunkSize, 7)
-	waitFor(t, "the posted chunks", h, h.Done)
-	settle()
+	waitFor(t, "the posted chunks", h, func() bool { return h.CompleteChunks() == 2 })
+	// Complete is the fence: when it returns nothing writes the buffer
+	// any more, and later packets find no buffer. (A message fence
+	// would not do: over RC the excess is a remote access error that
+	// takes the channel QP down.)
+	if err := h.Complete(); err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(guarded[:posted], src[:posted]) {
 		t.Error("posted part differs")
 	}
 	if !bytes.Equal(guarded[posted:], bytes.Repeat([]byte{0xCA}, chunkSize)) {
 		t.Error("a send longer than its receive wrote past the posted buffer")
 	}
-	h.Complete()
 }

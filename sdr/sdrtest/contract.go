@@ -1,0 +1,623 @@
+package sdrtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// dropPacket returns a policy that drops the listed packets of every
+// message and delivers the rest once.
+func dropPacket(pkts ...int) func(slot, pkt int) (int, bool) {
+	return func(slot, pkt int) (int, bool) {
+		for _, p := range pkts {
+			if pkt == p {
+				return 0, false
+			}
+		}
+		return 1, false
+	}
+}
+
+// testLateWindowEdge holds back one packet of message 0, runs the QP
+// through LateWindow()-1 more messages, and releases it: just inside the
+// window it must touch no buffer and no bitmap of the four receives then
+// posted (one per slot, their own packet 6 withheld). Then the receive of
+// message W (the same generation and message ID as message 0) is posted
+// and the packet released again: beyond the window it is that message's
+// own, and counts, which shows the documented window is exact.
+func testLateWindowEdge(t *testing.T, e *env) {
+	attr := defaultAttr()
+	attr.ImmLayout = wire.LongMessageImmLayout // 256 message IDs
+	attr.MaxMessages = 4
+	attr.Generations = 2
+	attr.MaxInFlightBytes = 4 * 2 * chunkSize
+	sq, rq, sctx, rctx := e.pair(attr, 2)
+	w := rq.LateWindow()
+	if w != 256 {
+		t.Fatalf("LateWindow %d, want 256 (256 IDs, 4 slots, 2 generations)", w)
+	}
+	const size = 2 * chunkSize // 8 packets
+	canary := bytes.Repeat([]byte{0xCA}, mtu)
+	oldSrc, newSrc := pattern(size, 0x10), pattern(size, 0x20)
+	oldBuf := bytes.Repeat([]byte{0xCA}, size)
+	live := bytes.Repeat([]byte{0xCA}, 4*size) // the four receives posted when the packet comes back
+	scratch := make([]byte, size)
+	oldMR, liveMR, scratchMR := register(t, rctx, oldBuf), register(t, rctx, live), register(t, rctx, scratch)
+	oldSrcMR, newSrcMR := register(t, sctx, oldSrc), register(t, sctx, newSrc)
+
+	h0, err := rq.PostRecv(oldMR, 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.im.set(func(slot, pkt int) (int, bool) {
+		if pkt == 6 {
+			return 0, true
+		}
+		return 1, false
+	}, false)
+	if _, err := sq.PostSend(sdr.SendRequest{MR: oldSrcMR, Length: size}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message 0 but packet 6", h0, func() bool { return h0.ChunkDone(0) && h0.ExpandChunk(1) == 0b1011 })
+	if err := h0.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	e.im.set(nil, false)
+	// Messages 1 .. W-5 pass through one scratch buffer.
+	for n := 1; n <= w-5; n++ {
+		h, err := rq.PostRecv(scratchMR, 0, size)
+		if err != nil {
+			t.Fatalf("message %d: %v", n, err)
+		}
+		if _, err := sq.PostSend(sdr.SendRequest{MR: newSrcMR, Length: size}); err != nil {
+			t.Fatalf("message %d: %v", n, err)
+		}
+		waitFor(t, "an intermediate message", h, h.Done)
+		if err := h.Complete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Messages W-4 .. W-1 fill every slot; the late packet comes back
+	// before them, their packets 4 on its channel (6 mod 2) fence it.
+	var hs []*sdr.RecvHandle
+	for i := range 4 {
+		h, err := rq.PostRecv(liveMR, i*size, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	if err := e.im.release(true); err != nil {
+		t.Fatal(err)
+	}
+	e.im.set(dropPacket(6), false)
+	for range 4 {
+		if _, err := sq.PostSend(sdr.SendRequest{MR: newSrcMR, Length: size}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, h := range hs {
+		waitFor(t, "a live message but packet 6", h, func() bool { return h.ChunkDone(0) && h.ExpandChunk(1)&0b1011 == 0b1011 })
+		if m := h.ExpandChunk(1); m != 0b1011 {
+			t.Errorf("message W-%d: chunk 1 mask %04b: message 0's late packet counted just inside the window", 4-i, m)
+		}
+		if err := h.Complete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if got := live[i*size+6*mtu : i*size+7*mtu]; !bytes.Equal(got, canary) {
+			t.Errorf("message W-%d: message 0's late packet wrote its buffer just inside the window", 4-i)
+		}
+	}
+	if !bytes.Equal(oldBuf[6*mtu:7*mtu], canary) {
+		t.Error("a late packet wrote into its completed buffer")
+	}
+	// Message W has message 0's key: the same packet is now its own.
+	hw, err := rq.PostRecv(oldMR, 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.im.release(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.PostSend(sdr.SendRequest{MR: newSrcMR, Length: size}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message W", hw, hw.Done)
+	if err := hw.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(oldBuf[6*mtu:7*mtu], oldSrc[6*mtu:7*mtu]) {
+		t.Error("beyond the window, message 0's packet did not land in message W's buffer: the window is not what LateWindow says")
+	}
+	if !bytes.Equal(oldBuf[:6*mtu], newSrc[:6*mtu]) || !bytes.Equal(oldBuf[7*mtu:], newSrc[7*mtu:]) {
+		t.Error("message W's own packets are wrong")
+	}
+}
+
+// testCompleteRace completes a receive while its message's packets are
+// still arriving and at once reuses the buffer: after Complete nothing may
+// write it (under -race a late copy is a reported race as well).
+func testCompleteRace(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 2)
+	const size = 4 * chunkSize
+	iterations := 1000
+	if testing.Short() {
+		iterations = 100
+	}
+	buf := make([]byte, size)
+	rmr, smr := register(t, rctx, buf), register(t, sctx, pattern(size, 7))
+	reused := bytes.Repeat([]byte{0xEE}, size)
+	for i := range iterations {
+		h, err := rq.PostRecv(rmr, 0, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: size}); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 { // sometimes let a few packets land first
+			waitFor(t, "the first chunk", h, func() bool { return h.ChunkDone(0) })
+		}
+		if err := h.Complete(); err != nil {
+			t.Fatal(err)
+		}
+		copy(buf, reused) // the application owns the buffer again
+		e.fence()
+		if !bytes.Equal(buf, reused) {
+			t.Fatalf("iteration %d: the buffer changed after Complete returned", i)
+		}
+	}
+}
+
+// testFailedSends makes every kind of send fail and checks that none of
+// them consumed a message number: the sends that succeed afterwards land
+// in the receives posted first, in order.
+func testFailedSends(t *testing.T, e *env) {
+	attr := defaultAttr()
+	attr.MaxMessages = 4
+	attr.MaxInFlightBytes = 4 * 4 * chunkSize
+	sq, rq, sctx, rctx := e.pair(attr, 2)
+	slot := sq.MaxMessageSize()
+	src := pattern(slot, 8)
+	smr := register(t, sctx, src)
+	foreign := register(t, rctx, make([]byte, mtu))
+	dst := make([]byte, 4*slot)
+	rmr := register(t, rctx, dst)
+	var hs []*sdr.RecvHandle
+	for i, length := range []int{2 * mtu, mtu, mtu, mtu} { // the lengths of messages 0..3
+		h, err := rq.PostRecv(rmr, i*slot, length)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	before := e.im.packets()
+	for _, c := range []struct {
+		name string
+		req  sdr.SendRequest
+		want error
+	}{
+		{"nil MR", sdr.SendRequest{Length: mtu, HasImm: true}, sdr.ErrInvalid},
+		{"range outside the MR", sdr.SendRequest{MR: smr, Off: slot - 10, Length: 20, HasImm: true}, sdr.ErrInvalid},
+		{"negative offset", sdr.SendRequest{MR: smr, Off: -1, Length: 20}, sdr.ErrInvalid},
+		{"longer than a slot", sdr.SendRequest{MR: smr, Length: slot + 1}, sdr.ErrTooLong},
+		{"negative length", sdr.SendRequest{MR: smr, Length: -1}, sdr.ErrTooLong},
+		{"zero length without an immediate", sdr.SendRequest{MR: smr}, sdr.ErrInvalid},
+		{"another context's MR", sdr.SendRequest{MR: foreign, Length: mtu}, sdr.ErrInvalid},
+	} {
+		if _, err := sq.PostSend(c.req); !errors.Is(err, c.want) {
+			t.Errorf("PostSend with %s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	if _, err := sq.StartStream(sdr.StreamRequest{}); !errors.Is(err, sdr.ErrInvalid) {
+		t.Errorf("zero-length stream without an immediate: %v", err)
+	}
+	if n := e.im.packets(); n != before {
+		t.Errorf("failed sends injected %d packets", n-before)
+	}
+	// Message 0.
+	if _, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: 2 * mtu, Imm: 0xA0, HasImm: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Messages 1..4 as open streams; a fifth message must wait (ErrRetry)
+	// without taking a number.
+	var streams []*sdr.Stream
+	for i := 1; i <= 4; i++ {
+		st, err := sq.StartStream(sdr.StreamRequest{Length: mtu, Imm: 0xA0 + uint32(i), HasImm: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	if _, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: mtu, Imm: 0xBAD, HasImm: true}); !errors.Is(err, sdr.ErrRetry) {
+		t.Fatalf("fifth open message: %v", err)
+	}
+	if _, err := sq.StartStream(sdr.StreamRequest{Length: mtu, HasImm: true}); !errors.Is(err, sdr.ErrRetry) {
+		t.Fatalf("fifth open stream: %v", err)
+	}
+	waitImm := func(h *sdr.RecvHandle, want uint32) {
+		t.Helper()
+		waitFor(t, "a message", h, func() bool { _, ok := h.Imm(); return h.Done() && ok })
+		if imm, _ := h.Imm(); imm != want {
+			t.Errorf("receive got immediate %#x, want %#x: a failed send consumed a message number", imm, want)
+		}
+	}
+	waitImm(hs[0], 0xA0)
+	if !bytes.Equal(dst[:2*mtu], src[:2*mtu]) {
+		t.Error("message 0's data differs")
+	}
+	// Message 4 reuses receive 0's slot.
+	if err := hs[0].Complete(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := rq.PostRecv(rmr, 0, mtu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs = append(hs, h)
+	for _, st := range streams {
+		if err := st.Continue(smr, 0, mtu, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.End(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		waitImm(hs[i], 0xA0+uint32(i))
+		if err := hs[i].Complete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testContinueOverflow checks that chunk offsets whose byte offset
+// overflows are refused and send nothing.
+func testContinueOverflow(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 1)
+	const size = 2 * chunkSize
+	dst := make([]byte, size)
+	h, err := rq.PostRecv(register(t, rctx, dst), 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smr := register(t, sctx, pattern(size, 9))
+	st, err := sq.StartStream(sdr.StreamRequest{Length: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.im.packets()
+	for _, off := range []int{1 << 52, 1<<63/chunkSize + 1, -1, 1<<62 + 1, 2} {
+		if err := st.Continue(smr, 0, chunkSize, off); !errors.Is(err, sdr.ErrTooLong) {
+			t.Errorf("Continue at chunk %d: %v", off, err)
+		}
+	}
+	if err := st.Continue(nil, 0, chunkSize, 0); !errors.Is(err, sdr.ErrInvalid) {
+		t.Errorf("Continue without memory: %v", err)
+	}
+	if n := e.im.packets(); n != before {
+		t.Errorf("refused Continues injected %d packets", n-before)
+	}
+	if _, err := st.End(); err != nil {
+		t.Fatal(err)
+	}
+	e.fence()
+	if h.CompleteChunks() != 0 || h.ExpandChunk(0) != 0 || h.ExpandChunk(1) != 0 {
+		t.Errorf("refused Continues wrote packets: masks %b %b", h.ExpandChunk(0), h.ExpandChunk(1))
+	}
+	h.Complete()
+}
+
+// testMalformedPeerInfo hands Connect blobs no backend can accept, then
+// connects the same QPs properly: a failed Connect leaves nothing behind.
+func testMalformedPeerInfo(t *testing.T, e *env) {
+	sctx, err := sdr.Open(e.im, sdr.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sctx.Close() })
+	rctx, err := sdr.Open(e.recv, sdr.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rctx.Close() })
+	sa, ra := defaultAttr(), defaultAttr()
+	sa.Send, ra.Recv = true, true
+	sq, err := sctx.NewQP(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rq, err := rctx.NewQP(ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri, err := rq.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, blob := range [][]byte{nil, {}, []byte("{}"), []byte(`{"qpns":[]}`), []byte(`{"qpns":[[]]}`),
+		[]byte("null"), []byte("not info"), ri[:len(ri)/2], append(bytes.Clone(ri), ri...)} {
+		if err := sq.Connect(blob); !errors.Is(err, sdr.ErrPeerInfo) {
+			t.Errorf("Connect(%.40q): %v, want ErrPeerInfo", blob, err)
+		}
+	}
+	if _, err := sq.PostSend(sdr.SendRequest{Length: 0, HasImm: true}); !errors.Is(err, sdr.ErrNotConnected) {
+		t.Errorf("send after failed Connects: %v", err)
+	}
+	si, err := sq.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sq.Connect(ri); err != nil {
+		t.Fatalf("Connect with good info after failed ones: %v", err)
+	}
+	if err := sq.Connect(ri); !errors.Is(err, sdr.ErrInvalid) {
+		t.Errorf("second Connect: %v", err)
+	}
+	if err := rq.Connect(si); err != nil {
+		t.Fatal(err)
+	}
+	h, err := rq.PostRecv(nil, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sq.PostSend(sdr.SendRequest{Imm: 0x600D, HasImm: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a message after failed Connects", h, h.Done)
+	if imm, _ := h.Imm(); imm != 0x600D {
+		t.Errorf("immediate %#x", imm)
+	}
+}
+
+// testMismatchedPeerInfo connects QPs that disagree on one geometry field
+// each and expects a *MismatchError; the receiver then connects to a
+// matching sender and works.
+func testMismatchedPeerInfo(t *testing.T, e *env) {
+	rctx, err := sdr.Open(e.recv, sdr.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rctx.Close() })
+	base := defaultAttr()
+	ra := base
+	ra.Recv = true
+	rq, err := rctx.NewQP(ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ri, err := rq.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		channels int
+		change   func(*sdr.QPAttr)
+	}{
+		{"MTU", 2, func(a *sdr.QPAttr) { a.MTU = 2048; a.ChunkSize = 2 * 2048 }},
+		{"chunk size", 2, func(a *sdr.QPAttr) { a.ChunkSize = 2 * mtu }},
+		{"slots", 2, func(a *sdr.QPAttr) { a.MaxMessages = 8 }},
+		{"slot size", 2, func(a *sdr.QPAttr) { a.MaxInFlightBytes = 8 << 20 }},
+		{"generations", 2, func(a *sdr.QPAttr) { a.Generations = 3 }},
+		{"channels", 3, func(a *sdr.QPAttr) {}},
+		{"layout", 2, func(a *sdr.QPAttr) { a.ImmLayout = wire.LongMessageImmLayout }},
+	} {
+		sctx, err := sdr.Open(e.im, sdr.DeviceAttr{Channels: c.channels})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa := base
+		sa.Send = true
+		c.change(&sa)
+		sq, err := sctx.NewQP(sa)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		si, err := sq.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mismatch *sdr.MismatchError
+		if err := sq.Connect(ri); !errors.Is(err, sdr.ErrPeerMismatch) || !errors.As(err, &mismatch) {
+			t.Errorf("%s differs: sender's Connect: %v", c.name, err)
+		}
+		if err := rq.Connect(si); !errors.Is(err, sdr.ErrPeerMismatch) {
+			t.Errorf("%s differs: receiver's Connect: %v", c.name, err)
+		}
+		sctx.Close()
+	}
+	// The receiver is still connectable.
+	sctx, err := sdr.Open(e.im, sdr.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sctx.Close() })
+	sa := base
+	sa.Send = true
+	sq, err := sctx.NewQP(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := sq.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sq.Connect(ri); err != nil {
+		t.Fatal(err)
+	}
+	if err := rq.Connect(si); err != nil {
+		t.Fatalf("receiver after mismatched Connects: %v", err)
+	}
+	src := pattern(3*mtu, 10)
+	dst := make([]byte, 3*mtu)
+	h, err := rq.PostRecv(register(t, rctx, dst), 0, len(dst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, sq, register(t, sctx, src), len(src), 0x5EED)
+	waitFor(t, "the message", h, h.Done)
+	if !bytes.Equal(dst, src) {
+		t.Error("data differs")
+	}
+}
+
+// testWakeOnImmediate leaves a message's immediate one nibble short, then
+// delivers the one packet that completes it without completing a chunk:
+// Wait must wake for it.
+func testWakeOnImmediate(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 1) // one worker: packets handled in order
+	const size = 4 * chunkSize                     // 16 packets
+	const imm = 0x87654321
+	src := pattern(size, 11)
+	dst := make([]byte, size)
+	rmr, smr := register(t, rctx, dst), register(t, sctx, src)
+	h, err := rq.PostRecv(rmr, 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sq.StartStream(sdr.StreamRequest{Length: size, Imm: imm, HasImm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nibble 5 travels in packets 5 and 13 only.
+	e.im.set(dropPacket(5, 6, 13), false)
+	if err := st.Continue(smr, 0, size, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "everything but packets 5, 6 and 13", h, func() bool { return h.ExpandChunk(3) == 0b1101 })
+	if _, ok := h.Imm(); ok || h.ChunkDone(1) {
+		t.Fatal("immediate or chunk 1 complete without their packets")
+	}
+	// Every token of the first pass has been sent (one worker, and the
+	// last packet was seen); drain them.
+	for len(h.Progress()) > 0 {
+		<-h.Progress()
+	}
+	e.im.set(dropPacket(4, 6, 7), false)
+	if err := st.Continue(smr, chunkSize, chunkSize, 1); err != nil { // only packet 5 goes out
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Wait(ctx); err != nil {
+		t.Fatalf("Wait did not wake when the immediate completed: %v", err)
+	}
+	if got, ok := h.Imm(); !ok || got != imm {
+		t.Errorf("immediate %#x complete %v after the wake-up", got, ok)
+	}
+	if h.ChunkDone(1) {
+		t.Error("chunk 1 complete without packet 6")
+	}
+	e.im.set(nil, false)
+	if _, err := st.End(); err != nil {
+		t.Fatal(err)
+	}
+	h.Complete()
+}
+
+// testZeroLength pins the zero-length semantics down: no chunks, Done
+// with the immediate, never Done with payload it cannot hold.
+func testZeroLength(t *testing.T, e *env) {
+	sq, rq, sctx, _ := e.pair(defaultAttr(), 2)
+	h, err := rq.PostRecv(nil, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Chunks() != 0 || len(h.Bitmap(nil)) != 0 || h.CompleteChunks() != 0 || h.Done() {
+		t.Fatalf("fresh zero-length receive: %d chunks, bitmap %v, done %v", h.Chunks(), h.Bitmap(nil), h.Done())
+	}
+	if _, err := sq.PostSend(sdr.SendRequest{Imm: 0xC0FFEE, HasImm: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for !h.Done() {
+		if err := h.Wait(ctx); err != nil {
+			t.Fatalf("zero-length message with an immediate never became Done: %v", err)
+		}
+	}
+	if imm, ok := h.Imm(); !ok || imm != 0xC0FFEE || h.Truncated() {
+		t.Errorf("immediate %#x complete %v truncated %v", imm, ok, h.Truncated())
+	}
+	if err := h.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	// 1 KiB (with an immediate) into a zero-length receive: its payload
+	// has nowhere to go, so the receive is truncated and never Done.
+	h, err = rq.PostRecv(nil, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, sq, register(t, sctx, pattern(mtu, 12)), mtu, 0x1234)
+	waitFor(t, "truncation", h, h.Truncated)
+	e.fence()
+	if h.Done() {
+		t.Error("a zero-length receive reports Done for a 1 KiB message")
+	}
+	if err := h.Complete(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testSendImmCarriers loses a carrier and repairs it with SendImmCarriers.
+func testSendImmCarriers(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 2)
+	const size = 2*mtu - 100 // two packets: carriers 2..7
+	src := pattern(size, 13)
+	dst := make([]byte, size)
+	h, err := rq.PostRecv(register(t, rctx, dst), 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smr := register(t, sctx, src)
+	st, err := sq.StartStream(sdr.StreamRequest{Length: size, Imm: 0xFACEB00C, HasImm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Continue(smr, 0, size, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.im.set(dropPacket(5), false)
+	if err := st.SendImmCarriers(); err != nil {
+		t.Fatal(err)
+	}
+	e.fence()
+	if _, ok := h.Imm(); ok || !h.Done() {
+		t.Fatalf("carrier 5 lost: immediate complete %v, data done %v", ok, h.Done())
+	}
+	if err := st.SendImmCarriers(); err != nil { // repairs it
+		t.Fatal(err)
+	}
+	waitFor(t, "the repaired immediate", h, func() bool { _, ok := h.Imm(); return ok })
+	if imm, _ := h.Imm(); imm != 0xFACEB00C {
+		t.Errorf("immediate %#x", imm)
+	}
+	if _, err := st.End(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SendImmCarriers(); !errors.Is(err, sdr.ErrDone) {
+		t.Errorf("SendImmCarriers after End: %v", err)
+	}
+	h.Complete()
+	// A message long enough for every nibble has no carriers: a no-op.
+	long, err := sq.StartStream(sdr.StreamRequest{Length: 8 * mtu, HasImm: true, Imm: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.im.packets()
+	if err := long.SendImmCarriers(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.im.packets() - before; n != 0 {
+		t.Errorf("SendImmCarriers of an 8-packet message sent %d packets", n)
+	}
+}
