@@ -63,12 +63,14 @@ func TestWriteBWMetrics(t *testing.T) {
 	go func() {
 		re := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:[1-9][0-9]*/metrics)`)
 		sc := bufio.NewScanner(stderrR)
+		defer close(announced)
 		for sc.Scan() {
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				announced <- m[1]
+				io.Copy(io.Discard, stderrR) // whatever follows must not block the run
+				return
 			}
 		}
-		close(announced)
 	}()
 	exit := make(chan int, 1)
 	var stdout bytes.Buffer
