@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
@@ -91,7 +92,10 @@ func TestConnectedTransfers(t *testing.T) {
 func testConnectedTransfers(t *testing.T, hosts func(testing.TB) (*host, *host), typ emunic.QPType, op emunic.Op) {
 	a, b := hosts(t)
 	qa, qb := a.QP(t, typ), b.QP(t, typ)
-	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
+	// No retries: on this clean link RC must never need one. The timeout
+	// is long so that a loaded machine's scheduling stall of a 3 MiB
+	// message's ACKs is not mistaken for a loss.
+	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{Timeout: time.Second})
 	for i, size := range messageSizes {
 		transfer(t, a, qa, b, qb, op, size, uint64(i))
 	}
