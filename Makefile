@@ -6,7 +6,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30000x
 # package:target pairs
 FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wire:FuzzPcapReader \
-               wire:FuzzImmLayout emunic:FuzzResponder
+               wire:FuzzImmLayout emunic:FuzzResponder emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence sdr/engine:FuzzProcess
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 

@@ -35,6 +35,13 @@ type qp struct {
 
 	slots []atomic.Pointer[armed]
 
+	workerList []*channelWorker
+	fenceSeq   atomic.Uint64
+	fenceMu    sync.Mutex // with fenceCond: workers report fences reached
+	fenceCond  *sync.Cond
+
+	closing atomic.Bool // a worker stopped: fences no longer wait
+
 	connMu sync.Mutex // serializes Connect
 	peer   atomic.Pointer[peer]
 	broken atomic.Pointer[error] // a Connect that failed half-way
@@ -76,12 +83,17 @@ type txState struct {
 }
 
 // channelWorker runs the per-packet engine for one channel's receive CQ.
-// Its goroutine owns every field; it reads q.byQPN (read-only) and
-// q.slots (atomic).
+// Its goroutine owns cqes; it reads q.byQPN (read-only), q.slots and
+// q.fenceSeq (atomics). acked and wake are its side of the fence
+// handshake with Arm (see fence).
 type channelWorker struct {
 	q    *qp
 	cq   *emunic.CQ
 	cqes [256]emunic.CQE
+
+	acked  atomic.Uint64 // the last fence sequence seen with the CQ drained
+	wakeMu sync.Mutex
+	wake   context.CancelFunc // cancels the context the worker waits on
 }
 
 func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
@@ -153,8 +165,10 @@ func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	q.stop = stop
+	q.fenceCond = sync.NewCond(&q.fenceMu)
 	for c := range d.channels {
 		w := &channelWorker{q: q, cq: q.recvCQs[c]}
+		q.workerList = append(q.workerList, w)
 		q.workers.Go(func() { w.run(ctx) })
 	}
 	d.mu.Lock()
@@ -262,6 +276,11 @@ func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length in
 		if err := q.roots[gen].SetSlotRange(entry, m.mr, uint64(off), uint64(length)); err != nil {
 			return nil, fmt.Errorf("sdrnic: arm slot %d: %w", slot, err)
 		}
+		// A packet of this message that arrived before the entry was set
+		// went to the null MR; its completion must not count once the
+		// slot is live, or a chunk would read complete with no data.
+		q.quiesce()
+		q.fence()
 	}
 	es.Activate(msgID, gen)
 	a := &armed{es: es, progress: progress, gen: gen, entry: entry}
@@ -292,27 +311,88 @@ func (q *qp) Disarm(slot int) error {
 	}
 	a.es.Deactivate()
 	err := q.roots[a.gen].SetSlot(a.entry, nil)
-	// Quiesce: a packet that resolved the old buffer before SetSlot is
-	// being copied under its QP's lock; State waits for that lock.
+	q.quiesce()
+	return err
+}
+
+// quiesce returns once every packet that resolved its memory before the
+// call has been copied and completed: emunic executes a packet under its
+// QP's lock, and State takes that lock.
+func (q *qp) quiesce() {
 	for _, row := range q.chans {
 		for _, t := range row {
 			t.State()
 		}
 	}
-	return err
+}
+
+// fence returns once every worker has processed all completions its CQ
+// held when fence was called: each worker acknowledges the new sequence
+// number after a poll that drained its CQ (waking from an idle wait to do
+// so). Costs a wake-up per worker; nothing per packet.
+func (q *qp) fence() {
+	seq := q.fenceSeq.Add(1)
+	for _, w := range q.workerList {
+		w.kick()
+	}
+	q.fenceMu.Lock()
+	defer q.fenceMu.Unlock()
+	for _, w := range q.workerList {
+		for w.acked.Load() < seq && q.ctxAlive() {
+			q.fenceCond.Wait()
+		}
+	}
+}
+
+// ctxAlive reports whether the workers still run (fence must not wait
+// for a stopped worker).
+func (q *qp) ctxAlive() bool { return !q.closing.Load() }
+
+// kick wakes the worker from an idle wait.
+func (w *channelWorker) kick() {
+	w.wakeMu.Lock()
+	if w.wake != nil {
+		w.wake()
+		w.wake = nil
+	}
+	w.wakeMu.Unlock()
+}
+
+// waitContext returns the context the worker's next idle wait uses,
+// made before the worker reads the fence sequence so that a kick after
+// that read always interrupts the wait.
+func (w *channelWorker) waitContext(parent context.Context, cur context.Context) context.Context {
+	w.wakeMu.Lock()
+	defer w.wakeMu.Unlock()
+	if w.wake == nil {
+		cur, w.wake = context.WithCancel(parent)
+	}
+	return cur
 }
 
 func (w *channelWorker) run(ctx context.Context) {
+	defer func() {
+		w.q.fenceMu.Lock()
+		w.q.closing.Store(true)
+		w.q.fenceCond.Broadcast()
+		w.q.fenceMu.Unlock()
+	}()
+	var waitCtx context.Context
 	for {
+		waitCtx = w.waitContext(ctx, waitCtx)
+		seq := w.q.fenceSeq.Load()
 		n := w.cq.Poll(w.cqes[:])
-		if n == 0 {
-			if w.cq.Wait(ctx) != nil {
-				return
-			}
-			continue
-		}
 		for i := range n {
 			w.process(&w.cqes[i])
+		}
+		if n < len(w.cqes) && w.acked.Load() < seq {
+			w.q.fenceMu.Lock()
+			w.acked.Store(seq)
+			w.q.fenceCond.Broadcast()
+			w.q.fenceMu.Unlock()
+		}
+		if n == 0 && w.cq.Wait(waitCtx) != nil && ctx.Err() != nil {
+			return
 		}
 	}
 }
