@@ -95,11 +95,11 @@ func ParseInfo(blob []byte) (*Info, error) {
 		return bad("MTU %d", in.MTU)
 	case in.ChunkSize <= 0 || in.ChunkSize%in.MTU != 0 || in.ChunkSize/in.MTU > 64:
 		return bad("chunk size %d is not 1..64 MTUs", in.ChunkSize)
-	case in.MaxMessages < 1 || in.MaxMessages&(in.MaxMessages-1) != 0 || uint32(in.MaxMessages) > layout.MaxMessageIDs():
+	case in.MaxMessages < 1 || in.MaxMessages&(in.MaxMessages-1) != 0 || uint64(in.MaxMessages) > uint64(layout.MaxMessageIDs()):
 		return bad("%d slots", in.MaxMessages)
-	case in.SlotSize <= 0 || in.SlotSize%in.MTU != 0 || uint32(in.SlotSize/in.MTU) > layout.MaxPackets():
+	case in.SlotSize <= 0 || in.SlotSize%in.MTU != 0 || uint64(in.SlotSize/in.MTU) > uint64(layout.MaxPackets()):
 		return bad("slot size %d", in.SlotSize)
-	case in.RootEntries < in.MaxMessages || in.RootEntries&(in.RootEntries-1) != 0 || uint32(in.RootEntries) > layout.MaxMessageIDs():
+	case in.RootEntries < in.MaxMessages || in.RootEntries&(in.RootEntries-1) != 0 || uint64(in.RootEntries) > uint64(layout.MaxMessageIDs()):
 		return bad("%d root entries for %d slots", in.RootEntries, in.MaxMessages)
 	case uint64(in.RootEntries)*uint64(in.SlotSize) > 1<<62:
 		return bad("%d root entries of %d bytes", in.RootEntries, in.SlotSize)

@@ -1,0 +1,260 @@
+package sdrnic_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// gate holds the frames of one pipe direction while closed.
+type gate struct {
+	mu     sync.Mutex
+	closed bool
+	held   []func(time.Duration)
+	frames int
+}
+
+func (g *gate) hook(frame []byte, deliver func(time.Duration)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.frames++
+	if g.closed {
+		g.held = append(g.held, deliver)
+		return
+	}
+	deliver(0)
+}
+
+func (g *gate) set(closed bool) {
+	g.mu.Lock()
+	g.closed = closed
+	held := g.held
+	g.held = nil
+	g.mu.Unlock()
+	for _, d := range held {
+		d(0)
+	}
+}
+
+func (g *gate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.frames
+}
+
+// connectedPair opens an SDR QP pair over a pipe with hooks and options.
+func connectedPair(t *testing.T, cfg emunic.PipeConfig, opts sdrnic.Options, attr sdr.QPAttr, channels int) (sq, rq *sdr.QP, sctx, rctx *sdr.Context) {
+	t.Helper()
+	pa, pb := emunic.NewPipe(cfg)
+	a, b := devices(t, pa, pb, "10.0.0.1", "10.0.0.2", opts)
+	var err error
+	if sctx, err = sdr.Open(a, sdr.DeviceAttr{Channels: channels}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sctx.Close() })
+	if rctx, err = sdr.Open(b, sdr.DeviceAttr{Channels: channels}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rctx.Close() })
+	sa, ra := attr, attr
+	sa.Send, ra.Recv = true, true
+	if sq, err = sctx.NewQP(sa); err != nil {
+		t.Fatal(err)
+	}
+	if rq, err = rctx.NewQP(ra); err != nil {
+		t.Fatal(err)
+	}
+	si, _ := sq.Info()
+	ri, _ := rq.Info()
+	if err := sq.Connect(ri); err != nil {
+		t.Fatal(err)
+	}
+	if err := rq.Connect(si); err != nil {
+		t.Fatal(err)
+	}
+	return sq, rq, sctx, rctx
+}
+
+// TestRCFullSendQueueIsErrRetry holds the receiver's ACKs back until the
+// RC channel's send queue cannot take another message: that send fails
+// with ErrRetry before a single packet goes out, and once the ACKs flow
+// its retry lands in the next receive (no message number was consumed).
+func TestRCFullSendQueueIsErrRetry(t *testing.T) {
+	acks, data := &gate{}, &gate{}
+	attr := sdr.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 8, MaxInFlightBytes: 8 * 8 * 1024}
+	sq, rq, sctx, rctx := connectedPair(t, emunic.PipeConfig{AToB: data.hook, BToA: acks.hook}, sdrnic.Options{RC: true, SendQueueDepth: 1}, attr, 1)
+	const size = 8 * 1024 // 8 packets; the queue is raised to 2×(8+8)/1+2 = 34
+	src := make([]byte, size)
+	srcMR, err := sctx.RegisterMemory(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 8*size)
+	dstMR, err := rctx.RegisterMemory(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []*sdr.RecvHandle
+	for i := range 6 {
+		h, err := rq.PostRecv(dstMR, i*size, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	acks.set(true)
+	sent := 0
+	for ; sent < 8; sent++ {
+		before := data.count()
+		_, err := sq.PostSend(sdr.SendRequest{MR: srcMR, Length: size, Imm: uint32(sent), HasImm: true})
+		if errors.Is(err, sdr.ErrRetry) {
+			if n := data.count() - before; n != 0 {
+				t.Fatalf("a send refused with ErrRetry put %d frames on the wire", n)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sent != 4 {
+		t.Fatalf("%d messages of 8 packets fit a 34-request queue, want 4", sent)
+	}
+	acks.set(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		_, err := sq.PostSend(sdr.SendRequest{MR: srcMR, Length: size, Imm: uint32(sent), HasImm: true})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, sdr.ErrRetry) || ctx.Err() != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i, h := range hs[:sent+1] {
+		for {
+			if imm, ok := h.Imm(); ok && h.Done() {
+				if imm != uint32(i) {
+					t.Fatalf("receive %d got message %d: the refused send consumed a number", i, imm)
+				}
+				break
+			}
+			if err := h.Wait(ctx); err != nil {
+				t.Fatalf("receive %d: %v", i, err)
+			}
+		}
+	}
+}
+
+// TestConnectRejectsBadInfo hands Connect peer info that is well formed
+// JSON but wrong in shape or value; each fails with ErrPeerInfo and the
+// QP connects afterwards.
+func TestConnectRejectsBadInfo(t *testing.T) {
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+	a, b := devices(t, pa, pb, "10.0.0.1", "10.0.0.2", sdrnic.Options{})
+	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 16, SlotSize: 1 << 20, Generations: 2, Layout: wire.DefaultImmLayout}
+	da, err := a.Open(backend.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { da.Close() })
+	db, err := b.Open(backend.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	qa, err := da.NewQP(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := db.NewQP(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := qb.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, change := range map[string]func(*sdrnic.Info){
+		"uneven rows":          func(in *sdrnic.Info) { in.QPNs[1] = in.QPNs[1][:1] },
+		"no generations":       func(in *sdrnic.Info) { in.QPNs = nil },
+		"empty row":            func(in *sdrnic.Info) { in.QPNs = [][]uint32{{}, {}} },
+		"QPN 0":                func(in *sdrnic.Info) { in.QPNs[0][1] = 0 },
+		"QPN beyond 24 bits":   func(in *sdrnic.Info) { in.QPNs[0][0] = 1 << 24 },
+		"missing root key":     func(in *sdrnic.Info) { in.RootRKeys = in.RootRKeys[:1] },
+		"zero root key":        func(in *sdrnic.Info) { in.RootRKeys[1] = 0 },
+		"bases per gen":        func(in *sdrnic.Info) { in.RootBases = []uint64{0} },
+		"no GID":               func(in *sdrnic.Info) { in.GID = netip.Addr{} },
+		"huge slot size":       func(in *sdrnic.Info) { in.SlotSize = 1 << 62 },
+		"zero chunk size":      func(in *sdrnic.Info) { in.ChunkSize = 0 },
+		"bad layout":           func(in *sdrnic.Info) { in.Layout = "10/18/5" },
+		"17 generations":       func(in *sdrnic.Info) { in.QPNs = make([][]uint32, 17) },
+		"root entries":         func(in *sdrnic.Info) { in.RootEntries = 3 },
+		"unknown transport":    func(in *sdrnic.Info) { in.Transport = "ud" },
+		"MTU 1000":             func(in *sdrnic.Info) { in.MTU = 1000 },
+		"slots not power of 2": func(in *sdrnic.Info) { in.MaxMessages = 12 },
+	} {
+		var in sdrnic.Info
+		if err := json.Unmarshal(good, &in); err != nil {
+			t.Fatal(err)
+		}
+		change(&in)
+		blob, _ := json.Marshal(in)
+		if err := qa.Connect(blob); !errors.Is(err, backend.ErrPeerInfo) {
+			t.Errorf("%s: %v, want ErrPeerInfo", name, err)
+		}
+	}
+	if err := qa.Connect(good); err != nil {
+		t.Fatalf("Connect after refused info: %v", err)
+	}
+}
+
+// TestForeignMemory uses memory registered on another device: Arm and
+// Write refuse it with an error instead of panicking.
+func TestForeignMemory(t *testing.T) {
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+	a, b := devices(t, pa, pb, "10.0.0.1", "10.0.0.2", sdrnic.Options{})
+	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, SlotSize: 16384, Generations: 1, Layout: wire.DefaultImmLayout}
+	da, _ := a.Open(backend.DeviceAttr{Channels: 1})
+	t.Cleanup(func() { da.Close() })
+	db, _ := b.Open(backend.DeviceAttr{Channels: 1})
+	t.Cleanup(func() { db.Close() })
+	qa, err := da.NewQP(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, _ := db.NewQP(attr)
+	ia, _ := qa.Info()
+	ib, _ := qb.Info()
+	if err := qa.Connect(ib); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.Connect(ia); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := db.RegisterMemory(make([]byte, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qa.Arm(0, 0, 0, foreign, 0, 4096, make(chan struct{}, 1)); !errors.Is(err, emunic.ErrInvalidArgument) {
+		t.Errorf("Arm with another device's memory: %v", err)
+	}
+	if err := qa.Write(&backend.Write{Mem: foreign, Length: 4096}); !errors.Is(err, emunic.ErrInvalidArgument) {
+		t.Errorf("Write from another device's memory: %v", err)
+	}
+	if err := qa.Write(&backend.Write{Mem: nil, Length: 4096}); !errors.Is(err, emunic.ErrInvalidArgument) {
+		t.Errorf("Write from no memory: %v", err)
+	}
+}
