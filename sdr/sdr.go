@@ -234,7 +234,7 @@ func (a *QPAttr) setDefaults() error {
 		return a.ImmLayout.Validate()
 	case a.ImmLayout.MsgIDBits > maxMsgIDBits:
 		return bad("immediate layout %v has more than %d message-ID bits", a.ImmLayout, maxMsgIDBits)
-	case a.MaxMessages <= 0 || a.MaxMessages&(a.MaxMessages-1) != 0 || uint32(a.MaxMessages) > a.ImmLayout.MaxMessageIDs():
+	case a.MaxMessages <= 0 || a.MaxMessages&(a.MaxMessages-1) != 0 || uint64(a.MaxMessages) > uint64(a.ImmLayout.MaxMessageIDs()):
 		return bad("max messages %d is not a power of two up to %d", a.MaxMessages, a.ImmLayout.MaxMessageIDs())
 	case a.MaxInFlightBytes < a.MaxMessages*a.MTU:
 		return bad("max in-flight bytes %d below one MTU per slot", a.MaxInFlightBytes)
@@ -243,7 +243,7 @@ func (a *QPAttr) setDefaults() error {
 	case a.RateLimit < 0:
 		return bad("negative rate limit")
 	}
-	if slotPackets := a.MaxInFlightBytes / a.MaxMessages / a.MTU; uint32(slotPackets) > a.ImmLayout.MaxPackets() {
+	if slotPackets := a.MaxInFlightBytes / a.MaxMessages / a.MTU; uint64(slotPackets) > uint64(a.ImmLayout.MaxPackets()) {
 		return bad("slots of %d packets exceed the immediate's %d", slotPackets, a.ImmLayout.MaxPackets())
 	}
 	return nil
