@@ -55,3 +55,57 @@ func TestReceivePathAllocatesNothing(t *testing.T) {
 		t.Errorf("%d chunks complete after every packet of the slot, want 16", es.CompleteChunks())
 	}
 }
+
+// BenchmarkPostRecvComplete measures the control cost of one receive:
+// PostRecv (memory entry, quiesce, worker fence, engine activation) and
+// Complete (deactivation, null entry, quiesce), with two channels and two
+// generations on an idle pipe.
+func BenchmarkPostRecvComplete(b *testing.B) {
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+	var devs []*emunic.Device
+	for i, p := range []emunic.Port{pa, pb} {
+		dev, err := emunic.NewDevice(emunic.Config{Port: p, GID: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), MAC: [6]byte{2, 0, 0, 0, 0, byte(i + 1)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { dev.Close() })
+		devs = append(devs, dev)
+	}
+	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, SlotSize: 64 << 10, Generations: 2, Layout: wire.DefaultImmLayout}
+	var qps []backend.QP
+	var ds []backend.Device
+	for _, dev := range devs {
+		d, err := New(dev, Options{}).Open(backend.DeviceAttr{Channels: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { d.Close() })
+		q, err := d.NewQP(attr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds, qps = append(ds, d), append(qps, q)
+	}
+	ia, _ := qps[0].Info()
+	ib, _ := qps[1].Info()
+	if err := qps[0].Connect(ib); err != nil {
+		b.Fatal(err)
+	}
+	if err := qps[1].Connect(ia); err != nil {
+		b.Fatal(err)
+	}
+	mem, err := ds[1].RegisterMemory(make([]byte, 64<<10))
+	if err != nil {
+		b.Fatal(err)
+	}
+	progress := make(chan struct{}, 1)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := qps[1].Arm(i%4, uint32(i%1024), uint32(i/4%2), mem, 0, 64<<10, progress); err != nil {
+			b.Fatal(err)
+		}
+		if err := qps[1].Disarm(i % 4); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
