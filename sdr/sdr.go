@@ -31,6 +31,8 @@
 // MaxMessages = 1024 and two generations, 2048). A packet that old is
 // indistinguishable from that message's own; a reliability scheme must not
 // resend a packet of message n once message n+W may have been posted.
+// Early packets (sent before their receive is posted) are dropped: none
+// of them is counted in a bitmap unless its payload reached the buffer.
 //
 // # Zero-length messages and truncation
 //
