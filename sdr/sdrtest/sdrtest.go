@@ -379,7 +379,7 @@ func testLatePackets(t *testing.T, e *env) {
 	// Send the next message without its packet 6, so that its buffer's
 	// bytes there stay canaries unless the late packet wrote them; its
 	// packets on the late packet's channel fence it.
-	e.im.set(func(slot, pkt int) (int, bool) { return min(1, pkt^6), false }, false)
+	e.im.set(dropPacket(6), false)
 	send(t, sq, smr, size, 3)
 	waitFor(t, "next message's chunk 0 and packets 4, 5, 7", next, func() bool { return next.ChunkDone(0) && next.ExpandChunk(1) == 0b1011 })
 	if got := next.ExpandChunk(1); got != 0b1011 || next.CompleteChunks() != 1 {
