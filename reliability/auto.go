@@ -1,8 +1,35 @@
 package reliability
 
-import "github.com/sdr-rdma/sdr/reliability/ec"
+import (
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/model"
+)
 
-// choose is Auto's pick for a transfer of length bytes.
+// choose is Auto's pick for a transfer of length bytes: the scheme and
+// code the paper's models (reliability/model) predict to finish first on
+// the link as measured, with the configured bandwidth. Before the first
+// loss sample the link looks lossless, which picks SR.
 func (e *Estimator) choose(length int) (Scheme, ec.Params) {
+	if length == 0 {
+		return SRRTO, ec.Params{}
+	}
+	link := model.Link{Bandwidth: e.cfg.Bandwidth, RTT: e.RTT(), Loss: min(e.Loss(), model.MaxLoss), ChunkSize: e.cfg.ChunkSize}
+	c, err := model.Choose(link, int64(length))
+	if err != nil {
+		return SRRTO, ec.Params{} // a link the models reject: the scheme without assumptions
+	}
+	return fromModel(c)
+}
+
+// fromModel maps a model choice to a scheme and code.
+func fromModel(c model.Choice) (Scheme, ec.Params) {
+	switch c.Scheme {
+	case model.SRNACK:
+		return SRNACK, ec.Params{}
+	case model.ECMDS:
+		return EC, ec.Params{Kind: ec.MDS, K: c.K, M: c.M}
+	case model.ECXOR:
+		return EC, ec.Params{Kind: ec.XOR, K: c.K, M: c.M}
+	}
 	return SRRTO, ec.Params{}
 }

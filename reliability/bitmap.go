@@ -11,14 +11,16 @@ func newBitmap(n int) bitmap { return make(bitmap, (n+63)/64) }
 func (b bitmap) has(i int) bool { return b[i>>6]>>(uint(i)&63)&1 != 0 }
 func (b bitmap) set(i int)      { b[i>>6] |= 1 << (uint(i) & 63) }
 
-// count returns how many of the first n chunks are set.
-func (b bitmap) count(n int) int {
+// countRange returns how many of [first, first+n) are set.
+func (b bitmap) countRange(first, n int) int {
 	c := 0
-	for w := 0; w < n>>6; w++ {
-		c += bits.OnesCount64(b[w])
-	}
-	if r := n & 63; r != 0 {
-		c += bits.OnesCount64(b[n>>6] & (1<<r - 1))
+	for n > 0 {
+		shift := uint(first) & 63
+		take := min(n, 64-int(shift))
+		mask := uint64(1)<<uint(take) - 1 // take == 64: all ones
+		c += bits.OnesCount64(b[first>>6] >> shift & mask)
+		first += take
+		n -= take
 	}
 	return c
 }

@@ -69,6 +69,7 @@ func TestEveryFirstPassLossPattern(t *testing.T) {
 				for mask := uint64(0); mask < 1<<total; mask++ {
 					runs++
 					h := newHarness(t, cfg, firstPassLoss(chunks, mask))
+					h.chunkEvents = mask%2 == 1 // both ways of reporting arrivals
 					h.transfer(length, length, mask)
 					h.run(time.Second)
 					sent, recvd := h.check(0)

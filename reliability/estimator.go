@@ -7,7 +7,7 @@ import (
 // Estimator tracks what a receiver observes of its link — the round trip
 // (from a CTS to the first data it unlocks) and the share of chunks a
 // first pass loses — for Auto's choice. The zero value is not usable;
-// Receiver owns one.
+// ReceiverEngine owns one.
 type Estimator struct {
 	cfg Config
 

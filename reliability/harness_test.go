@@ -12,7 +12,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
-// The harness runs a Sender and a Receiver engine against each other under
+// The harness runs a SenderEngine and a ReceiverEngine engine against each other under
 // a virtual clock, over a link whose fate function decides for every chunk,
 // immediate carrier and control datagram whether it arrives (and how often,
 // and how late). Chunks are one packet (MTU) here, so data chunk i carries
@@ -99,8 +99,8 @@ type harness struct {
 	now      time.Time
 	seq      int
 	q        eventQueue
-	s        *reliability.Sender
-	r        *reliability.Receiver
+	s        *reliability.SenderEngine
+	r        *reliability.ReceiverEngine
 	fate     fate
 	bw       float64
 	wireFree time.Time
@@ -113,6 +113,9 @@ type harness struct {
 	sent    map[uint64]result
 	recvd   map[uint64]result
 	actions []reliability.Action
+	// chunkEvents reports arrivals with HandleChunks (as the simulator
+	// does) instead of whole bitmaps with HandleProgress.
+	chunkEvents bool
 }
 
 func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
@@ -132,11 +135,12 @@ func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Second
 	}
-	s, err := reliability.NewSender(cfg)
+	cfg.FixedRTT = true // the link's round trip is known; bounds below rely on it
+	s, err := reliability.NewSenderEngine(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	r, err := reliability.NewReceiver(cfg)
+	r, err := reliability.NewReceiverEngine(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -281,7 +285,18 @@ func (h *harness) arrive(p packet) {
 	case carrier:
 		rx.nibbles |= 1 << p.index
 	}
-	h.r.HandleProgress(h.now, p.transfer, rx.dataBits, rx.parityBits, rx.nibbles == 0xFF)
+	if h.chunkEvents {
+		part, index := reliability.Data, p.index
+		switch p.kind {
+		case parityChunk:
+			part = reliability.Parity
+		case carrier:
+			index = -1 // nothing but the immediate
+		}
+		h.r.HandleChunks(h.now, p.transfer, part, index, 1, rx.nibbles == 0xFF)
+	} else {
+		h.r.HandleProgress(h.now, p.transfer, rx.dataBits, rx.parityBits, rx.nibbles == 0xFF)
+	}
 	h.drainReceiver()
 }
 

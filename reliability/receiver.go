@@ -9,10 +9,10 @@ import (
 	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
-// Receiver is the receiving side's engine of one connection. It is not
+// ReceiverEngine is the receiving side's engine of one connection. It is not
 // safe for concurrent use: one goroutine owns it and calls its methods
 // with the current time.
-type Receiver struct {
+type ReceiverEngine struct {
 	cfg Config
 	rto time.Duration
 
@@ -27,7 +27,6 @@ type Receiver struct {
 
 	actions []Action
 	msg     control.Message
-	scratch []uint64
 	// Malformed counts control datagrams that failed to decode.
 	Malformed int
 }
@@ -54,7 +53,8 @@ type recvXfer struct {
 	ackAt            time.Time
 
 	// Coded plans.
-	coder        *ec.Coder
+	coded        bool
+	layout       ec.Layout
 	decodable    []bool
 	undecodable  int
 	ftoAt        time.Time
@@ -70,25 +70,25 @@ type recvXfer struct {
 	stats        Stats
 }
 
-// NewReceiver returns a receiver engine. It validates cfg (ErrInvalid).
-func NewReceiver(cfg Config) (*Receiver, error) {
+// NewReceiverEngine returns a receiver engine. It validates cfg (ErrInvalid).
+func NewReceiverEngine(cfg Config) (*ReceiverEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{}}
+	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{}}
 	r.est.init(cfg)
 	return r, nil
 }
 
 // Config returns the configuration with defaults filled in.
-func (r *Receiver) Config() Config { return r.cfg }
+func (r *ReceiverEngine) Config() Config { return r.cfg }
 
 // Estimator returns the receiver's link estimator (Auto's input).
-func (r *Receiver) Estimator() *Estimator { return &r.est }
+func (r *ReceiverEngine) Estimator() *Estimator { return &r.est }
 
 // Actions appends the queued actions to dst, clears the queue and returns
 // dst.
-func (r *Receiver) Actions(dst []Action) []Action {
+func (r *ReceiverEngine) Actions(dst []Action) []Action {
 	dst = append(dst, r.actions...)
 	clear(r.actions)
 	r.actions = r.actions[:0]
@@ -98,10 +98,13 @@ func (r *Receiver) Actions(dst []Action) []Action {
 // Plan chooses how a transfer of length bytes will travel: the
 // configured scheme, or Auto's choice from the estimator. Post uses it;
 // a caller may call it to size buffers first.
-func (r *Receiver) Plan(length int) Plan {
+func (r *ReceiverEngine) Plan(length int) Plan {
 	p := Plan{Scheme: r.cfg.Scheme, Code: r.cfg.Code, Length: length, ChunkSize: r.cfg.ChunkSize, MTU: r.cfg.MTU}
 	if p.Scheme == Auto {
 		p.Scheme, p.Code = r.est.choose(length)
+	}
+	if p.Scheme.coded() && length == 0 {
+		p.Scheme = SRRTO // nothing to code: only the immediate travels
 	}
 	if !p.Scheme.coded() {
 		p.Code = ec.Params{}
@@ -112,7 +115,7 @@ func (r *Receiver) Plan(length int) Plan {
 // Post registers the next transfer under plan (from Plan; the caller has
 // posted its SDR receives) and sends its CTS. It returns the transfer's
 // number.
-func (r *Receiver) Post(now time.Time, plan Plan) (uint64, error) {
+func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	if err := plan.validate(); err != nil {
 		return 0, err
 	}
@@ -126,15 +129,10 @@ func (r *Receiver) Post(now time.Time, plan Plan) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if x.coder, err = ec.NewCoder(l); err != nil {
-			return 0, err
-		}
+		x.coded, x.layout = true, l
 		x.decodable = make([]bool, l.Submessages())
 		x.undecodable = l.Submessages()
 		x.nackedSubAt = make([]time.Time, l.Submessages())
-		for s := range x.decodable { // a submessage may be decodable with nothing held? never: k' >= 1
-			r.updateDecodable(x, s)
-		}
 	}
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
@@ -144,7 +142,7 @@ func (r *Receiver) Post(now time.Time, plan Plan) (uint64, error) {
 	return x.id, nil
 }
 
-func (r *Receiver) sendCTS(now time.Time, x *recvXfer) {
+func (r *ReceiverEngine) sendCTS(now time.Time, x *recvXfer) {
 	r.msg = control.Message{Type: control.CTS, Transfer: x.id, Length: uint64(x.plan.Length),
 		Scheme: uint8(x.plan.Scheme), ChunkSize: uint32(x.plan.ChunkSize)}
 	if x.plan.Scheme.coded() {
@@ -154,7 +152,7 @@ func (r *Receiver) sendCTS(now time.Time, x *recvXfer) {
 	x.ctsAt = now.Add(x.ctsBackoff)
 }
 
-func (r *Receiver) send() {
+func (r *ReceiverEngine) send() {
 	p, err := r.msg.Append(nil, r.cfg.ControlMTU)
 	if err != nil {
 		panic(fmt.Sprintf("reliability: encoding %v: %v", r.msg.Type, err)) // sizes are bounded by construction
@@ -164,7 +162,7 @@ func (r *Receiver) send() {
 
 // Deadline returns when HandleTimer must next be called, and false when no
 // timer is armed.
-func (r *Receiver) Deadline() (time.Time, bool) {
+func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 	var t time.Time
 	consider := func(c time.Time) {
 		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
@@ -185,53 +183,84 @@ func (r *Receiver) Deadline() (time.Time, bool) {
 // HandleProgress takes a transfer's current chunk bitmaps (data, and
 // parity for coded plans; in the format of sdr.RecvHandle.Bitmap) and
 // whether its immediate is whole. Bits only accumulate: what a bitmap no
-// longer shows is kept.
-func (r *Receiver) HandleProgress(now time.Time, id uint64, data, parity []uint64, immDone bool) {
+// longer shows is kept. Costs O(chunks/64).
+func (r *ReceiverEngine) HandleProgress(now time.Time, id uint64, data, parity []uint64, immDone bool) {
 	x, ok := r.active[id]
 	if !ok {
 		return
 	}
-	x.immDone = x.immDone || immDone
 	changed := false
 	for w := range min(len(data), len(x.data)) {
-		fresh := data[w] &^ x.data[w]
-		if w == len(x.data)-1 && x.chunks%64 != 0 {
-			fresh &= 1<<(x.chunks%64) - 1
-		}
-		if fresh == 0 {
-			continue
-		}
-		changed = true
-		x.data[w] |= fresh
-		x.have += bits.OnesCount64(fresh)
-		x.dirtyLo, x.dirtyHi = min(x.dirtyLo, w), max(x.dirtyHi, w+1)
-		x.highest = max(x.highest, 64*w+64-bits.LeadingZeros64(x.data[w]))
-		if x.coder != nil {
-			l := x.coder.Layout()
-			x.highestSub = max(x.highestSub, l.Submessage(x.highest-1)+1)
-			for s := l.Submessage(64 * w); s <= l.Submessage(min(64*w+63, x.chunks-1)); s++ {
-				r.updateDecodable(x, s)
-			}
-		}
+		changed = r.mark(x, Data, w, data[w]) || changed
 	}
 	for w := range min(len(parity), len(x.parityBits)) {
-		fresh := parity[w] &^ x.parityBits[w]
-		if w == len(x.parityBits)-1 && x.parity%64 != 0 {
-			fresh &= 1<<(x.parity%64) - 1
-		}
-		if fresh == 0 {
-			continue
-		}
-		changed = true
-		x.parityBits[w] |= fresh
+		changed = r.mark(x, Parity, w, parity[w]) || changed
+	}
+	r.progressed(now, x, changed, immDone)
+}
+
+// HandleChunks records that chunks [first, first+n) of part arrived, and
+// whether the immediate is whole: HandleProgress for a caller that knows
+// what arrived (the simulator), at O(n/64).
+func (r *ReceiverEngine) HandleChunks(now time.Time, id uint64, part Part, first, n int, immDone bool) {
+	x, ok := r.active[id]
+	if !ok {
+		return
+	}
+	limit := x.chunks
+	if part == Parity {
+		limit = x.parity
+	}
+	changed := false
+	for i, end := max(first, 0), min(first+n, limit); i < end; {
+		w := i >> 6
+		take := min(end-i, 64-i&63)
+		mask := uint64(1)<<uint(take) - 1 // take == 64: all ones
+		changed = r.mark(x, part, w, mask<<(uint(i)&63)) || changed
+		i += take
+	}
+	r.progressed(now, x, changed, immDone)
+}
+
+// mark ors bits into word w of part's bitmap and updates what depends on
+// it; it reports whether anything was new.
+func (r *ReceiverEngine) mark(x *recvXfer, part Part, w int, bits64 uint64) bool {
+	bm, n := x.data, x.chunks
+	if part == Parity {
+		bm, n = x.parityBits, x.parity
+	}
+	fresh := bits64 &^ bm[w]
+	if w == len(bm)-1 && n%64 != 0 {
+		fresh &= 1<<(n%64) - 1
+	}
+	if fresh == 0 {
+		return false
+	}
+	bm[w] |= fresh
+	top := 64*w + 63 - bits.LeadingZeros64(bm[w])
+	if part == Data {
+		x.have += bits.OnesCount64(fresh)
+		x.dirtyLo, x.dirtyHi = min(x.dirtyLo, w), max(x.dirtyHi, w+1)
+		x.highest = max(x.highest, top+1)
+	} else {
 		x.haveParity += bits.OnesCount64(fresh)
-		l := x.coder.Layout()
-		top := 64*w + 63 - bits.LeadingZeros64(x.parityBits[w])
-		x.highestSub = max(x.highestSub, l.ParitySubmessage(top)+1)
-		for s := l.ParitySubmessage(64 * w); s <= l.ParitySubmessage(min(64*w+63, x.parity-1)); s++ {
+	}
+	if x.layout.Submessages() > 0 {
+		sub := x.layout.Submessage
+		if part == Parity {
+			sub = x.layout.ParitySubmessage
+		}
+		x.highestSub = max(x.highestSub, sub(top)+1)
+		for s := sub(64 * w); s <= sub(min(64*w+63, n-1)); s++ {
 			r.updateDecodable(x, s)
 		}
 	}
+	return true
+}
+
+// progressed runs what follows new chunks or a whole immediate.
+func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone bool) {
+	x.immDone = x.immDone || immDone
 	for x.cum < x.chunks && x.data.has(x.cum) {
 		x.cum = x.data.firstClear(x.cum, x.chunks)
 	}
@@ -240,11 +269,14 @@ func (r *Receiver) HandleProgress(now time.Time, id uint64, data, parity []uint6
 		if !x.ctsResent {
 			r.est.observeRTT(now.Sub(x.ctsFirst))
 		}
-		if x.coder != nil {
-			// The fallback timeout: the whole transfer's injection plus
-			// half the retransmission slack.
-			x.ftoAt = now.Add(r.cfg.injection(x.chunks+x.parity) + time.Duration(0.5*r.cfg.Alpha*float64(r.cfg.RTT)))
-		}
+	}
+	if changed && x.coded && x.undecodable > 0 {
+		// The fallback timeout (FTO): the whole first pass's injection
+		// after the first arrival, plus half the retransmission slack —
+		// counted from the latest arrival while chunks still stream in
+		// later than the injection clock expects.
+		end := maxTime(x.firstArrival.Add(r.cfg.injection(x.chunks+x.parity)), now)
+		x.ftoAt = maxTime(x.ftoAt, end.Add(time.Duration(0.5*r.cfg.Alpha*float64(r.cfg.RTT))))
 	}
 	if r.complete(x) {
 		r.finish(now, x)
@@ -260,19 +292,19 @@ func (r *Receiver) HandleProgress(now time.Time, id uint64, data, parity []uint6
 
 // dataWhole reports whether every data chunk is held or can be decoded.
 func (x *recvXfer) dataWhole() bool {
-	if x.coder != nil {
+	if x.coded {
 		return x.undecodable == 0
 	}
 	return x.have == x.chunks
 }
 
-func (r *Receiver) complete(x *recvXfer) bool { return x.immDone && x.dataWhole() }
+func (r *ReceiverEngine) complete(x *recvXfer) bool { return x.immDone && x.dataWhole() }
 
-func (r *Receiver) updateDecodable(x *recvXfer, s int) {
+func (r *ReceiverEngine) updateDecodable(x *recvXfer, s int) {
 	if x.decodable[s] {
 		return
 	}
-	if ok, _ := x.coder.Decodable(s, x.data, x.parityBits); ok {
+	if ok, _ := x.layout.Decodable(s, x.data, x.parityBits); ok {
 		x.decodable[s] = true
 		x.undecodable--
 	}
@@ -280,7 +312,7 @@ func (r *Receiver) updateDecodable(x *recvXfer, s int) {
 
 // sampleLoss feeds the estimator the share of the first pass that is
 // missing when its last chunk arrived.
-func (r *Receiver) sampleLoss(x *recvXfer) {
+func (r *ReceiverEngine) sampleLoss(x *recvXfer) {
 	x.lossSampled = true
 	total := x.chunks + x.parity
 	if total > 0 {
@@ -289,13 +321,13 @@ func (r *Receiver) sampleLoss(x *recvXfer) {
 }
 
 // finish completes a transfer: decode what is missing, tell the sender.
-func (r *Receiver) finish(now time.Time, x *recvXfer) {
+func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 	if !x.lossSampled {
 		r.sampleLoss(x)
 	}
-	if x.coder != nil {
+	if x.coded {
 		for s := range x.decodable {
-			if n, _ := x.coder.Missing(s, x.data); n > 0 {
+			if first, n := x.layout.DataRange(s); x.data.countRange(first, n) < n {
 				r.actions = append(r.actions, Action{Kind: ActDecode, Transfer: x.id, Sub: s})
 				x.stats.Decoded++
 			}
@@ -307,7 +339,7 @@ func (r *Receiver) finish(now time.Time, x *recvXfer) {
 	r.retire(x.id)
 }
 
-func (r *Receiver) retire(id uint64) {
+func (r *ReceiverEngine) retire(id uint64) {
 	delete(r.active, id)
 	r.done[id] = true
 	for r.done[r.doneBelow] {
@@ -316,10 +348,10 @@ func (r *Receiver) retire(id uint64) {
 	}
 }
 
-func (r *Receiver) finished(id uint64) bool { return id < r.doneBelow || r.done[id] }
+func (r *ReceiverEngine) finished(id uint64) bool { return id < r.doneBelow || r.done[id] }
 
 // sendAck sends one ACK with flags whose window starts at data word from.
-func (r *Receiver) sendAck(x *recvXfer, flags uint8, from int) {
+func (r *ReceiverEngine) sendAck(x *recvXfer, flags uint8, from int) {
 	x.stats.ACKs++
 	r.msg = control.Message{Type: control.ACK, Transfer: x.id, AckFlags: flags, Cumulative: uint32(x.cum)}
 	if flags&control.AckComplete == 0 {
@@ -334,7 +366,7 @@ func (r *Receiver) sendAck(x *recvXfer, flags uint8, from int) {
 }
 
 // flushAcks sends ACKs covering every data word that changed.
-func (r *Receiver) flushAcks(x *recvXfer) {
+func (r *ReceiverEngine) flushAcks(x *recvXfer) {
 	per := control.MaxAckWords(r.cfg.ControlMTU)
 	if x.dirtyLo >= x.dirtyHi {
 		r.sendAck(x, 0, x.cum/64) // nothing new: the immediate or a probe's answer
@@ -346,7 +378,7 @@ func (r *Receiver) flushAcks(x *recvXfer) {
 }
 
 // HandleTimer runs the timers that are due at now.
-func (r *Receiver) HandleTimer(now time.Time) {
+func (r *ReceiverEngine) HandleTimer(now time.Time) {
 	for _, x := range r.active {
 		if !x.deadline.After(now) {
 			r.fail(now, x, fmt.Errorf("reliability: transfer %d: %w", x.id, ErrTimeout), abortTimeout)
@@ -377,22 +409,29 @@ func (r *Receiver) HandleTimer(now time.Time) {
 	}
 }
 
-// nackHoles NACKs (once) the data chunks missing below the highest one
-// held; holes that stay missing are left to the sender's RTO.
-func (r *Receiver) nackHoles(x *recvXfer) {
-	if x.highest <= x.nackedBelow {
+// reorderChunks is how far below the highest chunk held a hole must lie
+// to be NACKed: chunks of one message complete out of order by a little,
+// as channels run in parallel (TCP's duplicate-ACK threshold, in chunks).
+const reorderChunks = 3
+
+// nackHoles NACKs (once) the data chunks missing more than reorderChunks
+// below the highest one held; holes that stay missing are left to the
+// sender's RTO.
+func (r *ReceiverEngine) nackHoles(x *recvXfer) {
+	limit := x.highest - reorderChunks
+	if limit <= x.nackedBelow {
 		return
 	}
 	r.nackRanges(x, func(emit func(first, n int)) {
-		x.data.clearRuns(max(x.nackedBelow, x.cum), x.highest-1, emit)
+		x.data.clearRuns(max(x.nackedBelow, x.cum), limit, emit)
 	})
-	x.nackedBelow = x.highest
+	x.nackedBelow = limit
 }
 
 // nackSubmessages NACKs the missing data chunks of every undecodable
 // submessage below limit not NACKed within the last RTO.
-func (r *Receiver) nackSubmessages(now time.Time, x *recvXfer, limit int) {
-	l := x.coder.Layout()
+func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) {
+	l := x.layout
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for s := range min(limit, len(x.decodable)) {
 			if x.decodable[s] || (!x.nackedSubAt[s].IsZero() && now.Sub(x.nackedSubAt[s]) < r.rto) {
@@ -406,7 +445,7 @@ func (r *Receiver) nackSubmessages(now time.Time, x *recvXfer, limit int) {
 }
 
 // nackRanges sends the ranges that gen emits as NACK datagrams.
-func (r *Receiver) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
+func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
 	per := control.MaxNackRanges(r.cfg.ControlMTU)
 	var ranges []control.Range
 	flush := func() {
@@ -429,7 +468,7 @@ func (r *Receiver) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
 
 // HandleControl processes one control datagram from the sender.
 // Malformed datagrams are counted and dropped.
-func (r *Receiver) HandleControl(now time.Time, datagram []byte) {
+func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 	if err := r.msg.Decode(datagram); err != nil {
 		r.Malformed++
 		return
@@ -439,7 +478,7 @@ func (r *Receiver) HandleControl(now time.Time, datagram []byte) {
 		id, from := r.msg.Transfer, int(r.msg.From)
 		if x, ok := r.active[id]; ok {
 			r.sendAck(x, 0, min(from, x.chunks)/64)
-			if x.coder != nil && x.ftoAt.IsZero() {
+			if x.coded && x.ftoAt.IsZero() {
 				// Nothing arrived at all: the fallback starts now.
 				x.ftoAt = now
 			}
@@ -457,7 +496,7 @@ func (r *Receiver) HandleControl(now time.Time, datagram []byte) {
 }
 
 // fail ends a transfer with err and tells the sender.
-func (r *Receiver) fail(now time.Time, x *recvXfer, err error, reason uint8) {
+func (r *ReceiverEngine) fail(now time.Time, x *recvXfer, err error, reason uint8) {
 	r.msg = control.Message{Type: control.Abort, Transfer: x.id, Reason: reason}
 	r.send()
 	x.stats.End = now
@@ -465,8 +504,16 @@ func (r *Receiver) fail(now time.Time, x *recvXfer, err error, reason uint8) {
 	r.retire(x.id)
 }
 
+// Cancel fails posted transfer id with err now and tells the sender.
+// Unknown or finished transfers are ignored.
+func (r *ReceiverEngine) Cancel(now time.Time, id uint64, err error) {
+	if x, ok := r.active[id]; ok {
+		r.fail(now, x, err, abortClosed)
+	}
+}
+
 // Close fails every posted transfer with ErrClosed and tells the sender.
-func (r *Receiver) Close(now time.Time) {
+func (r *ReceiverEngine) Close(now time.Time) {
 	for _, x := range r.active {
 		r.fail(now, x, ErrClosed, abortClosed)
 	}

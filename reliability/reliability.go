@@ -5,16 +5,16 @@
 // picks one per transfer from the link's measured round trip and loss
 // through the paper's models (package reliability/model).
 //
-// The engines (Sender, Receiver) are sans-I/O state machines: they take
-// events — a transfer submitted or posted, a receive bitmap changed, a
+// The engines (SenderEngine, ReceiverEngine) are sans-I/O state
+// machines: they take events — a transfer submitted or posted, a receive bitmap changed, a
 // control datagram arrived, time passed — each with the current time, and
 // queue actions — open a transfer's SDR messages, send these chunks, send
 // this datagram, decode this submessage, the transfer completed or failed —
 // that the caller drains with Actions and carries out. They start no
 // goroutines, read no clock and do no I/O, so the same engines run under
 // the simulator's virtual clock (testbed/sim), in fake-clock tests, and
-// over a real sdr.QP through the drivers of this package (Dial/Accept,
-// Conn.Write, Conn.Read).
+// over a real sdr.QP through the drivers of this package (Sender.Write,
+// Receiver.Read).
 //
 // # Protocol
 //
@@ -187,6 +187,12 @@ type Config struct {
 	// RTT is the round-trip time the timers start from [1 ms]; Auto's
 	// estimator refines its own copy from measurements.
 	RTT time.Duration
+	// FixedRTT keeps the timers on RTT. Otherwise the sender measures the
+	// round trip from ACKs of chunks sent once (Karn's rule) and the
+	// timers use max(RTT, SRTT + 2·RTTVAR) — on a real host processing
+	// and queueing add to the link's round trip. The simulator, whose
+	// round trip is known, fixes it.
+	FixedRTT bool
 	// Bandwidth is the path's rate in bits per second, which the sender's
 	// injection clock uses to know when a chunk left [10 Gbit/s].
 	Bandwidth float64
@@ -325,10 +331,13 @@ type Action struct {
 	Kind     ActionKind
 	Transfer uint64
 	Plan     Plan // ActStart
-	Part     Part // ActSend
-	First    int  // ActSend
-	Count    int  // ActSend
-	Sub      int  // ActDecode
+	// Discard (ActStart) says the transfer was canceled before it
+	// started: open its messages and end them at once, sending nothing.
+	Discard bool
+	Part    Part // ActSend
+	First   int  // ActSend
+	Count   int  // ActSend
+	Sub     int  // ActDecode
 	// Datagram is an encoded control message (ActControl); the caller
 	// owns it.
 	Datagram []byte

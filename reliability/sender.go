@@ -7,21 +7,23 @@ import (
 	"github.com/sdr-rdma/sdr/reliability/control"
 )
 
-// Sender is the sending side's engine of one connection. It is not safe
+// SenderEngine is the sending side's engine of one connection. It is not safe
 // for concurrent use: one goroutine (a driver's loop, the simulator) owns
 // it and calls its methods with the current time.
-type Sender struct {
+type SenderEngine struct {
 	cfg Config
 	rto time.Duration
+	// srtt and rttvar smooth the measured round trip (RFC 6298 weights).
+	srtt, rttvar time.Duration
 
 	// wireFree is when the last chunk handed to the caller has left, by
 	// the injection clock (chunks queue behind each other at Bandwidth).
 	wireFree time.Time
 
-	submitted uint64             // transfers the application submitted
-	lengths   map[uint64]int     // their lengths, until started
-	credits   map[uint64]Plan    // CTSs of transfers not yet started
-	next      uint64             // the next transfer to start
+	submitted uint64          // transfers the application submitted
+	lengths   map[uint64]int  // their lengths, until started
+	credits   map[uint64]Plan // CTSs of transfers not yet started
+	next      uint64          // the next transfer to start
 	active    map[uint64]*sendXfer
 	flights   []flight // retransmission timers, in deadline order
 	inFlight  int      // data and parity bytes of active transfers
@@ -46,33 +48,36 @@ type sendXfer struct {
 	stats     Stats
 	coded     bool
 	firstPass time.Time // when the first pass has left the wire
+	resent    bitmap    // chunks sent more than once: no RTT samples
 }
 
 // flight is a run of data chunks sent together and the time by which an
 // ACK should have covered them.
 type flight struct {
 	deadline    time.Time
+	sent        time.Time // when its last chunk left (estimated, or confirmed by Injected)
 	transfer    uint64
 	first, size int
+	unconfirmed bool // handed over since the last Injected
 }
 
-// NewSender returns a sender engine. It validates cfg (ErrInvalid).
-func NewSender(cfg Config) (*Sender, error) {
+// NewSenderEngine returns a sender engine. It validates cfg (ErrInvalid).
+func NewSenderEngine(cfg Config) (*SenderEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Sender{cfg: cfg, rto: cfg.rto(), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
+	return &SenderEngine{cfg: cfg, rto: cfg.rto(), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
 		active: map[uint64]*sendXfer{}}, nil
 }
 
 // Config returns the configuration with defaults filled in.
-func (s *Sender) Config() Config { return s.cfg }
+func (s *SenderEngine) Config() Config { return s.cfg }
 
 // Submit queues the application's next transfer of length bytes and
 // returns its number. It starts once the receiver's CTS for that number
 // has arrived, every earlier transfer has started and the window has
 // room.
-func (s *Sender) Submit(now time.Time, length int) uint64 {
+func (s *SenderEngine) Submit(now time.Time, length int) uint64 {
 	id := s.submitted
 	s.submitted++
 	s.lengths[id] = length
@@ -82,7 +87,7 @@ func (s *Sender) Submit(now time.Time, length int) uint64 {
 
 // Actions appends the queued actions to dst, clears the queue and returns
 // dst.
-func (s *Sender) Actions(dst []Action) []Action {
+func (s *SenderEngine) Actions(dst []Action) []Action {
 	dst = append(dst, s.actions...)
 	clear(s.actions)
 	s.actions = s.actions[:0]
@@ -90,11 +95,11 @@ func (s *Sender) Actions(dst []Action) []Action {
 }
 
 // Active returns how many transfers have started and not finished.
-func (s *Sender) Active() int { return len(s.active) }
+func (s *SenderEngine) Active() int { return len(s.active) }
 
 // Deadline returns when HandleTimer must next be called, and false when no
 // timer is armed.
-func (s *Sender) Deadline() (time.Time, bool) {
+func (s *SenderEngine) Deadline() (time.Time, bool) {
 	var t time.Time
 	for len(s.flights) > 0 {
 		if _, ok := s.active[s.flights[0].transfer]; ok {
@@ -116,7 +121,7 @@ func (s *Sender) Deadline() (time.Time, bool) {
 
 // tryStart starts transfers in order while their data and CTS are there
 // and the window has room.
-func (s *Sender) tryStart(now time.Time) {
+func (s *SenderEngine) tryStart(now time.Time) {
 	for {
 		length, submitted := s.lengths[s.next]
 		plan, credited := s.credits[s.next]
@@ -131,6 +136,14 @@ func (s *Sender) tryStart(now time.Time) {
 		s.next++
 		delete(s.lengths, id)
 		delete(s.credits, id)
+		if length == canceled {
+			// Its failure was reported at Cancel; its messages still
+			// take their turn so that later transfers match.
+			s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan, Discard: true})
+			s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: abortClosed}
+			s.send()
+			continue
+		}
 		if length != plan.Length {
 			// The receiver's messages are posted: open and close them so
 			// later transfers still match, then fail this one both ways.
@@ -160,10 +173,10 @@ func abortError(reason uint8) error {
 	return ErrAborted
 }
 
-func (s *Sender) start(now time.Time, id uint64, plan Plan) {
+func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
 		deadline: now.Add(s.cfg.Timeout), stats: Stats{Plan: plan, Start: now}}
-	x.acked = newBitmap(x.chunks)
+	x.acked, x.resent = newBitmap(x.chunks), newBitmap(x.chunks)
 	s.active[id] = x
 	s.inFlight += plan.Length + plan.ParityLen()
 	s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
@@ -185,21 +198,38 @@ func (s *Sender) start(now time.Time, id uint64, plan Plan) {
 	}
 }
 
+// Injected tells the engine that every chunk handed over so far has left
+// by now. A caller whose sends return once the packets are on the wire
+// (emunic injects synchronously) calls it after carrying out a batch of
+// actions, so that retransmission timers and round-trip samples count
+// from the real departure rather than from the injection clock's guess.
+func (s *SenderEngine) Injected(now time.Time) {
+	s.wireFree = maxTime(s.wireFree, now)
+	for i := len(s.flights) - 1; i >= 0 && s.flights[i].unconfirmed; i-- {
+		f := &s.flights[i]
+		f.unconfirmed = false
+		if now.After(f.sent) {
+			f.sent = now
+			f.deadline = now.Add(s.rto)
+		}
+	}
+}
+
 // departure returns when n chunks handed over now will have left.
-func (s *Sender) departure(now time.Time, n int) time.Time {
+func (s *SenderEngine) departure(now time.Time, n int) time.Time {
 	return maxTime(now, s.wireFree).Add(s.cfg.injection(n))
 }
 
 // flightChunks bounds a flight so that its chunks left within 1/64 of an
 // RTO of each other: the flight's timer (set by its last chunk) is then
 // at most that late for its first.
-func (s *Sender) flightChunks() int {
+func (s *SenderEngine) flightChunks() int {
 	return max(1, int(float64(s.rto/64)/float64(s.cfg.injection(1))))
 }
 
 // sendData sends data chunks [first, first+n) and, if timed, arms
 // retransmission timers for them in flights.
-func (s *Sender) sendData(now time.Time, x *sendXfer, first, n int, timed bool) {
+func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed bool) {
 	if n == 0 {
 		return
 	}
@@ -210,16 +240,20 @@ func (s *Sender) sendData(now time.Time, x *sendXfer, first, n int, timed bool) 
 		size := min(per, n-done)
 		s.wireFree = s.departure(now, size)
 		if timed {
-			s.flights = append(s.flights, flight{deadline: s.wireFree.Add(s.rto), transfer: x.id, first: first + done, size: size})
+			s.flights = append(s.flights, flight{deadline: s.wireFree.Add(s.rto), sent: s.wireFree, transfer: x.id,
+				first: first + done, size: size, unconfirmed: true})
 		}
 	}
 }
 
 // resend sends again the chunks of [first, first+n) not acknowledged yet,
 // with timers.
-func (s *Sender) resend(now time.Time, x *sendXfer, first, n int) int {
+func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int) int {
 	sent := 0
 	x.acked.clearRuns(first, min(first+n, x.chunks), func(f, c int) {
+		for i := f; i < f+c; i++ {
+			x.resent.set(i)
+		}
 		s.sendData(now, x, f, c, true)
 		x.stats.Retransmitted += c
 		sent += c
@@ -228,7 +262,7 @@ func (s *Sender) resend(now time.Time, x *sendXfer, first, n int) int {
 }
 
 // HandleTimer runs the timers that are due at now.
-func (s *Sender) HandleTimer(now time.Time) {
+func (s *SenderEngine) HandleTimer(now time.Time) {
 	for len(s.flights) > 0 && !s.flights[0].deadline.After(now) {
 		f := s.flights[0]
 		s.flights = s.flights[1:]
@@ -253,7 +287,7 @@ func (s *Sender) HandleTimer(now time.Time) {
 	}
 }
 
-func (s *Sender) probe(now time.Time, x *sendXfer, from int) {
+func (s *SenderEngine) probe(now time.Time, x *sendXfer, from int) {
 	x.probedAt = now
 	x.stats.Probes++
 	s.msg = control.Message{Type: control.Probe, Transfer: x.id, From: uint32(from)}
@@ -261,7 +295,7 @@ func (s *Sender) probe(now time.Time, x *sendXfer, from int) {
 }
 
 // send queues s.msg as a datagram.
-func (s *Sender) send() {
+func (s *SenderEngine) send() {
 	p, err := s.msg.Append(nil, s.cfg.ControlMTU)
 	if err != nil {
 		panic(fmt.Sprintf("reliability: encoding %v: %v", s.msg.Type, err)) // sizes are bounded by construction
@@ -271,7 +305,7 @@ func (s *Sender) send() {
 
 // HandleControl processes one control datagram from the receiver.
 // Malformed datagrams are counted and dropped.
-func (s *Sender) HandleControl(now time.Time, datagram []byte) {
+func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 	if err := s.msg.Decode(datagram); err != nil {
 		s.Malformed++
 		return
@@ -300,7 +334,7 @@ func (s *Sender) HandleControl(now time.Time, datagram []byte) {
 	}
 }
 
-func (s *Sender) handleCTS(now time.Time, m *control.Message) {
+func (s *SenderEngine) handleCTS(now time.Time, m *control.Message) {
 	if m.Transfer < s.next {
 		return // a duplicate of a started transfer's CTS
 	}
@@ -316,7 +350,7 @@ func (s *Sender) handleCTS(now time.Time, m *control.Message) {
 	s.tryStart(now)
 }
 
-func (s *Sender) handleACK(now time.Time, m *control.Message) {
+func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	x, ok := s.active[m.Transfer]
 	if !ok {
 		return
@@ -326,9 +360,16 @@ func (s *Sender) handleACK(now time.Time, m *control.Message) {
 		s.finish(now, x, nil)
 		return
 	}
-	for i := x.acked.firstClear(0, x.chunks); i < min(int(m.Cumulative), x.chunks); i = x.acked.firstClear(i+1, x.chunks) {
+	newest := -1 // the newest chunk this ACK covers first that was sent once
+	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
+		if !x.resent.has(i) {
+			newest = max(newest, i)
+		}
+	}
+	for i := x.acked.firstClear(0, x.chunks); i < min(int(m.Cumulative), x.chunks); i = x.acked.firstClear(i+1, x.chunks) {
+		ack(i)
 	}
 	for w, word := range m.Bits {
 		base := int(m.Base) + 64*w
@@ -336,8 +377,15 @@ func (s *Sender) handleACK(now time.Time, m *control.Message) {
 			i := base + trailingZeros(word)
 			word &= word - 1
 			if i < x.chunks && !x.acked.has(i) {
-				x.acked.set(i)
-				x.ackedN++
+				ack(i)
+			}
+		}
+	}
+	if newest >= 0 && !s.cfg.FixedRTT {
+		for _, f := range s.flights {
+			if f.transfer == x.id && f.first <= newest && newest < f.first+f.size {
+				s.observeRTT(now.Sub(f.sent))
+				break
 			}
 		}
 	}
@@ -351,8 +399,26 @@ func (s *Sender) handleACK(now time.Time, m *control.Message) {
 	}
 }
 
+// observeRTT folds a round-trip sample into the timers.
+func (s *SenderEngine) observeRTT(sample time.Duration) {
+	if sample <= 0 {
+		return
+	}
+	if s.srtt == 0 {
+		s.srtt, s.rttvar = sample, sample/2
+	} else {
+		s.rttvar = (3*s.rttvar + (s.srtt - sample).Abs()) / 4
+		s.srtt = (7*s.srtt + sample) / 8
+	}
+	rtt := max(s.cfg.RTT, s.srtt+2*s.rttvar)
+	s.rto = rtt + time.Duration(s.cfg.Alpha*float64(rtt))
+}
+
+// RTO returns the retransmission timeout in force.
+func (s *SenderEngine) RTO() time.Duration { return s.rto }
+
 // finish ends an active transfer.
-func (s *Sender) finish(now time.Time, x *sendXfer, err error) {
+func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	delete(s.active, x.id)
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
@@ -365,7 +431,7 @@ func (s *Sender) finish(now time.Time, x *sendXfer, err error) {
 }
 
 // fail ends transfer id with err and tells the receiver.
-func (s *Sender) fail(now time.Time, id uint64, plan Plan, err error, reason uint8) {
+func (s *SenderEngine) fail(now time.Time, id uint64, plan Plan, err error, reason uint8) {
 	s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
 	s.send()
 	if x, ok := s.active[id]; ok {
@@ -375,9 +441,27 @@ func (s *Sender) fail(now time.Time, id uint64, plan Plan, err error, reason uin
 	s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: Stats{Plan: plan, Start: now, End: now}, Err: err})
 }
 
+// canceled marks a submitted transfer canceled before it started.
+const canceled = -1
+
+// Cancel fails transfer id with err now (ActFail) and tells the receiver.
+// A transfer that has not started yet still takes its turn later, as an
+// ActStart with Discard set and no further ActFail. Unknown or finished
+// transfers are ignored.
+func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
+	if x, ok := s.active[id]; ok {
+		s.fail(now, id, x.plan, err, abortClosed)
+		return
+	}
+	if length, ok := s.lengths[id]; ok && length != canceled {
+		s.lengths[id] = canceled
+		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: Stats{Start: now, End: now}, Err: err})
+	}
+}
+
 // Close fails every transfer that has not finished with ErrClosed and
 // tells the receiver.
-func (s *Sender) Close(now time.Time) {
+func (s *SenderEngine) Close(now time.Time) {
 	for id, x := range s.active {
 		s.fail(now, id, x.plan, ErrClosed, abortClosed)
 	}

@@ -30,6 +30,12 @@ type Coder struct {
 	// pad holds a short last data chunk zero-padded to ChunkSize (MDS only:
 	// reedsolomon needs equal shard sizes; XOR handles short chunks itself).
 	pad []byte
+	// out holds M rebuilt chunks before each is copied into place once:
+	// the library accumulates a rebuilt shard over several passes, and a
+	// late packet of that chunk landing in the caller's buffer between
+	// passes (it carries the same bytes, so a single copy is harmless)
+	// would otherwise be folded into the result.
+	out []byte
 }
 
 // rsCode is a (k, M) Reed–Solomon encoder and how many reconstructions it
@@ -95,6 +101,9 @@ func (c *Coder) Reset(l Layout) error {
 			c.pad = make([]byte, l.chunkSize)
 		}
 	}
+	if cap(c.out) < p.M*l.chunkSize {
+		c.out = make([]byte, p.M*l.chunkSize)
+	}
 	c.layout = l
 	return nil
 }
@@ -149,20 +158,12 @@ func (c *Coder) Missing(sub int, dataBits []uint64) (int, error) {
 	return n - countReceived(dataBits, first, n), nil
 }
 
-// Decodable reports whether the missing data chunks of submessage sub can be
-// rebuilt from the chunks set in dataBits (over all data chunks) and
-// parityBits (over all parity-area chunks): for MDS when the received data
-// and parity chunks number at least the submessage's data chunks, for XOR
-// when no parity group misses more than one chunk. A submessage missing no
-// data chunk is decodable. Costs O(K/64) for MDS, O(K) for XOR.
+// Decodable is Layout.Decodable of the coder's layout.
 func (c *Coder) Decodable(sub int, dataBits, parityBits []uint64) (bool, error) {
 	if err := c.checkBitmaps(dataBits, parityBits, true); err != nil {
 		return false, err
 	}
-	if err := c.checkSub(sub); err != nil {
-		return false, err
-	}
-	return c.decodable(sub, dataBits, parityBits), nil
+	return c.layout.Decodable(sub, dataBits, parityBits)
 }
 
 // Reconstruct rebuilds, in place in data, the data chunks of submessage sub
@@ -187,7 +188,7 @@ func (c *Coder) Reconstruct(sub int, data, parity []byte, dataBits, parityBits [
 	if countReceived(dataBits, first, n) == n {
 		return nil
 	}
-	if !c.decodable(sub, dataBits, parityBits) {
+	if !c.layout.decodable(sub, dataBits, parityBits) {
 		return fmt.Errorf("ec: %v submessage %d: %w", c.layout.params, sub, ErrNotDecodable)
 	}
 	if c.layout.params.Kind == XOR {
@@ -227,29 +228,6 @@ func (c *Coder) checkSub(sub int) error {
 		return fmt.Errorf("ec: submessage %d of %d: %w", sub, c.layout.subs, ErrInvalid)
 	}
 	return nil
-}
-
-func (c *Coder) decodable(sub int, dataBits, parityBits []uint64) bool {
-	first, n := c.layout.DataRange(sub)
-	pFirst, m := c.layout.ParityRange(sub)
-	if c.layout.params.Kind == MDS {
-		return n-countReceived(dataBits, first, n) <= countReceived(parityBits, pFirst, m)
-	}
-	for g := range min(m, n) { // groups g >= n hold no real data: nothing to lose
-		lost := 0
-		if !received(parityBits, pFirst+g) {
-			lost++
-		}
-		for j := g; j < n; j += m {
-			if !received(dataBits, first+j) {
-				lost++
-			}
-		}
-		if lost > 1 {
-			return false
-		}
-	}
-	return true
 }
 
 // chunk returns data chunk i of data (short if it is a short last chunk).
@@ -302,22 +280,17 @@ func (c *Coder) mdsReconstruct(sub int, data, parity []byte, dataBits, parityBit
 	cs := c.layout.chunkSize
 	shards := c.shards[:n+m]
 	defer clear(shards)
-	shortMissing := false
+	rebuilt := 0
 	for j := range n {
 		i := first + j
-		switch {
-		case received(dataBits, i):
+		if received(dataBits, i) {
 			shards[j] = c.padded(data, i)
-		case c.layout.ChunkLen(i) < cs:
-			// Rebuilt into scratch: writing ChunkSize bytes at the chunk
-			// would run past DataLen.
-			shards[j], shortMissing = c.pad[:0:cs], true
-		default:
-			// Zero length marks it missing; the capacity lets reedsolomon
-			// rebuild it in place.
-			off := i * cs
-			shards[j] = data[off : off : off+cs]
+			continue
 		}
+		// Zero length marks it missing; the capacity lets reedsolomon
+		// rebuild it into out (decodable: at most M are missing).
+		shards[j] = c.out[rebuilt*cs : rebuilt*cs : (rebuilt+1)*cs]
+		rebuilt++
 	}
 	for j := range m {
 		shards[n+j] = nil
@@ -337,9 +310,12 @@ func (c *Coder) mdsReconstruct(sub int, data, parity []byte, dataBits, parityBit
 	if err := code.enc.ReconstructData(shards); err != nil {
 		return fmt.Errorf("ec: %v submessage %d: reed-solomon: %w", c.layout.params, sub, err)
 	}
-	if shortMissing {
-		last := first + n - 1
-		copy(c.chunk(data, last), c.pad)
+	// One copy per rebuilt chunk, and only its real bytes: a short last
+	// chunk must not run past DataLen.
+	for j := range n {
+		if i := first + j; !received(dataBits, i) {
+			copy(c.chunk(data, i), shards[j])
+		}
 	}
 	return nil
 }
@@ -384,7 +360,9 @@ func (c *Coder) xorReconstruct(sub int, data, parity []byte, dataBits []uint64) 
 		if lost < 0 {
 			continue
 		}
-		dst := c.chunk(data, first+lost)
+		// Built in out and copied into place once (see Coder.out).
+		target := c.chunk(data, first+lost)
+		dst := c.out[:len(target)]
 		p := c.parityChunk(parity, pFirst+g)
 		started := false
 		for j := g; j < n; j += m {
@@ -401,6 +379,7 @@ func (c *Coder) xorReconstruct(sub int, data, parity []byte, dataBits []uint64) 
 		if !started {
 			copy(dst, p)
 		}
+		copy(target, dst)
 	}
 }
 

@@ -118,3 +118,45 @@ func (l Layout) String() string {
 
 // valid reports whether l came from NewLayout (the zero Layout did not).
 func (l Layout) valid() bool { return l.chunkSize >= 1 }
+
+// Decodable reports whether the missing data chunks of submessage sub can be
+// rebuilt from the chunks set in dataBits (over all data chunks) and
+// parityBits (over all parity-area chunks): for MDS when the received data
+// and parity chunks number at least the submessage's data chunks, for XOR
+// when no parity group misses more than one chunk. A submessage missing no
+// data chunk is decodable. It needs no coder (a receiver's bookkeeping or a
+// simulator asks it without building one). Costs O(K/64) for MDS, O(K) for
+// XOR; ErrInvalid for a bad submessage or short bitmaps.
+func (l Layout) Decodable(sub int, dataBits, parityBits []uint64) (bool, error) {
+	if !l.valid() || sub < 0 || sub >= l.subs {
+		return false, fmt.Errorf("ec: submessage %d of %d: %w", sub, l.subs, ErrInvalid)
+	}
+	if len(dataBits) < bitmapWords(l.dataChunks) || len(parityBits) < bitmapWords(l.ParityChunks()) {
+		return false, fmt.Errorf("ec: bitmaps of %d data and %d parity words, want %d and %d: %w",
+			len(dataBits), len(parityBits), bitmapWords(l.dataChunks), bitmapWords(l.ParityChunks()), ErrInvalid)
+	}
+	return l.decodable(sub, dataBits, parityBits), nil
+}
+
+func (l Layout) decodable(sub int, dataBits, parityBits []uint64) bool {
+	first, n := l.DataRange(sub)
+	pFirst, m := l.ParityRange(sub)
+	if l.params.Kind == MDS {
+		return n-countReceived(dataBits, first, n) <= countReceived(parityBits, pFirst, m)
+	}
+	for g := range min(m, n) { // groups g >= n hold no real data: nothing to lose
+		lost := 0
+		if !received(parityBits, pFirst+g) {
+			lost++
+		}
+		for j := g; j < n; j += m {
+			if !received(dataBits, first+j) {
+				lost++
+			}
+		}
+		if lost > 1 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,671 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/sdr"
+)
+
+// The drivers bind an engine to an sdr.QP and an sdr.Datagram: one loop
+// goroutine owns the engine and everything the engine's actions touch
+// (streams, receive handles, parity buffers); applications and helper
+// goroutines talk to it through channels. A driver is one direction of a
+// connection: a Sender on one side, a Receiver on the other, each with
+// its own QP and datagram channel connected to the peer's.
+
+// driverConfig fills what a driver knows from its QP.
+func driverConfig(cfg Config, qp *sdr.QP) Config {
+	a := qp.Attr()
+	cfg.ChunkSize, cfg.MTU = a.ChunkSize, a.MTU
+	// Each transfer takes up to two messages; keep every unfinished one
+	// in its own slot.
+	cfg.Window = min(max(cfg.Window, 1), a.MaxMessages/2)
+	if cfg.Window == 0 {
+		cfg.Window = 1
+	}
+	cfg.MaxInFlightBytes = a.MaxInFlightBytes
+	return cfg
+}
+
+// loop is what both drivers share: the control channel reader, the timer
+// and the wake-ups of the loop goroutine.
+type loop struct {
+	dg      *sdr.Datagram
+	ctx     context.Context
+	stop    context.CancelFunc
+	ctl     chan []byte // received control datagrams
+	timer   *time.Timer // fires at the engine's deadline
+	wg      sync.WaitGroup
+	once    sync.Once
+	done    chan struct{} // closed when the loop goroutine has exited
+	sendErr int           // control datagrams the channel refused (counted as lost)
+}
+
+func newLoop(dg *sdr.Datagram) *loop {
+	l := &loop{dg: dg, ctl: make(chan []byte, 256), timer: time.NewTimer(time.Hour), done: make(chan struct{})}
+	l.ctx, l.stop = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.readControl()
+	return l
+}
+
+// readControl forwards control datagrams to the loop goroutine.
+func (l *loop) readControl() {
+	defer l.wg.Done()
+	for {
+		buf := make([]byte, l.dg.MaxSize())
+		n, err := l.dg.Recv(l.ctx, buf)
+		if err != nil {
+			return
+		}
+		select {
+		case l.ctl <- buf[:n]:
+		case <-l.ctx.Done():
+			return
+		}
+	}
+}
+
+// arm sets the timer to the engine's next deadline.
+func (l *loop) arm(deadline time.Time, ok bool) {
+	if !ok {
+		l.timer.Reset(time.Hour)
+		return
+	}
+	l.timer.Reset(max(0, time.Until(deadline)))
+}
+
+func (l *loop) sendControl(p []byte) {
+	if l.dg.Send(p) != nil {
+		l.sendErr++ // a full queue is a lost datagram; the protocol repairs it
+	}
+}
+
+// close stops the helper goroutines; finish runs in the loop goroutine
+// before it exits.
+func (l *loop) close() {
+	l.once.Do(l.stop)
+	<-l.done
+	l.wg.Wait()
+}
+
+// result is what a finished transfer reports to its caller.
+type result struct {
+	stats Stats
+	imm   uint32
+	err   error
+}
+
+// Sender sends transfers reliably over an SDR QP (Send enabled) to a
+// Receiver on the peer. Write may be called from several goroutines;
+// transfers go in the order their Write calls reached the loop.
+type Sender struct {
+	sc   *sdr.Context
+	qp   *sdr.QP
+	eng  *SenderEngine
+	l    *loop
+	reqs chan *sendReq
+	// cancels carries transfers whose Write gave up.
+	cancels chan uint64
+}
+
+type sendReq struct {
+	buf    []byte
+	imm    uint32
+	mr     *sdr.MR
+	id     chan uint64
+	result chan result
+}
+
+// sendIO is a started transfer's I/O state (the loop goroutine's).
+type sendIO struct {
+	req          *sendReq
+	plan         Plan
+	data, parity *sdr.Stream
+	parityBuf    []byte
+	parityMR     *sdr.MR
+	dataMR       *sdr.MR
+}
+
+// NewSender starts a sender on qp (connected to the peer's receiving QP)
+// with control datagrams on dg (connected to the peer Receiver's). It
+// starts two goroutines; Close stops them. qp and dg stay the caller's.
+func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Sender, error) {
+	if !qp.Attr().Send {
+		return nil, fmt.Errorf("reliability: sender on a QP without send: %w", ErrInvalid)
+	}
+	eng, err := NewSenderEngine(driverConfig(cfg, qp))
+	if err != nil {
+		return nil, err
+	}
+	s := &Sender{sc: sc, qp: qp, eng: eng, l: newLoop(dg), reqs: make(chan *sendReq), cancels: make(chan uint64, 16)}
+	go s.run()
+	return s, nil
+}
+
+// Write sends buf reliably with the user immediate imm and returns when
+// the receiver holds every byte (or the transfer failed). buf must match
+// the length of the peer's Read. It registers buf for the transfer (a key
+// registration) and for coded schemes computes parity into a buffer of
+// its own. When ctx ends first, the transfer is aborted on both sides and
+// Write returns ctx's error; either way buf is no longer used once Write
+// returns.
+func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (Stats, error) {
+	if len(buf) > s.qp.MaxMessageSize() {
+		return Stats{}, fmt.Errorf("reliability: write of %d bytes, messages hold %d: %w", len(buf), s.qp.MaxMessageSize(), sdr.ErrTooLong)
+	}
+	req := &sendReq{buf: buf, imm: imm, id: make(chan uint64, 1), result: make(chan result, 1)}
+	if len(buf) > 0 {
+		mr, err := s.sc.RegisterMemory(buf)
+		if err != nil {
+			return Stats{}, fmt.Errorf("reliability: write: %w", err)
+		}
+		req.mr = mr
+		defer mr.Deregister()
+	}
+	select {
+	case s.reqs <- req:
+	case <-s.l.ctx.Done():
+		return Stats{}, ErrClosed
+	case <-ctx.Done():
+		return Stats{}, ctx.Err()
+	}
+	id := <-req.id
+	select {
+	case r := <-req.result:
+		return r.stats, r.err
+	case <-ctx.Done():
+		select {
+		case s.cancels <- id:
+		case <-s.l.done:
+		}
+		r := <-req.result
+		if r.err == nil {
+			return r.stats, nil // it completed after all
+		}
+		return r.stats, ctx.Err()
+	}
+}
+
+// Close fails the transfers in progress with ErrClosed and stops the
+// sender's goroutines.
+func (s *Sender) Close() error {
+	s.l.close()
+	return nil
+}
+
+func (s *Sender) run() {
+	defer close(s.l.done)
+	xfers := map[uint64]*sendIO{}
+	pending := map[uint64]*sendReq{}
+	var acts []Action
+	for {
+		select {
+		case req := <-s.reqs:
+			id := s.eng.Submit(time.Now(), len(req.buf))
+			pending[id] = req
+			req.id <- id
+		case id := <-s.cancels:
+			s.eng.Cancel(time.Now(), id, context.Canceled)
+		case p := <-s.l.ctl:
+			s.eng.HandleControl(time.Now(), p)
+		case <-s.l.timer.C:
+			s.eng.HandleTimer(time.Now())
+		case <-s.l.ctx.Done():
+			s.eng.Close(time.Now())
+			acts = s.eng.Actions(acts[:0])
+			s.execute(acts, xfers, pending)
+			for id, req := range pending {
+				req.result <- result{err: ErrClosed}
+				delete(pending, id)
+			}
+			return
+		}
+		acts = s.eng.Actions(acts[:0])
+		s.execute(acts, xfers, pending)
+		s.eng.Injected(time.Now()) // emunic's sends return once on the wire
+		s.l.arm(s.eng.Deadline())
+	}
+}
+
+func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
+	for _, a := range acts {
+		x := xfers[a.Transfer]
+		var err error
+		switch a.Kind {
+		case ActStart:
+			// A transfer that fails at once (its length does not match
+			// the receive) stays pending for its ActFail's reply.
+			if x, err = s.open(a, pending[a.Transfer]); x != nil {
+				delete(pending, a.Transfer)
+				xfers[a.Transfer] = x
+			}
+		case ActSend:
+			if x == nil {
+				continue
+			}
+			cs := x.plan.ChunkSize
+			if a.Part == Data {
+				off := a.First * cs
+				err = x.data.Continue(x.dataMR, off, min(a.Count*cs, x.plan.Length-off), a.First)
+			} else {
+				err = x.parity.Continue(x.parityMR, a.First*cs, a.Count*cs, a.First)
+			}
+		case ActSendImm:
+			if x != nil {
+				err = x.data.SendImmCarriers()
+			}
+		case ActControl:
+			s.l.sendControl(a.Datagram)
+		case ActComplete, ActFail:
+			if req := pending[a.Transfer]; req != nil { // canceled before it started
+				delete(pending, a.Transfer)
+				req.result <- result{stats: a.Stats, err: a.Err}
+			}
+			if x == nil {
+				continue
+			}
+			delete(xfers, a.Transfer)
+			x.close()
+			if x.req != nil {
+				x.req.result <- result{stats: a.Stats, err: a.Err}
+			}
+		}
+		if err != nil {
+			s.eng.Cancel(time.Now(), a.Transfer, fmt.Errorf("reliability: transfer %d: %w", a.Transfer, err))
+			// The failure's actions run on the next turn of the loop.
+		}
+	}
+}
+
+// open opens a started transfer's SDR messages and computes its parity.
+// A discarded transfer's messages are opened and ended at once.
+func (s *Sender) open(a Action, req *sendReq) (*sendIO, error) {
+	x := &sendIO{req: req, plan: a.Plan}
+	if req != nil {
+		x.dataMR = req.mr
+	}
+	var imm uint32
+	if req != nil {
+		imm = req.imm
+	}
+	var err error
+	if x.data, err = s.startStream(sdr.StreamRequest{Length: a.Plan.Length, Imm: imm, HasImm: true}); err != nil {
+		return x, err
+	}
+	if a.Plan.Messages() == 2 {
+		if x.parity, err = s.startStream(sdr.StreamRequest{Length: a.Plan.ParityLen()}); err != nil {
+			return x, err
+		}
+	}
+	if a.Discard || req == nil || len(req.buf) != a.Plan.Length {
+		x.close()
+		return nil, nil
+	}
+	if a.Plan.Messages() == 2 {
+		l, err := a.Plan.Layout()
+		if err != nil {
+			return x, err
+		}
+		coder, err := ec.NewCoder(l)
+		if err != nil {
+			return x, err
+		}
+		x.parityBuf = make([]byte, a.Plan.ParityLen())
+		if err := coder.Encode(req.buf, x.parityBuf); err != nil {
+			return x, err
+		}
+		if x.parityMR, err = s.sc.RegisterMemory(x.parityBuf); err != nil {
+			return x, err
+		}
+	}
+	return x, nil
+}
+
+// startStream opens the next message, waiting out a transient ErrRetry
+// (the window keeps it rare: another transfer's stream is still ending).
+func (s *Sender) startStream(req sdr.StreamRequest) (*sdr.Stream, error) {
+	for wait := time.Millisecond; ; wait *= 2 {
+		st, err := s.qp.StartStream(req)
+		if !errors.Is(err, sdr.ErrRetry) || wait > time.Second {
+			return st, err
+		}
+		time.Sleep(wait)
+	}
+}
+
+// close ends the transfer's messages and releases its parity buffer.
+func (x *sendIO) close() {
+	for _, st := range []*sdr.Stream{x.data, x.parity} {
+		if st != nil {
+			st.End()
+		}
+	}
+	if x.parityMR != nil {
+		x.parityMR.Deregister()
+	}
+}
+
+// Receiver receives transfers reliably over an SDR QP (Recv enabled) from
+// a Sender on the peer. Read may be called from several goroutines;
+// transfers fill the buffers in the order the Read calls reached the loop.
+type Receiver struct {
+	empty   *sdr.MR // posted for zero-length transfers (the loop's)
+	sc      *sdr.Context
+	qp      *sdr.QP
+	eng     *ReceiverEngine
+	l       *loop
+	reqs    chan *readReq
+	cancels chan *readReq
+	wake    chan struct{} // a receive handle made progress
+}
+
+type readReq struct {
+	buf    []byte
+	mr     *sdr.MR
+	result chan result
+}
+
+// recvIO is a posted transfer's I/O state (the loop goroutine's).
+type recvIO struct {
+	req          *readReq
+	plan         Plan
+	data, parity *sdr.RecvHandle
+	parityBuf    []byte
+	parityMR     *sdr.MR
+	coder        *ec.Coder
+	dataBits     []uint64
+	parityBits   []uint64
+	imm          uint32
+	stop         chan struct{} // ends the progress forwarders
+	quiet        bool          // quiesce ran
+}
+
+// NewReceiver starts a receiver on qp (connected to the peer's sending QP)
+// with control datagrams on dg (connected to the peer Sender's). It
+// starts goroutines (two, and one per posted transfer); Close stops them.
+// qp and dg stay the caller's.
+func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Receiver, error) {
+	if !qp.Attr().Recv {
+		return nil, fmt.Errorf("reliability: receiver on a QP without receive: %w", ErrInvalid)
+	}
+	eng, err := NewReceiverEngine(driverConfig(cfg, qp))
+	if err != nil {
+		return nil, err
+	}
+	r := &Receiver{sc: sc, qp: qp, eng: eng, l: newLoop(dg), reqs: make(chan *readReq),
+		cancels: make(chan *readReq, 16), wake: make(chan struct{}, 1)}
+	go r.run()
+	return r, nil
+}
+
+// Read receives the next transfer into buf, whose length must equal the
+// sender's Write, and returns the sender's immediate. It registers buf
+// (a key registration) and for coded schemes a parity buffer of its own.
+// When ctx ends first, the transfer is aborted on both sides and Read
+// returns ctx's error; either way nothing writes buf once Read returns.
+func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats Stats, err error) {
+	if len(buf) > r.qp.MaxMessageSize() {
+		return 0, Stats{}, fmt.Errorf("reliability: read of %d bytes, messages hold %d: %w", len(buf), r.qp.MaxMessageSize(), sdr.ErrTooLong)
+	}
+	req := &readReq{buf: buf, result: make(chan result, 1)}
+	if len(buf) > 0 {
+		if req.mr, err = r.sc.RegisterMemory(buf); err != nil {
+			return 0, Stats{}, fmt.Errorf("reliability: read: %w", err)
+		}
+		defer req.mr.Deregister()
+	}
+	select {
+	case r.reqs <- req:
+	case <-r.l.ctx.Done():
+		return 0, Stats{}, ErrClosed
+	case <-ctx.Done():
+		return 0, Stats{}, ctx.Err()
+	}
+	select {
+	case res := <-req.result:
+		return res.imm, res.stats, res.err
+	case <-ctx.Done():
+		select {
+		case r.cancels <- req:
+		case <-r.l.done:
+		}
+		res := <-req.result
+		if res.err == nil {
+			return res.imm, res.stats, nil
+		}
+		return 0, res.stats, ctx.Err()
+	}
+}
+
+// Close fails the transfers in progress with ErrClosed and stops the
+// receiver's goroutines.
+func (r *Receiver) Close() error {
+	r.l.close()
+	return nil
+}
+
+func (r *Receiver) run() {
+	defer close(r.l.done)
+	xfers := map[uint64]*recvIO{}
+	var queue []*readReq // Read calls not posted yet, in order
+	var half *recvIO     // a coded transfer whose data is posted but not its parity
+	var acts []Action
+	post := func() {
+		for len(queue) > 0 {
+			x, err := r.post(queue[0], half)
+			if errors.Is(err, sdr.ErrRetry) {
+				half = x // wait for a completion to free a slot
+				return
+			}
+			half = nil
+			queue = queue[1:]
+			if err != nil {
+				x.req.result <- result{err: err}
+				continue
+			}
+			id, err := r.eng.Post(time.Now(), x.plan)
+			if err != nil {
+				x.release()
+				x.req.result <- result{err: err}
+				continue
+			}
+			xfers[id] = x
+			x.forward(r.wake)
+		}
+	}
+	for {
+		select {
+		case req := <-r.reqs:
+			queue = append(queue, req)
+			post()
+		case req := <-r.cancels:
+			for id, x := range xfers {
+				if x.req == req {
+					r.eng.Cancel(time.Now(), id, context.Canceled)
+				}
+			}
+			for i, q := range queue {
+				if q == req && (i > 0 || half == nil) {
+					queue = append(queue[:i], queue[i+1:]...)
+					req.result <- result{err: context.Canceled}
+					break
+				}
+			}
+		case <-r.wake:
+			now := time.Now()
+			for id, x := range xfers {
+				x.dataBits = x.data.Bitmap(x.dataBits)
+				if x.parity != nil {
+					x.parityBits = x.parity.Bitmap(x.parityBits)
+				}
+				_, immDone := x.data.Imm()
+				r.eng.HandleProgress(now, id, x.dataBits, x.parityBits, immDone)
+			}
+		case p := <-r.l.ctl:
+			r.eng.HandleControl(time.Now(), p)
+		case <-r.l.timer.C:
+			r.eng.HandleTimer(time.Now())
+		case <-r.l.ctx.Done():
+			r.eng.Close(time.Now())
+			r.execute(r.eng.Actions(acts[:0]), xfers)
+			for _, req := range queue {
+				req.result <- result{err: ErrClosed}
+			}
+			if half != nil {
+				half.release()
+			}
+			if r.empty != nil {
+				r.empty.Deregister()
+			}
+			return
+		}
+		acts = r.eng.Actions(acts[:0])
+		if r.execute(acts, xfers) {
+			post()
+		}
+		r.l.arm(r.eng.Deadline())
+	}
+}
+
+// post posts the SDR receives of a Read: the data buffer, and for coded
+// plans a parity buffer after it. half is a transfer whose data was posted
+// on an earlier try.
+func (r *Receiver) post(req *readReq, half *recvIO) (*recvIO, error) {
+	x := half
+	if x == nil {
+		x = &recvIO{req: req, plan: r.eng.Plan(len(req.buf)), stop: make(chan struct{})}
+		mr := req.mr
+		if mr == nil { // a zero-length transfer still takes a message
+			var err error
+			if mr, err = r.emptyMR(); err != nil {
+				return nil, err
+			}
+		}
+		h, err := r.qp.PostRecv(mr, 0, len(req.buf))
+		if err != nil {
+			return nil, err
+		}
+		x.data = h
+	}
+	if x.plan.Messages() == 2 && x.parity == nil {
+		if x.parityMR == nil {
+			x.parityBuf = make([]byte, x.plan.ParityLen())
+			var err error
+			if x.parityMR, err = r.sc.RegisterMemory(x.parityBuf); err != nil {
+				return x, err
+			}
+			l, _ := x.plan.Layout()
+			if x.coder, err = ec.NewCoder(l); err != nil {
+				return x, err
+			}
+		}
+		h, err := r.qp.PostRecv(x.parityMR, 0, x.plan.ParityLen())
+		if err != nil {
+			return x, err
+		}
+		x.parity = h
+	}
+	return x, nil
+}
+
+// emptyMR returns the registration zero-length receives are posted on.
+func (r *Receiver) emptyMR() (*sdr.MR, error) {
+	if r.empty == nil {
+		mr, err := r.sc.RegisterMemory(make([]byte, 1))
+		if err != nil {
+			return nil, err
+		}
+		r.empty = mr
+	}
+	return r.empty, nil
+}
+
+// forward starts goroutines that turn the handles' progress into wake-ups
+// of the loop, until the transfer ends.
+func (x *recvIO) forward(wake chan<- struct{}) {
+	stop := x.stop
+	for _, h := range []*sdr.RecvHandle{x.data, x.parity} {
+		if h == nil {
+			continue
+		}
+		go func() {
+			for {
+				select {
+				case <-h.Progress():
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
+	}
+}
+
+// quiesce snapshots the final bitmaps and immediate, then completes the
+// transfer's receive handles: afterwards nothing writes its buffers, so
+// decoding reads and writes them alone. Repeated calls do nothing.
+func (x *recvIO) quiesce() {
+	if x.quiet {
+		return
+	}
+	x.quiet = true
+	close(x.stop)
+	if x.data != nil {
+		x.dataBits = x.data.Bitmap(x.dataBits)
+		x.imm, _ = x.data.Imm()
+		x.data.Complete()
+	}
+	if x.parity != nil {
+		x.parityBits = x.parity.Bitmap(x.parityBits)
+		x.parity.Complete()
+	}
+}
+
+// release quiesces the transfer and frees its parity buffer.
+func (x *recvIO) release() {
+	x.quiesce()
+	if x.parityMR != nil {
+		x.parityMR.Deregister()
+		x.parityMR = nil
+	}
+}
+
+// execute carries out the engine's actions; it reports whether a transfer
+// finished (slots were freed).
+func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool) {
+	for _, a := range acts {
+		x := xfers[a.Transfer]
+		switch a.Kind {
+		case ActControl:
+			r.l.sendControl(a.Datagram)
+		case ActDecode:
+			if x == nil {
+				continue
+			}
+			x.quiesce() // the transfer is complete: no packet may land while we decode
+			if err := x.coder.Reconstruct(a.Sub, x.req.buf, x.parityBuf, x.dataBits, x.parityBits); err != nil {
+				// The engine judged it decodable from these bitmaps, so
+				// this is a bug; fail the transfer rather than deliver it.
+				r.eng.Cancel(time.Now(), a.Transfer, fmt.Errorf("reliability: decoding submessage %d: %w", a.Sub, err))
+			}
+		case ActComplete, ActFail:
+			if x == nil {
+				continue
+			}
+			delete(xfers, a.Transfer)
+			x.release()
+			x.req.result <- result{stats: a.Stats, imm: x.imm, err: a.Err}
+			freed = true
+		}
+	}
+	return freed
+}

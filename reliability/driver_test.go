@@ -1,0 +1,261 @@
+package reliability_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/sdr"
+)
+
+// endpoints is one direction of a reliable connection between two
+// emulated NICs: a Sender on a, a Receiver on b.
+type endpoints struct {
+	s *reliability.Sender
+	r *reliability.Receiver
+}
+
+// connectPair builds two contexts on two devices joined by ports, an SDR
+// QP pair and datagram channels, and the drivers on them.
+func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr.QPAttr, cfg reliability.Config) endpoints {
+	t.Helper()
+	var ctxs []*sdr.Context
+	for i, p := range []emunic.Port{pa, pb} {
+		dev, err := emunic.NewDevice(emunic.Config{Port: p, GID: []netip.Addr{gidA, gidB}[i], MAC: [6]byte{2, 0, 0, 0, 0, byte(i + 1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		sc, err := sdr.Open(sdrnic.New(dev, sdrnic.Options{}), sdr.DeviceAttr{Channels: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sc.Close() })
+		ctxs = append(ctxs, sc)
+	}
+	sendAttr, recvAttr := qa, qa
+	sendAttr.Send, recvAttr.Recv = true, true
+	sq, err := ctxs[0].NewQP(sendAttr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rq, err := ctxs[1].NewQP(recvAttr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, err := ctxs[0].NewDatagram(sdr.DatagramAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := ctxs[1].NewDatagram(sdr.DatagramAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange := func(a, b interface {
+		Info() ([]byte, error)
+		Connect([]byte) error
+	}) {
+		ia, err := a.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib, err := b.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Connect(ib); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Connect(ia); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exchange(sq, rq)
+	exchange(sd, rd)
+	s, err := reliability.NewSender(ctxs[0], sq, sd, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	r, err := reliability.NewReceiver(ctxs[1], rq, rd, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return endpoints{s, r}
+}
+
+// pipePair connects two devices over an in-process pipe whose link
+// delays every frame by delay one way and loses a fraction loss of them
+// (data and control alike).
+func pipePair(t *testing.T, delay time.Duration, loss float64, seed uint64, cfg reliability.Config) endpoints {
+	link := func(s uint64) emunic.LinkHook {
+		return emunic.NewRandomLink(emunic.LinkConfig{Delay: delay, Loss: loss, Seed: s})
+	}
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: link(seed), BToA: link(seed + 1)})
+	return connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+		testQPAttr, cfg)
+}
+
+// testQPAttr gives 16 slots of 16 MiB.
+var testQPAttr = sdr.QPAttr{MTU: 1024, ChunkSize: 16 << 10, MaxMessages: 16, MaxInFlightBytes: 256 << 20}
+
+// transfer writes size random bytes with immediate imm and reads them on
+// the other side; it checks the bytes (SHA-256) and the immediate.
+func transfer(t *testing.T, e endpoints, size int, imm uint32, seed uint64) (sent, recvd reliability.Stats) {
+	t.Helper()
+	src := make([]byte, size)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	dst := make([]byte, size)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type readResult struct {
+		imm   uint32
+		stats reliability.Stats
+		err   error
+	}
+	done := make(chan readResult, 1)
+	go func() {
+		imm, st, err := e.r.Read(ctx, dst)
+		done <- readResult{imm, st, err}
+	}()
+	sent, err := e.s.Write(ctx, src, imm)
+	if err != nil {
+		t.Fatalf("write of %d bytes: %v", size, err)
+	}
+	rr := <-done
+	if rr.err != nil {
+		t.Fatalf("read of %d bytes: %v", size, rr.err)
+	}
+	if sha256.Sum256(dst) != sha256.Sum256(src) {
+		t.Fatalf("%d bytes: received data differs from what was sent", size)
+	}
+	if rr.imm != imm {
+		t.Fatalf("immediate %#x, want %#x", rr.imm, imm)
+	}
+	return sent, rr.stats
+}
+
+// TestDriversOverLossyPipe moves 1 and 4 MiB through a lossy pipe with a
+// 10 ms round trip
+// with every scheme: every byte arrives, every time.
+func TestDriversOverLossyPipe(t *testing.T) {
+	schemes := []reliability.Config{
+		{Scheme: reliability.SRRTO},
+		{Scheme: reliability.SRNACK},
+		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
+		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 16, M: 4}},
+		{Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
+		{Scheme: reliability.Auto},
+	}
+	for _, loss := range []float64{0, 0.001, 0.01, 0.05} {
+		for _, cfg := range schemes {
+			name := fmt.Sprintf("%v/loss=%v", cfg.Scheme, loss)
+			if cfg.Scheme.String() == "ec" {
+				name = fmt.Sprintf("%v-%v/loss=%v", cfg.Scheme, cfg.Code, loss)
+			}
+			t.Run(name, func(t *testing.T) {
+				cfg.RTT = 10 * time.Millisecond
+				cfg.Bandwidth = 2e9
+				e := pipePair(t, 5*time.Millisecond, loss, uint64(loss*1e4)+7, cfg)
+				for i, size := range []int{1 << 20, 4<<20 + 5000, 3, 0} {
+					sent, recvd := transfer(t, e, size, 0xC0DE0000+uint32(i), uint64(i))
+					t.Logf("%d B: %v in %v; sent %d chunks (%d again, %d parity), %d decoded, %d fallbacks",
+						size, recvd.Plan, recvd.Duration().Round(time.Millisecond), sent.ChunksSent, sent.Retransmitted,
+						sent.ParitySent, recvd.Decoded, recvd.Fallbacks)
+				}
+			})
+		}
+	}
+}
+
+// TestDriverRejects: lengths that differ fail both sides and the next
+// transfer still matches; oversized buffers fail before anything is sent.
+func TestDriverRejects(t *testing.T) {
+	e := pipePair(t, 0, 0, 1, reliability.Config{Scheme: reliability.SRRTO})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := e.r.Read(ctx, make([]byte, 1000))
+		errc <- err
+	}()
+	if _, err := e.s.Write(ctx, make([]byte, 2000), 1); !errors.Is(err, reliability.ErrLengthMismatch) {
+		t.Fatalf("write of 2000 into 1000: %v, want ErrLengthMismatch", err)
+	}
+	if err := <-errc; !errors.Is(err, reliability.ErrLengthMismatch) {
+		t.Fatalf("read of 1000 from 2000: %v, want ErrLengthMismatch", err)
+	}
+	transfer(t, e, 5000, 9, 9)
+	if _, err := e.s.Write(ctx, make([]byte, 32<<20), 1); !errors.Is(err, sdr.ErrTooLong) {
+		t.Fatalf("write of 32 MiB: %v, want ErrTooLong", err)
+	}
+	if _, _, err := e.r.Read(ctx, make([]byte, 32<<20)); !errors.Is(err, sdr.ErrTooLong) {
+		t.Fatalf("read of 32 MiB: %v, want ErrTooLong", err)
+	}
+	transfer(t, e, 7000, 10, 10)
+}
+
+// TestDriverCancel cancels a Write that waits for the receiver's CTS and
+// one whose data the link swallows: both fail on both sides, and the
+// connection carries the next transfer.
+func TestDriverCancel(t *testing.T) {
+	var swallow atomic.Bool
+	dropData := func(frame []byte, deliver func(time.Duration)) {
+		// Ethernet (14) + IPv4 (20) + UDP (8): the BTH opcode; UD (0x64,
+		// 0x65) is the control channel.
+		if swallow.Load() && len(frame) > 42 && frame[42] != 0x64 && frame[42] != 0x65 {
+			return
+		}
+		deliver(0)
+	}
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: dropData, BToA: dropData})
+	e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+		testQPAttr, reliability.Config{Scheme: reliability.SRRTO, RTT: time.Millisecond})
+	read := func(n int) chan error {
+		errc := make(chan error, 1)
+		go func() {
+			_, _, err := e.r.Read(context.Background(), make([]byte, n))
+			errc <- err
+		}()
+		return errc
+	}
+
+	// No receive posted yet: the Write waits for its CTS and is canceled.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.s.Write(ctx, make([]byte, 1<<20), 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("write without a receive: %v, want the context's deadline", err)
+	}
+	// Its transfer number is still the receiver's next: that read fails.
+	if err := <-read(1 << 20); !errors.Is(err, reliability.ErrAborted) {
+		t.Fatalf("read of the canceled transfer: %v, want ErrAborted", err)
+	}
+
+	// The data never arrives: the Write is canceled mid-transfer.
+	swallow.Store(true)
+	errc := read(1 << 20)
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := e.s.Write(ctx, make([]byte, 1<<20), 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("write into a black hole: %v, want the context's deadline", err)
+	}
+	if err := <-errc; !errors.Is(err, reliability.ErrAborted) {
+		t.Fatalf("read of the aborted transfer: %v, want ErrAborted", err)
+	}
+	swallow.Store(false)
+	transfer(t, e, 100000, 3, 3)
+}
