@@ -105,11 +105,12 @@ type result struct {
 // Receiver on the peer. Write may be called from several goroutines;
 // transfers go in the order their Write calls reached the loop.
 type Sender struct {
-	sc   *sdr.Context
-	qp   *sdr.QP
-	eng  *SenderEngine
-	l    *loop
-	reqs chan *sendReq
+	owned []func() error // closed with the Sender (ConnectSender's QP and channel)
+	sc    *sdr.Context
+	qp    *sdr.QP
+	eng   *SenderEngine
+	l     *loop
+	reqs  chan *sendReq
 	// cancels carries transfers whose Write gave up.
 	cancels chan uint64
 }
@@ -134,7 +135,8 @@ type sendIO struct {
 
 // NewSender starts a sender on qp (connected to the peer's receiving QP)
 // with control datagrams on dg (connected to the peer Receiver's). It
-// starts two goroutines; Close stops them. qp and dg stay the caller's.
+// starts two goroutines; Close stops them. qp and dg stay the caller's
+// (ConnectSender sets all of this up over a bootstrap connection).
 func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Sender, error) {
 	if !qp.Attr().Send {
 		return nil, fmt.Errorf("reliability: sender on a QP without send: %w", ErrInvalid)
@@ -196,7 +198,15 @@ func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (Stats, erro
 // sender's goroutines.
 func (s *Sender) Close() error {
 	s.l.close()
-	return nil
+	return closeAll(s.owned)
+}
+
+func closeAll(fs []func() error) error {
+	var errs []error
+	for _, f := range fs {
+		errs = append(errs, f())
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Sender) run() {
@@ -355,7 +365,8 @@ func (x *sendIO) close() {
 // a Sender on the peer. Read may be called from several goroutines;
 // transfers fill the buffers in the order the Read calls reached the loop.
 type Receiver struct {
-	empty   *sdr.MR // posted for zero-length transfers (the loop's)
+	owned   []func() error // closed with the Receiver (ConnectReceiver's QP and channel)
+	empty   *sdr.MR        // posted for zero-length transfers (the loop's)
 	sc      *sdr.Context
 	qp      *sdr.QP
 	eng     *ReceiverEngine
@@ -447,7 +458,7 @@ func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats Stat
 // receiver's goroutines.
 func (r *Receiver) Close() error {
 	r.l.close()
-	return nil
+	return closeAll(r.owned)
 }
 
 func (r *Receiver) run() {

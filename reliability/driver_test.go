@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -43,55 +44,52 @@ func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr
 		t.Cleanup(func() { sc.Close() })
 		ctxs = append(ctxs, sc)
 	}
-	sendAttr, recvAttr := qa, qa
-	sendAttr.Send, recvAttr.Recv = true, true
-	sq, err := ctxs[0].NewQP(sendAttr)
+	// The two sides exchange their QP and control channel over TCP, as
+	// separate processes would.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rq, err := ctxs[1].NewQP(recvAttr)
-	if err != nil {
-		t.Fatal(err)
+	defer ln.Close()
+	type accepted struct {
+		r   *reliability.Receiver
+		err error
 	}
-	sd, err := ctxs[0].NewDatagram(sdr.DatagramAttr{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := ctxs[1].NewDatagram(sdr.DatagramAttr{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	exchange := func(a, b interface {
-		Info() ([]byte, error)
-		Connect([]byte) error
-	}) {
-		ia, err := a.Info()
+	done := make(chan accepted, 1)
+	go func() {
+		conn, err := ln.Accept()
 		if err != nil {
-			t.Fatal(err)
+			done <- accepted{nil, err}
+			return
 		}
-		ib, err := b.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Connect(ib); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.Connect(ia); err != nil {
-			t.Fatal(err)
-		}
-	}
-	exchange(sq, rq)
-	exchange(sd, rd)
-	s, err := reliability.NewSender(ctxs[0], sq, sd, cfg)
+		defer conn.Close()
+		r, err := reliability.ConnectReceiver(sdr.NewBootstrap(conn), ctxs[1], qa, cfg)
+		done <- accepted{r, err}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	r, err := reliability.NewReceiver(ctxs[1], rq, rd, cfg)
+	defer conn.Close()
+	s, err := reliability.ConnectSender(sdr.NewBootstrap(conn), ctxs[0], qa, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("closing the sender: %v", err)
+		}
+	})
+	a := <-done
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	r := a.r
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("closing the receiver: %v", err)
+		}
+	})
 	return endpoints{s, r}
 }
 

@@ -76,8 +76,17 @@ func (b *Bootstrap) RecvJSON(v any) error {
 
 // ConnectQP exchanges Info with the peer over b and connects q: both
 // sides send first, then read, so the order does not matter.
-func (b *Bootstrap) ConnectQP(q *QP) error {
-	info, err := q.Info()
+func (b *Bootstrap) ConnectQP(q *QP) error { return b.connect(q) }
+
+// ConnectDatagram exchanges Info with the peer over b and connects d, as
+// ConnectQP does for a QP.
+func (b *Bootstrap) ConnectDatagram(d *Datagram) error { return b.connect(d) }
+
+func (b *Bootstrap) connect(e interface {
+	Info() ([]byte, error)
+	Connect([]byte) error
+}) error {
+	info, err := e.Info()
 	if err != nil {
 		return err
 	}
@@ -88,7 +97,7 @@ func (b *Bootstrap) ConnectQP(q *QP) error {
 	if err != nil {
 		return err
 	}
-	return q.Connect(remote)
+	return e.Connect(remote)
 }
 
 // Close closes the connection.

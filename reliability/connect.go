@@ -1,0 +1,64 @@
+package reliability
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sdr-rdma/sdr/sdr"
+)
+
+// ConnectSender sets up the sending side of a reliable connection on sc:
+// an SDR QP (attr, with sending enabled) and a datagram channel, both
+// connected over bs to the peer's ConnectReceiver, and a Sender on them.
+// The Sender owns the QP and the channel and closes them with itself.
+// Both sides must pass the same attr geometry (sdr's Connect rejects
+// mismatches).
+func ConnectSender(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, error) {
+	attr.Send = true
+	qp, dg, err := connectEndpoints(bs, sc, attr)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewSender(sc, qp, dg, cfg)
+	if err != nil {
+		return nil, errors.Join(err, dg.Close(), qp.Close())
+	}
+	s.owned = []func() error{dg.Close, qp.Close}
+	return s, nil
+}
+
+// ConnectReceiver is ConnectSender's peer: an SDR QP with receiving
+// enabled, a datagram channel and a Receiver on them, which owns both.
+func ConnectReceiver(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Receiver, error) {
+	attr.Recv = true
+	qp, dg, err := connectEndpoints(bs, sc, attr)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewReceiver(sc, qp, dg, cfg)
+	if err != nil {
+		return nil, errors.Join(err, dg.Close(), qp.Close())
+	}
+	r.owned = []func() error{dg.Close, qp.Close}
+	return r, nil
+}
+
+// connectEndpoints creates a QP and a datagram channel with the MTU of
+// attr and connects both through bs.
+func connectEndpoints(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr) (*sdr.QP, *sdr.Datagram, error) {
+	qp, err := sc.NewQP(attr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reliability: connect: %w", err)
+	}
+	dg, err := sc.NewDatagram(sdr.DatagramAttr{MTU: qp.Attr().MTU})
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("reliability: connect: %w", err), qp.Close())
+	}
+	if err := bs.ConnectQP(qp); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("reliability: connect QP: %w", err), dg.Close(), qp.Close())
+	}
+	if err := bs.ConnectDatagram(dg); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("reliability: connect control channel: %w", err), dg.Close(), qp.Close())
+	}
+	return qp, dg, nil
+}
