@@ -44,6 +44,13 @@ func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr
 		t.Cleanup(func() { sc.Close() })
 		ctxs = append(ctxs, sc)
 	}
+	return connectContexts(t, ctxs[0], ctxs[1], qa, cfg)
+}
+
+// connectContexts connects a Sender on sa to a Receiver on sb with QPs of
+// attributes qa; the test's cleanup closes both.
+func connectContexts(t *testing.T, sa, sb *sdr.Context, qa sdr.QPAttr, cfg reliability.Config) endpoints {
+	t.Helper()
 	// The two sides exchange their QP and control channel over TCP, as
 	// separate processes would.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -63,7 +70,7 @@ func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr
 			return
 		}
 		defer conn.Close()
-		r, err := reliability.ConnectReceiver(sdr.NewBootstrap(conn), ctxs[1], qa, cfg)
+		r, err := reliability.ConnectReceiver(sdr.NewBootstrap(conn), sb, qa, cfg)
 		done <- accepted{r, err}
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
@@ -71,7 +78,7 @@ func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	s, err := reliability.ConnectSender(sdr.NewBootstrap(conn), ctxs[0], qa, cfg)
+	s, err := reliability.ConnectSender(sdr.NewBootstrap(conn), sa, qa, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
