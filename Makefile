@@ -1,12 +1,14 @@
 # sdr — two commands for a fresh machine:
-#   make demo   the main job (for now: decode the bundled SDR capture)
+#   make demo   the main job: RC, raw SDR and SDR reliability on one lossy long link
 #   make test   everything CI checks; installs what it needs
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30000x
 # package:target pairs
 FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wire:FuzzPcapReader \
-               wire:FuzzImmLayout emunic:FuzzResponder emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence sdr/engine:FuzzProcess
+               wire:FuzzImmLayout emunic:FuzzResponder emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence sdr/engine:FuzzProcess \
+               reliability/control:FuzzDecode reliability:FuzzHostileControl reliability/ec:FuzzReconstruct \
+               reliability/ec:FuzzParseParams reliability/model:FuzzPredict reliability/model:FuzzParseScheme
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 
@@ -18,14 +20,15 @@ BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2
 
 # The main job: what the project can show so far, with no setup and no
-# root. Real SDR traffic from Soft-RoCE decoded, then SDR writes between
-# two emulated NICs in this process: clean, and over a link losing 1% of
-# packets, where the receive bitmaps show exactly what arrived.
+# root. Real SDR traffic from Soft-RoCE decoded; then the point of the
+# project: the same 4 MiB messages over a 20 ms, 1 %-lossy link between two
+# emulated NICs with the NIC's RC go-back-N, raw SDR (UC, no reliability)
+# and each software reliability scheme, side by side with the models'
+# predictions.
 demo:
 	$(GO) build -o $(BIN) ./cmd/sdr
 	$(BIN) pcap -q -sdr 10/18/4 $(SAMPLE)
-	$(BIN) write-bw -loopback -s 1048576 -c 16384 -n 300
-	$(BIN) write-bw -loopback -s 1048576 -c 16384 -n 100 -loss 0.01 -timeout 20ms
+	$(BIN) compare
 
 test: deps lint generate-check fuzz unit
 

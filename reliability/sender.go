@@ -26,6 +26,7 @@ type SenderEngine struct {
 	next      uint64          // the next transfer to start
 	active    map[uint64]*sendXfer
 	flights   []flight // retransmission timers, in deadline order
+	flightSeq uint32   // the last flight's number
 	inFlight  int      // data and parity bytes of active transfers
 
 	actions []Action
@@ -49,11 +50,15 @@ type sendXfer struct {
 	coded     bool
 	firstPass time.Time // when the first pass has left the wire
 	resent    bitmap    // chunks sent more than once: no RTT samples
+	// lastFlight names the flight that carried each chunk last, so an
+	// older flight's timer does not resend a chunk a NACK already resent.
+	lastFlight []uint32
 }
 
 // flight is a run of data chunks sent together and the time by which an
 // ACK should have covered them.
 type flight struct {
+	seq         uint32 // numbers flights (0: none)
 	deadline    time.Time
 	sent        time.Time // when its last chunk left (estimated, or confirmed by Injected)
 	transfer    uint64
@@ -177,14 +182,27 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
 		deadline: now.Add(s.cfg.Timeout), stats: Stats{Plan: plan, Start: now}}
 	x.acked, x.resent = newBitmap(x.chunks), newBitmap(x.chunks)
+	if !x.coded {
+		x.lastFlight = make([]uint32, x.chunks)
+	}
 	s.active[id] = x
 	s.inFlight += plan.Length + plan.ParityLen()
 	s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
-	s.sendData(now, x, 0, x.chunks, !x.coded)
-	if p := plan.ParityChunks(); p > 0 {
-		s.actions = append(s.actions, Action{Kind: ActSend, Transfer: id, Part: Parity, First: 0, Count: p})
-		s.wireFree = s.departure(now, p)
-		x.stats.ParitySent += p
+	if x.coded {
+		// Submessage by submessage, its data then its parity, so that each
+		// becomes decodable as early as it can and a receiver seeing a
+		// later submessage knows the earlier ones were sent whole.
+		l, _ := plan.Layout() // validated with the plan
+		for sub := range l.Submessages() {
+			first, n := l.DataRange(sub)
+			s.sendData(now, x, first, n, false)
+			pFirst, m := l.ParityRange(sub)
+			s.actions = append(s.actions, Action{Kind: ActSend, Transfer: id, Part: Parity, First: pFirst, Count: m})
+			s.wireFree = s.departure(now, m)
+			x.stats.ParitySent += m
+		}
+	} else {
+		s.sendData(now, x, 0, x.chunks, true)
 	}
 	s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: id})
 	x.firstPass = s.wireFree
@@ -240,23 +258,51 @@ func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed 
 		size := min(per, n-done)
 		s.wireFree = s.departure(now, size)
 		if timed {
-			s.flights = append(s.flights, flight{deadline: s.wireFree.Add(s.rto), sent: s.wireFree, transfer: x.id,
-				first: first + done, size: size, unconfirmed: true})
+			s.flightSeq++
+			if s.flightSeq == 0 {
+				s.flightSeq++
+			}
+			if x.lastFlight == nil {
+				x.lastFlight = make([]uint32, x.chunks) // a coded transfer's SR repair
+			}
+			for i := first + done; i < first+done+size; i++ {
+				x.lastFlight[i] = s.flightSeq
+			}
+			s.flights = append(s.flights, flight{seq: s.flightSeq, deadline: s.wireFree.Add(s.rto), sent: s.wireFree,
+				transfer: x.id, first: first + done, size: size, unconfirmed: true})
 		}
 	}
 }
 
 // resend sends again the chunks of [first, first+n) not acknowledged yet,
-// with timers.
-func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int) int {
+// with timers; with a flight number, only those that flight carried last.
+func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlight uint32) int {
 	sent := 0
-	x.acked.clearRuns(first, min(first+n, x.chunks), func(f, c int) {
+	send := func(f, c int) {
 		for i := f; i < f+c; i++ {
 			x.resent.set(i)
 		}
 		s.sendData(now, x, f, c, true)
 		x.stats.Retransmitted += c
 		sent += c
+	}
+	x.acked.clearRuns(first, min(first+n, x.chunks), func(f, c int) {
+		if onlyFlight == 0 {
+			send(f, c)
+			return
+		}
+		for i := f; i < f+c; {
+			if x.lastFlight[i] != onlyFlight {
+				i++
+				continue
+			}
+			j := i + 1
+			for j < f+c && x.lastFlight[j] == onlyFlight {
+				j++
+			}
+			send(i, j-i)
+			i = j
+		}
 	})
 	return sent
 }
@@ -270,7 +316,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		if !ok {
 			continue
 		}
-		if s.resend(now, x, f.first, f.size) > 0 && !x.probedAt.Equal(now) {
+		if s.resend(now, x, f.first, f.size, f.seq) > 0 && !x.probedAt.Equal(now) {
 			s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
 		}
 	}
@@ -324,7 +370,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		x.stats.NACKs++
 		for _, r := range m.Ranges {
 			if int(r.First) < x.chunks {
-				s.resend(now, x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)))
+				s.resend(now, x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0)
 			}
 		}
 	case control.Abort:
