@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 	"github.com/sdr-rdma/sdr/wire"
@@ -16,11 +17,7 @@ import (
 // slot and requires zero allocations per packet.
 func TestReceivePathAllocatesNothing(t *testing.T) {
 	pa, _ := emunic.NewPipe(emunic.PipeConfig{})
-	dev, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
+	dev := emunictest.NewHost(t, pa, netip.MustParseAddr("10.0.0.1"), [6]byte{2, 0, 0, 0, 0, 1}, nil).Dev
 	cq, err := emunic.NewCQ(16)
 	if err != nil {
 		t.Fatal(err)
@@ -64,12 +61,7 @@ func BenchmarkPostRecvComplete(b *testing.B) {
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
 	var devs []*emunic.Device
 	for i, p := range []emunic.Port{pa, pb} {
-		dev, err := emunic.NewDevice(emunic.Config{Port: p, GID: netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), MAC: [6]byte{2, 0, 0, 0, 0, byte(i + 1)}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { dev.Close() })
-		devs = append(devs, dev)
+		devs = append(devs, emunictest.NewHost(b, p, netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}), [6]byte{2, 0, 0, 0, 0, byte(i + 1)}, nil).Dev)
 	}
 	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, SlotSize: 64 << 10, Generations: 2, Layout: wire.DefaultImmLayout}
 	var qps []backend.QP

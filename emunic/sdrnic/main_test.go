@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
 // TestMain fails the run if a test leaves a network namespace behind.
-func TestMain(m *testing.M) { os.Exit(testbed.RunChecked(m)) }
+func TestMain(m *testing.M) { os.Exit(testbedtest.RunChecked(m)) }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/privileged"
@@ -15,16 +16,9 @@ import (
 
 func devices(t *testing.T, pa, pb emunic.Port, gidA, gidB string, opts sdrnic.Options) (backend.Backend, backend.Backend) {
 	t.Helper()
-	var out []backend.Backend
-	for i, p := range []emunic.Port{pa, pb} {
-		dev, err := emunic.NewDevice(emunic.Config{Port: p, GID: netip.MustParseAddr([]string{gidA, gidB}[i]), MAC: [6]byte{2, 0, 0, 0, 0, byte(i + 1)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { dev.Close() })
-		out = append(out, sdrnic.New(dev, opts))
-	}
-	return out[0], out[1]
+	a := emunictest.NewHost(t, pa, netip.MustParseAddr(gidA), [6]byte{2, 0, 0, 0, 0, 1}, nil)
+	b := emunictest.NewHost(t, pb, netip.MustParseAddr(gidB), [6]byte{2, 0, 0, 0, 0, 2}, nil)
+	return sdrnic.New(a.Dev, opts), sdrnic.New(b.Dev, opts)
 }
 
 func TestConformancePipe(t *testing.T) {
@@ -58,26 +52,9 @@ func TestConformanceXSK(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pair.Close() })
-		var ports []emunic.Port
-		for _, h := range []*testbed.Host{pair.A, pair.B} {
-			var p *xsk.Port
-			if err := h.NS.Do(func() (err error) {
-				p, err = xsk.NewPort(xsk.PortConfig{Interface: h.IfName})
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			ports = append(ports, p)
-		}
-		var out []backend.Backend
-		for i, h := range []*testbed.Host{pair.A, pair.B} {
-			dev, err := emunic.NewDevice(emunic.Config{Port: ports[i], GID: h.Addr, MAC: h.MAC})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { dev.Close() })
-			out = append(out, sdrnic.New(dev, sdrnic.Options{}))
-		}
+		a := emunictest.NewXSKHost(t, pair.A, xsk.PortConfig{}, nil)
+		b := emunictest.NewXSKHost(t, pair.B, xsk.PortConfig{}, nil)
+		out := []backend.Backend{sdrnic.New(a.Dev, sdrnic.Options{}), sdrnic.New(b.Dev, sdrnic.Options{})}
 		return out[0], out[1]
 	})
 }
