@@ -1,0 +1,528 @@
+// Package sim is a discrete-event simulator of one reliable transfer over a
+// long-haul link: a virtual clock (an event heap), the link model of
+// testbed/link for data and control, and the reliability package's own
+// engines — reliability.SenderEngine and ReceiverEngine, not a
+// re-implementation — so that what it measures is what the engines do, at
+// the paper's scale (400 Gbit/s, 25 ms RTT, up to 8 GiB), where no real
+// link on a test machine could go.
+//
+// # One sample
+//
+// Run builds a fresh engine pair per sample with FixedRTT (the link's
+// round trip is known), MTU = ChunkSize (the paper's chunk is one 4 KiB
+// packet), a small ACK delay (RTT/1000 by default: the models assume
+// immediate NACKs) and a large global timeout. The receiver posts one
+// transfer of Point.Size bytes at time 0 and its CTS crosses the control
+// link; the sender submits the transfer and the simulator carries out
+// the engines' actions:
+//
+//   - ActSend: the chunks are serialized on the data direction behind
+//     everything sent before and arrive one propagation delay later,
+//     minus the losses the link samples (in O(losses)). Arrivals are
+//     handed to ReceiverEngine.HandleChunks in batches: a run of
+//     consecutive delivered chunks, split so that a batch spans at most
+//     Point.Batch of arrival times, delivered at the arrival of its last
+//     chunk.
+//   - ActControl: the datagram crosses the control direction (lossless
+//     unless Point.ControlLoss says otherwise) and is handed to the peer.
+//   - ActDecode: counted (decoding takes no virtual time, as in the
+//     models).
+//   - ActComplete / ActFail: the receiver's completion ends the
+//     measurement; the sample ends when both sides completed. A failure,
+//     or an event queue that runs dry before both completed, is an error
+//     (ErrFailed, ErrHang).
+//
+// The completion time is the model's (reliability/model): from the first
+// bit the sender injects to the receiver holding every data byte.
+//
+// # Error bound of the batching
+//
+// A chunk is seen by the receiver at most Point.Batch after it arrived,
+// and never early. Every engine decision driven by arrivals (the
+// completing chunk, an ACK, a NACK, the EC fallback timer's start) is
+// therefore shifted by at most Batch — usually later, sometimes earlier,
+// as a batch shows the receiver more chunks at once than it would have
+// seen at its first chunk's arrival — and a completion after r such
+// dependent rounds by at most r·Batch: with the default RTT/1000 and the
+// few rounds of the paper's grid, under 0.5 % of a round trip
+// (TestBatchBound checks 4·Batch against chunk-by-chunk delivery). A batch
+// that ends in the completing chunk is exact: lossless transfers complete
+// in exactly model.Lossless.
+//
+// # Cost
+//
+// Per sample O(chunks/64) engine work for bitmaps plus O(chunks ·
+// Batch-span⁻¹) events: about N·T/Batch batches (N chunks of injection time
+// T), ACKs at most one per AckDelay, and O(losses) for the link. Sweep
+// runs samples in parallel, one engine pair per goroutine.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/testbed/link"
+)
+
+// Errors; test with errors.Is.
+var (
+	// ErrInvalid: a Point field is out of range.
+	ErrInvalid = errors.New("sim: invalid point")
+	// ErrFailed: an engine failed the transfer (timeout or abort).
+	ErrFailed = errors.New("sim: transfer failed")
+	// ErrHang: no event was left and the transfer had not completed on
+	// both sides.
+	ErrHang = errors.New("sim: transfer hung")
+)
+
+// Point is one configuration to simulate. Zero fields take the defaults
+// in brackets.
+type Point struct {
+	// Size is the message size in bytes (> 0).
+	Size int64
+	// Scheme is SRRTO, SRNACK, EC, Hybrid, or Auto — which the simulator
+	// resolves with model.Choose on the point's true link (what Auto's
+	// estimator converges to; a fresh engine's estimator has seen no loss
+	// yet and would pick SR).
+	Scheme reliability.Scheme
+	// Code is the code of EC and Hybrid [MDS(32,8)].
+	Code ec.Params
+	// Bandwidth is the link's rate in bit/s [400 Gbit/s].
+	Bandwidth float64
+	// RTT is the round trip; each direction's delay is RTT/2 [25 ms].
+	RTT time.Duration
+	// ChunkSize is the chunk (and packet) size [4096].
+	ChunkSize int
+	// Loss is the data direction's loss process, per chunk.
+	Loss link.Loss
+	// ControlLoss is the control directions' loss process [none].
+	ControlLoss link.Loss
+	// Alpha is the timeout factor [2].
+	Alpha float64
+	// AckDelay is the receiver's ACK coalescing delay [RTT/1000].
+	AckDelay time.Duration
+	// Batch bounds the span of arrival times one HandleChunks call
+	// covers [RTT/1000]; see the package doc for the error it allows.
+	Batch time.Duration
+	// Timeout is the engines' global timeout [max(1000·RTT, 60 s)].
+	Timeout time.Duration
+}
+
+// withDefaults fills zero fields and validates.
+func (p Point) withDefaults() (Point, error) {
+	if p.Code == (ec.Params{}) {
+		p.Code = ec.Params{Kind: ec.MDS, K: 32, M: 8}
+	}
+	if p.Bandwidth == 0 {
+		p.Bandwidth = 400e9
+	}
+	if p.RTT == 0 {
+		p.RTT = 25 * time.Millisecond
+	}
+	if p.ChunkSize == 0 {
+		p.ChunkSize = 4096
+	}
+	if p.Alpha == 0 {
+		p.Alpha = model.DefaultAlpha
+	}
+	if p.AckDelay == 0 {
+		p.AckDelay = max(p.RTT/1000, time.Nanosecond)
+	}
+	if p.Batch == 0 {
+		p.Batch = max(p.RTT/1000, time.Nanosecond)
+	}
+	if p.Timeout == 0 {
+		p.Timeout = max(1000*p.RTT, time.Minute)
+	}
+	switch {
+	case p.Size <= 0 || p.Size > 1<<40:
+		return p, fmt.Errorf("sim: size %d B: %w", p.Size, ErrInvalid)
+	case p.Scheme < reliability.SRRTO || p.Scheme > reliability.Auto:
+		return p, fmt.Errorf("sim: scheme %v: %w", p.Scheme, ErrInvalid)
+	case !(p.Bandwidth > 0) || math.IsInf(p.Bandwidth, 1) || p.RTT <= 0 || p.ChunkSize <= 0:
+		return p, fmt.Errorf("sim: link of %g bit/s, RTT %v, %d-B chunks: %w", p.Bandwidth, p.RTT, p.ChunkSize, ErrInvalid)
+	case p.Alpha < 0 || p.AckDelay < 0 || p.Batch < 0 || p.Timeout < 0:
+		return p, fmt.Errorf("sim: negative timing: %w", ErrInvalid)
+	}
+	for _, l := range []link.Loss{p.Loss, p.ControlLoss} {
+		if err := l.Validate(); err != nil {
+			return p, fmt.Errorf("sim: %w: %w", ErrInvalid, err)
+		}
+	}
+	if err := p.Code.Validate(); err != nil {
+		return p, fmt.Errorf("sim: %w: %w", ErrInvalid, err)
+	}
+	if p.Scheme == reliability.Auto {
+		c, err := model.Choose(p.ModelLink(), p.Size)
+		if err != nil {
+			return p, fmt.Errorf("sim: auto: %w", err)
+		}
+		p.Scheme, p.Code = fromChoice(c)
+	}
+	return p, nil
+}
+
+// WithDefaults returns p with its defaults filled in and Auto resolved to
+// the scheme it runs, or an error wrapping ErrInvalid.
+func (p Point) WithDefaults() (Point, error) { return p.withDefaults() }
+
+// fromChoice maps a model choice to the engines' scheme and code.
+func fromChoice(c model.Choice) (reliability.Scheme, ec.Params) {
+	switch c.Scheme {
+	case model.SRNACK:
+		return reliability.SRNACK, ec.Params{}
+	case model.ECMDS:
+		return reliability.EC, ec.Params{Kind: ec.MDS, K: c.K, M: c.M}
+	case model.ECXOR:
+		return reliability.EC, ec.Params{Kind: ec.XOR, K: c.K, M: c.M}
+	}
+	return reliability.SRRTO, ec.Params{}
+}
+
+// ModelLink is the point's link as reliability/model sees it: the data
+// direction's long-run loss rate as the per-chunk loss (a chunk is one
+// packet here), capped at model.MaxLoss.
+func (p Point) ModelLink() model.Link {
+	return model.Link{Bandwidth: p.Bandwidth, RTT: p.RTT, Loss: min(p.Loss.Rate(), model.MaxLoss), ChunkSize: p.ChunkSize}
+}
+
+// ModelChoice returns the model's counterpart of the point's scheme, and
+// false for Hybrid, which the models do not cover. p must have its
+// defaults filled in (WithDefaults).
+func (p Point) ModelChoice() (model.Choice, bool) {
+	c := model.Choice{Alpha: p.Alpha}
+	switch p.Scheme {
+	case reliability.SRRTO:
+		c.Scheme = model.SRRTO
+	case reliability.SRNACK:
+		c.Scheme = model.SRNACK
+	case reliability.EC:
+		c.Scheme, c.K, c.M = model.ECMDS, p.Code.K, p.Code.M
+		if p.Code.Kind == ec.XOR {
+			c.Scheme = model.ECXOR
+		}
+	default:
+		return c, false
+	}
+	return c, true
+}
+
+// Sample is the outcome of one simulated transfer.
+type Sample struct {
+	// Completion is from the sender's first injected bit to the
+	// receiver's completion.
+	Completion time.Duration
+	// Sender and Receiver are the engines' statistics.
+	Sender, Receiver reliability.Stats
+	// ChunksLost counts data and parity chunks the link dropped.
+	ChunksLost int64
+	// Decodes counts ActDecode actions.
+	Decodes int
+	// Events counts processed events (batches, datagrams, timers).
+	Events int
+}
+
+// epoch is virtual time zero.
+var epoch = time.Unix(0, 0)
+
+// Run simulates one transfer of point p with the given seed. The same
+// point and seed give the same sample. Errors wrap ErrInvalid, ErrFailed
+// or ErrHang.
+func Run(p Point, seed uint64) (Sample, error) {
+	p, err := p.withDefaults()
+	if err != nil {
+		return Sample{}, err
+	}
+	var s simulation
+	if err := s.init(p, seed); err != nil {
+		return Sample{}, err
+	}
+	return s.run()
+}
+
+// Event kinds.
+const (
+	evData       uint8 = iota // a batch of data or parity chunks arrives
+	evToSender                // a control datagram reaches the sender
+	evToReceiver              // a control datagram reaches the receiver
+	evSenderTimer
+	evReceiverTimer
+)
+
+// event is one entry of the virtual clock's heap: at (ns since epoch),
+// then seq, orders events, so that runs are deterministic.
+type event struct {
+	at     int64
+	seq    uint64
+	kind   uint8
+	stream *stream // evData
+	dgram  []byte  // evToSender, evToReceiver
+}
+
+// eventHeap is a binary min-heap of events by (at, seq).
+type eventHeap []event
+
+func (h eventHeap) less(i, j int) bool {
+	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
+}
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = event{}
+	q = q[:last]
+	for i := 0; ; {
+		l, r, small := 2*i+1, 2*i+2, i
+		if l < len(q) && q.less(l, small) {
+			small = l
+		}
+		if r < len(q) && q.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
+}
+
+// stream delivers one ActSend's chunks batch by batch.
+type stream struct {
+	run        link.Run
+	part       reliability.Part
+	first      int // the transfer's chunk index of the run's transmission 0
+	next, end  int // the pending batch: transmissions [next, end)
+	lost       int // index into run.Lost of the next loss at or after end
+	batchLimit int
+}
+
+// advance sets the next batch after end, reporting false when the run is
+// exhausted.
+func (st *stream) advance() bool {
+	st.next = st.end
+	for st.lost < len(st.run.Lost) && st.run.Lost[st.lost] == st.next {
+		st.lost++
+		st.next++
+	}
+	if st.next >= st.run.N {
+		return false
+	}
+	st.end = st.run.N
+	if st.lost < len(st.run.Lost) {
+		st.end = st.run.Lost[st.lost]
+	}
+	st.end = min(st.end, st.next+st.batchLimit)
+	return true
+}
+
+// simulation is one sample's state; one goroutine owns it.
+type simulation struct {
+	p       Point
+	now     time.Time
+	q       eventHeap
+	seq     uint64
+	snd     *reliability.SenderEngine
+	rcv     *reliability.ReceiverEngine
+	data    *link.Direction
+	ctlFwd  *link.Direction // sender → receiver datagrams
+	ctlRev  *link.Direction // receiver → sender datagrams
+	acts    []reliability.Action
+	timers  [2]time.Time // scheduled sender and receiver timers
+	started bool
+	start   time.Time // the first injected bit
+	rcvDone bool
+	sndDone bool
+	out     Sample
+	err     error
+	free    []*stream // finished streams for reuse
+}
+
+func (s *simulation) init(p Point, seed uint64) error {
+	s.p, s.now = p, epoch
+	cfg := reliability.Config{FixedRTT: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha, AckDelay: p.AckDelay,
+		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize}
+	var err error
+	if s.snd, err = reliability.NewSenderEngine(cfg); err != nil {
+		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
+	}
+	if s.rcv, err = reliability.NewReceiverEngine(cfg); err != nil {
+		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
+	}
+	delay := p.RTT / 2
+	mk := func(loss link.Loss, stream uint64) (*link.Direction, error) {
+		return link.New(link.Config{Bandwidth: p.Bandwidth, Delay: delay, Loss: loss, Seed: mix(seed, stream)})
+	}
+	if s.data, err = mk(p.Loss, 1); err != nil {
+		return fmt.Errorf("sim: data link: %w", err)
+	}
+	if s.ctlFwd, err = mk(p.ControlLoss, 2); err != nil {
+		return fmt.Errorf("sim: control link: %w", err)
+	}
+	if s.ctlRev, err = mk(p.ControlLoss, 3); err != nil {
+		return fmt.Errorf("sim: control link: %w", err)
+	}
+	return nil
+}
+
+// mix derives a stream's seed from a sample's (splitmix64's finalizer).
+func mix(seed, stream uint64) uint64 {
+	z := seed + stream*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+func (s *simulation) push(at time.Time, e event) {
+	e.at = at.Sub(epoch).Nanoseconds()
+	e.seq = s.seq
+	s.seq++
+	s.q.push(e)
+}
+
+func (s *simulation) run() (Sample, error) {
+	plan := s.rcv.Plan(int(s.p.Size))
+	if _, err := s.rcv.Post(s.now, plan); err != nil {
+		return Sample{}, fmt.Errorf("sim: post: %w", err)
+	}
+	s.snd.Submit(s.now, int(s.p.Size))
+	s.afterEvent()
+	for s.err == nil && !(s.rcvDone && s.sndDone) {
+		if len(s.q) == 0 {
+			return s.out, fmt.Errorf("sim: %v of %d B at %v: receiver done %v, sender done %v: %w",
+				plan, s.p.Size, s.now.Sub(epoch), s.rcvDone, s.sndDone, ErrHang)
+		}
+		e := s.q.pop()
+		s.now = epoch.Add(time.Duration(e.at))
+		s.out.Events++
+		switch e.kind {
+		case evData:
+			st := e.stream
+			s.rcv.HandleChunks(s.now, 0, st.part, st.first+st.next, st.end-st.next, true)
+			if st.advance() {
+				s.push(st.run.Arrival(st.end-1), event{kind: evData, stream: st})
+			} else {
+				s.free = append(s.free, st)
+			}
+		case evToSender:
+			s.snd.HandleControl(s.now, e.dgram)
+		case evToReceiver:
+			s.rcv.HandleControl(s.now, e.dgram)
+		case evSenderTimer, evReceiverTimer:
+			i := int(e.kind - evSenderTimer)
+			if !s.timers[i].Equal(s.now) {
+				continue // superseded
+			}
+			s.timers[i] = time.Time{}
+			if i == 0 {
+				s.snd.HandleTimer(s.now)
+			} else {
+				s.rcv.HandleTimer(s.now)
+			}
+		}
+		s.afterEvent()
+	}
+	s.out.ChunksLost = s.data.Lost
+	return s.out, s.err
+}
+
+// afterEvent carries out both engines' actions and re-arms their timers.
+func (s *simulation) afterEvent() {
+	s.acts = s.snd.Actions(s.acts[:0])
+	for i := range s.acts {
+		s.senderAction(&s.acts[i])
+	}
+	s.acts = s.rcv.Actions(s.acts[:0])
+	for i := range s.acts {
+		s.receiverAction(&s.acts[i])
+	}
+	s.arm(0, evSenderTimer, s.snd.Deadline)
+	s.arm(1, evReceiverTimer, s.rcv.Deadline)
+}
+
+func (s *simulation) arm(i int, kind uint8, deadline func() (time.Time, bool)) {
+	t, ok := deadline()
+	if !ok || t.Equal(s.timers[i]) {
+		return
+	}
+	if t.Before(s.now) {
+		t = s.now
+	}
+	s.timers[i] = t
+	s.push(t, event{kind: kind})
+}
+
+func (s *simulation) senderAction(a *reliability.Action) {
+	switch a.Kind {
+	case reliability.ActSend:
+		st := s.newStream()
+		st.run = s.data.SendRun(s.now, a.Count, s.p.ChunkSize, st.run.Lost)
+		st.part, st.first, st.end, st.lost = a.Part, a.First, 0, 0
+		st.batchLimit = st.run.Within(s.p.Batch)
+		if !s.started {
+			s.started, s.start = true, st.run.Start()
+		}
+		if st.advance() {
+			s.push(st.run.Arrival(st.end-1), event{kind: evData, stream: st})
+		} else {
+			s.free = append(s.free, st)
+		}
+	case reliability.ActControl:
+		if at, lost := s.ctlFwd.Transmit(s.now, len(a.Datagram)); !lost {
+			s.push(at, event{kind: evToReceiver, dgram: a.Datagram})
+		}
+	case reliability.ActComplete:
+		s.sndDone = true
+		s.out.Sender = a.Stats
+	case reliability.ActFail:
+		s.err = fmt.Errorf("sim: sender at %v: %w: %w", s.now.Sub(epoch), ErrFailed, a.Err)
+	}
+}
+
+func (s *simulation) receiverAction(a *reliability.Action) {
+	switch a.Kind {
+	case reliability.ActControl:
+		if at, lost := s.ctlRev.Transmit(s.now, len(a.Datagram)); !lost {
+			s.push(at, event{kind: evToSender, dgram: a.Datagram})
+		}
+	case reliability.ActDecode:
+		s.out.Decodes++
+	case reliability.ActComplete:
+		s.rcvDone = true
+		s.out.Receiver = a.Stats
+		s.out.Completion = s.now.Sub(s.start)
+	case reliability.ActFail:
+		s.err = fmt.Errorf("sim: receiver at %v: %w: %w", s.now.Sub(epoch), ErrFailed, a.Err)
+	}
+}
+
+func (s *simulation) newStream() *stream {
+	if n := len(s.free); n > 0 {
+		st := s.free[n-1]
+		s.free = s.free[:n-1]
+		return st
+	}
+	return &stream{}
+}

@@ -1,0 +1,236 @@
+package sim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/model"
+)
+
+// Job is a point and how many samples to simulate of it.
+type Job struct {
+	Point   Point
+	Samples int
+}
+
+// Options tune Sweep.
+type Options struct {
+	// Seed makes the sweep reproducible: a sample's seed derives from it,
+	// the point and the sample's index, so a point gives the same samples
+	// in any sweep and on any number of workers.
+	Seed uint64
+	// Workers is how many samples run in parallel [GOMAXPROCS].
+	Workers int
+	// Progress, if set, is called (from one goroutine at a time) each
+	// time a point's last sample finishes.
+	Progress func(Progress)
+}
+
+// Progress reports how far a sweep is.
+type Progress struct {
+	PointsDone, Points   int
+	SamplesDone, Samples int
+	Elapsed              time.Duration
+}
+
+// Result summarizes the samples of one point.
+type Result struct {
+	// Point is the job's point with defaults filled in and Auto resolved;
+	// Requested is the job's point as given.
+	Point, Requested Point
+	// Completions are the samples' completion times, sorted.
+	Completions []time.Duration
+	// Mean and the quantiles of the completion time, and the standard
+	// error of the mean.
+	Mean, P50, P99, P999, StdErr time.Duration
+	// Lossless is model.Lossless of the point: the slowdowns' reference.
+	Lossless time.Duration
+	// Model is the model's prediction of the point's scheme (nil for
+	// Hybrid, which the models do not cover).
+	Model *model.Estimate
+	// Means over the samples of what the engines report.
+	ChunksLost, Retransmitted, ParitySent, Decoded, Fallbacks, NACKs, Events float64
+}
+
+// Slowdown is Mean / Lossless.
+func (r *Result) Slowdown() float64 { return float64(r.Mean) / float64(r.Lossless) }
+
+// SlowdownP999 is P999 / Lossless.
+func (r *Result) SlowdownP999() float64 { return float64(r.P999) / float64(r.Lossless) }
+
+// ModelDeviation is |Mean − model mean| / model mean (NaN without a model).
+func (r *Result) ModelDeviation() float64 {
+	if r.Model == nil {
+		return math.NaN()
+	}
+	return math.Abs(float64(r.Mean-r.Model.Mean)) / float64(r.Model.Mean)
+}
+
+// quantile returns the level-q quantile of sorted samples (the smallest
+// value with at least a q share at or below it).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// sampleSeed derives sample i's seed from the sweep's seed and the point.
+func sampleSeed(seed uint64, p Point, i int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%+v", p)
+	return mix(seed^h.Sum64(), uint64(i))
+}
+
+// Sweep simulates every job's samples, in parallel, and summarizes each
+// point. It stops at the first sample that fails (ErrFailed, ErrHang) and
+// returns that error with its point; invalid points fail before any work.
+// It costs the samples' Run cost divided over Workers.
+func Sweep(jobs []Job, opt Options) ([]Result, error) {
+	results := make([]Result, len(jobs))
+	var total int
+	for i, j := range jobs {
+		p, err := j.Point.withDefaults()
+		if err != nil {
+			return nil, fmt.Errorf("sim: job %d: %w", i, err)
+		}
+		if j.Samples < 1 {
+			return nil, fmt.Errorf("sim: job %d: %d samples: %w", i, j.Samples, ErrInvalid)
+		}
+		results[i] = Result{Point: p, Requested: j.Point, Completions: make([]time.Duration, j.Samples)}
+		total += j.Samples
+	}
+	workers := opt.Workers
+	if workers < 1 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	// Each sample is written by the one worker that claimed it; the
+	// per-point accumulators are guarded by mu.
+	accs := make([]accumulator, len(jobs))
+	for i, j := range jobs {
+		accs[i].remaining = j.Samples
+	}
+	var (
+		mu         sync.Mutex
+		next       atomic.Int64
+		failed     atomic.Bool
+		firstErr   error
+		pointsDone int
+		done       int
+		began      = time.Now()
+	)
+	// Claims are flattened job by job, sample by sample.
+	starts := make([]int, len(jobs)+1)
+	for i, j := range jobs {
+		starts[i+1] = starts[i] + j.Samples
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for !failed.Load() {
+				n := int(next.Add(1) - 1)
+				if n >= total {
+					return
+				}
+				ji, _ := slices.BinarySearch(starts, n+1)
+				ji--
+				si := n - starts[ji]
+				r := &results[ji]
+				s, err := Run(r.Point, sampleSeed(opt.Seed, r.Point, si))
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = fmt.Errorf("sim: %s, sample %d: %w", describe(r.Requested), si, err)
+					}
+					failed.Store(true)
+					mu.Unlock()
+					return
+				}
+				r.Completions[si] = s.Completion
+				a := &accs[ji]
+				a.lost += float64(s.ChunksLost)
+				a.retx += float64(s.Sender.Retransmitted)
+				a.parity += float64(s.Sender.ParitySent)
+				a.decoded += float64(s.Receiver.Decoded)
+				a.fallbacks += float64(s.Receiver.Fallbacks)
+				a.nacks += float64(s.Receiver.NACKs)
+				a.events += float64(s.Events)
+				a.remaining--
+				done++
+				if a.remaining == 0 {
+					pointsDone++
+					if opt.Progress != nil {
+						opt.Progress(Progress{PointsDone: pointsDone, Points: len(jobs), SamplesDone: done, Samples: total,
+							Elapsed: time.Since(began)})
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	for i := range results {
+		if err := summarize(&results[i], &accs[i]); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// accumulator sums one point's per-sample statistics.
+type accumulator struct {
+	remaining                                             int
+	lost, retx, parity, decoded, fallbacks, nacks, events float64
+}
+
+// summarize fills a result's statistics from its samples.
+func summarize(r *Result, a *accumulator) error {
+	c := r.Completions
+	slices.Sort(c)
+	n := float64(len(c))
+	var sum, sq float64
+	for _, d := range c {
+		sum += float64(d)
+	}
+	mean := sum / n
+	for _, d := range c {
+		sq += (float64(d) - mean) * (float64(d) - mean)
+	}
+	if len(c) > 1 {
+		r.StdErr = time.Duration(math.Sqrt(sq / (n - 1) / n))
+	}
+	r.Mean = time.Duration(math.Round(mean))
+	r.P50, r.P99, r.P999 = quantile(c, 0.5), quantile(c, 0.99), quantile(c, 0.999)
+	r.ChunksLost, r.Retransmitted, r.ParitySent = a.lost/n, a.retx/n, a.parity/n
+	r.Decoded, r.Fallbacks, r.NACKs, r.Events = a.decoded/n, a.fallbacks/n, a.nacks/n, a.events/n
+	ml := r.Point.ModelLink()
+	var err error
+	if r.Lossless, err = model.Lossless(ml, r.Point.Size); err != nil {
+		return fmt.Errorf("sim: %s: lossless: %w", describe(r.Requested), err)
+	}
+	if c, ok := r.Point.ModelChoice(); ok {
+		est, err := model.Predict(ml, r.Point.Size, c)
+		if err != nil {
+			return fmt.Errorf("sim: %s: model: %w", describe(r.Requested), err)
+		}
+		r.Model = &est
+	}
+	return nil
+}
+
+// describe names a point for errors and progress.
+func describe(p Point) string {
+	code := ""
+	if p.Scheme == reliability.EC || p.Scheme == reliability.Hybrid {
+		code = " " + p.Code.String()
+	}
+	return fmt.Sprintf("%v%s, %d B, loss %v", p.Scheme, code, p.Size, p.Loss)
+}
