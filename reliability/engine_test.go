@@ -309,3 +309,56 @@ func TestSchemeNames(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+// TestTimerRaces tunes the retransmission timeout to expire at the very
+// instant a lone chunk's ACK arrives (α = 1 and RTT half the link's round
+// trip plus the ACK delay — none for the completing ACK that ends a coded
+// transfer's repair — and one chunk's injection), and runs both orders of
+// every such tie through random loss.
+func TestTimerRaces(t *testing.T) {
+	const inject = time.Duration(testMTU * 8) // ns per chunk at 1 Gbit/s
+	for _, sc := range testSchemes {
+		for _, timersFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/timers-first=%v", sc.name, timersFirst), func(t *testing.T) {
+				ackDelay := 100 * time.Microsecond
+				cfg := schemeConfig(sc.scheme, sc.code)
+				// RTO = RTT + α·RTT = 2·RTT: exactly when a lone chunk's ACK
+				// comes back.
+				cfg.Alpha = 1
+				cfg.AckDelay = ackDelay
+				cfg.RTT = (2*testDelay + ackDelay + inject) / 2
+				if sc.scheme == reliability.EC || sc.scheme == reliability.Hybrid {
+					// Coded transfers time only their repairs, which end in
+					// the completing ACK, sent without delay.
+					cfg.RTT = (2*testDelay + inject) / 2
+				}
+				ties := 0
+				defer func() {
+					if ties == 0 {
+						t.Error("no timer ever fell due at a delivery's instant: the tuning is off")
+					}
+				}()
+				for seed := range uint64(20) {
+					rng := newRand(seed)
+					h := newHarness(t, cfg, func(p packet) (int, time.Duration) {
+						if rng.Float64() < 0.1 {
+							return 0, 0
+						}
+						return 1, 0
+					})
+					h.timersFirst = timersFirst
+					for i := range 3 {
+						h.transfer((i+1)*3*testMTU, (i+1)*3*testMTU, seed*10+uint64(i))
+					}
+					h.run(time.Second)
+					ties += h.ties
+					for id := range uint64(3) {
+						if sent, _ := h.check(id); sent.err != nil {
+							t.Fatalf("seed %d transfer %d: %v", seed, id, sent.err)
+						}
+					}
+				}
+			})
+		}
+	}
+}

@@ -116,6 +116,10 @@ type harness struct {
 	// chunkEvents reports arrivals with HandleChunks (as the simulator
 	// does) instead of whole bitmaps with HandleProgress.
 	chunkEvents bool
+	// timersFirst runs a timer before a delivery due at the same instant
+	// (by default deliveries go first).
+	timersFirst bool
+	ties        int // times a timer fell due with a delivery
 }
 
 func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
@@ -339,10 +343,16 @@ func (h *harness) run(limit time.Duration) {
 		if len(h.q) > 0 {
 			next, kind = h.q[0].at, 0
 		}
-		if d, ok := h.s.Deadline(); ok && (kind < 0 || d.Before(next)) {
+		earlier := func(d time.Time) bool {
+			if kind == 0 && d.Equal(next) {
+				h.ties++
+			}
+			return kind < 0 || d.Before(next) || h.timersFirst && d.Equal(next)
+		}
+		if d, ok := h.s.Deadline(); ok && earlier(d) {
 			next, kind = d, 1
 		}
-		if d, ok := h.r.Deadline(); ok && (kind < 0 || d.Before(next)) {
+		if d, ok := h.r.Deadline(); ok && earlier(d) {
 			next, kind = d, 2
 		}
 		if kind < 0 {
