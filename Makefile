@@ -6,8 +6,8 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30000x
 # package:target pairs
 FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wire:FuzzPcapReader \
-               wire:FuzzImmLayout emunic:FuzzResponder emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence sdr/engine:FuzzProcess \
-               reliability/control:FuzzDecode reliability:FuzzHostileControl reliability/ec:FuzzReconstruct \
+               wire:FuzzImmLayout emunic:FuzzResponder emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence:3000x sdr/engine:FuzzProcess \
+               reliability/control:FuzzDecode reliability:FuzzHostileControl:10000x reliability/ec:FuzzReconstruct \
                reliability/ec:FuzzParseParams reliability/model:FuzzPredict reliability/model:FuzzParseScheme
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
@@ -63,11 +63,15 @@ unit:
 # near the end is still being minimized when time runs out, and go test
 # then fails the run with "context deadline exceeded". Minimization gets a
 # count budget for the same reason.
+#
+# A target may name its own count as a third field (pkg:Target:count), for
+# fuzzers whose every execution runs a whole device pair.
 fuzz:
 	@for pt in $(FUZZ_TARGETS); do \
-	  pkg=$${pt%%:*}; t=$${pt#*:}; \
-	  echo "fuzz $$pkg $$t for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./$$pkg || exit 1; \
+	  pkg=$${pt%%:*}; rest=$${pt#*:}; t=$${rest%%:*}; n=$(FUZZTIME); \
+	  case $$rest in *:*) n=$${rest#*:};; esac; \
+	  echo "fuzz $$pkg $$t for $$n"; \
+	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $$n -fuzzminimizetime 100x ./$$pkg || exit 1; \
 	done
 
 # emunic against Linux Soft-RoCE in a Debian guest under qemu (root; the
