@@ -1,0 +1,47 @@
+package device
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// compileC builds a test program from sources with gcc and returns its
+// path; it skips when gcc is absent (CI installs it).
+func compileC(t *testing.T, name string, flags []string, sources ...string) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc not installed: the device C cannot be compiled on this machine")
+	}
+	out := filepath.Join(t.TempDir(), name)
+	args := append([]string{"-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-o", out}, flags...)
+	args = append(args, sources...)
+	args = append(args, "-lpthread")
+	cmd := exec.Command(gcc, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, stderr.String())
+	}
+	return out
+}
+
+// runC runs a compiled test program with stdin and returns its stdout,
+// failing the test on a non-zero exit (printing stderr, where
+// ThreadSanitizer reports).
+func runC(t *testing.T, bin string, stdin []byte, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), args, err, stdout.String(), stderr.String())
+	}
+	if stderr.Len() > 0 {
+		t.Fatalf("%s wrote to stderr:\n%s", filepath.Base(bin), stderr.String())
+	}
+	return stdout.Bytes()
+}
