@@ -58,13 +58,15 @@ type recvXfer struct {
 	decodable    []bool
 	undecodable  int
 	ftoAt        time.Time
-	nackedSubAt  []time.Time // when each submessage was last NACKed (Hybrid)
+	nackedSubAt  []time.Time // when each submessage was last NACKed
+	nackedSubN   []uint8     // how often (each repeat waits twice as long)
 	nackedBelow  int         // SR-NACK: holes below it were NACKed once
 	ctsAt        time.Time   // when to resend the CTS (until data arrives)
 	ctsBackoff   time.Duration
 	ctsFirst     time.Time
 	ctsResent    bool
 	firstArrival time.Time
+	lastArrival  time.Time
 	lossSampled  bool
 	deadline     time.Time
 	stats        Stats
@@ -133,6 +135,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 		x.decodable = make([]bool, l.Submessages())
 		x.undecodable = l.Submessages()
 		x.nackedSubAt = make([]time.Time, l.Submessages())
+		x.nackedSubN = make([]uint8, l.Submessages())
 	}
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
@@ -263,6 +266,9 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	x.immDone = x.immDone || immDone
 	for x.cum < x.chunks && x.data.has(x.cum) {
 		x.cum = x.data.firstClear(x.cum, x.chunks)
+	}
+	if changed {
+		x.lastArrival = now
 	}
 	if changed && x.firstArrival.IsZero() {
 		x.firstArrival = now
@@ -403,7 +409,7 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 			x.ftoAt = now.Add(r.rto)
 			if x.undecodable > 0 {
 				x.stats.Fallbacks++
-				r.nackSubmessages(now, x, len(x.decodable))
+				r.nackSubmessages(now, x, r.fallbackLimit(now, x))
 			}
 		}
 	}
@@ -428,16 +434,31 @@ func (r *ReceiverEngine) nackHoles(x *recvXfer) {
 	x.nackedBelow = limit
 }
 
+// fallbackLimit returns how many leading submessages the fallback may
+// NACK: those the first pass has gone past (a chunk of a later one
+// arrived), all of them once it reached the last submessage or nothing
+// arrived for an RTO — a pause in a stream that is still arriving (a busy
+// host delivers in bursts) must not turn its tail into repairs.
+func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
+	if x.highestSub >= len(x.decodable) || now.Sub(x.lastArrival) >= r.rto {
+		return len(x.decodable)
+	}
+	return x.highestSub - 1
+}
+
 // nackSubmessages NACKs the missing data chunks of every undecodable
-// submessage below limit not NACKed within the last RTO.
+// submessage below limit not NACKed within the last RTO, doubled for each
+// NACK it already had: a repair that has not arrived yet is most likely
+// queued behind the first pass, and asking again only lengthens the queue.
 func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) {
 	l := x.layout
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for s := range min(limit, len(x.decodable)) {
-			if x.decodable[s] || (!x.nackedSubAt[s].IsZero() && now.Sub(x.nackedSubAt[s]) < r.rto) {
+			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < backoff(r.rto, int(x.nackedSubN[s]))) {
 				continue
 			}
 			x.nackedSubAt[s] = now
+			x.nackedSubN[s] = min(x.nackedSubN[s]+1, 255)
 			first, n := l.DataRange(s)
 			x.data.clearRuns(first, first+n, emit)
 		}

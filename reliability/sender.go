@@ -59,6 +59,7 @@ type sendXfer struct {
 // ACK should have covered them.
 type flight struct {
 	seq         uint32 // numbers flights (0: none)
+	round       int    // 1 for a first transmission or a NACKed one, +1 per timeout
 	deadline    time.Time
 	sent        time.Time // when its last chunk left (estimated, or confirmed by Injected)
 	transfer    uint64
@@ -195,14 +196,14 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 		l, _ := plan.Layout() // validated with the plan
 		for sub := range l.Submessages() {
 			first, n := l.DataRange(sub)
-			s.sendData(now, x, first, n, false)
+			s.sendData(now, x, first, n, false, 0)
 			pFirst, m := l.ParityRange(sub)
 			s.actions = append(s.actions, Action{Kind: ActSend, Transfer: id, Part: Parity, First: pFirst, Count: m})
 			s.wireFree = s.departure(now, m)
 			x.stats.ParitySent += m
 		}
 	} else {
-		s.sendData(now, x, 0, x.chunks, true)
+		s.sendData(now, x, 0, x.chunks, true, 1)
 	}
 	s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: id})
 	x.firstPass = s.wireFree
@@ -228,7 +229,7 @@ func (s *SenderEngine) Injected(now time.Time) {
 		f.unconfirmed = false
 		if now.After(f.sent) {
 			f.sent = now
-			f.deadline = now.Add(s.rto)
+			f.deadline = now.Add(backoff(s.rto, f.round))
 		}
 	}
 }
@@ -247,7 +248,8 @@ func (s *SenderEngine) flightChunks() int {
 
 // sendData sends data chunks [first, first+n) and, if timed, arms
 // retransmission timers for them in flights.
-func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed bool) {
+// A timed flight of round r waits RTO·2^(r-1) (see backoff).
+func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed bool, round int) {
 	if n == 0 {
 		return
 	}
@@ -268,21 +270,21 @@ func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed 
 			for i := first + done; i < first+done+size; i++ {
 				x.lastFlight[i] = s.flightSeq
 			}
-			s.flights = append(s.flights, flight{seq: s.flightSeq, deadline: s.wireFree.Add(s.rto), sent: s.wireFree,
-				transfer: x.id, first: first + done, size: size, unconfirmed: true})
+			s.flights = append(s.flights, flight{seq: s.flightSeq, round: round, deadline: s.wireFree.Add(backoff(s.rto, round)),
+				sent: s.wireFree, transfer: x.id, first: first + done, size: size, unconfirmed: true})
 		}
 	}
 }
 
 // resend sends again the chunks of [first, first+n) not acknowledged yet,
 // with timers; with a flight number, only those that flight carried last.
-func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlight uint32) int {
+func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlight uint32, round int) int {
 	sent := 0
 	send := func(f, c int) {
 		for i := f; i < f+c; i++ {
 			x.resent.set(i)
 		}
-		s.sendData(now, x, f, c, true)
+		s.sendData(now, x, f, c, true, round)
 		x.stats.Retransmitted += c
 		sent += c
 	}
@@ -316,7 +318,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		if !ok {
 			continue
 		}
-		if s.resend(now, x, f.first, f.size, f.seq) > 0 && !x.probedAt.Equal(now) {
+		if s.resend(now, x, f.first, f.size, f.seq, f.round+1) > 0 && !x.probedAt.Equal(now) {
 			s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
 		}
 	}
@@ -370,7 +372,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		x.stats.NACKs++
 		for _, r := range m.Ranges {
 			if int(r.First) < x.chunks {
-				s.resend(now, x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0)
+				s.resend(now, x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0, 1)
 			}
 		}
 	case control.Abort:
@@ -438,7 +440,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	if m.AckFlags&control.AckImmMissing != 0 && now.Sub(x.lastImm) >= s.cfg.RTT {
 		x.lastImm = now
 		if n := x.plan.immChunks(); n > 0 {
-			s.sendData(now, x, 0, n, false)
+			s.sendData(now, x, 0, n, false, 0)
 			x.stats.Retransmitted += n
 		}
 		s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: x.id})

@@ -23,3 +23,12 @@ func codeToWire(p ec.Params) (flags, k, m uint8) { return uint8(p.Kind) & 3, uin
 func codeFromWire(flags, k, m uint8) ec.Params {
 	return ec.Params{Kind: ec.Kind(flags & 3), K: int(k), M: int(m)}
 }
+
+// maxBackoff bounds the doublings of a repeated timeout.
+const maxBackoff = 6
+
+// backoff returns d doubled once per earlier attempt beyond the first, at
+// most 2^maxBackoff times (TCP's RTO backoff, RFC 6298 §5.5).
+func backoff(d time.Duration, attempts int) time.Duration {
+	return d << min(max(attempts-1, 0), maxBackoff)
+}
