@@ -24,10 +24,10 @@ func driverConfig(cfg Config, qp *sdr.QP) Config {
 	cfg.ChunkSize, cfg.MTU = a.ChunkSize, a.MTU
 	// Each transfer takes up to two messages; keep every unfinished one
 	// in its own slot.
-	cfg.Window = min(max(cfg.Window, 1), a.MaxMessages/2)
 	if cfg.Window == 0 {
-		cfg.Window = 1
+		cfg.Window = defaultWindow
 	}
+	cfg.Window = max(1, min(cfg.Window, a.MaxMessages/2))
 	cfg.MaxInFlightBytes = a.MaxInFlightBytes
 	return cfg
 }

@@ -1,6 +1,7 @@
 package reliability_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -295,6 +296,60 @@ func TestDriversLargeMessages(t *testing.T) {
 				t.Logf("%d MiB: %v in %v; sent %d chunks (%d again, %d parity), %d decoded, %d fallbacks",
 					size>>20, recvd.Plan, recvd.Duration().Round(time.Millisecond), sent.ChunksSent, sent.Retransmitted,
 					sent.ParitySent, recvd.Decoded, recvd.Fallbacks)
+			}
+		})
+	}
+}
+
+// TestDriverConcurrentTransfers runs 12 Writes and 12 Reads from as many
+// goroutines through a lossy pipe: transfers overlap within the window,
+// each Read gets one whole message, identified by its immediate, and every
+// message is read exactly once.
+func TestDriverConcurrentTransfers(t *testing.T) {
+	for _, cfg := range []reliability.Config{{Scheme: reliability.SRNACK}, {Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 8, M: 2}}} {
+		t.Run(cfg.Scheme.String(), func(t *testing.T) {
+			cfg.RTT = 10 * time.Millisecond
+			e := pipePair(t, 5*time.Millisecond, 0.02, 5, cfg)
+			const n, size = 12, 300 << 10
+			payload := func(i int) []byte {
+				p := make([]byte, size)
+				rng := rand.New(rand.NewPCG(uint64(i), 3))
+				for j := range p {
+					p[j] = byte(rng.Uint32())
+				}
+				return p
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			errs := make(chan error, 2*n)
+			seen := make(chan uint32, n)
+			for i := range n {
+				go func() {
+					_, err := e.s.Write(ctx, payload(i), uint32(i))
+					errs <- err
+				}()
+				go func() {
+					buf := make([]byte, size)
+					imm, _, err := e.r.Read(ctx, buf)
+					if err == nil && (imm >= n || !bytes.Equal(buf, payload(int(imm)))) {
+						err = fmt.Errorf("read of message %d: wrong bytes", imm)
+					}
+					seen <- imm
+					errs <- err
+				}()
+			}
+			for range 2 * n {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := map[uint32]bool{}
+			for range n {
+				imm := <-seen
+				if got[imm] {
+					t.Fatalf("message %d read twice", imm)
+				}
+				got[imm] = true
 			}
 		})
 	}

@@ -214,7 +214,7 @@ type Config struct {
 	// ChunkSize and MTU are the SDR QP's.
 	ChunkSize, MTU int
 	// Window bounds the transfers a sender has started and not finished
-	// [8].
+	// [8; the drivers also keep it within half the QP's slots].
 	Window int
 	// MaxInFlightBytes bounds the data and parity bytes of those
 	// transfers [unbounded].
@@ -247,7 +247,7 @@ func (c *Config) setDefaults() error {
 		c.Code = ec.Params{Kind: ec.MDS, K: 32, M: 8}
 	}
 	if c.Window == 0 {
-		c.Window = 8
+		c.Window = defaultWindow
 	}
 	switch {
 	case c.RTT < 0 || c.Bandwidth < 0 || c.Alpha < 0 || c.AckDelay < 0 || c.Timeout < 0:
@@ -266,6 +266,9 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
+
+// defaultWindow is Config.Window's default.
+const defaultWindow = 8
 
 // rto is the retransmission timeout RTT + α·RTT.
 func (c *Config) rto() time.Duration { return c.RTT + time.Duration(c.Alpha*float64(c.RTT)) }
