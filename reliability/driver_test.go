@@ -354,3 +354,26 @@ func TestDriverConcurrentTransfers(t *testing.T) {
 		})
 	}
 }
+
+// TestDriversOverUDP runs the drivers over emunic's UDP port (kernel
+// sockets on loopback addresses of this package's own): the same code over
+// another port, with the kernel's buffers as the only loss.
+func TestDriversOverUDP(t *testing.T) {
+	for _, cfg := range []reliability.Config{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}} {
+		t.Run(cfg.Scheme.String(), func(t *testing.T) {
+			a, b := netip.MustParseAddr("127.0.3.1"), netip.MustParseAddr("127.0.3.2")
+			pa, err := emunic.NewUDPPort(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pb, err := emunic.NewUDPPort(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := connectPair(t, pa, pb, a, b, testQPAttr, cfg)
+			for i, size := range []int{4 << 20, 12345} {
+				transfer(t, e, size, uint32(i), uint64(i))
+			}
+		})
+	}
+}
