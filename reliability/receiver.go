@@ -454,7 +454,7 @@ func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) 
 	l := x.layout
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for s := range min(limit, len(x.decodable)) {
-			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < backoff(r.rto, int(x.nackedSubN[s]))) {
+			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < r.cfg.backoff(r.rto, int(x.nackedSubN[s]))) {
 				continue
 			}
 			x.nackedSubAt[s] = now

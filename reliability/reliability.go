@@ -213,6 +213,11 @@ type Config struct {
 	Code   ec.Params
 	// ChunkSize and MTU are the SDR QP's.
 	ChunkSize, MTU int
+	// NoBackoff keeps every repeated timeout (a flight's retransmission,
+	// a submessage's re-NACK) at its first value, as in the paper's SR
+	// and reliability/model; the simulator (testbed/sim) sets it to
+	// compare with the models. By default repeats back off exponentially.
+	NoBackoff bool
 	// Window bounds the transfers a sender has started and not finished
 	// [8; the drivers also keep it within half the QP's slots].
 	Window int

@@ -229,7 +229,7 @@ func (s *SenderEngine) Injected(now time.Time) {
 		f.unconfirmed = false
 		if now.After(f.sent) {
 			f.sent = now
-			f.deadline = now.Add(backoff(s.rto, f.round))
+			f.deadline = now.Add(s.cfg.backoff(s.rto, f.round))
 		}
 	}
 }
@@ -270,7 +270,7 @@ func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed 
 			for i := first + done; i < first+done+size; i++ {
 				x.lastFlight[i] = s.flightSeq
 			}
-			s.flights = append(s.flights, flight{seq: s.flightSeq, round: round, deadline: s.wireFree.Add(backoff(s.rto, round)),
+			s.flights = append(s.flights, flight{seq: s.flightSeq, round: round, deadline: s.wireFree.Add(s.cfg.backoff(s.rto, round)),
 				sent: s.wireFree, transfer: x.id, first: first + done, size: size, unconfirmed: true})
 		}
 	}

@@ -32,3 +32,11 @@ const maxBackoff = 6
 func backoff(d time.Duration, attempts int) time.Duration {
 	return d << min(max(attempts-1, 0), maxBackoff)
 }
+
+// backoff is the package's backoff unless NoBackoff holds.
+func (c *Config) backoff(d time.Duration, attempts int) time.Duration {
+	if c.NoBackoff {
+		return d
+	}
+	return backoff(d, attempts)
+}
