@@ -9,7 +9,8 @@
 // # One sample
 //
 // Run builds a fresh engine pair per sample with FixedRTT (the link's
-// round trip is known), MTU = ChunkSize (the paper's chunk is one 4 KiB
+// round trip is known), NoBackoff unless Point.Backoff (each repair round
+// waits one RTO, as the models assume), MTU = ChunkSize (the paper's chunk is one 4 KiB
 // packet), a small ACK delay (RTT/1000 by default: the models assume
 // immediate NACKs) and a large global timeout. The receiver posts one
 // transfer of Point.Size bytes at time 0 and its CTS crosses the control
@@ -111,6 +112,10 @@ type Point struct {
 	Batch time.Duration
 	// Timeout is the engines' global timeout [max(1000·RTT, 60 s)].
 	Timeout time.Duration
+	// Backoff lets the engines double repeated timeouts (their default on
+	// real links). Off, every repair round waits one RTO, as in the paper
+	// and reliability/model.
+	Backoff bool
 }
 
 // withDefaults fills zero fields and validates.
@@ -363,7 +368,7 @@ type simulation struct {
 func (s *simulation) init(p Point, seed uint64) error {
 	s.p, s.now = p, epoch
 	cfg := reliability.Config{FixedRTT: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha, AckDelay: p.AckDelay,
-		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize}
+		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff}
 	var err error
 	if s.snd, err = reliability.NewSenderEngine(cfg); err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)

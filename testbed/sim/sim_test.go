@@ -248,6 +248,37 @@ func TestNoHang(t *testing.T) {
 	}
 }
 
+// TestBackoff runs SR-RTO where most transfers need a second repair
+// round: with the engines' exponential backoff that round waits 2·RTO, so
+// the mean and the p99.9 grow.
+func TestBackoff(t *testing.T) {
+	p := Point{Size: 4 << 20, Scheme: reliability.SRRTO, Loss: link.Bernoulli(0.02)}
+	fixed, err := Sweep([]Job{{p, 200}}, Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Backoff = true
+	doubled, err := Sweep([]Job{{p, 200}}, Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rto := 75 * time.Millisecond
+	f, d := fixed[0], doubled[0]
+	t.Logf("fixed RTO: mean %v p99.9 %v; backoff: mean %v p99.9 %v", f.Mean, f.P999, d.Mean, d.P999)
+	if d.Mean < f.Mean+rto/4 || d.P999 < f.P999+rto/2 {
+		t.Errorf("backoff mean %v p99.9 %v, fixed %v and %v: the second round did not wait longer", d.Mean, d.P999, f.Mean, f.P999)
+	}
+	// The tail sits on the step of k repair rounds: k·RTO after the
+	// lossless time with a fixed RTO, (2^k − 1)·RTO with backoff.
+	k := int(math.Round(float64(f.P999-f.Lossless) / float64(rto)))
+	if k < 2 || (f.P999-f.Lossless-time.Duration(k)*rto).Abs() > time.Millisecond {
+		t.Errorf("fixed RTO p99.9 %v is not lossless %v + k·%v with k ≥ 2", f.P999, f.Lossless, rto)
+	}
+	if want := f.Lossless + time.Duration(1<<k-1)*rto; (d.P999 - want).Abs() > time.Millisecond {
+		t.Errorf("backoff p99.9 %v, want %v (%d rounds of doubling timeouts)", d.P999, want, k)
+	}
+}
+
 // TestFailureSurfaces proves that an engine's failure fails the sample:
 // with every control datagram lost the CTS never arrives and the
 // receiver gives up after the global timeout.

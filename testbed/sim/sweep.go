@@ -35,6 +35,8 @@ type Options struct {
 
 // Progress reports how far a sweep is.
 type Progress struct {
+	// Job is the job whose last sample just finished.
+	Job                  int
 	PointsDone, Points   int
 	SamplesDone, Samples int
 	Elapsed              time.Duration
@@ -57,6 +59,8 @@ type Result struct {
 	Model *model.Estimate
 	// Means over the samples of what the engines report.
 	ChunksLost, Retransmitted, ParitySent, Decoded, Fallbacks, NACKs, Events float64
+	// FallbackShare is the share of samples with at least one EC fallback.
+	FallbackShare float64
 }
 
 // Slowdown is Mean / Lossless.
@@ -158,6 +162,9 @@ func Sweep(jobs []Job, opt Options) ([]Result, error) {
 				a.parity += float64(s.Sender.ParitySent)
 				a.decoded += float64(s.Receiver.Decoded)
 				a.fallbacks += float64(s.Receiver.Fallbacks)
+				if s.Receiver.Fallbacks > 0 {
+					a.fellBack++
+				}
 				a.nacks += float64(s.Receiver.NACKs)
 				a.events += float64(s.Events)
 				a.remaining--
@@ -165,7 +172,7 @@ func Sweep(jobs []Job, opt Options) ([]Result, error) {
 				if a.remaining == 0 {
 					pointsDone++
 					if opt.Progress != nil {
-						opt.Progress(Progress{PointsDone: pointsDone, Points: len(jobs), SamplesDone: done, Samples: total,
+						opt.Progress(Progress{Job: ji, PointsDone: pointsDone, Points: len(jobs), SamplesDone: done, Samples: total,
 							Elapsed: time.Since(began)})
 					}
 				}
@@ -189,6 +196,7 @@ func Sweep(jobs []Job, opt Options) ([]Result, error) {
 type accumulator struct {
 	remaining                                             int
 	lost, retx, parity, decoded, fallbacks, nacks, events float64
+	fellBack                                              float64
 }
 
 // summarize fills a result's statistics from its samples.
@@ -211,6 +219,7 @@ func summarize(r *Result, a *accumulator) error {
 	r.P50, r.P99, r.P999 = quantile(c, 0.5), quantile(c, 0.99), quantile(c, 0.999)
 	r.ChunksLost, r.Retransmitted, r.ParitySent = a.lost/n, a.retx/n, a.parity/n
 	r.Decoded, r.Fallbacks, r.NACKs, r.Events = a.decoded/n, a.fallbacks/n, a.nacks/n, a.events/n
+	r.FallbackShare = a.fellBack / n
 	ml := r.Point.ModelLink()
 	var err error
 	if r.Lossless, err = model.Lossless(ml, r.Point.Size); err != nil {
