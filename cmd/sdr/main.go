@@ -2,6 +2,7 @@
 //
 //	sdr compare [flags]                          RC, raw SDR and each reliability scheme on one lossy link
 //	sdr pcap [-json] [-q] [-sdr LAYOUT] FILE...   decode RoCEv2 captures and check every ICRC
+//	sdr sim [flags]                              simulate SR/EC at scale, compare with the models
 //	sdr testbed clean                            delete namespaces a crashed test run left
 //	sdr write-bw [flags] [SERVER]                SDR write bandwidth, like ib_write_bw
 //
@@ -32,6 +33,7 @@ type command struct {
 var commands = map[string]command{
 	"compare":  {"the same lossy long-haul transfers with RC, raw SDR and each reliability scheme", runCompare},
 	"pcap":     {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
+	"sim":      {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},
 	"testbed":  {"manage the test network (clean: delete leftover namespaces)", runTestbed},
 	"write-bw": {"SDR write bandwidth test, like perftest's ib_write_bw", runWriteBW},
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
+)
+
+// simOutput is sim.json's shape.
+type simOutput struct {
+	Summary simSummary `json:"summary"`
+	Points  []simRow   `json:"points"`
+}
+
+func TestSimOutputs(t *testing.T) {
+	dir := t.TempDir()
+	out, report := filepath.Join(dir, "out"), filepath.Join(dir, "docs", "reproduction.md")
+	var stdout, stderr bytes.Buffer
+	args := []string{"sim", "-sizes", "128KiB,1MiB", "-drops", "1e-3,1e-2", "-distances", "100,1000", "-samples", "5",
+		"-focus-size", "1MiB", "-focus-drop", "1e-3", "-out", out, "-report", report}
+	if code := run(args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	// 2 sizes × 2 drops × 5 schemes, and 2 distances × 4 schemes (auto
+	// is checked on the grid only).
+	const points = 2*2*5 + 2*4
+	if !strings.Contains(stderr.String(), "28/28 points") || !strings.Contains(stderr.String(), "ETA") {
+		t.Errorf("progress on stderr: %q", stderr.String())
+	}
+	var js simOutput
+	raw, err := os.ReadFile(filepath.Join(out, "sim.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &js); err != nil {
+		t.Fatal(err)
+	}
+	if len(js.Points) != points || js.Summary.Points != points || js.Summary.Samples != 5*points {
+		t.Fatalf("sim.json: %d points, summary %+v; want %d", len(js.Points), js.Summary, points)
+	}
+	for _, p := range js.Points {
+		if p.Samples != 5 || !(p.MeanMs >= p.LosslessMs) || !(p.P999Ms >= p.P50Ms) || p.Slowdown < 1 {
+			t.Errorf("point %+v: inconsistent statistics", p)
+		}
+		if p.ModelMeanMs == nil || p.ModelDeviation == nil || p.Ran == "auto" {
+			t.Errorf("point %s (ran %s): no model beside it", p.Scheme, p.Ran)
+		}
+	}
+	if js.Summary.ChoosePoints != 4 || js.Summary.ChooseAt == "" {
+		t.Errorf("Choose check over %d points (%q), want 4", js.Summary.ChoosePoints, js.Summary.ChooseAt)
+	}
+	f, err := os.Open(filepath.Join(out, "sim.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(recs) != points+1 || recs[0][0] != "sweep" {
+		t.Fatalf("sim.csv: %d records, %v", len(recs), err)
+	}
+	for _, name := range []string{"slowdown_vs_drop_mean", "slowdown_vs_drop_p999", "slowdown_vs_size", "slowdown_vs_distance", "speedup_heatmap"} {
+		png, err := os.ReadFile(filepath.Join(out, name+".png"))
+		if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+			t.Errorf("%s.png: %v", name, err)
+		}
+		svg, err := os.ReadFile(filepath.Join(out, name+".svg"))
+		if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+			t.Errorf("%s.svg: %v", name, err)
+		}
+	}
+	md, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DO NOT EDIT", "## Slowdown vs drop rate, 1 MiB", "## Slowdown vs distance", "## EC/SR speedup",
+		"## Against the paper's claims", "6.5×", "12.2×", "1e-3", "../out/speedup_heatmap.svg", js.Summary.ChooseAt} {
+		if !bytes.Contains(md, []byte(want)) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// The table on stdout names every point.
+	if n := strings.Count(stdout.String(), "\n| grid |") + strings.Count(stdout.String(), "\n| distance |"); n != points {
+		t.Errorf("stdout table has %d rows, want %d", n, points)
+	}
+}
+
+func TestSimJSON(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"sim", "-sizes", "128KiB", "-drops", "0", "-schemes", "sr-rto,hybrid", "-distances", "", "-samples", "2", "-json"},
+		&stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var js simOutput
+	if err := json.Unmarshal(stdout.Bytes(), &js); err != nil {
+		t.Fatalf("stdout is not JSON: %v", err)
+	}
+	if len(js.Points) != 2 {
+		t.Fatalf("%d points, want 2", len(js.Points))
+	}
+	// Lossless SR completes in exactly the lossless time; Hybrid has no
+	// model.
+	if sr := js.Points[0]; sr.Slowdown != 1 || sr.ModelDeviation == nil || *sr.ModelDeviation != 0 {
+		t.Errorf("lossless sr-rto: %+v", sr)
+	}
+	if h := js.Points[1]; h.Scheme != "hybrid-mds(32,8)" || h.ModelMeanMs != nil {
+		t.Errorf("hybrid: %+v", h)
+	}
+}
+
+func TestSimUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-sizes", "0"},
+		{"-sizes", "12XB"},
+		{"-drops", "1.5"},
+		{"-schemes", "tcp"},
+		{"-schemes", "ec-mds(300,8)"},
+		{"-loss", "pareto"},
+		{"-burst", "0.5", "-loss", "ge"},
+		{"-samples", "0"},
+		{"-gbps", "-1"},
+		{"-distances", "-5"},
+		{"-report", "x.md"},
+		{"extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"sim"}, args...), &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {
+			t.Errorf("sdr sim %q: exit %d, stderr %q; want %d and a message", args, code, stderr.String(), exitUsage)
+		}
+	}
+}
+
+func TestParseSimScheme(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		label  string
+		scheme reliability.Scheme
+		code   ec.Params
+	}{
+		{"sr-rto", "sr-rto", reliability.SRRTO, ec.Params{}},
+		{"SR-NACK", "sr-nack", reliability.SRNACK, ec.Params{}},
+		{"ec-mds(16, 4)", "ec-mds(16,4)", reliability.EC, ec.Params{Kind: ec.MDS, K: 16, M: 4}},
+		{"ec-xor(32,8)", "ec-xor(32,8)", reliability.EC, ec.Params{Kind: ec.XOR, K: 32, M: 8}},
+		{"hybrid", "hybrid-mds(32,8)", reliability.Hybrid, ec.Params{Kind: ec.MDS, K: 32, M: 8}},
+		{"hybrid-xor(8,2)", "hybrid-xor(8,2)", reliability.Hybrid, ec.Params{Kind: ec.XOR, K: 8, M: 2}},
+		{"auto", "auto", reliability.Auto, ec.Params{}},
+	} {
+		got, err := parseSimScheme(c.in)
+		if err != nil || got.label != c.label || got.scheme != c.scheme || got.code != c.code {
+			t.Errorf("parseSimScheme(%q) = %+v, %v", c.in, got, err)
+		}
+	}
+	list, err := simParseList("sr-rto, ec-mds(32,8),ec-xor(16,4)", parseSimScheme)
+	if err != nil || len(list) != 3 || list[2].label != "ec-xor(16,4)" {
+		t.Errorf("list: %+v, %v", list, err)
+	}
+	sizes, err := simParseList("128KiB,1MiB,2GiB,4096", simParseSize)
+	if err != nil || len(sizes) != 4 || sizes[0] != 128<<10 || sizes[2] != 2<<30 || sizes[3] != 4096 {
+		t.Errorf("sizes: %v, %v", sizes, err)
+	}
+}
