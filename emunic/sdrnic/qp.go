@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/sdr/backend"
@@ -223,7 +222,7 @@ func (q *qp) Connect(remote []byte) error {
 				RQPSN: in.PSN, PathMTU: q.attr.MTU})
 			if err == nil {
 				err = t.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: q.psn, RateLimit: q.attr.RateLimit,
-					RetryCount: 7, RNRRetry: 7, Timeout: 20 * time.Millisecond})
+					RetryCount: 7, RNRRetry: 7, Timeout: q.d.rcTimeout()})
 			}
 			if err != nil {
 				err = fmt.Errorf("sdrnic: connect: channel QP %d/%d: %w (the QP is unusable)", g, c, err)

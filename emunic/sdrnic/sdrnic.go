@@ -33,6 +33,7 @@ package sdrnic
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/sdr/backend"
@@ -53,7 +54,15 @@ type Options struct {
 	// SendQueueDepth bounds each RC channel QP's unacknowledged requests
 	// (packets) [65536]; it is raised to what one message needs.
 	SendQueueDepth int
+	// RCTimeout is the RC channels' retransmission timeout [67 ms: local
+	// ACK timeout exponent 14, a common verbs default (4.096 µs · 2^14)].
+	// It must exceed the path's round trip, or every ACK arrives after a
+	// go-back-N already started.
+	RCTimeout time.Duration
 }
+
+// defaultRCTimeout is Options.RCTimeout's default.
+const defaultRCTimeout = 4096 * time.Nanosecond << 14
 
 // New returns a backend on dev. The device stays the caller's: closing SDR
 // contexts does not close it.
@@ -110,4 +119,12 @@ func (d *device) Close() error {
 		errs = append(errs, g.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// rcTimeout returns the RC channels' retransmission timeout.
+func (d *device) rcTimeout() time.Duration {
+	if d.opts.RCTimeout > 0 {
+		return d.opts.RCTimeout
+	}
+	return defaultRCTimeout
 }
