@@ -193,6 +193,32 @@ static inline enum sdr_result sdr_slot_apply(struct sdr_slot *s, uint32_t off, u
 }
 
 /*
+ * sdr_slot_enter checks the packet's key (message ID of imm, generation
+ * gen) against the slot's state word and, in the same compare-and-swap,
+ * adds one to the in-flight count. It returns 0 for a stale packet (the
+ * count untouched) and 1 when the caller must apply the packet and then
+ * call sdr_slot_leave. The slot's geometry may be read after a
+ * successful enter: whoever arms the slot writes it before the state
+ * word's release store.
+ */
+static inline int sdr_slot_enter(uint64_t *state, struct sdr_layout l, uint32_t gen, uint32_t imm)
+{
+	uint32_t msg_id, off, nibble;
+	sdr_layout_unpack(l, imm, &msg_id, &off, &nibble);
+	uint64_t want = sdr_key(msg_id, gen);
+	uint64_t st = sdr_load(state);
+	for (;;) {
+		if (gen > SDR_MAX_GENERATION || (st & ~SDR_INFLIGHT_MASK) != want)
+			return 0;
+		if (__atomic_compare_exchange_n(state, &st, st + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return 1;
+	}
+}
+
+/* sdr_slot_leave drops the in-flight count sdr_slot_enter took. */
+static inline void sdr_slot_leave(uint64_t *state) { __atomic_fetch_sub(state, 1, __ATOMIC_ACQ_REL); }
+
+/*
  * sdr_slot_process applies one WRITE-with-Imm completion: immediate imm
  * arriving on a QP of generation gen with byte_count payload bytes (0 for
  * an immediate carrier). *imm_done is set to 1 for exactly the event that
@@ -203,17 +229,11 @@ static inline enum sdr_result sdr_slot_process(struct sdr_slot *s, uint32_t gen,
 {
 	uint32_t msg_id, off, nibble;
 	*imm_done = 0;
+	if (!sdr_slot_enter(&s->words[0], s->layout, gen, imm))
+		return SDR_STALE;
 	sdr_layout_unpack(s->layout, imm, &msg_id, &off, &nibble);
-	uint64_t want = sdr_key(msg_id, gen);
-	uint64_t st = sdr_load(&s->words[0]);
-	for (;;) {
-		if (gen > SDR_MAX_GENERATION || (st & ~SDR_INFLIGHT_MASK) != want)
-			return SDR_STALE;
-		if (__atomic_compare_exchange_n(&s->words[0], &st, st + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			break;
-	}
 	enum sdr_result r = sdr_slot_apply(s, off, nibble, byte_count, imm_done);
-	__atomic_fetch_sub(&s->words[0], 1, __ATOMIC_ACQ_REL);
+	sdr_slot_leave(&s->words[0]);
 	return r;
 }
 

@@ -1,4 +1,4 @@
-package device
+package devicetest
 
 import (
 	"bytes"
@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 )
+
+// dev returns the path of a file of the device C.
+func dev(name string) string { return filepath.Join("..", "device", name) }
 
 // compileC builds a test program from sources with gcc and returns its
 // path; it skips when gcc is absent (CI installs it).

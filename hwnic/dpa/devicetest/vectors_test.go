@@ -1,4 +1,4 @@
-package device
+package devicetest
 
 import (
 	"bufio"
@@ -94,7 +94,7 @@ func TestEngineVectors(t *testing.T) {
 		}
 		fmt.Fprintln(&script, "end")
 	}
-	bin := compileC(t, "vectors", nil, "test/vectors_driver.c")
+	bin := compileC(t, "vectors", nil, dev("test/vectors_driver.c"))
 	out := bufio.NewScanner(bytes.NewReader(runC(t, bin, script.Bytes())))
 	next := func(what string) []string {
 		t.Helper()

@@ -1,0 +1,133 @@
+/*
+ * handler.c — SDR's RX event handler for the BlueField-3 DPA (FlexIO
+ * device API). One thread per channel CQ: on each completion event it
+ * polls the CQ by owner bit, runs the per-packet engine (engine.h) for
+ * every responder WRITE-with-Imm on the slot its immediate names,
+ * reports completed chunks and immediates to the host, re-posts the
+ * consumed receive WQE and rings that QP's receive doorbell record, then
+ * updates the CQ doorbell record, re-arms the CQ and reschedules.
+ *
+ * The slots' engine words live in host memory, reached through a FlexIO
+ * window, so that the host reads chunk flags, packet masks and the
+ * merged immediate where the handler writes them (the SDK's bitmap);
+ * the per-packet atomics are on those words.
+ *
+ * Built with dpacc for the DPA (make dpa), and with gcc against
+ * hostsim/, which implements exactly the flexio_dev_* calls used here.
+ */
+#include <libflexio-dev/flexio_dev.h>
+#include <libflexio-dev/flexio_dev_queue_access.h>
+#include <dpaintrin.h>
+
+#include "engine.h"
+#include "mlx5.h"
+#include "sdr_rx.h"
+
+flexio_dev_event_handler_t sdr_rx_handler;
+
+/* setup acquires the host areas through the window; 0 on success. */
+static int setup(struct flexio_dev_thread_ctx *dtctx, struct sdr_rx_ctx *c)
+{
+	if (flexio_dev_window_config(dtctx, (uint16_t)c->window_id, c->window_mkey) != FLEXIO_DEV_STATUS_SUCCESS ||
+	    flexio_dev_window_ptr_acquire(dtctx, c->slots_haddr, &c->slots) != FLEXIO_DEV_STATUS_SUCCESS ||
+	    flexio_dev_window_ptr_acquire(dtctx, c->lengths_haddr, &c->lengths) != FLEXIO_DEV_STATUS_SUCCESS ||
+	    flexio_dev_window_ptr_acquire(dtctx, c->notify_haddr, &c->notify) != FLEXIO_DEV_STATUS_SUCCESS)
+		return -1;
+	c->ready = 1;
+	return 0;
+}
+
+/* notify tells the host to look at slot. */
+static void notify(struct sdr_rx_ctx *c, uint32_t slot)
+{
+	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
+	uint64_t pi = n->pi, ci = __atomic_load_n(&n->ci, __ATOMIC_ACQUIRE);
+	if (pi - ci >= (1ull << n->log_cap)) {
+		__atomic_store_n(&n->overflow, 1, __ATOMIC_RELEASE);
+		return;
+	}
+	n->slot[pi & ((1ull << n->log_cap) - 1)] = slot;
+	__atomic_store_n(&n->pi, pi + 1, __ATOMIC_RELEASE);
+}
+
+/* packet runs the engine for one WRITE-with-Imm of generation gen. */
+static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t byte_count)
+{
+	struct sdr_layout l = {c->msg_id_bits, c->offset_bits, c->nibble_bits};
+	uint32_t msg_id, off, nibble;
+	sdr_layout_unpack(l, imm, &msg_id, &off, &nibble);
+	uint32_t slot = msg_id & (c->max_messages - 1);
+	struct sdr_slot s = {.words = (uint64_t *)c->slots + (uint64_t)slot * c->slot_words, .layout = l};
+	if (!sdr_slot_enter(&s.words[0], l, gen, imm)) {
+		c->stale++;
+		return;
+	}
+	/* The host wrote the length before it activated the slot. */
+	uint64_t length = __atomic_load_n((uint64_t *)c->lengths + slot, __ATOMIC_ACQUIRE);
+	int imm_done = 0;
+	enum sdr_result r = SDR_OUT_OF_RANGE;
+	if (sdr_geometry_init(&s.geo, (uint32_t)length, c->mtu, c->chunk_size) == 0 &&
+	    sdr_geometry_words(&s.geo) <= c->slot_words)
+		r = sdr_slot_apply(&s, off, nibble, byte_count, &imm_done);
+	sdr_slot_leave(&s.words[0]);
+	c->chunks += r == SDR_CHUNK_COMPLETE;
+	c->imms += imm_done != 0;
+	if (r == SDR_CHUNK_COMPLETE || r == SDR_OUT_OF_RANGE || imm_done)
+		notify(c, slot);
+}
+
+/* generation returns the generation of this channel's QP qpn, or -1. */
+static int generation(const struct sdr_rx_ctx *c, uint32_t qpn)
+{
+	for (uint32_t g = 0; g < c->generations && g < SDR_RX_MAX_GENERATIONS; g++)
+		if (c->qpn[g] == qpn)
+			return (int)g;
+	return -1;
+}
+
+/* repost returns the receive WQE the completion consumed to QP gen. */
+static void repost(struct sdr_rx_ctx *c, uint32_t gen)
+{
+	uint32_t pi = c->rq_pi[gen]++;
+	uint8_t *wqe = (uint8_t *)c->rq_ring[gen] + (uint64_t)(pi & ((1u << c->log_rq_size) - 1)) * SDR_RWQE_SIZE;
+	sdr_rwqe_set(wqe, 0, c->null_mkey, 0);
+	__dpa_thread_fence(__DPA_MEMORY, __DPA_W, __DPA_W);
+	flexio_dev_dbr_rq_inc_pi((uint32_t *)c->rq_dbr[gen]);
+}
+
+__dpa_global__ void sdr_rx_handler(uint64_t thread_arg)
+{
+	struct sdr_rx_ctx *c = (struct sdr_rx_ctx *)thread_arg;
+	struct flexio_dev_thread_ctx *dtctx;
+	flexio_dev_get_thread_ctx(&dtctx);
+	if (!c->ready && setup(dtctx, c) != 0) {
+		c->failures++;
+		flexio_dev_thread_finish();
+		return;
+	}
+	const uint8_t *ring = (const uint8_t *)c->cq_ring;
+	uint32_t mask = (1u << c->log_cq_size) - 1;
+	for (int n = 0; n < SDR_RX_BUDGET; n++) {
+		const uint8_t *cqe = ring + (uint64_t)(c->ci & mask) * SDR_CQE_SIZE;
+		uint8_t op_own = sdr_cqe_op_own(cqe);
+		if (!sdr_cqe_ready(op_own, c->ci, c->log_cq_size))
+			break;
+		__dpa_thread_fence(__DPA_MEMORY, __DPA_R, __DPA_R);
+		int gen = generation(c, sdr_cqe_qpn(cqe));
+		if (gen < 0) {
+			c->unknown_qpn++;
+		} else {
+			if (sdr_cqe_opcode(op_own) == SDR_CQE_OPCODE_RESP_WR_IMM)
+				packet(c, (uint32_t)gen, sdr_cqe_imm(cqe), sdr_cqe_byte_cnt(cqe));
+			else
+				c->errors++;
+			repost(c, (uint32_t)gen);
+		}
+		c->ci++;
+		c->cqes++;
+	}
+	flexio_dev_dbr_cq_set_ci((uint32_t *)c->cq_dbr, c->ci);
+	__dpa_thread_fence(__DPA_MEMORY, __DPA_W, __DPA_W);
+	flexio_dev_cq_arm(c->ci, c->cqn);
+	flexio_dev_thread_reschedule();
+}

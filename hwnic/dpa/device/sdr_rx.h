@@ -1,0 +1,71 @@
+/*
+ * sdr_rx.h — what the host and the DPA's RX handler share: one
+ * struct sdr_rx_ctx per channel handler thread (in DPA memory, filled by
+ * the host before the thread starts) and one notification ring per
+ * thread in host memory. Fixed-width fields only, so that the 64-bit
+ * host and the DPA (RISC-V, 64-bit) agree on the layout.
+ */
+#ifndef SDR_DPA_RX_H
+#define SDR_DPA_RX_H
+
+#include <stdint.h>
+
+#define SDR_RX_MAX_GENERATIONS 16
+/* CQEs one handler invocation takes before it re-arms and reschedules,
+ * so that threads sharing a DPA core take turns. */
+#define SDR_RX_BUDGET 64
+
+/*
+ * struct sdr_rx_notify: slots the handler wants the host to look at (a
+ * chunk or the immediate completed, or a packet was out of range). The
+ * handler produces at pi, the host consumes at ci; when the ring is full
+ * the handler sets overflow instead and the host must look at every
+ * armed slot.
+ */
+struct sdr_rx_notify {
+	uint64_t pi;       /* handler: entries written */
+	uint64_t ci;       /* host: entries consumed */
+	uint32_t log_cap;  /* the ring holds 2^log_cap entries */
+	uint32_t overflow; /* set by the handler, cleared by the host */
+	uint32_t slot[];
+};
+
+/* struct sdr_rx_ctx: one channel handler thread. Addresses are the
+ * DPA's (device addresses) unless named haddr. */
+struct sdr_rx_ctx {
+	/* Set by the host before the thread starts. */
+	uint64_t cq_ring;     /* 2^log_cq_size CQEs of 64 bytes */
+	uint64_t cq_dbr;      /* the CQ's doorbell record */
+	uint32_t cqn, log_cq_size;
+	uint32_t generations; /* QPs of this channel, one per generation */
+	uint32_t log_rq_size; /* each QP's RQ holds 2^log_rq_size WQEs */
+	uint32_t qpn[SDR_RX_MAX_GENERATIONS];
+	uint64_t rq_ring[SDR_RX_MAX_GENERATIONS]; /* receive WQEs, 16 bytes each */
+	uint64_t rq_dbr[SDR_RX_MAX_GENERATIONS];  /* receive doorbell records */
+	uint32_t null_mkey;                       /* what receive WQEs point at */
+	uint8_t msg_id_bits, offset_bits, nibble_bits, pad0;
+	uint32_t mtu, chunk_size;
+	uint32_t max_messages; /* slots: a power of two */
+	uint32_t slot_words;   /* stride of one slot's words */
+	uint32_t window_id, window_mkey;
+	uint64_t slots_haddr;   /* max_messages × slot_words engine words */
+	uint64_t lengths_haddr; /* per slot, the posted length in bytes */
+	uint64_t notify_haddr;  /* this thread's struct sdr_rx_notify */
+
+	/* Owned by the handler thread from its first run. */
+	uint32_t ready;
+	uint32_t ci; /* CQ consumer index */
+	uint32_t rq_pi[SDR_RX_MAX_GENERATIONS];
+	uint64_t slots, lengths, notify; /* the host areas, through the window */
+
+	/* Statistics, written by the handler thread only. */
+	uint64_t cqes;        /* CQEs consumed */
+	uint64_t stale;       /* packets of an inactive slot, another generation or message */
+	uint64_t errors;      /* CQEs that are not a responder WRITE-with-Imm */
+	uint64_t unknown_qpn; /* CQEs of a QP this thread does not know */
+	uint64_t chunks;      /* chunks this thread completed */
+	uint64_t imms;        /* immediates this thread completed */
+	uint64_t failures;    /* window set-up failed: the thread stops */
+};
+
+#endif /* SDR_DPA_RX_H */

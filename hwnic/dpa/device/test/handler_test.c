@@ -1,0 +1,487 @@
+/*
+ * handler_test — the RX handler (../handler.c) compiled through the
+ * FlexIO shim (../hostsim) and driven like the NIC would: CQEs written
+ * into the rings in the layout of rdma-core's struct mlx5_cqe64, owner
+ * bit last. Run by handler_test.go under ThreadSanitizer. Prints "ok
+ * NAME" per test, "FAIL ..." and exits 1 on the first failure.
+ */
+#include <endian.h>
+#include <infiniband/mlx5dv.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine.h"
+#include "../hostsim/hostsim.h"
+#include "../mlx5.h"
+#include "../sdr_rx.h"
+
+extern flexio_dev_event_handler_t sdr_rx_handler;
+
+#define CHECK(cond, ...)                                                            \
+	do {                                                                        \
+		if (!(cond)) {                                                      \
+			printf("FAIL %s:%d: %s: ", __func__, __LINE__, #cond);      \
+			printf(__VA_ARGS__);                                        \
+			printf("\n");                                               \
+			exit(1);                                                    \
+		}                                                                   \
+	} while (0)
+
+/* The offsets the handler reads are rdma-core's. */
+_Static_assert(offsetof(struct mlx5_cqe64, imm_inval_pkey) == SDR_CQE_OFF_IMM, "imm");
+_Static_assert(offsetof(struct mlx5_cqe64, byte_cnt) == SDR_CQE_OFF_BYTE_CNT, "byte_cnt");
+_Static_assert(offsetof(struct mlx5_cqe64, sop_drop_qpn) == SDR_CQE_OFF_QPN, "qpn");
+_Static_assert(offsetof(struct mlx5_cqe64, wqe_counter) == SDR_CQE_OFF_WQE_CNT, "wqe_counter");
+_Static_assert(offsetof(struct mlx5_cqe64, op_own) == SDR_CQE_OFF_OP_OWN, "op_own");
+_Static_assert(sizeof(struct mlx5_cqe64) == SDR_CQE_SIZE, "cqe size");
+_Static_assert(sizeof(struct mlx5_wqe_data_seg) == SDR_RWQE_SIZE, "data seg size");
+_Static_assert(MLX5_CQE_RESP_WR_IMM == SDR_CQE_OPCODE_RESP_WR_IMM && MLX5_CQE_RESP_ERR == SDR_CQE_OPCODE_RESP_ERR &&
+		       MLX5_CQE_INVALID == SDR_CQE_OPCODE_INVALID && MLX5_INVALID_LKEY == SDR_INVALID_LKEY,
+	       "constants");
+
+/* ---- a receiver: host memory, CQ and RQ rings, handler threads ---- */
+
+#define MAX_CH 8
+#define NULL_MKEY 0x77
+#define WINDOW_MKEY 0x1234
+
+struct channel {
+	struct sdr_rx_ctx ctx; /* "DPA memory" */
+	struct hostsim_thread *thread;
+	uint8_t *cq;
+	uint32_t cq_dbr;
+	uint32_t rq_dbr[SDR_RX_MAX_GENERATIONS];
+	uint8_t *rq[SDR_RX_MAX_GENERATIONS];
+	uint32_t pi; /* CQEs produced; written by the producer, read by the runner */
+	int done;    /* the producer will write no more */
+	pthread_t runner;
+};
+
+struct rig {
+	struct sdr_layout layout;
+	uint32_t mtu, chunk_size, slots, slot_words, channels, gens, log_cq;
+	uint8_t *host; /* one window: slot words, lengths, notify rings */
+	uint64_t *words, *lengths;
+	struct sdr_rx_notify *notify[MAX_CH];
+	struct channel ch[MAX_CH];
+};
+
+static uint32_t qpn_of(uint32_t gen, uint32_t ch) { return 0x100 + gen * 16 + ch; }
+
+static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uint32_t slot_size, uint32_t mtu,
+			   uint32_t chunk_size, uint32_t log_cq, struct sdr_layout l)
+{
+	struct rig *r = calloc(1, sizeof(*r));
+	CHECK(r, "oom");
+	*r = (struct rig){.layout = l, .mtu = mtu, .chunk_size = chunk_size, .slots = slots, .channels = channels,
+			  .gens = gens, .log_cq = log_cq};
+	struct sdr_geometry g;
+	CHECK(sdr_geometry_init(&g, slot_size, mtu, chunk_size) == 0, "geometry");
+	r->slot_words = sdr_geometry_words(&g);
+	uint32_t log_notify = log_cq + 4;
+	size_t notify_size = sizeof(struct sdr_rx_notify) + (sizeof(uint32_t) << log_notify);
+	size_t size = (size_t)slots * r->slot_words * 8 + slots * 8 + channels * notify_size;
+	r->host = aligned_alloc(64, (size + 63) / 64 * 64);
+	CHECK(r->host, "oom");
+	memset(r->host, 0, size);
+	r->words = (uint64_t *)r->host;
+	r->lengths = r->words + (size_t)slots * r->slot_words;
+	CHECK(hostsim_window_register(WINDOW_MKEY, (uint64_t)(uintptr_t)r->host, size) == 0, "window");
+	for (uint32_t c = 0; c < channels; c++) {
+		r->notify[c] = (struct sdr_rx_notify *)(r->host + (size_t)slots * r->slot_words * 8 + slots * 8 + c * notify_size);
+		r->notify[c]->log_cap = log_notify;
+		struct channel *ch = &r->ch[c];
+		ch->cq = aligned_alloc(64, SDR_CQE_SIZE << log_cq);
+		CHECK(ch->cq, "oom");
+		for (uint32_t i = 0; i < 1u << log_cq; i++) {
+			memset(ch->cq + i * SDR_CQE_SIZE, 0, SDR_CQE_SIZE);
+			ch->cq[i * SDR_CQE_SIZE + 63] = MLX5_CQE_INVALID << 4; /* as rdma-core initialises a CQ */
+		}
+		struct sdr_rx_ctx *x = &ch->ctx;
+		x->cq_ring = (uint64_t)(uintptr_t)ch->cq;
+		x->cq_dbr = (uint64_t)(uintptr_t)&ch->cq_dbr;
+		x->cqn = 0x40 + c;
+		x->log_cq_size = log_cq;
+		x->generations = gens;
+		x->log_rq_size = log_cq;
+		for (uint32_t g = 0; g < gens; g++) {
+			x->qpn[g] = qpn_of(g, c);
+			ch->rq[g] = calloc(SDR_RWQE_SIZE, 1u << log_cq);
+			CHECK(ch->rq[g], "oom");
+			x->rq_ring[g] = (uint64_t)(uintptr_t)ch->rq[g];
+			x->rq_dbr[g] = (uint64_t)(uintptr_t)&ch->rq_dbr[g];
+		}
+		x->null_mkey = NULL_MKEY;
+		x->msg_id_bits = l.msg_id_bits, x->offset_bits = l.offset_bits, x->nibble_bits = l.nibble_bits;
+		x->mtu = mtu, x->chunk_size = chunk_size, x->max_messages = slots, x->slot_words = r->slot_words;
+		x->window_id = c % 4, x->window_mkey = WINDOW_MKEY;
+		x->slots_haddr = (uint64_t)(uintptr_t)r->words;
+		x->lengths_haddr = (uint64_t)(uintptr_t)r->lengths;
+		x->notify_haddr = (uint64_t)(uintptr_t)r->notify[c];
+		ch->thread = hostsim_thread_create(sdr_rx_handler, (uint64_t)(uintptr_t)x);
+		CHECK(ch->thread, "oom");
+	}
+	return r;
+}
+
+static void rig_free(struct rig *r)
+{
+	hostsim_window_unregister(WINDOW_MKEY);
+	for (uint32_t c = 0; c < r->channels; c++) {
+		hostsim_thread_destroy(r->ch[c].thread);
+		free(r->ch[c].cq);
+		for (uint32_t g = 0; g < r->gens; g++)
+			free(r->ch[c].rq[g]);
+	}
+	free(r->host);
+	free(r);
+}
+
+static struct sdr_slot slot_of(struct rig *r, uint32_t slot, uint32_t length)
+{
+	struct sdr_slot s = {.words = r->words + (size_t)slot * r->slot_words, .layout = r->layout};
+	CHECK(sdr_geometry_init(&s.geo, length, r->mtu, r->chunk_size) == 0, "geometry");
+	return s;
+}
+
+/* arm does what the host does for a posted receive: drain, length, activate. */
+static void arm(struct rig *r, uint32_t slot, uint32_t length, uint32_t msg_id, uint32_t gen)
+{
+	struct sdr_slot s = slot_of(r, slot, length);
+	sdr_slot_deactivate(&s);
+	while (__atomic_load_n(&s.words[0], __ATOMIC_ACQUIRE) & SDR_INFLIGHT_MASK)
+		sched_yield();
+	__atomic_store_n(&r->lengths[slot], length, __ATOMIC_RELEASE);
+	sdr_slot_activate(&s, msg_id, gen);
+}
+
+/*
+ * produce writes one CQE as the NIC would: every field through struct
+ * mlx5_cqe64, the op_own byte (opcode, owner = pass parity) last. It
+ * waits while the ring is full (the consumer index from the CQ doorbell
+ * record).
+ */
+static void produce(struct rig *r, uint32_t c, uint32_t qpn, uint8_t opcode, uint32_t imm, uint32_t bytes)
+{
+	struct channel *ch = &r->ch[c];
+	uint32_t pi = ch->pi;
+	while (pi - be32toh(__atomic_load_n(&ch->cq_dbr, __ATOMIC_ACQUIRE)) >= 1u << r->log_cq)
+		sched_yield();
+	struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)(ch->cq + (pi & ((1u << r->log_cq) - 1)) * SDR_CQE_SIZE);
+	cqe->imm_inval_pkey = htobe32(imm);
+	cqe->byte_cnt = htobe32(bytes);
+	cqe->sop_drop_qpn = htobe32(0x5a000000 | qpn); /* high byte: not the QPN */
+	cqe->wqe_counter = htobe16((uint16_t)pi);
+	__atomic_store_n(&cqe->op_own, (uint8_t)(opcode << 4 | ((pi >> r->log_cq) & 1)), __ATOMIC_RELEASE);
+	__atomic_store_n(&ch->pi, pi + 1, __ATOMIC_RELEASE);
+}
+
+static void packet(struct rig *r, uint32_t c, uint32_t gen, uint32_t imm, uint32_t bytes)
+{
+	produce(r, c, qpn_of(gen, c), MLX5_CQE_RESP_WR_IMM, imm, bytes);
+}
+
+/* drain runs channel c's handler as the NIC raises events: while it is
+ * armed below the producer index. Returns the runs. */
+static int drain(struct rig *r, uint32_t c)
+{
+	struct channel *ch = &r->ch[c];
+	int runs = 0;
+	uint32_t ci, cqn;
+	do {
+		CHECK(hostsim_thread_run(ch->thread) == HOSTSIM_RESCHEDULED, "handler finished (failures %lu)",
+		      (unsigned long)ch->ctx.failures);
+		CHECK(++runs < 10000, "the handler never caught up with the producer (ci %u, pi %u)", ch->ctx.ci, ch->pi);
+		CHECK(hostsim_thread_armed(ch->thread, &ci, &cqn), "handler rescheduled without arming its CQ");
+		CHECK(cqn == ch->ctx.cqn, "armed CQ %u, want %u", cqn, ch->ctx.cqn);
+		CHECK(ci == be32toh(__atomic_load_n(&ch->cq_dbr, __ATOMIC_ACQUIRE)), "armed at %u, doorbell record %u", ci,
+		      be32toh(ch->cq_dbr));
+	} while (ci != __atomic_load_n(&ch->pi, __ATOMIC_ACQUIRE));
+	return runs;
+}
+
+/* notifications consumes channel c's notify ring, counting entries per slot. */
+static uint32_t notifications(struct rig *r, uint32_t c, uint32_t *per_slot)
+{
+	struct sdr_rx_notify *n = r->notify[c];
+	uint64_t pi = __atomic_load_n(&n->pi, __ATOMIC_ACQUIRE), ci = n->ci, first = ci;
+	CHECK(!__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE), "notify ring overflowed");
+	for (; ci < pi; ci++) {
+		uint32_t s = n->slot[ci & ((1u << n->log_cap) - 1)];
+		CHECK(s < r->slots, "notified slot %u", s);
+		if (per_slot)
+			per_slot[s]++;
+	}
+	__atomic_store_n(&n->ci, ci, __ATOMIC_RELEASE);
+	return (uint32_t)(pi - first);
+}
+
+static const struct sdr_layout L10 = {10, 18, 4};
+
+/* ---- tests ---- */
+
+static void test_cqe_layout(void)
+{
+	/* A CQE filled through rdma-core's struct. */
+	struct mlx5_cqe64 c;
+	memset(&c, 0xee, sizeof(c));
+	c.imm_inval_pkey = htobe32(0x12345678);
+	c.byte_cnt = htobe32(1000);
+	c.sop_drop_qpn = htobe32(0xab000123);
+	c.wqe_counter = htobe16(0x0102);
+	c.op_own = MLX5_CQE_RESP_WR_IMM << 4 | 1;
+	const uint8_t *b = (const uint8_t *)&c;
+	CHECK(sdr_cqe_imm(b) == 0x12345678, "imm %#x", sdr_cqe_imm(b));
+	CHECK(sdr_cqe_byte_cnt(b) == 1000, "byte count %u", sdr_cqe_byte_cnt(b));
+	CHECK(sdr_cqe_qpn(b) == 0x123, "qpn %#x", sdr_cqe_qpn(b));
+	CHECK(sdr_cqe_wqe_counter(b) == 0x0102, "wqe counter %#x", sdr_cqe_wqe_counter(b));
+	CHECK(sdr_cqe_opcode(sdr_cqe_op_own(b)) == MLX5_CQE_RESP_WR_IMM, "opcode");
+	CHECK(mlx5dv_get_cqe_opcode(&c) == sdr_cqe_opcode(sdr_cqe_op_own(b)), "opcode disagrees with rdma-core");
+	CHECK(mlx5dv_get_cqe_owner(&c) == (sdr_cqe_op_own(b) & 1), "owner disagrees with rdma-core");
+
+	/* The same CQE written byte by byte from the layout. */
+	uint8_t v[64];
+	memset(v, 0, sizeof(v));
+	v[36] = 0xde, v[37] = 0xad, v[38] = 0xbe, v[39] = 0xef; /* imm_inval_pkey */
+	v[44] = 0x00, v[45] = 0x00, v[46] = 0x04, v[47] = 0x00; /* byte_cnt 1024 */
+	v[56] = 0x80, v[57] = 0x00, v[58] = 0x12, v[59] = 0x34; /* sop_drop_qpn: QPN 0x1234 */
+	v[60] = 0xff, v[61] = 0xfe;                             /* wqe_counter */
+	v[63] = 0x10;                                           /* op_own: WRITE-with-Imm, owner 0 */
+	CHECK(sdr_cqe_imm(v) == 0xdeadbeef && sdr_cqe_byte_cnt(v) == 1024 && sdr_cqe_qpn(v) == 0x1234 &&
+		      sdr_cqe_wqe_counter(v) == 0xfffe,
+	      "byte vector");
+	CHECK(sdr_cqe_ready(v[63], 0, 3) && !sdr_cqe_ready(v[63], 8, 3) && sdr_cqe_ready(v[63], 16, 3), "owner parity");
+	CHECK(!sdr_cqe_ready(0xf0, 0, 3), "an initialised (invalid) CQE is not ready");
+
+	/* A receive WQE against struct mlx5_wqe_data_seg and bytes. */
+	struct mlx5_wqe_data_seg d;
+	memset(&d, 0xee, sizeof(d));
+	sdr_rwqe_set((uint8_t *)&d, 5, MLX5_INVALID_LKEY, 0x1122334455667788ull);
+	CHECK(be32toh(d.byte_count) == 5 && be32toh(d.lkey) == MLX5_INVALID_LKEY && be64toh(d.addr) == 0x1122334455667788ull,
+	      "data segment");
+	const uint8_t want[16] = {0, 0, 0, 5, 0, 0, 1, 0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
+	CHECK(memcmp(&d, want, 16) == 0, "data segment bytes");
+}
+
+/* Three passes over an 8-entry CQ; the owner bit tells new from old. */
+static void test_owner_wrap(void)
+{
+	struct rig *r = rig_new(1, 1, 4, 64 * 1024, 1024, 8 * 1024, 3, L10);
+	arm(r, 1, 24 * 1024, 1, 0);
+	for (uint32_t batch = 0; batch < 3; batch++) {
+		for (uint32_t k = 0; k < 8; k++)
+			packet(r, 0, 0, (1u << 22) | (batch * 8 + k) << 4, 1024);
+		CHECK(drain(r, 0) == 1, "one event for 8 CQEs");
+		CHECK(r->ch[0].ctx.cqes == (batch + 1) * 8, "pass %u: %lu CQEs", batch, (unsigned long)r->ch[0].ctx.cqes);
+		struct sdr_slot s = slot_of(r, 1, 24 * 1024);
+		CHECK(sdr_slot_chunk_done(&s, batch), "chunk %u", batch);
+		/* An event with nothing new: the old CQEs of the ring are not taken again. */
+		CHECK(drain(r, 0) == 1 && r->ch[0].ctx.cqes == (batch + 1) * 8, "re-run took stale CQEs");
+	}
+	CHECK(r->ch[0].ctx.ci == 24 && be32toh(r->ch[0].cq_dbr) == 24, "ci %u", r->ch[0].ctx.ci);
+	CHECK(be32toh(r->ch[0].rq_dbr[0]) == 24, "rq doorbell %u", be32toh(r->ch[0].rq_dbr[0]));
+	CHECK(r->ch[0].ctx.chunks == 3 && r->ch[0].ctx.stale == 0, "chunks %lu", (unsigned long)r->ch[0].ctx.chunks);
+	rig_free(r);
+
+	/* More CQEs than one run's budget: it re-arms below the producer and runs again. */
+	r = rig_new(1, 1, 4, 256 * 1024, 1024, 64 * 1024, 8, L10);
+	arm(r, 0, 200 * 1024, 0, 0);
+	for (uint32_t k = 0; k < 200; k++)
+		packet(r, 0, 0, k << 4, 1024);
+	int runs = drain(r, 0);
+	CHECK(runs == (200 + SDR_RX_BUDGET - 1) / SDR_RX_BUDGET, "%d runs", runs);
+	CHECK(r->ch[0].ctx.chunks == 4 && r->ch[0].ctx.cqes == 200, "chunks %lu", (unsigned long)r->ch[0].ctx.chunks);
+	rig_free(r);
+}
+
+/* A stale generation changes nothing but its WQE is re-posted; unknown QPNs and errors. */
+static void test_stale_generation(void)
+{
+	struct rig *r = rig_new(1, 2, 4, 8 * 1024, 1024, 2048, 4, L10);
+	arm(r, 2, 4096, 6, 0);
+	packet(r, 0, 1, 6u << 22 | 0u << 4, 1024); /* generation 1: stale */
+	produce(r, 0, 0x999, MLX5_CQE_RESP_WR_IMM, 6u << 22, 1024); /* nobody's QP */
+	produce(r, 0, qpn_of(0, 0), MLX5_CQE_RESP_ERR, 0, 0);        /* an error completion */
+	drain(r, 0);
+	struct channel *ch = &r->ch[0];
+	struct sdr_slot s = slot_of(r, 2, 4096);
+	CHECK(s.words[2] == 0 && s.words[1] == 0, "stale packet changed the slot");
+	CHECK(ch->ctx.stale == 1 && ch->ctx.unknown_qpn == 1 && ch->ctx.errors == 1, "stale %lu unknown %lu errors %lu",
+	      (unsigned long)ch->ctx.stale, (unsigned long)ch->ctx.unknown_qpn, (unsigned long)ch->ctx.errors);
+	CHECK(be32toh(ch->rq_dbr[1]) == 1 && be32toh(ch->rq_dbr[0]) == 1, "rq doorbells %u %u", be32toh(ch->rq_dbr[0]),
+	      be32toh(ch->rq_dbr[1]));
+	struct mlx5_wqe_data_seg *w = (struct mlx5_wqe_data_seg *)ch->rq[1];
+	CHECK(be32toh(w->byte_count) == 0 && be32toh(w->lkey) == NULL_MKEY && w->addr == 0, "re-posted WQE");
+	CHECK(ch->ctx.cqes == 3 && ch->ctx.ci == 3, "cqes %lu", (unsigned long)ch->ctx.cqes);
+	/* The right generation is taken. */
+	packet(r, 0, 0, 6u << 22 | 1u << 4, 1024);
+	drain(r, 0);
+	CHECK(s.words[2] == 2, "mask %#lx", (unsigned long)s.words[2]);
+	rig_free(r);
+}
+
+/* Duplicates are idempotent; the chunk's last packet stores the flag and notifies once. */
+static void test_duplicates_and_last_packet(void)
+{
+	struct rig *r = rig_new(1, 1, 4, 8 * 1024, 1024, 2048, 4, L10);
+	arm(r, 3, 4096, 3, 0);
+	for (int i = 0; i < 3; i++)
+		packet(r, 0, 0, 3u << 22 | 0u << 4, 1024);
+	drain(r, 0);
+	uint32_t per_slot[4] = {0};
+	CHECK(notifications(r, 0, per_slot) == 0, "a partial chunk notified");
+	for (int i = 0; i < 3; i++)
+		packet(r, 0, 0, 3u << 22 | 1u << 4, 1024);
+	drain(r, 0);
+	struct sdr_slot s = slot_of(r, 3, 4096);
+	CHECK(s.words[2] == 3 && s.words[3] == 0, "masks %#lx %#lx", (unsigned long)s.words[2], (unsigned long)s.words[3]);
+	CHECK(s.words[2 + 2] == 1, "flags %#lx", (unsigned long)s.words[4]);
+	CHECK(notifications(r, 0, per_slot) == 1 && per_slot[3] == 1, "notified %u times", per_slot[3]);
+	CHECK(r->ch[0].ctx.chunks == 1, "chunks %lu", (unsigned long)r->ch[0].ctx.chunks);
+	rig_free(r);
+}
+
+/* The user immediate is assembled from the nibbles of packets and carriers. */
+static void test_immediate_from_nibbles(void)
+{
+	struct rig *r = rig_new(1, 1, 8, 8 * 1024, 1024, 4096, 5, L10);
+	const uint32_t user = 0xcafef00d, msg = 13, slot = msg % 8;
+	arm(r, slot, 3 * 1024, msg, 0);
+	const uint32_t order[] = {2, 0, 2, 1, 5, 7, 3, 7, 6, 4};
+	uint32_t per_slot[8] = {0};
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		uint32_t off = order[i];
+		uint32_t imm = msg << 22 | off << 4 | (user >> (4 * (off % 8)) & 0xf);
+		packet(r, 0, 0, imm, off < 3 ? 1024 : 0);
+		drain(r, 0);
+		notifications(r, 0, per_slot);
+		struct sdr_slot s = slot_of(r, slot, 3 * 1024);
+		uint64_t w = __atomic_load_n(&s.words[1], __ATOMIC_ACQUIRE);
+		int complete = (w >> 32 & 0xff) == 0xff;
+		CHECK(complete == (i == sizeof(order) / sizeof(order[0]) - 1), "complete after event %zu", i);
+		if (complete)
+			CHECK((uint32_t)w == user, "immediate %#x, want %#x", (uint32_t)w, user);
+	}
+	CHECK(r->ch[0].ctx.imms == 1 && r->ch[0].ctx.chunks == 1, "imms %lu chunks %lu", (unsigned long)r->ch[0].ctx.imms,
+	      (unsigned long)r->ch[0].ctx.chunks);
+	CHECK(per_slot[slot] == 2, "notified %u times (chunk, immediate)", per_slot[slot]);
+	rig_free(r);
+}
+
+/* ---- several handler threads on shared slots ---- */
+
+struct runner_arg {
+	struct rig *r;
+	uint32_t c;
+};
+
+static void *runner(void *p)
+{
+	struct runner_arg *a = p;
+	struct channel *ch = &a->r->ch[a->c];
+	uint32_t ci = 0, cqn;
+	for (;;) {
+		uint32_t pi = __atomic_load_n(&ch->pi, __ATOMIC_ACQUIRE);
+		if (ci == pi) {
+			if (__atomic_load_n(&ch->done, __ATOMIC_ACQUIRE) && pi == __atomic_load_n(&ch->pi, __ATOMIC_ACQUIRE))
+				return NULL;
+			sched_yield();
+			continue;
+		}
+		CHECK(hostsim_thread_run(ch->thread) == HOSTSIM_RESCHEDULED, "handler finished");
+		CHECK(hostsim_thread_armed(ch->thread, &ci, &cqn), "not armed");
+	}
+}
+
+static void test_threads_on_shared_slots(void)
+{
+	enum { CH = 4, SLOTS = 8, ROUNDS = 6, PKTS = 37 };
+	const uint32_t user = 0x89abcdef;
+	struct rig *r = rig_new(CH, 2, SLOTS, 64 * 1024, 1024, 4096, 6, L10);
+	struct runner_arg args[CH];
+	uint64_t want_chunks = 0, notified = 0;
+	for (uint32_t c = 0; c < CH; c++) {
+		args[c] = (struct runner_arg){r, c};
+		CHECK(pthread_create(&r->ch[c].runner, NULL, runner, &args[c]) == 0, "pthread");
+	}
+	for (uint32_t round = 0; round < ROUNDS; round++) {
+		uint32_t gen = round % 2;
+		/* Slot reuse while the previous round's late packets are still arriving. */
+		for (uint32_t s = 0; s < SLOTS; s++) {
+			uint32_t old = (round + ROUNDS - 1) * SLOTS + s;
+			packet(r, s % CH, (round + 1) % 2, old << 22 | 0u << 4, 1024);
+			arm(r, s, PKTS * 1024, round * SLOTS + s, gen);
+		}
+		for (uint32_t k = 0; k < PKTS; k++) {
+			for (uint32_t s = 0; s < SLOTS; s++) {
+				uint32_t imm = (round * SLOTS + s) << 22 | k << 4 | (user >> (4 * (k % 8)) & 0xf);
+				packet(r, (k + s) % CH, gen, imm, 1024);
+				packet(r, (k + s + 1) % CH, gen, imm, 1024); /* a duplicate on another thread */
+			}
+		}
+		want_chunks += SLOTS * ((PKTS + 3) / 4);
+		/* Wait until every slot is complete, through the flags the host reads. */
+		for (uint32_t s = 0; s < SLOTS; s++) {
+			struct sdr_slot sl = slot_of(r, s, PKTS * 1024);
+			for (;;) {
+				int done = 1;
+				for (uint32_t i = 0; i < sl.geo.chunks; i++)
+					done &= sdr_slot_chunk_done(&sl, i);
+				uint64_t w = __atomic_load_n(&sl.words[1], __ATOMIC_ACQUIRE);
+				for (uint32_t c = 0; c < CH; c++)
+					notified += notifications(r, c, NULL);
+				if (done && (w >> 32 & 0xff) == 0xff) {
+					CHECK((uint32_t)w == user, "round %u slot %u immediate %#x", round, s, (uint32_t)w);
+					break;
+				}
+				sched_yield();
+			}
+		}
+	}
+	for (uint32_t c = 0; c < CH; c++) {
+		__atomic_store_n(&r->ch[c].done, 1, __ATOMIC_RELEASE);
+		pthread_join(r->ch[c].runner, NULL);
+	}
+	uint64_t chunks = 0, imms = 0, cqes = 0, stale = 0;
+	for (uint32_t c = 0; c < CH; c++) {
+		chunks += r->ch[c].ctx.chunks, imms += r->ch[c].ctx.imms, cqes += r->ch[c].ctx.cqes, stale += r->ch[c].ctx.stale;
+		CHECK(r->ch[c].ctx.errors == 0 && r->ch[c].ctx.unknown_qpn == 0, "errors");
+		CHECK(be32toh(r->ch[c].rq_dbr[0]) + be32toh(r->ch[c].rq_dbr[1]) == (r->ch[c].ctx.cqes & 0xffff), "rq doorbells");
+	}
+	CHECK(chunks == want_chunks, "%lu chunk completions, want %lu (each exactly once)", (unsigned long)chunks,
+	      (unsigned long)want_chunks);
+	CHECK(imms == ROUNDS * SLOTS, "%lu immediate completions, want %d", (unsigned long)imms, ROUNDS * SLOTS);
+	CHECK(cqes == ROUNDS * SLOTS * (1 + 2 * PKTS), "%lu CQEs", (unsigned long)cqes);
+	for (uint32_t c = 0; c < CH; c++)
+		notified += notifications(r, c, NULL);
+	CHECK(notified >= chunks && notified <= chunks + imms, "%lu notifications for %lu chunks and %lu immediates",
+	      (unsigned long)notified, (unsigned long)chunks, (unsigned long)imms);
+	CHECK(stale >= ROUNDS * SLOTS, "%lu stale: the late packets", (unsigned long)stale);
+	rig_free(r);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+	} tests[] = {
+		{"cqe_layout", test_cqe_layout},
+		{"owner_wrap", test_owner_wrap},
+		{"stale_generation", test_stale_generation},
+		{"duplicates_and_last_packet", test_duplicates_and_last_packet},
+		{"immediate_from_nibbles", test_immediate_from_nibbles},
+		{"threads_on_shared_slots", test_threads_on_shared_slots},
+	};
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
+			continue;
+		tests[i].fn();
+		printf("ok %s\n", tests[i].name);
+	}
+	return 0;
+}

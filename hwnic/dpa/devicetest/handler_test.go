@@ -1,0 +1,42 @@
+package devicetest
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// handlerTests are the tests test/handler_test.c runs, in order.
+var handlerTests = []string{"cqe_layout", "owner_wrap", "stale_generation", "duplicates_and_last_packet",
+	"immediate_from_nibbles", "threads_on_shared_slots"}
+
+// TestHandler compiles the RX handler unchanged through the FlexIO shim
+// and runs its tests (mlx5 layouts from rdma-core's mlx5dv.h, owner-bit
+// wrap, stale generations, duplicates, chunk flags, immediates, four
+// handler threads on shared slots), once optimised and once under
+// ThreadSanitizer.
+func TestHandler(t *testing.T) {
+	if _, err := os.Stat("/usr/include/infiniband/mlx5dv.h"); err != nil {
+		t.Skip("rdma-core's mlx5dv.h is missing (Debian package libibverbs-dev, installed by make deps): the handler tests check the CQE layout against it")
+	}
+	for _, build := range []struct {
+		name  string
+		flags []string
+	}{
+		{"O2", nil},
+		{"tsan", []string{"-O1", "-fsanitize=thread"}},
+	} {
+		t.Run(build.name, func(t *testing.T) {
+			flags := append([]string{"-I" + dev("hostsim")}, build.flags...)
+			bin := compileC(t, "handler_test", flags, dev("handler.c"), dev("hostsim/hostsim.c"), dev("test/handler_test.c"))
+			out := strings.TrimSpace(string(runC(t, bin, nil)))
+			var want []string
+			for _, name := range handlerTests {
+				want = append(want, "ok "+name)
+			}
+			if out != strings.Join(want, "\n") {
+				t.Fatalf("handler tests printed:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
+			}
+		})
+	}
+}
