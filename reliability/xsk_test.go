@@ -272,13 +272,14 @@ func rcTransfer(t *testing.T, sender *emunic.Device, sq, rq *sdr.QP, sa, sb *sdr
 	return took, sender.Stats().Get(emunic.Timeouts) - timeouts0, nil
 }
 
-// TestReliabilityXSK moves 1 and 16 MiB over AF_XDP between two network namespaces whose XDP
-// programs drop 0, 0.1, 1 and 5 % of the frames they steer, at both
-// ingresses (data and control messages alike), with every scheme: every
-// byte and the immediate arrive, every time. RC go-back-N carries the same
-// sizes over the same link as the baseline. Completion times are logged
-// beside the model's prediction for the measured link; they are not
-// asserted (the machine is shared).
+// TestReliabilityXSK moves 1 and 16 MiB over AF_XDP between two network
+// namespaces whose XDP programs drop 0, 0.1, 1 and 5 % of the frames they
+// steer, at both ingresses (data and control messages alike), with every
+// scheme: every byte and the immediate arrive, every time. RC go-back-N
+// carries the same sizes over the same link as the baseline. Completion
+// times are logged beside the model's prediction for the measured link;
+// they are not asserted (the machine is shared). With -short, 16 MiB runs
+// at 5 % only (about 45 s instead of 2–3 min under -race).
 func TestReliabilityXSK(t *testing.T) {
 	privileged.Require(t)
 	link := newXSKLink(t)
@@ -292,6 +293,8 @@ func TestReliabilityXSK(t *testing.T) {
 	// The global timeout leaves room for a 16 MiB transfer at 5 % loss on
 	// a loaded machine; transfer's own deadline (30 s) is later, so a
 	// transfer that fails says why.
+	// Until calibrated the injection clock assumes 1 Gbit/s (the SR-RTO
+	// calibration transfer's timers are per chunk, it needs no more).
 	baseCfg := reliability.Config{RTT: max(rtt, time.Millisecond), Bandwidth: 1e9, Timeout: 25 * time.Second}
 	var bandwidth float64
 	{
@@ -303,7 +306,12 @@ func TestReliabilityXSK(t *testing.T) {
 		_, recvd := transfer(t, e, size, 1, 1)
 		bandwidth = size * 8 / recvd.Duration().Seconds()
 	}
-	baseCfg.Bandwidth = bandwidth
+	// The engines' injection clock runs at half the calibrated rate: the
+	// rate swings severalfold with the machine's load, and a clock ahead
+	// of the wire fires EC's fallback timer before the first pass has
+	// landed, which NACKs every submessage (a retransmission storm that
+	// grows with the size). Late timers only delay repair.
+	baseCfg.Bandwidth = bandwidth / 2
 	t.Logf("link: datagram RTT %v (median of 32), SR-RTO goodput %.2f Gbit/s (16 MiB, lossless)", rtt, bandwidth/1e9)
 
 	schemes := []struct {
