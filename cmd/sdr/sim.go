@@ -703,6 +703,7 @@ func writeSimPlots(dir string, rows []simRow, f *simFlags) (simPlots, error) {
 		name, title, xLabel string
 		sel                 func(simRow) bool
 		x                   func(simRow) float64
+		label               func(float64) string
 		p999Too, onlyP999   bool
 		logX                bool
 		dst                 *string
@@ -711,16 +712,17 @@ func writeSimPlots(dir string, rows []simRow, f *simFlags) (simPlots, error) {
 	specs := []spec{
 		{"slowdown_vs_drop_mean", fmt.Sprintf("Mean slowdown vs drop rate, %s", simSizeName(focusSize)), "drop rate",
 			func(r simRow) bool { return grid(r) && r.SizeBytes == focusSize && r.Drop > 0 },
-			func(r simRow) float64 { return r.Drop }, false, false, true, &out.dropMean},
+			func(r simRow) float64 { return r.Drop }, simDropLabel, false, false, true, &out.dropMean},
 		{"slowdown_vs_drop_p999", fmt.Sprintf("p99.9 slowdown vs drop rate, %s", simSizeName(focusSize)), "drop rate",
 			func(r simRow) bool { return grid(r) && r.SizeBytes == focusSize && r.Drop > 0 },
-			func(r simRow) float64 { return r.Drop }, false, true, true, &out.dropP999},
+			func(r simRow) float64 { return r.Drop }, simDropLabel, false, true, true, &out.dropP999},
 		{"slowdown_vs_size", fmt.Sprintf("Slowdown vs message size at drop %g (solid mean, dashed p99.9)", f.focusDrop), "message size (bytes)",
 			func(r simRow) bool { return grid(r) && r.Drop == f.focusDrop },
-			func(r simRow) float64 { return float64(r.SizeBytes) }, true, false, true, &out.size},
+			func(r simRow) float64 { return float64(r.SizeBytes) }, func(x float64) string { return simSizeName(int64(x)) },
+			true, false, true, &out.size},
 		{"slowdown_vs_distance", "Slowdown vs one-way distance (solid mean, dashed p99.9)", "one-way distance (km)",
 			func(r simRow) bool { return r.Sweep == "distance" },
-			func(r simRow) float64 { return r.DistanceKm }, true, false, true, &out.distance},
+			func(r simRow) float64 { return r.DistanceKm }, simDropLabel, true, false, true, &out.distance},
 	}
 	for _, sp := range specs {
 		mean := series(sp.sel, sp.x, func(r simRow) float64 { return r.Slowdown })
@@ -737,8 +739,17 @@ func writeSimPlots(dir string, rows []simRow, f *simFlags) (simPlots, error) {
 		}
 		if sp.logX {
 			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		}
+		// Ticks at the points' own x values, labelled as the tables do.
+		var ticks []plot.Tick
+		for _, xys := range mean {
+			for _, xy := range xys {
+				if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == xy.X }) {
+					ticks = append(ticks, plot.Tick{Value: xy.X, Label: sp.label(xy.X)})
+				}
+			}
+		}
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
 		p.Legend.Top = true
 		p.Legend.Left = true
 		for i, name := range schemes {
@@ -1224,3 +1235,5 @@ func backoffWords(on bool) string {
 	}
 	return "the same for every repair round, as in the paper and the models (-backoff to double it)"
 }
+
+func simDropLabel(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

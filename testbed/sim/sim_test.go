@@ -362,7 +362,7 @@ func TestQuantile(t *testing.T) {
 // BenchmarkRun measures one sample at the paper's setup (400 Gbit/s,
 // 25 ms) per scheme and size at 1e-4 loss.
 func BenchmarkRun(b *testing.B) {
-	for _, size := range []int64{128 << 20, 2 << 30} {
+	for _, size := range []int64{128 << 20, 8 << 30} {
 		for _, sc := range paperSchemes {
 			b.Run(sc.name+"/"+byteSize(size), func(b *testing.B) {
 				p := Point{Size: size, Scheme: sc.scheme, Code: sc.code, Loss: link.Bernoulli(1e-4)}
