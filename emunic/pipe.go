@@ -1,6 +1,7 @@
 package emunic
 
 import (
+	"container/heap"
 	"sync"
 	"time"
 )
@@ -24,12 +25,47 @@ type PipePort struct {
 	ready  chan struct{} // holds a token while queue is non-empty
 	closed bool
 	free   sync.Pool
+
+	// Delayed frames wait in a heap by due time (ties in send order) for
+	// one goroutine that moves them to queue: one timer per port rather
+	// than one per frame, whose callbacks would run in goroutines of
+	// their own and reorder frames that a link keeps in order. The
+	// goroutine runs while frames wait, started by the sender (so it lives
+	// in a testing/synctest bubble with it).
+	late        lateFrames
+	lateSeq     uint64
+	lateRunning bool
+	lateWake    chan struct{} // an earlier frame arrived
+}
+
+// lateFrame is a delayed frame and when it is due.
+type lateFrame struct {
+	due   time.Time
+	seq   uint64
+	frame *[]byte
+}
+
+// lateFrames is a min-heap of delayed frames by (due, seq).
+type lateFrames []lateFrame
+
+func (h lateFrames) Len() int { return len(h) }
+func (h lateFrames) Less(i, j int) bool {
+	return h[i].due.Before(h[j].due) || h[i].due.Equal(h[j].due) && h[i].seq < h[j].seq
+}
+func (h lateFrames) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *lateFrames) Push(x any)   { *h = append(*h, x.(lateFrame)) }
+func (h *lateFrames) Pop() any {
+	old := *h
+	f := old[len(old)-1]
+	old[len(old)-1] = lateFrame{}
+	*h = old[:len(old)-1]
+	return f
 }
 
 // NewPipe returns the two ends of a link.
 func NewPipe(cfg PipeConfig) (a, b *PipePort) {
-	a = &PipePort{hook: cfg.AToB, ready: make(chan struct{}, 1)}
-	b = &PipePort{hook: cfg.BToA, ready: make(chan struct{}, 1)}
+	a = &PipePort{hook: cfg.AToB, ready: make(chan struct{}, 1), lateWake: make(chan struct{}, 1)}
+	b = &PipePort{hook: cfg.BToA, ready: make(chan struct{}, 1), lateWake: make(chan struct{}, 1)}
 	a.peer, b.peer = b, a
 	return a, b
 }
@@ -65,7 +101,7 @@ func (p *PipePort) Send(frames [][]byte) (int, error) {
 				peer.enqueue(c)
 				return
 			}
-			time.AfterFunc(delay, func() { peer.enqueue(c) })
+			peer.enqueueLate(c, time.Now().Add(delay))
 		})
 	}
 	return len(frames), nil
@@ -82,6 +118,65 @@ func (p *PipePort) enqueue(frame *[]byte) {
 	select {
 	case p.ready <- struct{}{}:
 	default:
+	}
+}
+
+// enqueueLate queues frame for delivery at due.
+func (p *PipePort) enqueueLate(frame *[]byte, due time.Time) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	heap.Push(&p.late, lateFrame{due: due, seq: p.lateSeq, frame: frame})
+	p.lateSeq++
+	start, earliest := !p.lateRunning, p.late[0].frame == frame
+	p.lateRunning = true
+	p.mu.Unlock()
+	switch {
+	case start:
+		go p.deliverLate()
+	case earliest:
+		select {
+		case p.lateWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deliverLate moves delayed frames to the queue when they are due, until
+// none waits.
+func (p *PipePort) deliverLate() {
+	for {
+		p.mu.Lock()
+		if len(p.late) == 0 || p.closed {
+			p.late, p.lateRunning = nil, false
+			p.mu.Unlock()
+			return
+		}
+		wait := time.Until(p.late[0].due)
+		moved := false
+		for len(p.late) > 0 && wait <= 0 {
+			p.queue = append(p.queue, heap.Pop(&p.late).(lateFrame).frame)
+			moved = true
+			if len(p.late) > 0 {
+				wait = time.Until(p.late[0].due)
+			}
+		}
+		p.mu.Unlock()
+		if moved {
+			select {
+			case p.ready <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-p.lateWake:
+			t.Stop()
+		}
 	}
 }
 

@@ -45,7 +45,11 @@ type recvXfer struct {
 	immDone    bool
 	highest    int // 1 + the highest data chunk held
 	highestSub int // 1 + the highest submessage with a chunk held (coded)
-	cum        int // every data chunk below it is held
+	// frontier records when highest and highestSub grew, so that a chunk
+	// is only taken for lost once later ones have been there for the
+	// reorder window (see passed).
+	frontier []frontierMark
+	cum      int // every data chunk below it is held
 
 	// ACK coalescing: data words [dirtyLo, dirtyHi) changed since the
 	// last ACK, which is due at ackAt.
@@ -225,6 +229,36 @@ func (r *ReceiverEngine) HandleChunks(now time.Time, id uint64, part Part, first
 	r.progressed(now, x, changed, immDone)
 }
 
+// frontierMark is the arrival frontier at one time.
+type frontierMark struct {
+	at         time.Time
+	chunk, sub int // highest and highestSub then
+}
+
+// advanceFrontier records the frontier after new arrivals.
+func (x *recvXfer) advanceFrontier(now time.Time) {
+	if n := len(x.frontier); n > 0 && x.frontier[n-1].chunk == x.highest && x.frontier[n-1].sub == x.highestSub {
+		return
+	}
+	x.frontier = append(x.frontier, frontierMark{at: now, chunk: x.highest, sub: x.highestSub})
+}
+
+// passed returns the frontier as it stood window ago: chunks below chunk
+// and submessages below sub had later ones arrive at least that long ago.
+// Older marks are dropped.
+func (x *recvXfer) passed(now time.Time, window time.Duration) (chunk, sub int) {
+	cut := now.Add(-window)
+	i := 0
+	for i < len(x.frontier) && !x.frontier[i].at.After(cut) {
+		i++
+	}
+	if i == 0 {
+		return 0, 0
+	}
+	x.frontier = x.frontier[i-1:]
+	return x.frontier[0].chunk, x.frontier[0].sub
+}
+
 // mark ors bits into word w of part's bitmap and updates what depends on
 // it; it reports whether anything was new.
 func (r *ReceiverEngine) mark(x *recvXfer, part Part, w int, bits64 uint64) bool {
@@ -269,6 +303,7 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	}
 	if changed {
 		x.lastArrival = now
+		x.advanceFrontier(now)
 	}
 	if changed && x.firstArrival.IsZero() {
 		x.firstArrival = now
@@ -400,9 +435,10 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 			r.flushAcks(x)
 			switch x.plan.Scheme {
 			case SRNACK:
-				r.nackHoles(x)
+				r.nackHoles(now, x)
 			case Hybrid:
-				r.nackSubmessages(now, x, x.highestSub-1)
+				_, sub := x.passed(now, r.cfg.ReorderWindow)
+				r.nackSubmessages(now, x, sub-1)
 			}
 		}
 		if !x.ftoAt.IsZero() && !x.ftoAt.After(now) {
@@ -421,10 +457,11 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 const reorderChunks = 3
 
 // nackHoles NACKs (once) the data chunks missing more than reorderChunks
-// below the highest one held; holes that stay missing are left to the
-// sender's RTO.
-func (r *ReceiverEngine) nackHoles(x *recvXfer) {
-	limit := x.highest - reorderChunks
+// below the highest one held and behind the frontier of a reorder window
+// ago; holes that stay missing are left to the sender's RTO.
+func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
+	chunk, _ := x.passed(now, r.cfg.ReorderWindow)
+	limit := min(chunk, x.highest-reorderChunks)
 	if limit <= x.nackedBelow {
 		return
 	}
@@ -435,15 +472,16 @@ func (r *ReceiverEngine) nackHoles(x *recvXfer) {
 }
 
 // fallbackLimit returns how many leading submessages the fallback may
-// NACK: those the first pass has gone past (a chunk of a later one
-// arrived), all of them once it reached the last submessage or nothing
-// arrived for an RTO — a pause in a stream that is still arriving (a busy
+// NACK: those the first pass had gone past a reorder window ago (a chunk
+// of a later one arrived), all of them once it had reached the last
+// submessage or nothing arrived for an RTO — a pause in a stream that is still arriving (a busy
 // host delivers in bursts) must not turn its tail into repairs.
 func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
-	if x.highestSub >= len(x.decodable) || now.Sub(x.lastArrival) >= r.rto {
+	_, sub := x.passed(now, r.cfg.ReorderWindow)
+	if sub >= len(x.decodable) || now.Sub(x.lastArrival) >= r.rto {
 		return len(x.decodable)
 	}
-	return x.highestSub - 1
+	return sub - 1
 }
 
 // nackSubmessages NACKs the missing data chunks of every undecodable

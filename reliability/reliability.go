@@ -189,7 +189,7 @@ type Config struct {
 	RTT time.Duration
 	// FixedRTT keeps the timers on RTT. Otherwise the sender measures the
 	// round trip from ACKs of chunks sent once (Karn's rule) and the
-	// timers use max(RTT, SRTT + 2·RTTVAR) — on a real host processing
+	// timers use max(RTT, SRTT + 4·RTTVAR) — on a real host processing
 	// and queueing add to the link's round trip. The simulator, whose
 	// round trip is known, fixes it.
 	FixedRTT bool
@@ -202,6 +202,11 @@ type Config struct {
 	// AckDelay is how long the receiver coalesces bitmap changes into one
 	// ACK [RTT/8, at most 1 ms, at least 10 µs].
 	AckDelay time.Duration
+	// ReorderWindow is how long a chunk may arrive behind later ones
+	// before the receiver calls it lost (NACKs, the EC fallback): channel
+	// workers on a busy host complete a message's chunks out of order
+	// [RTT/4]. The simulator, whose links keep order, sets 1 ns.
+	ReorderWindow time.Duration
 	// Timeout fails a transfer that has not completed this long after it
 	// started [max(10 s, 1000·RTT)].
 	Timeout time.Duration
@@ -239,6 +244,9 @@ func (c *Config) setDefaults() error {
 	if c.AckDelay == 0 {
 		c.AckDelay = min(time.Millisecond, max(10*time.Microsecond, c.RTT/8))
 	}
+	if c.ReorderWindow == 0 {
+		c.ReorderWindow = c.RTT / 4
+	}
 	if c.Timeout == 0 {
 		c.Timeout = max(10*time.Second, 1000*c.RTT)
 	}
@@ -255,7 +263,7 @@ func (c *Config) setDefaults() error {
 		c.Window = defaultWindow
 	}
 	switch {
-	case c.RTT < 0 || c.Bandwidth < 0 || c.Alpha < 0 || c.AckDelay < 0 || c.Timeout < 0:
+	case c.RTT < 0 || c.Bandwidth < 0 || c.Alpha < 0 || c.AckDelay < 0 || c.Timeout < 0 || c.ReorderWindow < 0:
 		return fmt.Errorf("reliability: negative timing in config: %w", ErrInvalid)
 	case c.ControlMTU < 256:
 		return fmt.Errorf("reliability: control MTU %d (at least 256): %w", c.ControlMTU, ErrInvalid)

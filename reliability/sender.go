@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability/control"
@@ -53,6 +54,7 @@ type sendXfer struct {
 	// lastFlight names the flight that carried each chunk last, so an
 	// older flight's timer does not resend a chunk a NACK already resent.
 	lastFlight []uint32
+	ackedSeq   uint32 // the latest flight with an acknowledged chunk
 }
 
 // flight is a run of data chunks sent together and the time by which an
@@ -65,6 +67,7 @@ type flight struct {
 	transfer    uint64
 	first, size int
 	unconfirmed bool // handed over since the last Injected
+	rearmed     bool // expired once with nothing later acknowledged
 }
 
 // NewSenderEngine returns a sender engine. It validates cfg (ErrInvalid).
@@ -234,6 +237,16 @@ func (s *SenderEngine) Injected(now time.Time) {
 	}
 }
 
+// pushFlight queues f in deadline order (a re-armed flight may fall due
+// after flights sent later).
+func (s *SenderEngine) pushFlight(f flight) {
+	i := len(s.flights)
+	for i > 0 && s.flights[i-1].deadline.After(f.deadline) {
+		i--
+	}
+	s.flights = slices.Insert(s.flights, i, f)
+}
+
 // departure returns when n chunks handed over now will have left.
 func (s *SenderEngine) departure(now time.Time, n int) time.Time {
 	return maxTime(now, s.wireFree).Add(s.cfg.injection(n))
@@ -316,6 +329,21 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		s.flights = s.flights[1:]
 		x, ok := s.active[f.transfer]
 		if !ok {
+			continue
+		}
+		if !s.cfg.FixedRTT && !f.rearmed && x.ackedSeq <= f.seq && x.acked.countRange(f.first, f.size) < f.size {
+			// Nothing sent after this flight has been acknowledged: with a
+			// round trip that is only measured, the path may just be
+			// slower than the timer thought (a queue behind a large first
+			// pass). Wait once more, with the RTO as it stands now, and
+			// probe for news instead of resending. (With a known round
+			// trip a timeout is a loss, as in the paper's SR.)
+			f.rearmed = true
+			f.deadline = now.Add(s.cfg.backoff(s.rto, f.round))
+			s.pushFlight(f)
+			if !x.probedAt.Equal(now) {
+				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
+			}
 			continue
 		}
 		if s.resend(now, x, f.first, f.size, f.seq, f.round+1) > 0 && !x.probedAt.Equal(now) {
@@ -412,6 +440,9 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
+		if x.lastFlight != nil {
+			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
+		}
 		if !x.resent.has(i) {
 			newest = max(newest, i)
 		}
@@ -458,7 +489,7 @@ func (s *SenderEngine) observeRTT(sample time.Duration) {
 		s.rttvar = (3*s.rttvar + (s.srtt - sample).Abs()) / 4
 		s.srtt = (7*s.srtt + sample) / 8
 	}
-	rtt := max(s.cfg.RTT, s.srtt+2*s.rttvar)
+	rtt := max(s.cfg.RTT, s.srtt+4*s.rttvar)
 	s.rto = rtt + time.Duration(s.cfg.Alpha*float64(rtt))
 }
 
