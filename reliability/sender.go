@@ -54,7 +54,8 @@ type sendXfer struct {
 	// lastFlight names the flight that carried each chunk last, so an
 	// older flight's timer does not resend a chunk a NACK already resent.
 	lastFlight []uint32
-	ackedSeq   uint32 // the latest flight with an acknowledged chunk
+	ackedSeq   uint32    // the latest flight with an acknowledged chunk
+	lastNewAck time.Time // when an ACK last acknowledged anything new
 }
 
 // flight is a run of data chunks sent together and the time by which an
@@ -331,13 +332,15 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		if !ok {
 			continue
 		}
-		if !s.cfg.FixedRTT && !f.rearmed && x.ackedSeq <= f.seq && x.acked.countRange(f.first, f.size) < f.size {
-			// Nothing sent after this flight has been acknowledged: with a
-			// round trip that is only measured, the path may just be
-			// slower than the timer thought (a queue behind a large first
-			// pass). Wait once more, with the RTO as it stands now, and
-			// probe for news instead of resending. (With a known round
-			// trip a timeout is a loss, as in the paper's SR.)
+		if !s.cfg.FixedRTT && !f.rearmed && x.ackedSeq <= f.seq && now.Sub(x.lastNewAck) < s.rto/2 &&
+			x.acked.countRange(f.first, f.size) < f.size {
+			// Nothing sent after this flight has been acknowledged, yet
+			// ACKs still bring news: with a round trip that is only
+			// measured, the path is draining a queue (behind a large
+			// first pass) more slowly than the timer thought. Wait once
+			// more, with the RTO as it stands now, and probe instead of
+			// resending. (With a known round trip a timeout is a loss, as
+			// in the paper's SR.)
 			f.rearmed = true
 			f.deadline = now.Add(s.cfg.backoff(s.rto, f.round))
 			s.pushFlight(f)
@@ -436,6 +439,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 		s.finish(now, x, nil)
 		return
 	}
+	ackedBefore := x.ackedN
 	newest := -1 // the newest chunk this ACK covers first that was sent once
 	ack := func(i int) {
 		x.acked.set(i)
@@ -459,6 +463,9 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 				ack(i)
 			}
 		}
+	}
+	if x.ackedN > ackedBefore {
+		x.lastNewAck = now
 	}
 	if newest >= 0 && !s.cfg.FixedRTT {
 		for _, f := range s.flights {
