@@ -10,7 +10,7 @@
 
 #include <libflexio-dev/flexio_dev_queue_access.h>
 
-#define HOSTSIM_WINDOWS 64
+#define HOSTSIM_WINDOWS 4096
 #define HOSTSIM_WINDOW_IDS 16
 
 struct window {

@@ -1,0 +1,62 @@
+package dpasim_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/dpasim"
+	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/sdrtest"
+	"github.com/sdr-rdma/sdr/testbed"
+)
+
+func backends(t *testing.T, pa, pb emunic.Port, gidA, gidB string) (backend.Backend, backend.Backend) {
+	t.Helper()
+	a := emunictest.NewHost(t, pa, netip.MustParseAddr(gidA), [6]byte{2, 0, 0, 0, 1, 1}, nil)
+	b := emunictest.NewHost(t, pb, netip.MustParseAddr(gidB), [6]byte{2, 0, 0, 0, 1, 2}, nil)
+	return dpasim.New(a.Dev), dpasim.New(b.Dev)
+}
+
+// TestConformancePipe runs the SDK's contract with the DPA handler doing
+// the per-packet work, over the in-process pipe.
+func TestConformancePipe(t *testing.T) {
+	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
+		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+		return backends(t, pa, pb, "10.0.1.1", "10.0.1.2")
+	})
+}
+
+// TestConformanceUDP runs it over UDP sockets on loopback addresses of
+// this package's own (go test runs packages in parallel).
+func TestConformanceUDP(t *testing.T) {
+	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
+		pa, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.7.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.7.2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return backends(t, pa, pb, "127.0.7.1", "127.0.7.2")
+	})
+}
+
+// TestConformanceXSK runs it over AF_XDP between two network namespaces.
+func TestConformanceXSK(t *testing.T) {
+	privileged.Require(t)
+	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
+		pair, err := testbed.NewPair(testbed.PairConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pair.Close() })
+		a := emunictest.NewXSKHost(t, pair.A, xsk.PortConfig{}, nil)
+		b := emunictest.NewXSKHost(t, pair.B, xsk.PortConfig{}, nil)
+		return dpasim.New(a.Dev), dpasim.New(b.Dev)
+	})
+}

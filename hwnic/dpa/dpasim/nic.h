@@ -1,0 +1,41 @@
+/*
+ * nic.h — dpasim's NIC side: what a ConnectX does between the wire and
+ * the DPA handler. It writes each receive completion as a 64-byte mlx5
+ * CQE into a channel's CQ ring (owner bit last), raises the handler's
+ * event while the CQ is armed below the producer index, and reads back
+ * the doorbell records and notifications the handler writes.
+ */
+#ifndef SDR_DPASIM_NIC_H
+#define SDR_DPASIM_NIC_H
+
+#include <stdint.h>
+
+#include "../device/hostsim/hostsim.h"
+#include "../device/sdr_rx.h"
+
+#define DPASIM_LOG_CQ 10
+
+/* One receive completion as the transport reports it. */
+struct dpasim_cqe {
+	uint32_t qpn, imm, byte_cnt;
+	uint8_t opcode;
+};
+
+/* One channel: the handler thread's context and the rings it reads. */
+struct dpasim_channel {
+	struct sdr_rx_ctx ctx; /* "DPA memory" */
+	struct hostsim_thread *thread;
+	uint8_t *cq;
+	uint32_t cq_dbr, pi;
+	uint32_t rq_dbr[SDR_RX_MAX_GENERATIONS];
+	uint8_t *rq[SDR_RX_MAX_GENERATIONS];
+};
+
+struct dpasim_channel *dpasim_channel_new(uint32_t generations, uint32_t log_rq);
+void dpasim_channel_free(struct dpasim_channel *ch);
+int dpasim_channel_start(struct dpasim_channel *ch);
+int dpasim_deliver(struct dpasim_channel *ch, const struct dpasim_cqe *in, int n);
+uint32_t dpasim_rq_pi(struct dpasim_channel *ch, uint32_t gen);
+int dpasim_notifications(struct sdr_rx_notify *n, uint32_t *out, int max, int *overflow);
+
+#endif

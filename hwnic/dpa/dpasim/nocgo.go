@@ -1,0 +1,17 @@
+//go:build !cgo
+
+package dpasim
+
+import (
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/sdr/backend"
+)
+
+// Backend is unavailable without cgo.
+type Backend struct{}
+
+// New returns a backend whose Open fails with ErrNoCgo.
+func New(*emunic.Device) *Backend { return &Backend{} }
+
+// Open returns ErrNoCgo.
+func (*Backend) Open(backend.DeviceAttr) (backend.Device, error) { return nil, ErrNoCgo }
