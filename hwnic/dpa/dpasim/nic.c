@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../device/engine.h"
 #include "../device/mlx5.h"
 
 extern flexio_dev_event_handler_t sdr_rx_handler;
@@ -118,3 +119,100 @@ int dpasim_notifications(struct sdr_rx_notify *n, uint32_t *out, int max, int *o
 	*overflow = __atomic_exchange_n(&n->overflow, 0, __ATOMIC_ACQ_REL);
 	return k;
 }
+
+struct dpasim_bench {
+	struct dpasim_channel *ch;
+	struct sdr_rx_notify *notify;
+	uint64_t *host; /* slot words, lengths, notification ring */
+	uint32_t slots, pkts, words, round, key;
+	struct sdr_layout layout;
+	struct dpasim_cqe *cqes;
+};
+
+#define BENCH_MTU 4096
+#define BENCH_QPN 0x77
+
+struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t chunk_pkts)
+{
+	if (slots == 0 || (slots & (slots - 1)) || slots * pkts != 1u << DPASIM_LOG_CQ)
+		return NULL;
+	struct dpasim_bench *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	b->slots = slots, b->pkts = pkts, b->layout = (struct sdr_layout){10, 18, 4};
+	struct sdr_geometry g;
+	if (sdr_geometry_init(&g, pkts * BENCH_MTU, BENCH_MTU, chunk_pkts * BENCH_MTU) != 0) {
+		free(b);
+		return NULL;
+	}
+	b->words = sdr_geometry_words(&g);
+	size_t notify_words = (sizeof(struct sdr_rx_notify) + (4u << DPASIM_LOG_CQ) + 7) / 8;
+	size_t host_words = (size_t)slots * b->words + slots + notify_words;
+	b->host = calloc(host_words, 8);
+	b->cqes = calloc(1u << DPASIM_LOG_CQ, sizeof(*b->cqes));
+	b->ch = dpasim_channel_new(1, DPASIM_LOG_CQ);
+	static uint32_t keys = 0x80000000u; /* apart from the QPs' window keys */
+	b->key = __atomic_add_fetch(&keys, 1, __ATOMIC_RELAXED);
+	if (!b->host || !b->cqes || !b->ch ||
+	    hostsim_window_register(b->key, (uint64_t)(uintptr_t)b->host, host_words * 8) != 0) {
+		dpasim_bench_free(b);
+		return NULL;
+	}
+	b->notify = (struct sdr_rx_notify *)(b->host + (size_t)slots * b->words + slots);
+	b->notify->log_cap = DPASIM_LOG_CQ;
+	struct sdr_rx_ctx *x = &b->ch->ctx;
+	x->qpn[0] = BENCH_QPN;
+	x->msg_id_bits = 10, x->offset_bits = 18, x->nibble_bits = 4;
+	x->mtu = BENCH_MTU, x->chunk_size = chunk_pkts * BENCH_MTU, x->max_messages = slots, x->slot_words = b->words;
+	x->window_mkey = b->key;
+	x->slots_haddr = (uint64_t)(uintptr_t)b->host;
+	x->lengths_haddr = (uint64_t)(uintptr_t)(b->host + (size_t)slots * b->words);
+	x->notify_haddr = (uint64_t)(uintptr_t)b->notify;
+	for (uint32_t s = 0; s < slots; s++)
+		b->host[(size_t)slots * b->words + s] = (uint64_t)pkts * BENCH_MTU;
+	if (dpasim_channel_start(b->ch) != 0) {
+		dpasim_bench_free(b);
+		return NULL;
+	}
+	return b;
+}
+
+void dpasim_bench_free(struct dpasim_bench *b)
+{
+	if (b->key)
+		hostsim_window_unregister(b->key);
+	dpasim_channel_free(b->ch);
+	free(b->host);
+	free(b->cqes);
+	free(b);
+}
+
+int dpasim_bench_fill(struct dpasim_bench *b)
+{
+	uint32_t base = b->round++ * b->slots;
+	for (uint32_t s = 0; s < b->slots; s++) {
+		struct sdr_slot sl = {.words = b->host + (size_t)s * b->words, .layout = b->layout};
+		sdr_geometry_init(&sl.geo, b->pkts * BENCH_MTU, BENCH_MTU, b->ch->ctx.chunk_size);
+		sdr_slot_activate(&sl, base + s, 0);
+	}
+	/* Interleave the slots' packets, as several messages in flight arrive. */
+	for (uint32_t k = 0; k < b->pkts; k++)
+		for (uint32_t s = 0; s < b->slots; s++)
+			b->cqes[k * b->slots + s] = (struct dpasim_cqe){
+				BENCH_QPN, ((base + s) & 1023) << 22 | k << 4 | (k & 0xf), BENCH_MTU, SDR_CQE_OPCODE_RESP_WR_IMM};
+	b->notify->ci = b->notify->pi;
+	for (uint32_t i = 0; i < 1u << DPASIM_LOG_CQ; i++) {
+		uint8_t *cqe = b->ch->cq + (b->ch->pi & ((1u << DPASIM_LOG_CQ) - 1)) * SDR_CQE_SIZE;
+		sdr_put_be32(cqe + SDR_CQE_OFF_IMM, b->cqes[i].imm);
+		sdr_put_be32(cqe + SDR_CQE_OFF_BYTE_CNT, b->cqes[i].byte_cnt);
+		sdr_put_be32(cqe + SDR_CQE_OFF_QPN, b->cqes[i].qpn);
+		__atomic_store_n(&cqe[SDR_CQE_OFF_OP_OWN],
+				 (uint8_t)(b->cqes[i].opcode << 4 | ((b->ch->pi >> DPASIM_LOG_CQ) & 1)), __ATOMIC_RELEASE);
+		b->ch->pi++;
+	}
+	return 0;
+}
+
+int dpasim_bench_run(struct dpasim_bench *b) { return events(b->ch); }
+
+uint64_t dpasim_bench_chunks(struct dpasim_bench *b) { return b->ch->ctx.chunks; }

@@ -39,3 +39,16 @@ uint32_t dpasim_rq_pi(struct dpasim_channel *ch, uint32_t gen);
 int dpasim_notifications(struct sdr_rx_notify *n, uint32_t *out, int max, int *overflow);
 
 #endif
+
+/*
+ * The handler benchmark's rig: one channel thread, one generation,
+ * `slots` slots of `pkts` packets each, and a ring that holds exactly one
+ * message per slot. dpasim_bench_fill re-activates the slots and
+ * pre-fills the ring; dpasim_bench_run lets the handler drain it.
+ */
+struct dpasim_bench;
+struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t chunk_pkts);
+void dpasim_bench_free(struct dpasim_bench *b);
+int dpasim_bench_fill(struct dpasim_bench *b);
+int dpasim_bench_run(struct dpasim_bench *b);
+uint64_t dpasim_bench_chunks(struct dpasim_bench *b);
