@@ -32,6 +32,7 @@ type command struct {
 
 var commands = map[string]command{
 	"compare":  {"the same lossy long-haul transfers with RC, raw SDR and each reliability scheme", runCompare},
+	"dpa":      {"BlueField-3 DPA capacity planning (plan: threads for a rate)", runDPA},
 	"pcap":     {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
 	"sim":      {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},
 	"testbed":  {"manage the test network (clean: delete leftover namespaces)", runTestbed},
