@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -933,7 +934,7 @@ func simReport(rows []simRow, sum simSummary, f *simFlags, plotDir string, plots
 	if f.largeSamples > 0 && f.largeSamples != f.samples {
 		fmt.Fprintf(&b, ", **%d for sizes above %s** (the engines' per-chunk work makes an 8 GiB sample cost about a second of CPU)", f.largeSamples, simSizeName(large))
 	}
-	b.WriteString(". Every number below comes from this run; rerun with `make docs`.\n\n")
+	fmt.Fprintf(&b, ". Engines and models at %s. Every number below comes from this run; rerun with `make docs`.\n\n", simRevision())
 	fmt.Fprintf(&b, "Setup: %g Gbit/s, RTT %v (one-way %g km of fibre), %d-byte chunks (one packet each), α = %g "+
 		"(RTO = %v, %s), %s loss per chunk, control datagrams lost at %g. Each sample is one transfer through the project's "+
 		"own engines (`reliability.SenderEngine`/`ReceiverEngine`) in the discrete-event simulator `testbed/sim`, over the "+
@@ -1237,3 +1238,28 @@ func backoffWords(on bool) string {
 }
 
 func simDropLabel(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// simRevision names the source the binary was built from (the VCS stamp of
+// go build / go run), so a report says which engines it measured.
+func simRevision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "an unknown revision"
+	}
+	rev, modified := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "an unknown revision"
+	}
+	if modified {
+		return "commit " + rev[:min(12, len(rev))] + " (with uncommitted changes)"
+	}
+	return "commit " + rev[:min(12, len(rev))]
+}

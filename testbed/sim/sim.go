@@ -9,7 +9,8 @@
 // # One sample
 //
 // Run builds a fresh engine pair per sample with FixedRTT (the link's
-// round trip is known), NoBackoff unless Point.Backoff (each repair round
+// round trip is known), a 1 ns reorder window (the links keep order, so a
+// hole is a loss at once), NoBackoff unless Point.Backoff (each repair round
 // waits one RTO, as the models assume), MTU = ChunkSize (the paper's chunk is one 4 KiB
 // packet), a small ACK delay (RTT/1000 by default: the models assume
 // immediate NACKs) and a large global timeout. The receiver posts one
@@ -368,7 +369,8 @@ type simulation struct {
 func (s *simulation) init(p Point, seed uint64) error {
 	s.p, s.now = p, epoch
 	cfg := reliability.Config{FixedRTT: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha, AckDelay: p.AckDelay,
-		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff}
+		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff,
+		ReorderWindow: time.Nanosecond} // the links keep order: a hole is a loss
 	var err error
 	if s.snd, err = reliability.NewSenderEngine(cfg); err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
