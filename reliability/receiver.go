@@ -71,6 +71,7 @@ type recvXfer struct {
 	ctsResent    bool
 	firstArrival time.Time
 	lastArrival  time.Time
+	maxGap       time.Duration // the longest pause between arrivals so far
 	lossSampled  bool
 	deadline     time.Time
 	stats        Stats
@@ -302,6 +303,9 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 		x.cum = x.data.firstClear(x.cum, x.chunks)
 	}
 	if changed {
+		if !x.lastArrival.IsZero() {
+			x.maxGap = max(x.maxGap, now.Sub(x.lastArrival))
+		}
 		x.lastArrival = now
 		x.advanceFrontier(now)
 	}
@@ -474,11 +478,12 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 // fallbackLimit returns how many leading submessages the fallback may
 // NACK: those the first pass had gone past a reorder window ago (a chunk
 // of a later one arrived), all of them once it had reached the last
-// submessage or nothing arrived for an RTO — a pause in a stream that is still arriving (a busy
+// submessage or nothing arrived for an RTO (or twice the longest pause the
+// stream already had) — a pause in a stream that is still arriving (a busy
 // host delivers in bursts) must not turn its tail into repairs.
 func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
 	_, sub := x.passed(now, r.cfg.ReorderWindow)
-	if sub >= len(x.decodable) || now.Sub(x.lastArrival) >= r.rto {
+	if sub >= len(x.decodable) || now.Sub(x.lastArrival) >= max(r.rto, 2*x.maxGap) {
 		return len(x.decodable)
 	}
 	return sub - 1
