@@ -3,6 +3,7 @@ package reliability_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -389,4 +390,38 @@ func lastSubmessageLost(plan reliability.Plan, mask uint64) bool {
 		}
 	}
 	return true
+}
+
+// TestAutoAdapts: Auto starts from a lossless-looking link (SR), learns the
+// loss from the first transfers' bitmaps and switches to a code; on a clean
+// link it stays with SR. Transfers are of 64 chunks so codes pay off.
+func TestAutoAdapts(t *testing.T) {
+	for _, loss := range []float64{0, 0.1} {
+		rng := newRand(9)
+		h := newHarness(t, reliability.Config{Scheme: reliability.Auto}, func(p packet) (int, time.Duration) {
+			if (p.kind == dataChunk || p.kind == parityChunk) && rng.Float64() < loss {
+				return 0, 0
+			}
+			return 1, 0
+		})
+		var plans []string
+		for i := range 6 {
+			h.transfer(64*testMTU, 64*testMTU, uint64(i))
+			h.run(2 * time.Second)
+			sent, recvd := h.check(uint64(i))
+			if sent.err != nil {
+				t.Fatalf("loss %v transfer %d: %v", loss, i, sent.err)
+			}
+			plans = append(plans, recvd.stats.Plan.String())
+		}
+		est := h.r.Estimator()
+		t.Logf("loss %v: plans %v; estimated loss %.3f, RTT %v", loss, plans, est.Loss(), est.RTT())
+		coded := strings.HasPrefix(plans[len(plans)-1], "ec")
+		if plans[0] != "sr-rto" || coded != (loss > 0) {
+			t.Errorf("loss %v: plans %v", loss, plans)
+		}
+		if loss > 0 && (est.Loss() < loss/2 || est.Loss() > 2*loss) {
+			t.Errorf("estimated loss %.3f for a link losing %.2f", est.Loss(), loss)
+		}
+	}
 }
