@@ -12,7 +12,7 @@ FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wi
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 
-.PHONY: demo test deps lint generate-check unit fuzz bench interop docs
+.PHONY: demo test deps lint generate-check unit fuzz bench interop docs dpa
 
 # Debian packages the suite needs: tshark cross-checks the encoder; clang
 # and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
@@ -47,6 +47,7 @@ deps:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags dpa ./hwnic/...
 	$(GO) run $(STATICCHECK) ./...
 
 # The committed bpf2go output must be what the committed C source compiles to.
@@ -92,3 +93,18 @@ bench:
 DOCS_SIM_FLAGS ?= -samples 300 -large-samples 10
 docs:
 	$(GO) run ./cmd/sdr sim $(DOCS_SIM_FLAGS) -out docs/sim -report docs/reproduction.md >/dev/null
+
+# BlueField-3 hosts only (DOCA installed): the DPA RX handler
+# (hwnic/dpa/device/handler.c) built by dpacc into libsdr_dpa.a, the DPA
+# image plus its host stubs, which the dpa-tagged host side links; then
+# that side's tests. See hwnic/dpa/README.md.
+DOCA  ?= /opt/mellanox/doca
+DPACC ?= $(DOCA)/tools/dpacc
+DPA_BUILD = hwnic/dpa/device/build
+dpa:
+	mkdir -p $(DPA_BUILD)
+	$(DPACC) hwnic/dpa/device/handler.c -o $(DPA_BUILD)/libsdr_dpa.a -mcpu=nv-dpa-bf3 -hostcc=gcc \
+	  --app-name=sdr_dpa_app -devicecc-options="-O2 -Wall -I$(DOCA)/include" \
+	  -device-libs="-L$(DOCA)/lib/x86_64-linux-gnu -lflexio_dev"
+	CGO_ENABLED=1 $(GO) vet -tags dpa ./hwnic/...
+	CGO_ENABLED=1 $(GO) test -tags dpa -count=1 ./hwnic/dpa/...

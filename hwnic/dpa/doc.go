@@ -8,6 +8,12 @@
 // from host threads. It implements sdr/backend, so sdrtest runs on it
 // unchanged on a BlueField host.
 //
+// State: Open, RegisterMemory and Close are implemented against verbs
+// and FlexIO (device, PD, null MR, the FlexIO process of the DPA image
+// linked in by make dpa, the host window); NewQP, which needs UC channel
+// QPs created through DevX with their receive CQs bound to DPA event
+// handlers, is not written yet and fails with errors.ErrUnsupported.
+//
 // Built without the dpa tag (every machine without DOCA), Open returns
 // ErrNotBuilt. The same handler source runs in CI through
 // hwnic/dpa/dpasim; see the README for what has and has not run on
@@ -20,14 +26,12 @@ import "errors"
 
 // ErrNotBuilt means this binary was built without the dpa build tag, so
 // it holds no BlueField-3 support.
-var ErrNotBuilt = errors.New("dpa: built without dpa support: rebuild with -tags dpa (cgo) on a host with NVIDIA DOCA (libflexio), rdma-core (libibverbs, mlx5dv) and the DPA image from make dpa")
+var ErrNotBuilt = errors.New("dpa: built without dpa support: rebuild with -tags dpa (cgo) on a host with NVIDIA DOCA (libflexio), rdma-core (libibverbs, mlx5dv) and the DPA image library from make dpa")
 
 // Options select the BlueField device and the DPA program.
 type Options struct {
 	// Device is the verbs device name, e.g. "mlx5_0".
 	Device string
-	// Image is the DPA application (the dpacc output of make dpa).
-	Image string
 	// Port is the device port (1 on a single-port function).
 	Port int
 	// GIDIndex selects the RoCEv2 GID (often 3 for IPv4 on BlueField).
