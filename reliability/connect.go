@@ -3,6 +3,7 @@ package reliability
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/sdr-rdma/sdr/sdr"
 )
@@ -61,4 +62,52 @@ func connectEndpoints(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr) (*sdr
 		return nil, nil, errors.Join(fmt.Errorf("reliability: connect control channel: %w", err), dg.Close(), qp.Close())
 	}
 	return qp, dg, nil
+}
+
+// ConnectLocal connects a Sender on sendCtx to a Receiver on recvCtx within
+// this process, through ConnectSender and ConnectReceiver over a loopback
+// TCP bootstrap, as two processes would connect: for tools and tests that
+// run both ends (sdr compare, the simulator's checks against emunic).
+func ConnectLocal(sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, *Receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, fmt.Errorf("reliability: connect locally: %w", err)
+	}
+	defer ln.Close()
+	type accepted struct {
+		r   *Receiver
+		err error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			done <- accepted{nil, err}
+			return
+		}
+		defer conn.Close()
+		r, err := ConnectReceiver(sdr.NewBootstrap(conn), recvCtx, attr, cfg)
+		done <- accepted{r, err}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		ln.Close() // the accept fails and reports through done
+		return nil, nil, errors.Join(fmt.Errorf("reliability: connect locally: %w", err), (<-done).err)
+	}
+	defer conn.Close()
+	s, err := ConnectSender(sdr.NewBootstrap(conn), sendCtx, attr, cfg)
+	if err != nil {
+		conn.Close() // the receiver's side fails on the closed bootstrap
+	}
+	a := <-done
+	if err != nil || a.err != nil {
+		if s != nil {
+			s.Close()
+		}
+		if a.r != nil {
+			a.r.Close()
+		}
+		return nil, nil, errors.Join(err, a.err)
+	}
+	return s, a.r, nil
 }

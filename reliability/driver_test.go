@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -52,34 +51,7 @@ func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr
 // attributes qa; the test's cleanup closes both.
 func connectContexts(t *testing.T, sa, sb *sdr.Context, qa sdr.QPAttr, cfg reliability.Config) endpoints {
 	t.Helper()
-	// The two sides exchange their QP and control channel over TCP, as
-	// separate processes would.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	type accepted struct {
-		r   *reliability.Receiver
-		err error
-	}
-	done := make(chan accepted, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			done <- accepted{nil, err}
-			return
-		}
-		defer conn.Close()
-		r, err := reliability.ConnectReceiver(sdr.NewBootstrap(conn), sb, qa, cfg)
-		done <- accepted{r, err}
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	s, err := reliability.ConnectSender(sdr.NewBootstrap(conn), sa, qa, cfg)
+	s, r, err := reliability.ConnectLocal(sa, sb, qa, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +60,6 @@ func connectContexts(t *testing.T, sa, sb *sdr.Context, qa sdr.QPAttr, cfg relia
 			t.Errorf("closing the sender: %v", err)
 		}
 	})
-	a := <-done
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	r := a.r
 	t.Cleanup(func() {
 		if err := r.Close(); err != nil {
 			t.Errorf("closing the receiver: %v", err)

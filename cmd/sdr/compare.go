@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -199,7 +198,7 @@ func compareReliable(f compareFlags, cfg reliability.Config, loss float64, count
 		}
 		defer ctxs[i].Close()
 	}
-	s, r, err := compareConnect(ctxs, f.qpAttr(), cfg)
+	s, r, err := reliability.ConnectLocal(ctxs[0], ctxs[1], f.qpAttr(), cfg)
 	if err != nil {
 		return compareRow{}, err
 	}
@@ -253,48 +252,6 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 			}
 		}
 	}
-}
-
-// compareConnect connects a Sender on ctxs[0] to a Receiver on ctxs[1]
-// through a loopback TCP bootstrap, as two processes would.
-func compareConnect(ctxs [2]*sdr.Context, attr sdr.QPAttr, cfg reliability.Config) (*reliability.Sender, *reliability.Receiver, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer ln.Close()
-	type accepted struct {
-		r   *reliability.Receiver
-		err error
-	}
-	done := make(chan accepted, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			done <- accepted{nil, err}
-			return
-		}
-		defer conn.Close()
-		r, err := reliability.ConnectReceiver(sdr.NewBootstrap(conn), ctxs[1], attr, cfg)
-		done <- accepted{r, err}
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		return nil, nil, err
-	}
-	defer conn.Close()
-	s, err := reliability.ConnectSender(sdr.NewBootstrap(conn), ctxs[0], attr, cfg)
-	a := <-done
-	if err != nil || a.err != nil {
-		if s != nil {
-			s.Close()
-		}
-		if a.r != nil {
-			a.r.Close()
-		}
-		return nil, nil, errors.Join(err, a.err)
-	}
-	return s, a.r, nil
 }
 
 // compareRaw moves count messages as plain SDR messages: over UC (no
