@@ -664,3 +664,43 @@ func (q *qp) destroy() {
 	}
 	q.pin.Unpin()
 }
+
+// handlerStats are the handler threads' counters summed over channels.
+type handlerStats struct {
+	cqes, stale, errors, unknownQPN, chunks, imms uint64
+}
+
+// stats sums the handlers' counters. The handlers write them on the
+// worker goroutines, so call it after a fence (or with the workers
+// stopped): for tests and debugging.
+func (q *qp) stats() handlerStats {
+	var s handlerStats
+	for _, w := range q.workers {
+		x := &w.ch.ctx
+		s.cqes += uint64(x.cqes)
+		s.stale += uint64(x.stale)
+		s.errors += uint64(x.errors)
+		s.unknownQPN += uint64(x.unknown_qpn)
+		s.chunks += uint64(x.chunks)
+		s.imms += uint64(x.imms)
+	}
+	return s
+}
+
+// stopWorkers stops the channel goroutines, handing their channels to
+// the caller (the fuzz test drives deliver itself).
+func (q *qp) stopWorkers() {
+	q.stop()
+	q.wg.Wait()
+}
+
+// inject hands completions to channel c's handler as its worker would.
+// The workers must be stopped.
+func (q *qp) inject(c int, cqes []emunic.CQE) {
+	w := q.workers[c]
+	for len(cqes) > 0 {
+		n := copy(w.cqes[:], cqes)
+		w.deliver(n)
+		cqes = cqes[n:]
+	}
+}
