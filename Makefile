@@ -8,7 +8,8 @@ FUZZTIME    ?= 30000x
 FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wire:FuzzPcapReader \
                wire:FuzzImmLayout emunic:FuzzResponder emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence:3000x sdr/engine:FuzzProcess \
                reliability/control:FuzzDecode reliability:FuzzHostileControl:10000x reliability/ec:FuzzReconstruct \
-               reliability/ec:FuzzParseParams reliability/model:FuzzPredict reliability/model:FuzzParseScheme
+               reliability/ec:FuzzParseParams reliability/model:FuzzPredict reliability/model:FuzzParseScheme \
+               hwnic/dpa/dpasim:FuzzHandler:3000x
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 
