@@ -14,7 +14,7 @@
 // completes, so memory is protected like the bitmap. Only UC channel QPs
 // (the DPA's); datagram channels are sdrnic's, on the same device.
 //
-// It needs cgo (gcc); built without it, New returns ErrNoCgo.
+// It needs cgo (gcc); built without it, Open fails with ErrNoCgo.
 package dpasim
 
 import "errors"
