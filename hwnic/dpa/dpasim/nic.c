@@ -80,29 +80,34 @@ static int events(struct dpasim_channel *ch)
 }
 
 /*
- * dpasim_deliver writes n completions into the CQ as the NIC would and
- * lets the handler take them; 0, or -1 when the handler stopped.
+ * dpasim_deliver writes completions into the CQ as the NIC would, one at
+ * a time, raising the handler's event after each, and stops after the
+ * first one that made the handler notify the host, so that the host
+ * wakes that receive before any later packet is processed (the order
+ * sdrtest's fences rely on). It returns how many it delivered, or -1
+ * when the handler stopped.
  */
 int dpasim_deliver(struct dpasim_channel *ch, const struct dpasim_cqe *in, int n)
 {
 	uint32_t mask = (1u << DPASIM_LOG_CQ) - 1;
+	const struct sdr_rx_notify *notify = (const struct sdr_rx_notify *)ch->ctx.notify_haddr;
+	uint64_t notified = __atomic_load_n(&notify->pi, __ATOMIC_ACQUIRE);
 	for (int i = 0; i < n; i++) {
-		if (ch->pi - be32_load(&ch->cq_dbr) > mask && events(ch) != 0)
-			return -1;
 		uint8_t *cqe = ch->cq + (ch->pi & mask) * SDR_CQE_SIZE;
-		uint8_t b[4];
-		sdr_put_be32(b, in[i].imm);
-		memcpy(cqe + SDR_CQE_OFF_IMM, b, 4);
-		sdr_put_be32(b, in[i].byte_cnt);
-		memcpy(cqe + SDR_CQE_OFF_BYTE_CNT, b, 4);
-		sdr_put_be32(b, in[i].qpn & 0xffffff);
-		memcpy(cqe + SDR_CQE_OFF_QPN, b, 4);
+		sdr_put_be32(cqe + SDR_CQE_OFF_IMM, in[i].imm);
+		sdr_put_be32(cqe + SDR_CQE_OFF_BYTE_CNT, in[i].byte_cnt);
+		sdr_put_be32(cqe + SDR_CQE_OFF_QPN, in[i].qpn & 0xffffff);
 		cqe[SDR_CQE_OFF_WQE_CNT] = (uint8_t)(ch->pi >> 8), cqe[SDR_CQE_OFF_WQE_CNT + 1] = (uint8_t)ch->pi;
 		__atomic_store_n(&cqe[SDR_CQE_OFF_OP_OWN], (uint8_t)(in[i].opcode << 4 | ((ch->pi >> DPASIM_LOG_CQ) & 1)),
 				 __ATOMIC_RELEASE);
 		ch->pi++;
+		if (events(ch) != 0)
+			return -1;
+		if (__atomic_load_n(&notify->pi, __ATOMIC_ACQUIRE) != notified ||
+		    __atomic_load_n(&notify->overflow, __ATOMIC_ACQUIRE))
+			return i + 1;
 	}
-	return events(ch);
+	return n;
 }
 
 /* dpasim_rq_pi reads the receive counter the handler rings for generation gen. */

@@ -298,9 +298,11 @@ func (w *worker) run(ctx context.Context) {
 	}
 }
 
-// deliver hands n completions to the handler as mlx5 CQEs, then does
-// what the NIC and host do with what it wrote: post the receive WQEs its
-// doorbell records announce, and wake the receives it notified.
+// deliver hands n completions to the handler as mlx5 CQEs and does what
+// the NIC and host do with what it writes: post the receive WQEs its
+// doorbell records announce, and wake the receives it notified, before
+// it gets the completion after the one that notified (a receive's token
+// never lags behind a later packet's bit).
 func (w *worker) deliver(n int) {
 	for i, e := range w.cqes[:n] {
 		op := opRespSend
@@ -314,14 +316,31 @@ func (w *worker) deliver(n int) {
 			opcode: C.uint8_t(op)}
 	}
 	w.publish(n)
-	if C.dpasim_deliver(w.ch, &w.in[0], C.int(n)) != 0 {
-		w.failed.Store(true)
+	for done := 0; done < n; {
+		k := int(C.dpasim_deliver(w.ch, &w.in[done], C.int(n-done)))
+		if k < 0 {
+			w.failed.Store(true)
+			break
+		}
+		done += k
+		w.replenish()
+		w.wakeNotified()
 	}
+}
+
+// replenish posts the receive WQEs the handler's doorbell records
+// announce (one per completion it consumed).
+func (w *worker) replenish() {
 	for g, t := range w.qps {
 		for pi := uint16(C.dpasim_rq_pi(w.ch, C.uint32_t(g))); w.posted[g] != pi; w.posted[g]++ {
 			t.PostRecv(emunic.RecvWR{}) // fails only on a destroyed QP
 		}
 	}
+}
+
+// wakeNotified gives a progress token to every receive the handler
+// notified.
+func (w *worker) wakeNotified() {
 	for {
 		var overflow C.int
 		k := int(C.dpasim_notifications(w.notify, &w.out[0], batch, &overflow))
