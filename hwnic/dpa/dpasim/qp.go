@@ -113,7 +113,10 @@ type worker struct {
 	cqes   [batch]emunic.CQE
 	in     []C.struct_dpasim_cqe // C memory
 	out    []C.uint32_t          // C memory
-	failed atomic.Bool           // the handler stopped (window set-up failed)
+	// overflow receives the notification ring's overflow flag; a field
+	// so that passing it to C allocates nothing.
+	overflow C.int
+	failed   atomic.Bool // the handler stopped (window set-up failed)
 
 	acked  atomic.Uint64
 	wakeMu sync.Mutex
@@ -342,12 +345,11 @@ func (w *worker) replenish() {
 // notified.
 func (w *worker) wakeNotified() {
 	for {
-		var overflow C.int
-		k := int(C.dpasim_notifications(w.notify, &w.out[0], batch, &overflow))
+		k := int(C.dpasim_notifications(w.notify, &w.out[0], batch, &w.overflow))
 		for _, s := range w.out[:k] {
 			w.q.wake(int(s))
 		}
-		if overflow != 0 {
+		if w.overflow != 0 {
 			for s := range w.q.slots {
 				w.q.wake(s)
 			}
