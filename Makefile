@@ -94,7 +94,7 @@ bench:
 # with go build so that the report can name the revision it measured.
 DOCS_SIM_FLAGS ?= -samples 300 -large-samples 10
 docs:
-	$(GO) build -o $(BIN) ./cmd/sdr
+	$(GO) build -buildvcs=true -o $(BIN) ./cmd/sdr
 	$(BIN) sim $(DOCS_SIM_FLAGS) -out docs/sim -report docs/reproduction.md >/dev/null
 
 # BlueField-3 hosts only (DOCA installed): the DPA RX handler
