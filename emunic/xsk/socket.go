@@ -379,8 +379,15 @@ func (s *Socket) Flush() error {
 	return s.flushTx(atomic.LoadUint32(s.tx.producer))
 }
 
-// Pending returns how many TX descriptors the kernel has not consumed.
+// Pending returns how many TX descriptors the kernel has not consumed (0
+// once the socket is closed: its rings are unmapped then, so they are read
+// under the TX lock that Close takes).
 func (s *Socket) Pending() int {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.closed.Load() {
+		return 0
+	}
 	return int(atomic.LoadUint32(s.tx.producer) - atomic.LoadUint32(s.tx.consumer))
 }
 
