@@ -455,17 +455,11 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 	}
 }
 
-// reorderChunks is how far below the highest chunk held a hole must lie
-// to be NACKed: chunks of one message complete out of order by a little,
-// as channels run in parallel (TCP's duplicate-ACK threshold, in chunks).
-const reorderChunks = 3
-
-// nackHoles NACKs (once) the data chunks missing more than reorderChunks
-// below the highest one held and behind the frontier of a reorder window
-// ago; holes that stay missing are left to the sender's RTO.
+// nackHoles NACKs (once) the data chunks missing behind the frontier of
+// a reorder window ago (a later chunk had arrived by then); holes that
+// stay missing are left to the sender's RTO.
 func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
-	chunk, _ := x.passed(now, r.cfg.ReorderWindow)
-	limit := min(chunk, x.highest-reorderChunks)
+	limit, _ := x.passed(now, r.cfg.ReorderWindow)
 	if limit <= x.nackedBelow {
 		return
 	}

@@ -1065,7 +1065,7 @@ func simReport(rows []simRow, sum simSummary, f *simFlags, plotDir string, plots
 	if len(over) > 0 {
 		fmt.Fprintf(&b, " Resolved points beyond 5 %%: %s.", strings.Join(over, "; "))
 	}
-	b.WriteString(" Known difference: the SR-NACK engine NACKs a hole only once a chunk three places later has arrived, so a loss among the last chunks waits for the RTO; the model NACKs at once (`testbed/sim` TestModelAgreement reports these points).\n\n")
+	b.WriteString("\n\n")
 	if sum.ChoosePoints > 0 {
 		fmt.Fprintf(&b, "`model.Choose` (auto) against the best of the four at each of %d grid points: worst %+.2f %% (%s).\n\n",
 			sum.ChoosePoints, 100*sum.ChooseWorst, sum.ChooseAt)

@@ -141,14 +141,6 @@ func TestModelAgreement(t *testing.T) {
 		dev, se := r.ModelDeviation(), float64(r.StdErr)/float64(r.Mean)
 		t.Logf("%-45s %5d samples: sim %v ± %.2f%%, model %v, deviation %.2f%%", describe(r.Requested), len(r.Completions),
 			r.Mean, 100*se, r.Model.Mean, 100*dev)
-		if pen := nackThresholdEffect(r.Point); pen > 0.025*float64(r.Model.Mean) {
-			// Not comparable: the engine's NACK threshold alone moves the
-			// mean by more than half the tolerance (see
-			// nackThresholdEffect).
-			t.Logf("   not asserted: the engine's NACK threshold adds about %v (%.1f%%) the model leaves out",
-				time.Duration(pen), 100*pen/float64(r.Model.Mean))
-			continue
-		}
 		exact++
 		if se > 0.015 {
 			t.Errorf("%s: standard error %.2f%% after %d samples: the comparison is not conclusive", describe(r.Requested), 100*se, len(r.Completions))
@@ -162,19 +154,6 @@ func TestModelAgreement(t *testing.T) {
 		t.Errorf("only %d of %d points exact: the grid does not test the models", exact, len(res))
 	}
 	t.Logf("worst deviation %.2f%% over %d exact points", 100*worst, exact)
-}
-
-// nackThresholdEffect estimates, in nanoseconds, what the SR-NACK
-// engine's reorder threshold adds to the mean that the model leaves out:
-// the receiver NACKs a hole only once a chunk three or more places later
-// has arrived (reliability.reorderChunks = 3), so a loss among the last
-// chunks of the message (about 3·p of messages) waits for the RTO instead
-// of the NACK — α·RTT longer. Zero for the other schemes.
-func nackThresholdEffect(p Point) float64 {
-	if p.Scheme != reliability.SRNACK {
-		return 0
-	}
-	return 3 * p.Loss.Rate() * p.Alpha * float64(p.RTT)
 }
 
 // TestChoose checks that model.Choose (Auto) picks, at every point of a
