@@ -275,7 +275,7 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 		case ActComplete, ActFail:
 			if req := pending[a.Transfer]; req != nil { // canceled before it started
 				delete(pending, a.Transfer)
-				req.result <- result{stats: a.Stats, err: a.Err}
+				req.result <- result{stats: *a.Stats, err: a.Err}
 			}
 			if x == nil {
 				continue
@@ -283,7 +283,7 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			delete(xfers, a.Transfer)
 			x.close()
 			if x.req != nil {
-				x.req.result <- result{stats: a.Stats, err: a.Err}
+				x.req.result <- result{stats: *a.Stats, err: a.Err}
 			}
 		}
 		if err != nil {
@@ -674,7 +674,7 @@ func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool)
 			}
 			delete(xfers, a.Transfer)
 			x.release()
-			x.req.result <- result{stats: a.Stats, imm: x.imm, err: a.Err}
+			x.req.result <- result{stats: *a.Stats, imm: x.imm, err: a.Err}
 			freed = true
 		}
 	}

@@ -259,7 +259,7 @@ func (h *harness) drainSender() {
 			if _, dup := h.sent[a.Transfer]; dup {
 				h.tb.Fatalf("sender finished transfer %d twice", a.Transfer)
 			}
-			h.sent[a.Transfer] = result{a.Stats, a.Err}
+			h.sent[a.Transfer] = result{*a.Stats, a.Err}
 		default:
 			h.tb.Fatalf("sender asked for %v", a.Kind)
 		}
@@ -324,7 +324,7 @@ func (h *harness) drainReceiver() {
 				h.tb.Fatalf("receiver finished transfer %d twice", a.Transfer)
 			}
 			rx.closed = true
-			h.recvd[a.Transfer] = result{a.Stats, a.Err}
+			h.recvd[a.Transfer] = result{*a.Stats, a.Err}
 		default:
 			h.tb.Fatalf("receiver asked for %v", a.Kind)
 		}

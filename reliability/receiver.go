@@ -380,7 +380,7 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 	}
 	r.sendAck(x, control.AckComplete, 0)
 	x.stats.End = now
-	r.actions = append(r.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.stats})
+	r.actions = append(r.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.statsCopy()})
 	r.retire(x.id)
 }
 
@@ -547,7 +547,7 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 	case control.Abort:
 		if x, ok := r.active[r.msg.Transfer]; ok {
 			x.stats.End = now
-			r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.stats, Err: abortError(r.msg.Reason)})
+			r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: abortError(r.msg.Reason)})
 			r.retire(x.id)
 		}
 	}
@@ -558,7 +558,7 @@ func (r *ReceiverEngine) fail(now time.Time, x *recvXfer, err error, reason uint
 	r.msg = control.Message{Type: control.Abort, Transfer: x.id, Reason: reason}
 	r.send()
 	x.stats.End = now
-	r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.stats, Err: err})
+	r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: err})
 	r.retire(x.id)
 }
 
@@ -575,4 +575,10 @@ func (r *ReceiverEngine) Close(now time.Time) {
 	for _, x := range r.active {
 		r.fail(now, x, ErrClosed, abortClosed)
 	}
+}
+
+// statsCopy returns a copy of the transfer's statistics for an action.
+func (x *recvXfer) statsCopy() *Stats {
+	st := x.stats
+	return &st
 }

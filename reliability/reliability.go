@@ -357,8 +357,10 @@ type Action struct {
 	// Datagram is an encoded control message (ActControl); the caller
 	// owns it.
 	Datagram []byte
-	Stats    Stats // ActComplete, ActFail
-	Err      error // ActFail
+	// Stats (ActComplete, ActFail) describe the transfer; a pointer keeps
+	// the actions a first pass queues by the thousand small.
+	Stats *Stats
+	Err   error // ActFail
 }
 
 // Stats describe one transfer.

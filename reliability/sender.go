@@ -509,9 +509,9 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
 	if err != nil {
-		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.stats, Err: err})
+		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: err})
 	} else {
-		s.actions = append(s.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.stats})
+		s.actions = append(s.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.statsCopy()})
 	}
 	s.tryStart(now)
 }
@@ -524,7 +524,7 @@ func (s *SenderEngine) fail(now time.Time, id uint64, plan Plan, err error, reas
 		s.finish(now, x, err)
 		return
 	}
-	s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: Stats{Plan: plan, Start: now, End: now}, Err: err})
+	s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: &Stats{Plan: plan, Start: now, End: now}, Err: err})
 }
 
 // canceled marks a submitted transfer canceled before it started.
@@ -541,7 +541,7 @@ func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
 	}
 	if length, ok := s.lengths[id]; ok && length != canceled {
 		s.lengths[id] = canceled
-		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: Stats{Start: now, End: now}, Err: err})
+		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: &Stats{Start: now, End: now}, Err: err})
 	}
 }
 
@@ -551,4 +551,10 @@ func (s *SenderEngine) Close(now time.Time) {
 	for id, x := range s.active {
 		s.fail(now, id, x.plan, ErrClosed, abortClosed)
 	}
+}
+
+// statsCopy returns a copy of the transfer's statistics for an action.
+func (x *sendXfer) statsCopy() *Stats {
+	st := x.stats
+	return &st
 }

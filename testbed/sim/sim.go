@@ -502,7 +502,7 @@ func (s *simulation) senderAction(a *reliability.Action) {
 		}
 	case reliability.ActComplete:
 		s.sndDone = true
-		s.out.Sender = a.Stats
+		s.out.Sender = *a.Stats
 	case reliability.ActFail:
 		s.err = fmt.Errorf("sim: sender at %v: %w: %w", s.now.Sub(epoch), ErrFailed, a.Err)
 	}
@@ -518,7 +518,7 @@ func (s *simulation) receiverAction(a *reliability.Action) {
 		s.out.Decodes++
 	case reliability.ActComplete:
 		s.rcvDone = true
-		s.out.Receiver = a.Stats
+		s.out.Receiver = *a.Stats
 		s.out.Completion = s.now.Sub(s.start)
 	case reliability.ActFail:
 		s.err = fmt.Errorf("sim: receiver at %v: %w: %w", s.now.Sub(epoch), ErrFailed, a.Err)
