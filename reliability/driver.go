@@ -35,15 +35,14 @@ func driverConfig(cfg Config, qp *sdr.QP) Config {
 // loop is what both drivers share: the control channel reader, the timer
 // and the wake-ups of the loop goroutine.
 type loop struct {
-	dg      *sdr.Datagram
-	ctx     context.Context
-	stop    context.CancelFunc
-	ctl     chan []byte // received control datagrams
-	timer   *time.Timer // fires at the engine's deadline
-	wg      sync.WaitGroup
-	once    sync.Once
-	done    chan struct{} // closed when the loop goroutine has exited
-	sendErr int           // control datagrams the channel refused (counted as lost)
+	dg    *sdr.Datagram
+	ctx   context.Context
+	stop  context.CancelFunc
+	ctl   chan []byte // received control datagrams
+	timer *time.Timer // fires at the engine's deadline
+	wg    sync.WaitGroup
+	once  sync.Once
+	done  chan struct{} // closed when the loop goroutine has exited
 }
 
 func newLoop(dg *sdr.Datagram) *loop {
@@ -81,9 +80,9 @@ func (l *loop) arm(deadline time.Time, ok bool) {
 }
 
 func (l *loop) sendControl(p []byte) {
-	if l.dg.Send(p) != nil {
-		l.sendErr++ // a full queue is a lost datagram; the protocol repairs it
-	}
+	// A refused datagram (a full queue) is a lost one: the protocol
+	// repairs it like any other loss.
+	_ = l.dg.Send(p)
 }
 
 // close stops the helper goroutines; finish runs in the loop goroutine

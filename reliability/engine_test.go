@@ -313,7 +313,6 @@ func TestSchemeNames(t *testing.T) {
 	if _, err := reliability.ParseScheme("tcp"); !errors.Is(err, reliability.ErrInvalid) {
 		t.Errorf("ParseScheme(tcp): %v", err)
 	}
-	_ = fmt.Sprint
 }
 
 // TestTimerRaces tunes the retransmission timeout to expire at the very

@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -457,7 +458,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	for w, word := range m.Bits {
 		base := int(m.Base) + 64*w
 		for word != 0 && base < x.chunks {
-			i := base + trailingZeros(word)
+			i := base + bits.TrailingZeros64(word)
 			word &= word - 1
 			if i < x.chunks && !x.acked.has(i) {
 				ack(i)

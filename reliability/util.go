@@ -1,13 +1,10 @@
 package reliability
 
 import (
-	"math/bits"
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability/ec"
 )
-
-func trailingZeros(w uint64) int { return bits.TrailingZeros64(w) }
 
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -97,7 +98,7 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	}
 	schemes := strings.Split(f.schemes, ",")
 	for _, s := range schemes {
-		if _, err := compareScheme(s); err != nil && s != "rc" && s != "uc" {
+		if _, err := reliability.ParseScheme(s); err != nil && s != "rc" && s != "uc" {
 			fmt.Fprintf(stderr, "sdr compare: %v\n", err)
 			return exitUsage
 		}
@@ -127,7 +128,7 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 			}
 			row, err = compareRaw(f, s == "rc", wait)
 		default:
-			sc, _ := compareScheme(s)
+			sc, _ := reliability.ParseScheme(s)
 			row, err = compareReliable(f, reliability.Config{Scheme: sc, Code: f.code}, f.loss, f.count)
 			row.ModelMs = compareModel(f, res.LinkGbps, sc)
 		}
@@ -146,8 +147,6 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
-
-func compareScheme(s string) (reliability.Scheme, error) { return reliability.ParseScheme(s) }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
@@ -240,18 +239,8 @@ func compareReliable(f compareFlags, cfg reliability.Config, loss float64, count
 		times = append(times, rr.stats.Duration())
 	}
 	row.summarize(times, f.size, time.Since(start))
-	row.Plans = strings.Join(slices.Sorted(mapsKeys(plans)), " ")
+	row.Plans = strings.Join(slices.Sorted(maps.Keys(plans)), " ")
 	return row, nil
-}
-
-func mapsKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // compareRaw moves count messages as plain SDR messages: over UC (no
