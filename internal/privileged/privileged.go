@@ -40,6 +40,15 @@ func RequireTool(t testing.TB, name, why string) string {
 	return path
 }
 
+// RequireFile skips t with why when path (a header or data file that
+// `make deps` installs) is missing; under RequireEnv=1 it fails t instead.
+func RequireFile(t testing.TB, path, why string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		unavailable(t, path+" not found ("+why+"): install it, as `make deps` does")
+	}
+}
+
 // OptionalTool returns the path of the named program and true, or logs
 // that the check it serves (why) is left out and returns false; under
 // RequireEnv=1 a missing tool fails t.

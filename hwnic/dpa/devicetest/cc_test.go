@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/sdr-rdma/sdr/internal/privileged"
 )
 
 // dev returns the path of a file of the device C.
@@ -14,10 +16,7 @@ func dev(name string) string { return filepath.Join("..", "device", name) }
 // path; it skips when gcc is absent (CI installs it).
 func compileC(t *testing.T, name string, flags []string, sources ...string) string {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc not installed: the device C cannot be compiled on this machine")
-	}
+	gcc := privileged.RequireTool(t, "gcc", "compiles the device C")
 	out := filepath.Join(t.TempDir(), name)
 	args := append([]string{"-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-o", out}, flags...)
 	args = append(args, sources...)

@@ -1,9 +1,10 @@
 package devicetest
 
 import (
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/sdr-rdma/sdr/internal/privileged"
 )
 
 // handlerTests are the tests test/handler_test.c runs, in order.
@@ -16,9 +17,7 @@ var handlerTests = []string{"cqe_layout", "owner_wrap", "stale_generation", "dup
 // handler threads on shared slots), once optimised and once under
 // ThreadSanitizer.
 func TestHandler(t *testing.T) {
-	if _, err := os.Stat("/usr/include/infiniband/mlx5dv.h"); err != nil {
-		t.Skip("rdma-core's mlx5dv.h is missing (Debian package libibverbs-dev, installed by make deps): the handler tests check the CQE layout against it")
-	}
+	privileged.RequireFile(t, "/usr/include/infiniband/mlx5dv.h", "rdma-core's mlx5 layouts from libibverbs-dev: the handler tests check the CQE layout against them")
 	for _, build := range []struct {
 		name  string
 		flags []string
