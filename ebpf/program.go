@@ -26,6 +26,9 @@ type Options struct {
 	// AllRoCE steers every RoCEv2 frame instead of those for registered
 	// QPs only.
 	AllRoCE bool
+	// AllFrames steers every frame, RoCEv2 or not, ARP and TCP included:
+	// the link emulator (testbed/linkemu) forwards whole links.
+	AllFrames bool
 	// DropProbability drops this fraction of steered frames at ingress:
 	// fault injection for loss tests without a middlebox.
 	DropProbability float64
@@ -76,6 +79,9 @@ func (p *Program) writeConfig() error {
 	cfg := steerConfig{DropThreshold: uint32(min(math.MaxUint32, p.opts.DropProbability*(1<<32)))}
 	if p.opts.AllRoCE {
 		cfg.AllRoce = 1
+	}
+	if p.opts.AllFrames {
+		cfg.AllFrames = 1
 	}
 	if err := p.objs.Config.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("ebpf: write config: %w", err)

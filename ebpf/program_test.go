@@ -155,3 +155,25 @@ func TestFaultInjection(t *testing.T) {
 		}
 	}
 }
+
+// TestAllFrames steers every frame in all-frames mode — ARP and a
+// bare Ethernet header included, which the default mode passes to the kernel —
+// and nothing beyond RoCEv2 once the mode is off again.
+func TestAllFrames(t *testing.T) {
+	p := loadWithSocket(t, ebpf.Options{AllFrames: true})
+	arp := make([]byte, 60)
+	copy(arp, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, 0, 1, 0x08, 0x06})
+	for name, frame := range map[string][]byte{"arp": arp, "roce": roceFrame(t, false, 0x99, false), "bare header": arp[:14]} {
+		before, _ := p.Counters()
+		if action, err := p.Run(frame, 1); err != nil || action != xdpRedirect {
+			t.Errorf("%s: action %d, %v; want redirect", name, action, err)
+		}
+		if after, _ := p.Counters(); after.Redirected != before.Redirected+1 {
+			t.Errorf("%s: counters %+v -> %+v", name, before, after)
+		}
+	}
+	p2 := loadWithSocket(t, ebpf.Options{})
+	if action, _ := p2.Run(arp, 1); action != xdpPass {
+		t.Errorf("default mode: ARP action %d, want pass", action)
+	}
+}

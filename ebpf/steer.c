@@ -2,7 +2,9 @@
 // XDP steering for the emulated RoCEv2 NIC: RoCEv2 frames (UDP port 4791)
 // whose BTH destination QP belongs to this device go to the AF_XDP socket
 // of their receive queue; everything else (ARP, ICMP, TCP, other UDP, IP
-// fragments, broken frames) goes to the kernel.
+// fragments, broken frames) goes to the kernel. In all-frames mode (the
+// link emulator, which forwards every frame between two interfaces) every
+// frame goes to the socket.
 //go:build ignore
 
 #include <linux/bpf.h>
@@ -33,6 +35,7 @@ enum counter {
 struct config {
 	__u32 all_roce;       // steer every RoCEv2 frame, whatever its QP
 	__u32 drop_threshold; // drop a steered frame when random < threshold
+	__u32 all_frames;     // steer every frame, RoCEv2 or not
 };
 
 struct {
@@ -81,10 +84,24 @@ static __always_inline int pass(__u32 why) {
 	return XDP_PASS;
 }
 
+static __always_inline int redirect(struct xdp_md *ctx) {
+	int action = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	if (action == XDP_REDIRECT) {
+		count(COUNTER_REDIRECTED);
+		return action;
+	}
+	return pass(COUNTER_NO_SOCKET);
+}
+
 static __always_inline int steer(struct xdp_md *ctx) {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	count(COUNTER_SEEN);
+
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (cfg && cfg->all_frames)
+		return redirect(ctx);
 
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > end)
@@ -131,20 +148,13 @@ static __always_inline int steer(struct xdp_md *ctx) {
 		return pass(COUNTER_MALFORMED);
 	__u32 qpn = (__u32)bth[5] << 16 | (__u32)bth[6] << 8 | bth[7];
 
-	__u32 zero = 0;
-	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!(cfg && cfg->all_roce) && !bpf_map_lookup_elem(&qps, &qpn))
 		return pass(COUNTER_NOT_OURS);
 	if (cfg && cfg->drop_threshold && bpf_get_prandom_u32() < cfg->drop_threshold) {
 		count(COUNTER_DROPPED);
 		return XDP_DROP;
 	}
-	int action = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
-	if (action == XDP_REDIRECT) {
-		count(COUNTER_REDIRECTED);
-		return action;
-	}
-	return pass(COUNTER_NO_SOCKET);
+	return redirect(ctx);
 }
 
 // For MTUs whose frames fit one page: the common case.

@@ -17,6 +17,7 @@ type steerConfig struct {
 	_             structs.HostLayout
 	AllRoce       uint32
 	DropThreshold uint32
+	AllFrames     uint32
 }
 
 // Names of all BPF objects in the ELF.
