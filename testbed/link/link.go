@@ -1,9 +1,16 @@
-// Package link is the long-haul link model: one direction of a link as a
-// plain Go type with the clock passed in — serialization at a bandwidth, a
-// bounded transmit queue with tail drop, one-way propagation delay, and
-// loss from a Bernoulli or Gilbert–Elliott process with deterministic
-// seeds. The simulator (testbed/sim) carries chunk-level traffic over it;
-// packet-level carriers (a pipe port, a link emulator) use Transmit.
+// Package link is the long-haul link model, the one place where the
+// project injects faults: one direction of a link as a plain Go type with
+// the clock passed in — serialization at a bandwidth, a bounded transmit
+// queue with tail drop, one-way propagation delay with jitter (in order or
+// reordering), loss from a Bernoulli or Gilbert–Elliott process,
+// duplication, single-bit corruption, an MTU, and RED-like ECN marking on
+// queue occupancy, all seeded and deterministic for a seed.
+//
+// It has three carriers. The simulator (testbed/sim) sends chunk-level runs
+// through SendRun; the packet carriers — emunic's in-process pipe and the
+// AF_XDP link emulator (testbed/linkemu) — ask Send (or SendFrame) for each
+// frame's Fate, apply it to their copy of the frame (FlipBit, wire.MarkCE)
+// and release it from a Line at its arrival time.
 //
 // # Time
 //
@@ -23,7 +30,8 @@
 // losses of a run of n transmissions costs O(losses + state changes), not
 // O(n) random draws. Per-packet callers consume the same process one
 // transmission at a time, so both views see the same loss sequence for a
-// seed.
+// seed, whatever the other settings (jitter, duplication, corruption and
+// ECN draw from a second stream).
 package link
 
 import (
@@ -31,15 +39,23 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// ErrInvalid is wrapped by every error about a configuration out of range.
+// ErrInvalid is wrapped by every error about a configuration out of range
+// or a textual form that does not parse.
 var ErrInvalid = errors.New("link: invalid configuration")
 
 // FibreSpeed is the speed of light in optical fibre (refractive index ≈ 1.5),
 // in km/s.
 const FibreSpeed = 200_000.0
+
+// EthernetHeaderLen is what a frame carries beyond its L2 MTU: the
+// Ethernet II header (destination, source, EtherType) without FCS, which
+// neither AF_XDP nor the pipe hands over.
+const EthernetHeaderLen = 14
 
 // DelayForDistance returns the one-way propagation delay over km kilometres
 // of fibre at FibreSpeed: 5 µs per km.
@@ -47,122 +63,186 @@ func DelayForDistance(km float64) time.Duration {
 	return time.Duration(math.Round(km / FibreSpeed * 1e9))
 }
 
-// Config describes one direction of a link.
+// Config describes one direction of a link. The zero value is a perfect
+// link: infinitely fast, no delay, nothing lost, changed or marked.
 type Config struct {
 	// Bandwidth is the serialization rate in bit/s; 0 means infinitely
 	// fast (no serialization, no queue).
 	Bandwidth float64
 	// Delay is the one-way propagation delay (see DelayForDistance).
 	Delay time.Duration
-	// QueueBytes bounds the bytes waiting to be serialized: Transmit drops
-	// a packet that would queue behind more than that (tail drop). 0 means
-	// unbounded. Runs (SendRun) are not subject to it: the simulator's
-	// sender paces itself.
+	// Jitter varies each frame's one-way delay uniformly over
+	// [Delay − Jitter, Delay + Jitter] (in whole nanoseconds), as netem
+	// does without a distribution table; the mean stays Delay. It must
+	// not exceed Delay.
+	Jitter time.Duration
+	// Reorder lets jitter reorder frames. Without it a frame never
+	// arrives before the one sent ahead of it: one whose sample would
+	// overtake arrives together with its predecessor, as on a link whose
+	// delay varies but whose queue is FIFO (which shifts the delay
+	// distribution up a little).
+	Reorder bool
+	// QueueBytes bounds the bytes on the wire and waiting to be
+	// serialized: Send drops a frame that would queue behind more than
+	// QueueBytes minus its own length (tail drop). 0 means unbounded.
+	// Runs (SendRun) are not subject to it: the simulator's sender paces
+	// itself.
 	QueueBytes int
-	// Loss is the loss process; the zero value loses nothing.
+	// Loss is the loss process; the zero value loses nothing. A lost
+	// frame still occupies the wire (it is lost in flight).
 	Loss Loss
-	// Seed seeds the loss process: the same seed gives the same losses.
+	// Duplicate is the probability that a delivered frame arrives twice.
+	// The copy is made past the bottleneck: it takes no bandwidth and
+	// draws its own jitter (with Reorder; without, it arrives right after
+	// the original).
+	Duplicate float64
+	// Corrupt is the probability that a delivered frame has one bit,
+	// chosen uniformly among all of its bits, flipped (the first copy of
+	// a duplicated frame only).
+	Corrupt float64
+	// MTU is the L2 MTU in bytes (0: none). Send drops a frame whose
+	// length — what the carrier holds: Ethernet header and payload, no
+	// FCS — exceeds MTU + EthernetHeaderLen; an 802.1Q tag counts against
+	// it.
+	MTU int
+	// ECN marking, RED-like on the instantaneous queue occupancy q (the
+	// bytes ahead of a frame when it arrives, as Send sees them): a frame
+	// is marked Congestion Experienced with probability 0 for
+	// q < ECNMinBytes, ECNMaxP·(q − ECNMinBytes)/(ECNMaxBytes −
+	// ECNMinBytes) for ECNMinBytes ≤ q ≤ ECNMaxBytes, and 1 for q >
+	// ECNMaxBytes. ECNMaxBytes 0 turns marking off; marking needs a
+	// Bandwidth (no queue forms on an infinitely fast link).
+	ECNMinBytes, ECNMaxBytes int
+	ECNMaxP                  float64
+	// Seed seeds every random choice: the same seed and the same calls
+	// give the same fates.
 	Seed uint64
-}
-
-// Loss selects a loss process. Bernoulli loses every transmission
-// independently with probability P. Gilbert–Elliott (GE true) is a
-// two-state Markov chain over transmissions: from the good state it
-// enters the bad state with probability GoodToBad per transmission, from
-// the bad state it returns with BadToGood, and a transmission in the good
-// (bad) state is lost with probability GoodLoss (BadLoss). Use Bernoulli
-// and GilbertElliott to build one.
-type Loss struct {
-	GE bool
-	// P is the Bernoulli loss probability.
-	P float64
-	// Gilbert–Elliott parameters.
-	GoodToBad, BadToGood float64
-	GoodLoss, BadLoss    float64
-}
-
-// Bernoulli returns independent loss with probability p.
-func Bernoulli(p float64) Loss { return Loss{P: p} }
-
-// GilbertElliott returns the simple Gilbert model with mean loss rate rate
-// and losses in bursts of mean length burst (≥ 1) transmissions: the bad
-// state loses everything, the good state nothing, BadToGood = 1/burst and
-// GoodToBad = rate·BadToGood/(1 − rate), so that the stationary share of
-// the bad state is rate.
-func GilbertElliott(rate, burst float64) Loss {
-	b2g := 1 / burst
-	return Loss{GE: true, GoodToBad: rate * b2g / (1 - rate), BadToGood: b2g, GoodLoss: 0, BadLoss: 1}
-}
-
-// Rate returns the long-run fraction of transmissions lost.
-func (l Loss) Rate() float64 {
-	if !l.GE {
-		return l.P
-	}
-	if l.GoodToBad+l.BadToGood == 0 {
-		return l.GoodLoss // never leaves the good state it starts in
-	}
-	bad := l.GoodToBad / (l.GoodToBad + l.BadToGood)
-	return (1-bad)*l.GoodLoss + bad*l.BadLoss
-}
-
-// MeanBurst returns the mean length of a run of consecutive losses.
-func (l Loss) MeanBurst() float64 {
-	if !l.GE {
-		return 1 / (1 - l.P)
-	}
-	if l.GoodLoss == 0 && l.BadLoss == 1 {
-		return 1 / l.BadToGood
-	}
-	return math.NaN() // no closed form worth carrying: measure it
-}
-
-func (l Loss) String() string {
-	if !l.GE {
-		return fmt.Sprintf("bernoulli(%g)", l.P)
-	}
-	return fmt.Sprintf("gilbert-elliott(g→b %g, b→g %g, loss %g/%g)", l.GoodToBad, l.BadToGood, l.GoodLoss, l.BadLoss)
-}
-
-// Validate reports whether every probability is in [0, 1]; the error
-// wraps ErrInvalid.
-func (l Loss) Validate() error {
-	for _, p := range []float64{l.P, l.GoodToBad, l.BadToGood, l.GoodLoss, l.BadLoss} {
-		if !(p >= 0 && p <= 1) {
-			return fmt.Errorf("link: loss %v: probability %v outside [0, 1]: %w", l, p, ErrInvalid)
-		}
-	}
-	return nil
 }
 
 // Validate reports whether c is usable; the error wraps ErrInvalid.
 func (c Config) Validate() error {
+	bad := func(what string, v any) error { return fmt.Errorf("link: %s %v: %w", what, v, ErrInvalid) }
 	switch {
 	case !(c.Bandwidth >= 0) || math.IsInf(c.Bandwidth, 1):
-		return fmt.Errorf("link: bandwidth %v bit/s: %w", c.Bandwidth, ErrInvalid)
+		return bad("bandwidth (bit/s)", c.Bandwidth)
 	case c.Delay < 0:
-		return fmt.Errorf("link: delay %v: %w", c.Delay, ErrInvalid)
+		return bad("delay", c.Delay)
+	case c.Jitter < 0 || c.Jitter > c.Delay:
+		return bad(fmt.Sprintf("jitter (0 to the delay %v)", c.Delay), c.Jitter)
 	case c.QueueBytes < 0:
-		return fmt.Errorf("link: queue of %d bytes: %w", c.QueueBytes, ErrInvalid)
+		return bad("queue bytes", c.QueueBytes)
+	case !(c.Duplicate >= 0 && c.Duplicate <= 1):
+		return bad("duplicate probability", c.Duplicate)
+	case !(c.Corrupt >= 0 && c.Corrupt <= 1):
+		return bad("corrupt probability", c.Corrupt)
+	case c.MTU < 0:
+		return bad("MTU", c.MTU)
+	case !(c.ECNMaxP >= 0 && c.ECNMaxP <= 1):
+		return bad("ECN maximum probability", c.ECNMaxP)
+	case c.ECNMinBytes < 0 || c.ECNMaxBytes < 0:
+		return bad("ECN thresholds", [2]int{c.ECNMinBytes, c.ECNMaxBytes})
+	case c.ECNMaxBytes > 0 && c.ECNMinBytes >= c.ECNMaxBytes:
+		return bad("ECN thresholds (min below max)", [2]int{c.ECNMinBytes, c.ECNMaxBytes})
+	case c.ECNMaxBytes > 0 && c.Bandwidth == 0:
+		return bad("ECN marking without a bandwidth (no queue forms)", c.ECNMaxBytes)
 	}
 	return c.Loss.Validate()
 }
 
-// Direction is one direction of a link. It is not safe for concurrent use:
-// one goroutine (the simulator's loop for one sample, a port's transmit
-// path) owns it.
+// DropReason says why a frame did not arrive.
+type DropReason uint8
+
+// Drop reasons, in the order Send checks them.
+const (
+	NotDropped   DropReason = iota
+	DroppedRule             // a Rule picked it (scripted faults, SendFrame only)
+	DroppedMTU              // longer than MTU + EthernetHeaderLen
+	DroppedQueue            // the queue was full (tail drop)
+	DroppedLoss             // the loss process lost it in flight
+)
+
+func (r DropReason) String() string {
+	switch r {
+	case NotDropped:
+		return "delivered"
+	case DroppedRule:
+		return "rule"
+	case DroppedMTU:
+		return "mtu"
+	case DroppedQueue:
+		return "queue"
+	case DroppedLoss:
+		return "loss"
+	}
+	return fmt.Sprintf("DropReason(%d)", uint8(r))
+}
+
+// Fate is what the link does to one frame.
+type Fate struct {
+	Drop      DropReason // NotDropped, DroppedLoss, DroppedQueue, DroppedMTU (DroppedRule from SendFrame)
+	Arrive    time.Time  // when the frame arrives (valid when not dropped)
+	Duplicate bool       // a second copy arrives at DupArrive
+	DupArrive time.Time
+	// CorruptBit ≥ 0: the carrier flips this bit of the frame (index <
+	// 8·len, see FlipBit); −1: none. A zero Fate would flip bit 0: Send
+	// always sets it.
+	CorruptBit int
+	CE         bool // the carrier marks ECN Congestion Experienced (if the frame is ECN-capable)
+}
+
+// FlipBit flips bit i of frame, counting from the most significant bit of
+// frame[0] (network order): how a carrier applies Fate.CorruptBit.
+func FlipBit(frame []byte, i int) { frame[i>>3] ^= 0x80 >> (i & 7) }
+
+// A Rule picks frames to drop by their contents: scripted faults for tests
+// (every other frame, the data frames of one message, everything while a
+// flag is set). SendFrame calls it first, under the Direction's lock in
+// send order, so it may keep state without a lock of its own; it must not
+// call the Direction, nor keep frame.
+type Rule func(frame []byte) bool
+
+// Counters are a Direction's totals. Every frame handed to Send or
+// SendFrame (and every transmission of a run) counts in Sent, then in at
+// most one drop counter; Duplicated, Corrupted and CEMarked count fates of
+// delivered frames (CEMarked counts the model's decisions, whether or not
+// the frame was ECN-capable).
+type Counters struct {
+	Sent, Lost, QueueDrops, MTUDrops, RuleDrops int64
+	Duplicated, Corrupted, CEMarked             int64
+}
+
+// Delivered returns how many copies arrive (or are due to): frames sent,
+// less those dropped, plus the duplicates.
+func (c Counters) Delivered() int64 {
+	return c.Sent - c.Lost - c.QueueDrops - c.MTUDrops - c.RuleDrops + c.Duplicated
+}
+
+// Direction is one direction of a link. It is safe for concurrent use: a
+// mutex serializes Send, SendFrame, SendRun, SetConfig and SetRule (the
+// pipe's senders share one; the link emulator and the simulator call from
+// one goroutine, uncontended), and the counters are atomics that Counters
+// reads without it, while traffic flows.
 type Direction struct {
+	mu  sync.Mutex
 	cfg Config
 	// The picosecond clock: epoch is the first time given, free the
-	// picosecond at which the wire is idle again.
+	// picosecond at which the wire is idle again, last the latest arrival
+	// handed out (in-order jitter keeps arrivals from going below it).
 	epoch   time.Time
 	started bool
 	free    int64
-	loss    lossProcess
-	gap     int64 // transmissions still delivered before the next loss
+	last    int64
+	// Losses come from their own stream so that the loss sequence for a
+	// seed does not depend on jitter, duplication, corruption or ECN,
+	// which draw from fate.
+	lossSrc, fateSrc *rand.PCG
+	lossRng, fate    *rand.Rand
+	loss             lossProcess
+	gap              int64 // transmissions still delivered before the next loss
+	rule             Rule
 
-	// Counters.
-	Sent, Lost, QueueDrops int64
+	sent, lost, queueDrops, mtuDrops, ruleDrops atomic.Int64
+	duplicated, corrupted, ceMarked             atomic.Int64
 }
 
 // New returns a direction for c.
@@ -170,17 +250,79 @@ func New(c Config) (*Direction, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Direction{cfg: c, loss: newLossProcess(c.Loss, c.Seed)}
-	d.gap = d.loss.next()
+	d := &Direction{cfg: c, lossSrc: rand.NewPCG(0, 0), fateSrc: rand.NewPCG(0, 0)}
+	d.lossRng, d.fate = rand.New(d.lossSrc), rand.New(d.fateSrc)
+	d.seed(c.Seed)
 	return d, nil
 }
 
+// seed restarts both random streams and the loss process from seed.
+func (d *Direction) seed(s uint64) {
+	d.lossSrc.Seed(s, s^0x9e3779b97f4a7c15)
+	d.fateSrc.Seed(s^0xd1b54a32d192ed03, s+0x8cb92ba72f3d8dd7)
+	d.newLoss()
+}
+
+func (d *Direction) newLoss() {
+	d.loss = newLossProcess(d.cfg.Loss, d.lossRng)
+	d.gap = d.loss.next()
+}
+
 // Config returns the configuration.
-func (d *Direction) Config() Config { return d.cfg }
+func (d *Direction) Config() Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+// SetConfig reconfigures the direction while it carries traffic; the
+// error wraps ErrInvalid and leaves the configuration as it was. Frames
+// already sent keep their fates, the wire stays busy as long as it was,
+// and the clock and counters carry on. A new Seed restarts the random
+// streams; a new Loss (same seed) starts a fresh loss process on the loss
+// stream where it stands.
+func (d *Direction) SetConfig(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.cfg
+	d.cfg = c
+	switch {
+	case c.Seed != old.Seed:
+		d.seed(c.Seed)
+	case c.Loss != old.Loss:
+		d.newLoss()
+	}
+	return nil
+}
+
+// SetRule installs r for SendFrame (nil removes it).
+func (d *Direction) SetRule(r Rule) {
+	d.mu.Lock()
+	d.rule = r
+	d.mu.Unlock()
+}
+
+// Counters returns the totals so far; it takes no lock.
+func (d *Direction) Counters() Counters {
+	return Counters{
+		Sent: d.sent.Load(), Lost: d.lost.Load(), QueueDrops: d.queueDrops.Load(),
+		MTUDrops: d.mtuDrops.Load(), RuleDrops: d.ruleDrops.Load(),
+		Duplicated: d.duplicated.Load(), Corrupted: d.corrupted.Load(), CEMarked: d.ceMarked.Load(),
+	}
+}
 
 // SerializationPs returns how long bytes take on the wire, in picoseconds
 // (rounded): 0 for an infinitely fast link.
 func (d *Direction) SerializationPs(bytes int) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.serializationPs(bytes)
+}
+
+func (d *Direction) serializationPs(bytes int) int64 {
 	if d.cfg.Bandwidth == 0 {
 		return 0
 	}
@@ -205,7 +347,7 @@ func (d *Direction) at(ps int64) time.Time {
 // (from 0) arrives at Arrival(j). Lost holds the indices of those lost, in
 // increasing order.
 type Run struct {
-	d       *Direction
+	epoch   time.Time
 	startPs int64 // when the first bit left
 	perPs   int64 // serialization of one
 	delayPs int64
@@ -213,15 +355,17 @@ type Run struct {
 	Lost    []int
 }
 
+func (r Run) at(ps int64) time.Time { return r.epoch.Add(time.Duration((ps + 500) / 1000)) }
+
 // Start returns when the run's first bit left.
-func (r Run) Start() time.Time { return r.d.at(r.startPs) }
+func (r Run) Start() time.Time { return r.at(r.startPs) }
 
 // Departure returns when transmission j's last bit left.
-func (r Run) Departure(j int) time.Time { return r.d.at(r.startPs + int64(j+1)*r.perPs) }
+func (r Run) Departure(j int) time.Time { return r.at(r.startPs + int64(j+1)*r.perPs) }
 
 // Arrival returns when transmission j's last bit arrives (whether or not
 // it was lost): its departure plus the propagation delay.
-func (r Run) Arrival(j int) time.Time { return r.d.at(r.startPs + int64(j+1)*r.perPs + r.delayPs) }
+func (r Run) Arrival(j int) time.Time { return r.at(r.startPs + int64(j+1)*r.perPs + r.delayPs) }
 
 // Within returns how many consecutive transmissions of the run arrive
 // within span of the first of them: 1 + span/serialization (all of them
@@ -235,37 +379,128 @@ func (r Run) Within(span time.Duration) int {
 
 // SendRun serializes n transmissions of size bytes each behind everything
 // sent before, starting no earlier than now, and samples which are lost
-// in O(losses). dst is reused for Run.Lost. Runs ignore QueueBytes.
+// in O(losses). dst is reused for Run.Lost. Runs see the bandwidth, the
+// delay and the loss process only: the simulator's chunks are not frames
+// (no queue limit, jitter, duplication, corruption, MTU or ECN).
 func (d *Direction) SendRun(now time.Time, n, size int, dst []int) Run {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	t := d.ps(now)
 	start := max(t, d.free)
-	per := d.SerializationPs(size)
+	per := d.serializationPs(size)
 	d.free = start + int64(n)*per
+	d.last = max(d.last, d.free+d.cfg.Delay.Nanoseconds()*1000)
 	lost := d.losses(n, dst[:0])
-	d.Sent += int64(n)
-	d.Lost += int64(len(lost))
-	return Run{d: d, startPs: start, perPs: per, delayPs: d.cfg.Delay.Nanoseconds() * 1000, N: n, Lost: lost}
+	d.sent.Add(int64(n))
+	d.lost.Add(int64(len(lost)))
+	return Run{epoch: d.epoch, startPs: start, perPs: per, delayPs: d.cfg.Delay.Nanoseconds() * 1000, N: n, Lost: lost}
 }
 
-// Transmit sends one packet of size bytes at now: it returns when its last
-// bit arrives and whether it was lost (by the loss process, or by tail drop
-// when QueueBytes is set and the queue is full). It costs O(1).
-func (d *Direction) Transmit(now time.Time, size int) (arrive time.Time, lost bool) {
+// Send decides the fate of one frame of frameLen bytes (Ethernet header
+// and payload, no FCS) handed to the link at now. It checks, in order, the
+// MTU, the queue (tail drop), and the loss process; a frame that passes is
+// serialized behind the queue, propagates for Delay ± Jitter, and may be
+// duplicated, corrupted or marked CE. It costs O(1) and allocates nothing.
+func (d *Direction) Send(now time.Time, frameLen int) Fate {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sent.Add(1)
+	return d.send(now, frameLen)
+}
+
+// SendFrame is Send for a carrier that holds the frame: the Rule set with
+// SetRule (if any) sees it first and may drop it (DroppedRule).
+func (d *Direction) SendFrame(now time.Time, frame []byte) Fate {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sent.Add(1)
+	if d.rule != nil && d.rule(frame) {
+		d.ruleDrops.Add(1)
+		return Fate{Drop: DroppedRule, CorruptBit: -1}
+	}
+	return d.send(now, len(frame))
+}
+
+// send is Send under d.mu, the frame already counted.
+func (d *Direction) send(now time.Time, frameLen int) Fate {
+	c := &d.cfg
+	f := Fate{CorruptBit: -1}
 	t := d.ps(now)
-	if q := d.cfg.QueueBytes; q > 0 && d.cfg.Bandwidth > 0 && d.free > t {
-		backlog := float64(d.free-t) * d.cfg.Bandwidth / 8e12
-		if backlog+float64(size) > float64(q) {
-			d.QueueDrops++
-			return time.Time{}, true
+	if c.MTU > 0 && frameLen > c.MTU+EthernetHeaderLen {
+		d.mtuDrops.Add(1)
+		f.Drop = DroppedMTU
+		return f
+	}
+	var backlog float64 // bytes on the wire and queued ahead of this frame
+	if c.Bandwidth > 0 && d.free > t {
+		backlog = float64(d.free-t) * c.Bandwidth / 8e12
+	}
+	if c.QueueBytes > 0 && backlog > 0 && backlog+float64(frameLen) > float64(c.QueueBytes) {
+		d.queueDrops.Add(1)
+		f.Drop = DroppedQueue
+		return f
+	}
+	d.free = max(t, d.free) + d.serializationPs(frameLen)
+	if d.lossOne() {
+		d.lost.Add(1)
+		f.Drop = DroppedLoss
+		return f
+	}
+	arrive := d.propagate()
+	if !c.Reorder {
+		arrive = max(arrive, d.last)
+	}
+	d.last = max(d.last, arrive)
+	f.Arrive = d.at(arrive)
+	if c.Duplicate > 0 && d.fate.Float64() < c.Duplicate {
+		f.Duplicate, f.DupArrive = true, f.Arrive
+		if c.Reorder {
+			f.DupArrive = d.at(d.propagate())
 		}
+		d.duplicated.Add(1)
 	}
-	start := max(t, d.free)
-	d.free = start + d.SerializationPs(size)
-	d.Sent++
-	if lost = d.losses(1, nil) != nil; lost {
-		d.Lost++
+	if c.Corrupt > 0 && frameLen > 0 && d.fate.Float64() < c.Corrupt {
+		f.CorruptBit = d.fate.IntN(8 * frameLen)
+		d.corrupted.Add(1)
 	}
-	return d.at(d.free + d.cfg.Delay.Nanoseconds()*1000), lost
+	if c.ECNMaxBytes > 0 && d.mark(backlog) {
+		f.CE = true
+		d.ceMarked.Add(1)
+	}
+	return f
+}
+
+// propagate returns when a frame whose last bit leaves at d.free arrives:
+// after the delay and a jitter sample, in picoseconds.
+func (d *Direction) propagate() int64 {
+	delay := d.cfg.Delay.Nanoseconds()
+	if j := d.cfg.Jitter.Nanoseconds(); j > 0 {
+		delay += d.fate.Int64N(2*j+1) - j
+	}
+	return d.free + delay*1000
+}
+
+// mark draws whether a frame that finds q bytes ahead of it is marked CE.
+func (d *Direction) mark(q float64) bool {
+	lo, hi := float64(d.cfg.ECNMinBytes), float64(d.cfg.ECNMaxBytes)
+	switch {
+	case q < lo:
+		return false
+	case q > hi:
+		return true
+	}
+	return d.fate.Float64() < d.cfg.ECNMaxP*(q-lo)/(hi-lo)
+}
+
+// lossOne consumes one transmission of the loss process: whether it is
+// lost.
+func (d *Direction) lossOne() bool {
+	if d.gap > 0 {
+		d.gap--
+		return false
+	}
+	d.gap = d.loss.next()
+	return true
 }
 
 // losses consumes n transmissions of the loss process and appends the
@@ -282,99 +517,4 @@ func (d *Direction) losses(n int, dst []int) []int {
 		pos++
 		d.gap = d.loss.next()
 	}
-}
-
-// lossProcess yields, per call, how many transmissions are delivered
-// before the next loss (math.MaxInt64: none will be lost).
-type lossProcess interface{ next() int64 }
-
-func newLossProcess(l Loss, seed uint64) lossProcess {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	if !l.GE || l.GoodLoss == 0 && l.BadLoss == 0 {
-		return &bernoulli{rng: rng, g: newGeometric(l.P)} // P is 0 for a lossless GE
-	}
-	ge := &gilbertElliott{rng: rng, loss: [2]geometric{newGeometric(l.GoodLoss), newGeometric(l.BadLoss)},
-		leave: [2]geometric{newGeometric(l.GoodToBad), newGeometric(l.BadToGood)}}
-	// Start in the stationary distribution, so that a short run sees the
-	// long-run loss rate.
-	if sum := l.GoodToBad + l.BadToGood; sum > 0 && rng.Float64() < l.GoodToBad/sum {
-		ge.bad = 1
-	}
-	ge.left = ge.sojourn()
-	return ge
-}
-
-// geometric draws the number of failures before the first success of
-// trials that succeed with probability p, by inversion: one draw per call.
-type geometric struct {
-	p      float64
-	logInv float64 // 1/log(1 − p)
-}
-
-func newGeometric(p float64) geometric {
-	return geometric{p: p, logInv: 1 / math.Log1p(-p)}
-}
-
-func (g geometric) draw(rng *rand.Rand) int64 {
-	switch {
-	case g.p <= 0:
-		return math.MaxInt64
-	case g.p >= 1:
-		return 0
-	}
-	u := 1 - rng.Float64() // (0, 1]
-	k := math.Floor(math.Log(u) * g.logInv)
-	if k >= math.MaxInt64/2 {
-		return math.MaxInt64
-	}
-	return int64(k)
-}
-
-type bernoulli struct {
-	rng *rand.Rand
-	g   geometric
-}
-
-func (b *bernoulli) next() int64 { return b.g.draw(b.rng) }
-
-// gilbertElliott walks state sojourns: in a state it either reaches the
-// next loss or the end of the sojourn first; both are memoryless, so a
-// skip drawn in a state that ends first is simply redrawn in the next.
-type gilbertElliott struct {
-	rng   *rand.Rand
-	loss  [2]geometric // per state: delivered transmissions before a loss
-	leave [2]geometric // per state: transmissions before leaving
-	bad   int          // the current state: 0 good, 1 bad
-	left  int64        // transmissions left in the current sojourn
-}
-
-// sojourn draws how many transmissions the current state lasts (≥ 1).
-func (g *gilbertElliott) sojourn() int64 { return satAdd(g.leave[g.bad].draw(g.rng), 1) }
-
-func (g *gilbertElliott) next() int64 {
-	var delivered int64
-	for {
-		skip := g.loss[g.bad].draw(g.rng)
-		if skip < g.left {
-			g.left -= skip + 1
-			if g.left == 0 {
-				g.bad ^= 1
-				g.left = g.sojourn()
-			}
-			return satAdd(delivered, skip)
-		}
-		delivered = satAdd(delivered, g.left)
-		if delivered == math.MaxInt64 {
-			return delivered
-		}
-		g.bad ^= 1
-		g.left = g.sojourn()
-	}
-}
-
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }

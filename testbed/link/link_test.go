@@ -46,8 +46,8 @@ func TestBernoulliRate(t *testing.T) {
 		if math.Abs(got-want) > 5*sigma {
 			t.Errorf("p=%g: %v losses in %d, want %v ± 5·%.0f", p, got, n, want, sigma)
 		}
-		if d.Lost != int64(got) || d.Sent != n {
-			t.Errorf("p=%g: counters sent %d lost %d, want %d and %v", p, d.Sent, d.Lost, n, got)
+		if c := d.Counters(); c.Lost != int64(got) || c.Sent != n {
+			t.Errorf("p=%g: counters sent %d lost %d, want %d and %v", p, c.Sent, c.Lost, n, got)
 		}
 	}
 }
@@ -137,16 +137,17 @@ func TestDeterminism(t *testing.T) {
 		if slices.Equal(a, c) {
 			t.Errorf("%v: seeds 42 and 43 gave the same %d losses", l, len(a))
 		}
-		// Transmit consumes the same process one at a time.
-		d := mustNew(t, Config{Loss: l, Seed: 42})
+		// Send consumes the same process one at a time, whatever the
+		// other settings draw.
+		d := mustNew(t, Config{Loss: l, Seed: 42, Delay: time.Millisecond, Jitter: time.Millisecond, Duplicate: 0.1, Corrupt: 0.1})
 		var per []int64
 		for i := range int64(1_000_000) {
-			if _, lost := d.Transmit(epoch, 64); lost {
+			if f := d.Send(epoch, 64); f.Drop == DroppedLoss {
 				per = append(per, i)
 			}
 		}
 		if !slices.Equal(a, per) {
-			t.Errorf("%v: Transmit lost %d, SendRun %d: different sequences", l, len(per), len(a))
+			t.Errorf("%v: Send lost %d, SendRun %d: different sequences", l, len(per), len(a))
 		}
 	}
 }
@@ -196,27 +197,30 @@ func TestSerializationExact(t *testing.T) {
 	}
 }
 
-func TestTransmitQueue(t *testing.T) {
-	// 8 Mbit/s: 1000 B take 1 ms. A queue of 3000 B holds three packets
-	// waiting behind the one on the wire... and the fourth is dropped.
+func TestSendQueue(t *testing.T) {
+	// 8 Mbit/s: 1000 B take 1 ms. A queue of 3000 B holds three packets,
+	// the one on the wire included: the fourth and later are dropped.
 	d := mustNew(t, Config{Bandwidth: 8e6, Delay: 10 * time.Millisecond, QueueBytes: 3000})
 	var arrivals []time.Duration
 	drops := 0
 	for range 6 {
-		at, lost := d.Transmit(epoch, 1000)
-		if lost {
+		f := d.Send(epoch, 1000)
+		if f.Drop != NotDropped {
+			if f.Drop != DroppedQueue {
+				t.Errorf("dropped for %v, want queue", f.Drop)
+			}
 			drops++
 			continue
 		}
-		arrivals = append(arrivals, at.Sub(epoch))
+		arrivals = append(arrivals, f.Arrive.Sub(epoch))
 	}
 	want := []time.Duration{11 * time.Millisecond, 12 * time.Millisecond, 13 * time.Millisecond}
-	if !slices.Equal(arrivals, want) || drops != 3 || d.QueueDrops != 3 {
-		t.Errorf("arrivals %v, drops %d (counter %d); want %v and 3", arrivals, drops, d.QueueDrops, want)
+	if c := d.Counters(); !slices.Equal(arrivals, want) || drops != 3 || c.QueueDrops != 3 || c.Sent != 6 {
+		t.Errorf("arrivals %v, drops %d (counters %+v); want %v and 3", arrivals, drops, c, want)
 	}
 	// Once the queue drains, packets pass again.
-	if at, lost := d.Transmit(epoch.Add(3*time.Millisecond), 1000); lost || at.Sub(epoch) != 14*time.Millisecond {
-		t.Errorf("after draining: arrival %v lost %v, want 14ms", at.Sub(epoch), lost)
+	if f := d.Send(epoch.Add(3*time.Millisecond), 1000); f.Drop != NotDropped || f.Arrive.Sub(epoch) != 14*time.Millisecond {
+		t.Errorf("after draining: %+v, want arrival at 14ms", f)
 	}
 }
 

@@ -451,7 +451,7 @@ func (s *simulation) run() (Sample, error) {
 		}
 		s.afterEvent()
 	}
-	s.out.ChunksLost = s.data.Lost
+	s.out.ChunksLost = s.data.Counters().Lost
 	return s.out, s.err
 }
 
@@ -497,8 +497,8 @@ func (s *simulation) senderAction(a *reliability.Action) {
 			s.free = append(s.free, st)
 		}
 	case reliability.ActControl:
-		if at, lost := s.ctlFwd.Transmit(s.now, len(a.Datagram)); !lost {
-			s.push(at, event{kind: evToReceiver, dgram: a.Datagram})
+		if f := s.ctlFwd.Send(s.now, len(a.Datagram)); f.Drop == link.NotDropped {
+			s.push(f.Arrive, event{kind: evToReceiver, dgram: a.Datagram})
 		}
 	case reliability.ActComplete:
 		s.sndDone = true
@@ -511,8 +511,8 @@ func (s *simulation) senderAction(a *reliability.Action) {
 func (s *simulation) receiverAction(a *reliability.Action) {
 	switch a.Kind {
 	case reliability.ActControl:
-		if at, lost := s.ctlRev.Transmit(s.now, len(a.Datagram)); !lost {
-			s.push(at, event{kind: evToSender, dgram: a.Datagram})
+		if f := s.ctlRev.Send(s.now, len(a.Datagram)); f.Drop == link.NotDropped {
+			s.push(f.Arrive, event{kind: evToSender, dgram: a.Datagram})
 		}
 	case reliability.ActDecode:
 		s.out.Decodes++
