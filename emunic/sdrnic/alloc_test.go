@@ -32,17 +32,17 @@ func TestReceivePathAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, SlotSize: 64 << 10, Generations: 2, Layout: wire.DefaultImmLayout}
-	q := &qp{attr: attr, byQPN: map[uint32]channelQP{ch.QPN(): {qp: ch, gen: 1}}, slots: make([]atomic.Pointer[armed], 4)}
+	q := &Transport{attr: attr, byQPN: map[uint32]channelQP{ch.QPN(): {qp: ch, gen: 1}}, slots: make([]atomic.Pointer[armed], 4)}
 	geo, _ := engine.NewGeometry(64<<10, 1024, 4096)
 	es, _ := engine.NewSlot(nil, geo, attr.Layout)
 	es.Activate(5, 1)
 	q.slots[1].Store(&armed{es: es, progress: make(chan struct{}, 1), gen: 1, entry: 5})
-	w := &channelWorker{q: q, cq: cq}
+	h := engineHandler{t: q}
 	k := 0
 	allocs := testing.AllocsPerRun(1000, func() {
 		e := emunic.CQE{Status: emunic.StatusSuccess, HasImm: true, QPN: ch.QPN(), ByteLen: 1024,
 			Imm: attr.Layout.Pack(5, uint32(k%64), 0)}
-		w.process(&e)
+		h.process(&e)
 		k++
 	})
 	if allocs != 0 {

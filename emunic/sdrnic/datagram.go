@@ -23,7 +23,7 @@ const grhLen = 40
 // buffer under sendMu (UD sends complete inside PostSend, so the buffer is
 // free again when PostSend returns).
 type datagram struct {
-	d      *device
+	d      *Device
 	qp     *emunic.QP
 	sendCQ *emunic.CQ
 	recvCQ *emunic.CQ
@@ -55,7 +55,7 @@ type datagramInfo struct {
 }
 
 // NewDatagram creates a UD QP on the device for a datagram channel.
-func (d *device) NewDatagram(attr backend.DatagramAttr) (backend.Datagram, error) {
+func (d *Device) NewDatagram(attr backend.DatagramAttr) (backend.Datagram, error) {
 	g := &datagram{d: d, mtu: attr.MTU, qkey: rand.Uint32() & 0x7FFFFFFF}
 	g.closed, g.close = context.WithCancel(context.Background())
 	fail := func(err error) (backend.Datagram, error) {

@@ -7,6 +7,10 @@
 // that runs the per-packet engine on the channel's receive completions
 // and keeps the channel QPs' receive queues stocked.
 //
+// That transport is exported (Device.NewTransport, Transport) with the
+// per-packet work plugged in as a Handler per channel: NewQP plugs in
+// the Go engine, hwnic/dpa/dpasim the DPA's C handler.
+//
 // Why entries per (generation, message ID): the engine tells messages
 // apart by exactly that key, so memory gets the same protection as the
 // bitmap. When a message completes, its entry is pointed at the null MR
@@ -32,6 +36,7 @@ package sdrnic
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -68,23 +73,34 @@ const defaultRCTimeout = 4096 * time.Nanosecond << 14
 // contexts does not close it.
 func New(dev *emunic.Device, opts Options) *Backend { return &Backend{dev: dev, opts: opts} }
 
-// recvDepth is how many receive WQEs each channel QP keeps posted; every
-// WRITE-with-Imm consumes one and the worker reposts it.
-const recvDepth = 4096
+// RecvDepth is how many receive WQEs each channel QP keeps posted; every
+// WRITE-with-Imm consumes one and the channel's Handler reposts it.
+const RecvDepth = 4096
 
 // Open creates a device context with the given channel count.
-func (b *Backend) Open(attr backend.DeviceAttr) (backend.Device, error) {
-	return &device{dev: b.dev, pd: b.dev.AllocPD(), channels: attr.Channels, opts: b.opts}, nil
+func (b *Backend) Open(attr backend.DeviceAttr) (backend.Device, error) { return b.OpenDevice(attr) }
+
+// OpenDevice is Open returning the concrete context, for backends that
+// share this one's transport (hwnic/dpa/dpasim).
+func (b *Backend) OpenDevice(attr backend.DeviceAttr) (*Device, error) {
+	if attr.Channels < 1 || attr.Channels > 64 {
+		return nil, fmt.Errorf("sdrnic: open: %d channels (1..64): %w", attr.Channels, emunic.ErrInvalidArgument)
+	}
+	return &Device{dev: b.dev, pd: b.dev.AllocPD(), channels: attr.Channels, opts: b.opts}, nil
 }
 
-type device struct {
+// Device is an open context on the emulated NIC: a protection domain,
+// the channel count, the SDR QPs' transports and the datagram channels
+// made from it, all released by Close. It is safe for concurrent use (mu
+// guards the lists).
+type Device struct {
 	dev      *emunic.Device
 	pd       *emunic.PD
 	channels int
 	opts     Options
 
 	mu        sync.Mutex
-	qps       []*qp
+	qps       []*Transport
 	datagrams []*datagram
 }
 
@@ -92,21 +108,33 @@ type device struct {
 // memory from another's.
 type memory struct {
 	mr *emunic.MR
-	d  *device
+	d  *Device
 }
 
 func (m memory) Bytes() []byte     { return m.mr.Bytes() }
 func (m memory) Deregister() error { return m.mr.Deregister() }
 
-func (d *device) RegisterMemory(buf []byte) (backend.Memory, error) {
+// RegisterMemory registers buf with the emulated NIC as a send source
+// and (through a channel QP's root entry) a receive target.
+func (d *Device) RegisterMemory(buf []byte) (backend.Memory, error) {
 	mr, err := d.pd.RegisterMR(buf, emunic.AccessLocalWrite)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sdrnic: register memory: %w", err)
 	}
 	return memory{mr: mr, d: d}, nil
 }
 
-func (d *device) Close() error {
+// own returns mem as this device's memory.
+func (d *Device) own(mem backend.Memory) (memory, error) {
+	m, ok := mem.(memory)
+	if !ok || m.d != d {
+		return memory{}, fmt.Errorf("memory of another backend or device: %w", emunic.ErrInvalidArgument)
+	}
+	return m, nil
+}
+
+// Close closes every SDR QP and datagram channel of the device.
+func (d *Device) Close() error {
 	d.mu.Lock()
 	qps, datagrams := d.qps, d.datagrams
 	d.qps, d.datagrams = nil, nil
@@ -122,7 +150,7 @@ func (d *device) Close() error {
 }
 
 // rcTimeout returns the RC channels' retransmission timeout.
-func (d *device) rcTimeout() time.Duration {
+func (d *Device) rcTimeout() time.Duration {
 	if d.opts.RCTimeout > 0 {
 		return d.opts.RCTimeout
 	}

@@ -26,8 +26,7 @@ func FuzzHandler(f *testing.F) {
 		if len(data) < 4 || len(data) > 4+10*512 {
 			return
 		}
-		_, recv, _, rmem := pair(t)
-		recv.stopWorkers()
+		recv, rmem := idleQP(t)
 		refs := make([]*engine.Slot, testAttr.MaxMessages)
 		for s := range refs {
 			length := int(data[s]%65) * testAttr.MTU
@@ -49,7 +48,7 @@ func FuzzHandler(f *testing.F) {
 			records = records[10:]
 			ch, gen := int(sel&1), int(choice)%testAttr.Generations
 			e := emunic.CQE{Status: emunic.StatusSuccess, Opcode: emunic.WCRecvWriteImm, HasImm: true, Imm: imm,
-				ByteLen: bytes, QPN: recv.chans[gen][int(sel>>1&1)].QPN()}
+				ByteLen: bytes, QPN: recv.ChannelQP(gen, int(sel>>1&1)).QPN()}
 			switch {
 			case sel&0x04 != 0:
 				e.QPN = uint32(choice) << 8 // nobody's, or by chance someone's
@@ -58,11 +57,11 @@ func FuzzHandler(f *testing.F) {
 			case sel&0x10 != 0:
 				e.HasImm, e.Opcode = false, emunic.WCRecv
 			}
-			recv.inject(ch, []emunic.CQE{e})
+			recv.workers[ch].Handle([]emunic.CQE{e})
 			want++
 			// The reference: what the handler of channel ch does with it.
 			for g := range testAttr.Generations {
-				if e.QPN == recv.chans[g][ch].QPN() && e.Status == emunic.StatusSuccess && e.HasImm {
+				if e.QPN == recv.ChannelQP(g, ch).QPN() && e.Status == emunic.StatusSuccess && e.HasImm {
 					msgID, _, _ := testAttr.Layout.Unpack(imm)
 					refs[int(msgID)%testAttr.MaxMessages].Process(uint32(g), imm, bytes)
 				}

@@ -50,6 +50,27 @@ func pair(t testing.TB) (send, recv *qp, sendMem, recvMem backend.Memory) {
 	return qps[0], qps[1], mems[0], mems[1]
 }
 
+// idleQP opens a QP whose handlers run only when the test calls them
+// (no worker goroutine), with memory to arm.
+func idleQP(t testing.TB) (*qp, backend.Memory) {
+	pa, _ := emunic.NewPipe(emunic.PipeConfig{})
+	h := emunictest.NewHost(t, pa, netip.MustParseAddr("10.0.5.1"), [6]byte{2, 0, 0, 0, 5, 1}, nil)
+	d, err := New(h.Dev).Open(backend.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	q, err := d.(*device).newQP(testAttr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.RegisterMemory(make([]byte, 64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, m
+}
+
 func waitChunks(t *testing.T, es *engine.Slot, progress chan struct{}) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
@@ -78,7 +99,7 @@ func TestHandlerDoesTheWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitChunks(t, es, progress)
-	recv.fence()
+	recv.Fence()
 	s := recv.stats()
 	if s.cqes != pkts || s.chunks != 3 || s.imms != 1 || s.stale != 0 || s.errors != 0 || s.unknownQPN != 0 {
 		t.Fatalf("handler counters %+v, want %d CQEs, 3 chunks, 1 immediate", s, pkts)
@@ -101,7 +122,7 @@ func TestHandlerDoesTheWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitChunks(t, fes, progress)
-	recv.fence()
+	recv.Fence()
 	if s := recv.stats(); s.stale != pkts || s.cqes != 2*pkts+2 {
 		t.Fatalf("after the late copy: %+v, want %d stale of %d CQEs", s, pkts, 2*pkts+2)
 	}

@@ -1,0 +1,647 @@
+package sdrnic
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/engine"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// Transport is the emulated-NIC half of one SDR QP, shared by the
+// backends on emunic: the channel QPs per generation, the root MRs, the
+// CQs, one worker goroutine per channel that hands its receive
+// completions to a Handler (the per-packet work: this package's Go
+// engine, or hwnic/dpa/dpasim's C handler), the slot table, the fences
+// that Arm needs, Connect, and the send path. It implements backend.QP.
+//
+// Ownership: the fields above armMu are set by NewTransport and Start
+// and read-only afterwards; armMu serializes Arm and Disarm; slots are
+// read by the handlers through atomics; peer is published once by
+// Connect; tx belongs to whoever holds sendMu; each worker owns its
+// handler's calls.
+type Transport struct {
+	d       *Device
+	cfg     TransportConfig
+	attr    backend.QPAttr
+	typ     emunic.QPType
+	chans   [][]*emunic.QP       // [generation][channel]
+	byQPN   map[uint32]channelQP // receive and send completions name their QP
+	roots   []*emunic.MR         // per generation, one entry per message ID
+	entries int                  // root entries: the layout's message IDs
+	recvCQs []*emunic.CQ         // per channel
+	sendCQ  *emunic.CQ
+	psn     wire.PSN
+	depth   int // RC send queue depth per channel QP
+	signal  int // RC: every signal-th request is signaled
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	workers []*worker
+
+	armMu sync.Mutex
+	slots []atomic.Pointer[armed]
+
+	fenceSeq  atomic.Uint64
+	fenceMu   sync.Mutex // with fenceCond: workers report fences reached
+	fenceCond *sync.Cond
+	closing   atomic.Bool // a worker stopped: fences no longer wait
+
+	connMu sync.Mutex // serializes Connect
+	peer   atomic.Pointer[peer]
+	broken atomic.Pointer[error] // a Connect that failed half-way, or a handler that stopped
+
+	sendMu sync.Mutex
+	tx     txState
+
+	closeOnce sync.Once
+}
+
+// TransportConfig plugs a backend's per-packet work into a Transport.
+type TransportConfig struct {
+	// Name prefixes the transport's errors ("sdrnic", "dpasim").
+	Name string
+	// NewSlot makes the engine slot of a receive armed in slot, for a
+	// message of geo; nil keeps its words in Go memory. It runs under
+	// the arming lock while the slot holds no receive and no packet can
+	// count for it, so it may reuse the slot's previous words.
+	NewSlot func(slot int, geo engine.Geometry) (*engine.Slot, error)
+	// Release frees what the backend made for the transport (its
+	// handlers' memory); Close calls it last, after the workers stopped
+	// and the channel QPs are gone. NewTransport calls it when it fails.
+	Release func()
+}
+
+// Handler is the per-packet work of one channel. Handle receives the
+// channel's receive completions in CQ order, on the channel's worker
+// goroutine, and returns once it has taken them. Each WRITE-with-Imm
+// consumed one receive WQE of its channel QP: the handler reposts it
+// (ChannelQP(gen, ch).PostRecv) or the queue runs dry.
+type Handler interface {
+	Handle(cqes []emunic.CQE)
+}
+
+// channelQP is a transport QP, its generation and its channel.
+type channelQP struct {
+	qp      *emunic.QP
+	gen, ch int
+}
+
+// armed is a slot's live receive and the root entry that holds it.
+type armed struct {
+	es       *engine.Slot
+	progress chan<- struct{}
+	gen      uint32
+	entry    int
+}
+
+// peer is what Connect learned: where the peer's receive entries are.
+type peer struct {
+	rkeys   []uint32 // per generation
+	bases   []uint64 // per generation
+	entries int      // entries per root: message IDs, or slots for a plain verbs peer
+}
+
+// txState is the sender's bookkeeping, guarded by Transport.sendMu.
+type txState struct {
+	sge  [1]emunic.SGE
+	need []int // per channel, for the write being checked
+	// RC: requests posted and known complete per [generation][channel].
+	posted, acked [][]uint64
+	cqes          [64]emunic.CQE
+}
+
+// worker polls one channel's receive CQ for its handler. Its goroutine
+// owns cqes and the handler's calls; acked and wake are its side of the
+// fence handshake with Arm (see Fence).
+type worker struct {
+	t    *Transport
+	cq   *emunic.CQ
+	h    Handler
+	cqes [256]emunic.CQE
+
+	acked  atomic.Uint64 // the last fence sequence seen with the CQ drained
+	wakeMu sync.Mutex
+	wake   context.CancelFunc // cancels the context the worker waits on
+}
+
+// NewTransport creates the transport of one SDR QP: Generations ×
+// Channels channel QPs (UC, or RC with Options.RC) with RecvDepth
+// receive WQEs posted each, a zero-based indirect root MR per generation
+// with an entry per message ID, and the CQs. No worker runs until Start;
+// until then completions wait in the CQs. The device closes the
+// transport with itself.
+func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transport, error) {
+	entries := int(attr.Layout.MaxMessageIDs())
+	if entries > 1<<16 || attr.Generations < 1 || attr.Generations > 16 || attr.MaxMessages < 1 || attr.MaxMessages > entries {
+		if cfg.Release != nil {
+			cfg.Release()
+		}
+		return nil, fmt.Errorf("%s: new QP: %d message IDs, %d slots, %d generations: %w",
+			cfg.Name, entries, attr.MaxMessages, attr.Generations, emunic.ErrInvalidArgument)
+	}
+	t := &Transport{d: d, cfg: cfg, attr: attr, typ: emunic.UC, entries: entries, byQPN: map[uint32]channelQP{},
+		slots: make([]atomic.Pointer[armed], attr.MaxMessages), psn: 1}
+	t.fenceCond = sync.NewCond(&t.fenceMu)
+	if d.opts.RC {
+		t.typ = emunic.RC
+		// One message's packets and carriers must fit a channel's queue
+		// with room for the requests not yet known to be acknowledged
+		// (fewer than signal).
+		msg := (attr.SlotSize/attr.MTU+attr.Layout.Nibbles()+d.channels-1)/d.channels + 1
+		t.depth = max(d.opts.SendQueueDepth, 2*msg)
+		if d.opts.SendQueueDepth == 0 {
+			t.depth = max(1<<16, 2*msg)
+		}
+		t.signal = t.depth / 2
+	}
+	fail := func(err error) (*Transport, error) {
+		t.destroy()
+		return nil, fmt.Errorf("%s: new QP: %w", cfg.Name, err)
+	}
+	var err error
+	// RC: at most depth/signal+1 signaled requests per QP are
+	// outstanding; the rest of the room absorbs error flushes.
+	if t.sendCQ, err = emunic.NewCQ(attr.Generations*d.channels*4 + 1024); err != nil {
+		return fail(err)
+	}
+	for range d.channels {
+		cq, err := emunic.NewCQ(RecvDepth * attr.Generations)
+		if err != nil {
+			return fail(err)
+		}
+		t.recvCQs = append(t.recvCQs, cq)
+	}
+	for g := range attr.Generations {
+		root, err := d.pd.RegisterIndirectMR(entries, uint64(attr.SlotSize), emunic.AccessRemoteWrite)
+		if err != nil {
+			return fail(err)
+		}
+		t.roots = append(t.roots, root)
+		var row []*emunic.QP
+		for c := range d.channels {
+			q, err := d.pd.CreateQP(emunic.QPConfig{Type: t.typ, SendCQ: t.sendCQ, RecvCQ: t.recvCQs[c],
+				MaxSendWR: max(t.depth, 1<<16), MaxRecvWR: RecvDepth})
+			if err != nil {
+				return fail(err)
+			}
+			row = append(row, q)
+			t.byQPN[q.QPN()] = channelQP{qp: q, gen: g, ch: c}
+			if err := q.Modify(emunic.StateInit, emunic.QPAttr{Access: emunic.AccessRemoteWrite}); err != nil {
+				return fail(err)
+			}
+			for range RecvDepth {
+				if err := q.PostRecv(emunic.RecvWR{}); err != nil {
+					return fail(err)
+				}
+			}
+		}
+		t.chans = append(t.chans, row)
+	}
+	t.tx.need = make([]int, d.channels)
+	for range attr.Generations {
+		t.tx.posted = append(t.tx.posted, make([]uint64, d.channels))
+		t.tx.acked = append(t.tx.acked, make([]uint64, d.channels))
+	}
+	d.mu.Lock()
+	d.qps = append(d.qps, t)
+	d.mu.Unlock()
+	return t, nil
+}
+
+// Start runs one worker goroutine per channel, handing channel c's
+// receive completions to handlers[c]. Call it once, before Connect.
+func (t *Transport) Start(handlers []Handler) error {
+	if len(handlers) != len(t.recvCQs) || t.stop != nil {
+		return fmt.Errorf("%s: start: %d handlers for %d channels, or started twice: %w",
+			t.cfg.Name, len(handlers), len(t.recvCQs), emunic.ErrInvalidArgument)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	t.stop = stop
+	for c, h := range handlers {
+		t.workers = append(t.workers, &worker{t: t, cq: t.recvCQs[c], h: h})
+	}
+	for _, w := range t.workers {
+		t.wg.Go(func() { w.run(ctx) })
+	}
+	return nil
+}
+
+// ChannelQP returns the channel QP of generation gen and channel ch.
+func (t *Transport) ChannelQP(gen, ch int) *emunic.QP { return t.chans[gen][ch] }
+
+// Info describes the local endpoint (sdrnic's Info, as JSON).
+func (t *Transport) Info() ([]byte, error) {
+	in := Info{GID: t.d.dev.GID(), MAC: t.d.dev.MAC(), PSN: t.psn, MTU: t.attr.MTU, ChunkSize: t.attr.ChunkSize,
+		MaxMessages: t.attr.MaxMessages, SlotSize: t.attr.SlotSize, Layout: t.attr.Layout.String(),
+		RootEntries: t.entries, Transport: transportName(t.typ)}
+	for g, row := range t.chans {
+		var qpns []uint32
+		for _, q := range row {
+			qpns = append(qpns, q.QPN())
+		}
+		in.QPNs = append(in.QPNs, qpns)
+		in.RootRKeys = append(in.RootRKeys, t.roots[g].RKey())
+	}
+	return in.Marshal()
+}
+
+// geometry is what the peer's Info must match.
+func (t *Transport) geometry() Geometry {
+	return Geometry{MTU: t.attr.MTU, ChunkSize: t.attr.ChunkSize, MaxMessages: t.attr.MaxMessages,
+		SlotSize: t.attr.SlotSize, Generations: t.attr.Generations, Channels: t.d.channels,
+		Layout: t.attr.Layout, Transport: transportName(t.typ)}
+}
+
+// Connect takes the peer's Info and brings every channel QP to RTS
+// toward the peer's QP of the same generation and channel.
+func (t *Transport) Connect(remote []byte) error {
+	t.connMu.Lock()
+	defer t.connMu.Unlock()
+	if err := t.usable(); err != nil {
+		return err
+	}
+	if t.peer.Load() != nil {
+		return fmt.Errorf("%s: connect: already connected: %w", t.cfg.Name, emunic.ErrInvalidState)
+	}
+	in, err := ParseInfo(remote)
+	if err != nil {
+		return fmt.Errorf("%s: connect: %w", t.cfg.Name, err)
+	}
+	if err := in.Check(t.geometry()); err != nil {
+		return fmt.Errorf("%s: connect: %w", t.cfg.Name, err)
+	}
+	// Everything is validated: only a QP destroyed under us fails now,
+	// and then the SDR QP is unusable for good.
+	for g, row := range t.chans {
+		for c, q := range row {
+			err := q.Modify(emunic.StateRTR, emunic.QPAttr{DestQPN: in.QPNs[g][c], DestGID: in.GID, DestMAC: in.MAC,
+				RQPSN: in.PSN, PathMTU: t.attr.MTU})
+			if err == nil {
+				err = q.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: t.psn, RateLimit: t.attr.RateLimit,
+					RetryCount: 7, RNRRetry: 7, Timeout: t.d.rcTimeout()})
+			}
+			if err != nil {
+				t.Break(fmt.Errorf("%s: connect: channel QP %d/%d: %w (the QP is unusable)", t.cfg.Name, g, c, err))
+				for _, row := range t.chans {
+					for _, q := range row {
+						q.Modify(emunic.StateError, emunic.QPAttr{})
+					}
+				}
+				return t.usable()
+			}
+		}
+	}
+	p := &peer{rkeys: in.RootRKeys, bases: in.RootBases, entries: in.RootEntries}
+	if p.bases == nil {
+		p.bases = make([]uint64, len(in.RootRKeys))
+	} else {
+		p.entries = in.MaxMessages
+	}
+	t.peer.Store(p)
+	return nil
+}
+
+// Break makes the transport unusable: Connect and Write return err from
+// now on (the first error given wins). A handler that cannot go on
+// calls it.
+func (t *Transport) Break(err error) { t.broken.CompareAndSwap(nil, &err) }
+
+// usable returns the error given to Break.
+func (t *Transport) usable() error {
+	if err := t.broken.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// Arm installs the receive: the engine slot (TransportConfig.NewSlot),
+// then the root entry of (gen, msgID) pointing at mem[off:off+length],
+// then a quiesce and a fence so that no packet that reached the null MR
+// before counts, then the slot's activation.
+func (t *Transport) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error) {
+	if slot < 0 || slot >= len(t.slots) || int(gen) >= len(t.roots) || msgID >= uint32(t.entries) ||
+		length < 0 || length > t.attr.SlotSize {
+		return nil, fmt.Errorf("%s: arm slot %d, message %d, generation %d, %d bytes: %w",
+			t.cfg.Name, slot, msgID, gen, length, emunic.ErrInvalidArgument)
+	}
+	geo, err := engine.NewGeometry(length, t.attr.MTU, t.attr.ChunkSize)
+	if err != nil {
+		return nil, fmt.Errorf("%s: arm: %w", t.cfg.Name, err)
+	}
+	var m memory
+	if length > 0 {
+		if m, err = t.d.own(mem); err != nil {
+			return nil, fmt.Errorf("%s: arm: %w", t.cfg.Name, err)
+		}
+	}
+	t.armMu.Lock()
+	defer t.armMu.Unlock()
+	if t.slots[slot].Load() != nil {
+		return nil, fmt.Errorf("%s: arm slot %d: still armed: %w", t.cfg.Name, slot, emunic.ErrInvalidState)
+	}
+	var es *engine.Slot
+	if t.cfg.NewSlot != nil {
+		es, err = t.cfg.NewSlot(slot, geo)
+	} else {
+		es, err = engine.NewSlot(nil, geo, t.attr.Layout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: arm: %w", t.cfg.Name, err)
+	}
+	entry := int(msgID)
+	if length > 0 {
+		if err := t.roots[gen].SetSlotRange(entry, m.mr, uint64(off), uint64(length)); err != nil {
+			return nil, fmt.Errorf("%s: arm slot %d: %w", t.cfg.Name, slot, err)
+		}
+		// A packet of this message that arrived before the entry was set
+		// went to the null MR; its completion must not count once the
+		// slot is live, or a chunk would read complete with no data.
+		t.quiesce()
+		t.Fence()
+	}
+	es.Activate(msgID, gen)
+	t.slots[slot].Store(&armed{es: es, progress: progress, gen: gen, entry: entry})
+	return es, nil
+}
+
+// Disarm deactivates the slot's engine, points its root entry at the
+// null MR and quiesces (see the package comment).
+func (t *Transport) Disarm(slot int) error {
+	if slot < 0 || slot >= len(t.slots) {
+		return fmt.Errorf("%s: disarm slot %d: %w", t.cfg.Name, slot, emunic.ErrInvalidArgument)
+	}
+	t.armMu.Lock()
+	defer t.armMu.Unlock()
+	a := t.slots[slot].Swap(nil)
+	if a == nil {
+		return nil
+	}
+	a.es.Deactivate()
+	err := t.roots[a.gen].SetSlot(a.entry, nil)
+	t.quiesce()
+	return err
+}
+
+// Notify gives the receive armed in slot a progress token, never
+// blocking; a slot without a receive is ignored.
+func (t *Transport) Notify(slot int) {
+	if slot < 0 || slot >= len(t.slots) {
+		return
+	}
+	if a := t.slots[slot].Load(); a != nil {
+		a.notify()
+	}
+}
+
+// notify gives the receive a progress token, never blocking.
+func (a *armed) notify() {
+	select {
+	case a.progress <- struct{}{}:
+	default:
+	}
+}
+
+// quiesce returns once every packet that resolved its memory before the
+// call has been copied and completed: emunic executes a packet under its
+// QP's lock, and State takes that lock.
+func (t *Transport) quiesce() {
+	for _, row := range t.chans {
+		for _, q := range row {
+			q.State()
+		}
+	}
+}
+
+// Fence returns once every worker has handed its handler all completions
+// its CQ held when Fence was called: each worker acknowledges the new
+// sequence number after a poll that drained its CQ (waking from an idle
+// wait to do so). Costs a wake-up per worker; nothing per packet.
+func (t *Transport) Fence() {
+	seq := t.fenceSeq.Add(1)
+	for _, w := range t.workers {
+		w.kick()
+	}
+	t.fenceMu.Lock()
+	defer t.fenceMu.Unlock()
+	for _, w := range t.workers {
+		for w.acked.Load() < seq && !t.closing.Load() {
+			t.fenceCond.Wait()
+		}
+	}
+}
+
+// kick wakes the worker from an idle wait.
+func (w *worker) kick() {
+	w.wakeMu.Lock()
+	if w.wake != nil {
+		w.wake()
+		w.wake = nil
+	}
+	w.wakeMu.Unlock()
+}
+
+// waitContext returns the context the worker's next idle wait uses,
+// made before the worker reads the fence sequence so that a kick after
+// that read always interrupts the wait.
+func (w *worker) waitContext(parent, cur context.Context) context.Context {
+	w.wakeMu.Lock()
+	defer w.wakeMu.Unlock()
+	if w.wake == nil {
+		cur, w.wake = context.WithCancel(parent)
+	}
+	return cur
+}
+
+func (w *worker) run(ctx context.Context) {
+	t := w.t
+	defer func() {
+		t.fenceMu.Lock()
+		t.closing.Store(true)
+		t.fenceCond.Broadcast()
+		t.fenceMu.Unlock()
+	}()
+	var waitCtx context.Context
+	for {
+		waitCtx = w.waitContext(ctx, waitCtx)
+		seq := t.fenceSeq.Load()
+		n := w.cq.Poll(w.cqes[:])
+		if n > 0 {
+			w.h.Handle(w.cqes[:n])
+		}
+		if n < len(w.cqes) && w.acked.Load() < seq {
+			t.fenceMu.Lock()
+			w.acked.Store(seq)
+			t.fenceCond.Broadcast()
+			t.fenceMu.Unlock()
+		}
+		if n == 0 && w.cq.Wait(waitCtx) != nil && ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// Write injects the packets of w round-robin over the channel QPs of
+// its generation, all of them or none (see backend.QP).
+func (t *Transport) Write(w *backend.Write) error {
+	if err := t.usable(); err != nil {
+		return err
+	}
+	p := t.peer.Load()
+	if p == nil {
+		return fmt.Errorf("%s: write before connect: %w", t.cfg.Name, emunic.ErrInvalidState)
+	}
+	mtu, slotPackets := t.attr.MTU, t.attr.SlotSize/t.attr.MTU
+	packets := (w.Length + mtu - 1) / mtu
+	var m memory
+	switch {
+	case int(w.Gen) >= len(t.chans) || w.MsgID >= uint32(t.entries) || w.Length < 0 || w.FirstPacket < 0:
+		return fmt.Errorf("%s: write: message %d generation %d, %d bytes at packet %d: %w",
+			t.cfg.Name, w.MsgID, w.Gen, w.Length, w.FirstPacket, emunic.ErrInvalidArgument)
+	case w.FirstPacket > slotPackets || packets > slotPackets-w.FirstPacket:
+		return fmt.Errorf("%s: write: packets %d..%d beyond a %d-packet slot: %w",
+			t.cfg.Name, w.FirstPacket, w.FirstPacket+packets, slotPackets, emunic.ErrInvalidArgument)
+	case w.Length > 0:
+		var err error
+		if m, err = t.d.own(w.Mem); err != nil {
+			return fmt.Errorf("%s: write: %w", t.cfg.Name, err)
+		}
+		if n := len(m.mr.Bytes()); w.Off < 0 || w.Off > n || w.Length > n-w.Off {
+			return fmt.Errorf("%s: write: [%d,+%d) outside a %d-byte region: %w", t.cfg.Name, w.Off, w.Length, n, emunic.ErrOutOfBounds)
+		}
+	}
+	for _, c := range w.Carriers {
+		if c < 0 || uint32(c) >= t.attr.Layout.MaxPackets() {
+			return fmt.Errorf("%s: write: carrier at packet %d: %w", t.cfg.Name, c, emunic.ErrInvalidArgument)
+		}
+	}
+	row := t.chans[w.Gen]
+	t.sendMu.Lock()
+	defer t.sendMu.Unlock()
+	if err := t.reserve(w, packets); err != nil {
+		return err
+	}
+	layout := t.attr.Layout
+	base := p.bases[w.Gen] + uint64(int(w.MsgID)%p.entries)*uint64(t.attr.SlotSize)
+	wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RKey: p.rkeys[w.Gen]}
+	send := func(pkt int) error {
+		c := pkt % len(row)
+		wr.RemoteAddr = base + uint64(pkt)*uint64(mtu)
+		wr.Imm = layout.Pack(w.MsgID, uint32(pkt), layout.NibbleOf(w.Imm, uint32(pkt)))
+		if t.typ == emunic.RC {
+			posted := &t.tx.posted[w.Gen][c]
+			*posted++
+			wr.ID, wr.Unsignaled = *posted, *posted%uint64(t.signal) != 0
+		}
+		return row[c].PostSend(wr)
+	}
+	for k := range packets {
+		done := k * mtu
+		t.tx.sge[0] = emunic.SGE{Addr: m.mr.Addr() + uint64(w.Off+done), Length: uint32(min(mtu, w.Length-done)), LKey: m.mr.LKey()}
+		wr.SGL = t.tx.sge[:]
+		if err := send(w.FirstPacket + k); err != nil {
+			return fmt.Errorf("%s: write: %w", t.cfg.Name, err)
+		}
+	}
+	wr.SGL = nil
+	for _, pkt := range w.Carriers {
+		if err := send(pkt); err != nil {
+			return fmt.Errorf("%s: write carrier: %w", t.cfg.Name, err)
+		}
+	}
+	return nil
+}
+
+// reserve checks, before anything of w is sent, that every channel QP of
+// its generation can take it: ready to send and, for RC, with room in its
+// send queue (ErrRetry otherwise). The caller holds sendMu.
+func (t *Transport) reserve(w *backend.Write, packets int) error {
+	row := t.chans[w.Gen]
+	for _, q := range row {
+		if s := q.State(); s != emunic.StateRTS {
+			return fmt.Errorf("%s: write: channel QP %#x is %v: %w", t.cfg.Name, q.QPN(), s, emunic.ErrInvalidState)
+		}
+	}
+	if t.typ != emunic.RC {
+		return nil
+	}
+	if err := t.reapSendCompletions(); err != nil {
+		return err
+	}
+	need := t.tx.need
+	clear(need)
+	for k := range packets {
+		need[(w.FirstPacket+k)%len(row)]++
+	}
+	for _, c := range w.Carriers {
+		need[c%len(row)]++
+	}
+	for c, n := range need {
+		if t.tx.posted[w.Gen][c]-t.tx.acked[w.Gen][c]+uint64(n) > uint64(t.depth) {
+			return fmt.Errorf("%s: write: channel %d has %d unacknowledged requests of %d: %w",
+				t.cfg.Name, c, t.tx.posted[w.Gen][c]-t.tx.acked[w.Gen][c], t.depth, backend.ErrRetry)
+		}
+	}
+	return nil
+}
+
+// reapSendCompletions records the RC progress the signaled requests
+// report: a completion of request n means 1..n are acknowledged. The
+// caller holds sendMu.
+func (t *Transport) reapSendCompletions() error {
+	for {
+		n := t.sendCQ.Poll(t.tx.cqes[:])
+		for _, e := range t.tx.cqes[:n] {
+			ch, ok := t.byQPN[e.QPN]
+			if !ok {
+				continue
+			}
+			if e.Status != emunic.StatusSuccess {
+				return fmt.Errorf("%s: write: channel QP %#x failed: %v: %w", t.cfg.Name, e.QPN, e.Status, emunic.ErrInvalidState)
+			}
+			acked := &t.tx.acked[ch.gen][ch.ch]
+			*acked = max(*acked, e.WRID)
+		}
+		if n < len(t.tx.cqes) {
+			return nil
+		}
+	}
+}
+
+// Close stops the workers and releases the channel QPs, the root
+// entries and MRs, then what TransportConfig.Release frees.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(t.destroy)
+	return nil
+}
+
+func (t *Transport) destroy() {
+	if t.stop != nil {
+		t.stop()
+		t.wg.Wait()
+	}
+	for _, row := range t.chans {
+		for _, q := range row {
+			q.Destroy()
+		}
+	}
+	for i := range t.slots {
+		t.Disarm(i)
+	}
+	for _, root := range t.roots {
+		root.Deregister() // best effort: the QP is gone either way
+	}
+	if t.cfg.Release != nil {
+		t.cfg.Release()
+	}
+}
+
+func transportName(t emunic.QPType) string {
+	if t == emunic.RC {
+		return "rc"
+	}
+	return "uc"
+}
