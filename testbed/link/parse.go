@@ -126,7 +126,7 @@ func (c Config) String() string {
 	switch l := c.Loss; {
 	case l.GE:
 		add("ge", formatGE(l))
-	case l.P != 0 || math.Signbit(l.P):
+	case l.P != 0:
 		add("loss", formatProb(l.P))
 	}
 	if c.Duplicate != 0 {
@@ -181,7 +181,7 @@ func parseRate(s string) (float64, error) {
 	if err != nil || !(v >= 0) || math.IsInf(v*mul, 0) {
 		return 0, fmt.Errorf("%q is not a rate: %w", s, ErrInvalid)
 	}
-	return v * mul, nil
+	return v*mul + 0, nil // −0 reads as 0
 }
 
 func formatRate(r float64) string {
@@ -214,7 +214,7 @@ func parseProb(s string) (float64, error) {
 	if err != nil || !(v >= 0 && v <= 1) {
 		return 0, fmt.Errorf("%q is not a probability: %w", s, ErrInvalid)
 	}
-	return v, nil
+	return v + 0, nil // −0 reads as 0
 }
 
 // formatProb prints p as a percentage when that reads back exactly, else
