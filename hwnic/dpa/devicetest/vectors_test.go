@@ -3,54 +3,20 @@ package devicetest
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/sdr-rdma/sdr/wire"
+	"github.com/sdr-rdma/sdr/sdr/engine/enginetest"
 )
 
-// vectorFile is the part of sdr/engine/testdata/vectors.json the C engine
-// is checked against (the format is described in the file itself).
-type vectorFile struct {
-	Cases []struct {
-		Name      string `json:"name"`
-		Layout    string `json:"layout"`
-		MTU       int    `json:"mtu"`
-		ChunkSize int    `json:"chunk_size"`
-		Slot      struct {
-			Length     int    `json:"length"`
-			MsgID      uint32 `json:"msg_id"`
-			Generation uint32 `json:"generation"`
-			Active     bool   `json:"active"`
-		} `json:"slot"`
-		Events []struct {
-			Op           string `json:"op"`
-			MsgID        uint32 `json:"msg_id"`
-			Generation   uint32 `json:"generation"`
-			Imm          string `json:"imm"`
-			Bytes        uint32 `json:"bytes"`
-			Result       string `json:"result"`
-			CompletesImm bool   `json:"completes_imm"`
-		} `json:"events"`
-		Expect struct {
-			ChunkFlags  []string `json:"chunk_flags"`
-			Masks       []string `json:"masks"`
-			Imm         string   `json:"imm"`
-			ImmComplete bool     `json:"imm_complete"`
-			Truncated   bool     `json:"truncated"`
-		} `json:"expect"`
-	} `json:"cases"`
-}
-
+// parseHex parses a hexadecimal number the C driver printed.
 func parseHex(t *testing.T, s string) uint64 {
 	t.Helper()
-	v, err := strconv.ParseUint(s, 0, 64)
+	v, err := strconv.ParseUint(s, 16, 64)
 	if err != nil {
-		t.Fatalf("bad number %q: %v", s, err)
+		t.Fatalf("driver printed a bad number %q: %v", s, err)
 	}
 	return v
 }
@@ -59,37 +25,25 @@ func parseHex(t *testing.T, s string) uint64 {
 // engine.h (compiled with gcc) and compares each result, the
 // immediate-completion flag and the final state.
 func TestEngineVectors(t *testing.T) {
-	data, err := os.ReadFile("../../../sdr/engine/testdata/vectors.json")
+	cases, err := enginetest.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var file vectorFile
-	if err := json.Unmarshal(data, &file); err != nil {
-		t.Fatal(err)
-	}
-	if len(file.Cases) < 11 {
-		t.Fatalf("only %d cases in the vector file", len(file.Cases))
-	}
 	var script bytes.Buffer
 	events := 0
-	for _, c := range file.Cases {
-		l, err := wire.ParseImmLayout(c.Layout)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range cases {
+		l := c.Layout
 		fmt.Fprintf(&script, "case %d %d %d %d %d %d %d %d %d\n", l.MsgIDBits, l.OffsetBits, l.NibbleBits,
 			c.MTU, c.ChunkSize, c.Slot.Length, map[bool]int{false: 0, true: 1}[c.Slot.Active], c.Slot.MsgID, c.Slot.Generation)
 		for _, e := range c.Events {
 			switch e.Op {
-			case "":
-				fmt.Fprintf(&script, "pkt %d %x %d\n", e.Generation, parseHex(t, e.Imm), e.Bytes)
+			case enginetest.Packet:
+				fmt.Fprintf(&script, "pkt %d %x %d\n", e.Generation, e.Imm, e.Bytes)
 				events++
-			case "activate":
+			case enginetest.Activate:
 				fmt.Fprintf(&script, "activate %d %d\n", e.MsgID, e.Generation)
-			case "deactivate":
+			case enginetest.Deactivate:
 				fmt.Fprintln(&script, "deactivate")
-			default:
-				t.Fatalf("case %q: unknown op %q", c.Name, e.Op)
 			}
 		}
 		fmt.Fprintln(&script, "end")
@@ -108,15 +62,15 @@ func TestEngineVectors(t *testing.T) {
 		return f[1:]
 	}
 	checked := 0
-	for _, c := range file.Cases {
+	for _, c := range cases {
 		for i, e := range c.Events {
-			if e.Op != "" {
+			if e.Op != enginetest.Packet {
 				continue
 			}
 			got := next("result")
-			want := []string{e.Result, map[bool]string{false: "0", true: "1"}[e.CompletesImm]}
+			want := []string{e.Result.String(), map[bool]string{false: "0", true: "1"}[e.CompletesImm]}
 			if got[0] != want[0] || got[1] != want[1] {
-				t.Errorf("%s, event %d (imm %s, %d B, gen %d): C engine %v, vectors %v", c.Name, i, e.Imm, e.Bytes, e.Generation, got, want)
+				t.Errorf("%s, event %d (imm %#x, %d B, gen %d): C engine %v, vectors %v", c.Name, i, e.Imm, e.Bytes, e.Generation, got, want)
 			}
 			checked++
 		}
@@ -125,17 +79,17 @@ func TestEngineVectors(t *testing.T) {
 			t.Fatalf("%s: %d flag words and %d masks, want %d and %d", c.Name, len(flags), len(masks), len(c.Expect.ChunkFlags), len(c.Expect.Masks))
 		}
 		for i, w := range c.Expect.ChunkFlags {
-			if parseHex(t, "0x"+flags[i]) != parseHex(t, w) {
-				t.Errorf("%s: flag word %d %s, want %s", c.Name, i, flags[i], w)
+			if parseHex(t, flags[i]) != w {
+				t.Errorf("%s: flag word %d %s, want %#x", c.Name, i, flags[i], w)
 			}
 		}
 		for i, m := range c.Expect.Masks {
-			if parseHex(t, "0x"+masks[i]) != parseHex(t, m) {
-				t.Errorf("%s: chunk %d mask %s, want %s", c.Name, i, masks[i], m)
+			if parseHex(t, masks[i]) != m {
+				t.Errorf("%s: chunk %d mask %s, want %#x", c.Name, i, masks[i], m)
 			}
 		}
-		if parseHex(t, "0x"+imm[0]) != parseHex(t, c.Expect.Imm) || (imm[1] == "1") != c.Expect.ImmComplete || (imm[2] == "1") != c.Expect.Truncated {
-			t.Errorf("%s: immediate %v, want %s complete %v truncated %v", c.Name, imm, c.Expect.Imm, c.Expect.ImmComplete, c.Expect.Truncated)
+		if parseHex(t, imm[0]) != uint64(c.Expect.Imm) || (imm[1] == "1") != c.Expect.ImmComplete || (imm[2] == "1") != c.Expect.Truncated {
+			t.Errorf("%s: immediate %v, want %#x complete %v truncated %v", c.Name, imm, c.Expect.Imm, c.Expect.ImmComplete, c.Expect.Truncated)
 		}
 	}
 	if out.Scan() {
