@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 
 	cebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -32,6 +33,11 @@ type Options struct {
 	// DropProbability drops this fraction of steered frames at ingress:
 	// fault injection for loss tests without a middlebox.
 	DropProbability float64
+	// MAC, when not zero, is the device's Ethernet address: steered frames
+	// sent to another unicast or a multicast address are dropped (and
+	// counted as WrongMAC), as a NIC's receive filter does. Broadcast is
+	// accepted. Not applied in AllFrames mode.
+	MAC [6]byte
 }
 
 // Counters are the program's per-CPU counters, summed.
@@ -43,6 +49,8 @@ type Counters struct {
 	NotOurs    uint64 // RoCEv2 for a QP not registered (also passed)
 	Dropped    uint64 // dropped by fault injection
 	NoSocket   uint64 // steered, but no socket on the queue (also passed)
+	WrongMAC   uint64 // for a QP of ours, sent to another MAC (dropped)
+	WrongPeer  uint64 // for a connected QP, not from its peer's address (dropped)
 }
 
 // Program is the loaded steering program and its maps.
@@ -82,6 +90,9 @@ func (p *Program) writeConfig() error {
 	}
 	if p.opts.AllFrames {
 		cfg.AllFrames = 1
+	}
+	if p.opts.MAC != ([6]byte{}) {
+		cfg.CheckMac, cfg.Mac = 1, p.opts.MAC
 	}
 	if err := p.objs.Config.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("ebpf: write config: %w", err)
@@ -130,9 +141,16 @@ func (p *Program) Detach() error {
 	return err
 }
 
-// AddQP steers RoCEv2 frames for destination QP qpn.
-func (p *Program) AddQP(qpn uint32) error {
-	if err := p.objs.Qps.Put(qpn, uint8(1)); err != nil {
+// AddQP steers RoCEv2 frames for destination QP qpn: from peer only when
+// it is a valid address (a connected QP's peer; frames from any other
+// source are dropped and counted as WrongPeer), from anyone when it is the
+// zero Addr (UD). Adding a QP again replaces its peer.
+func (p *Program) AddQP(qpn uint32, peer netip.Addr) error {
+	v := steerQpPeer{AnySource: 1}
+	if peer.IsValid() {
+		v = steerQpPeer{Addr: netip.AddrFrom16(peer.As16()).As16()}
+	}
+	if err := p.objs.Qps.Put(qpn, v); err != nil {
 		return fmt.Errorf("ebpf: add QP %#x: %w", qpn, err)
 	}
 	return nil
@@ -157,7 +175,8 @@ func (p *Program) SetSocket(queue int, fd int) error {
 // Counters returns the counters summed over CPUs.
 func (p *Program) Counters() (Counters, error) {
 	var c Counters
-	fields := []*uint64{&c.Seen, &c.Redirected, &c.Passed, &c.Malformed, &c.NotOurs, &c.Dropped, &c.NoSocket}
+	fields := []*uint64{&c.Seen, &c.Redirected, &c.Passed, &c.Malformed, &c.NotOurs, &c.Dropped, &c.NoSocket,
+		&c.WrongMAC, &c.WrongPeer}
 	for i, f := range fields {
 		var perCPU []uint64
 		if err := p.objs.Counters.Lookup(uint32(i), &perCPU); err != nil {

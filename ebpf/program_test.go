@@ -26,6 +26,13 @@ func roceFrame(t *testing.T, v6 bool, qpn uint32, vlan bool) []byte {
 	if v6 {
 		f.SrcIP, f.DstIP, f.DontFragment = netip.MustParseAddr("fd00::2"), netip.MustParseAddr("fd00::3"), false
 	}
+	return encode(t, f, qpn)
+}
+
+// encode builds a UC WRITE ONLY with Immediate frame to qpn with f's
+// framing.
+func encode(t *testing.T, f wire.Fields, qpn uint32) []byte {
+	t.Helper()
 	f.BTH = wire.BTHFields{Opcode: wire.UCWriteOnlyImm, PKey: 0xFFFF, DestQP: qpn, PSN: 1}
 	f.Payload = make([]byte, 64)
 	buf := make([]byte, f.Len())
@@ -69,7 +76,7 @@ func loadWithSocket(t *testing.T, opts ebpf.Options) *ebpf.Program {
 func TestSteering(t *testing.T) {
 	p := loadWithSocket(t, ebpf.Options{})
 	const ours, theirs = 0x47, 0x99
-	if err := p.AddQP(ours); err != nil {
+	if err := p.AddQP(ours, netip.Addr{}); err != nil {
 		t.Fatal(err)
 	}
 	ipv4 := roceFrame(t, false, ours, false)
@@ -175,5 +182,75 @@ func TestAllFrames(t *testing.T) {
 	p2 := loadWithSocket(t, ebpf.Options{})
 	if action, _ := p2.Run(arp, 1); action != xdpPass {
 		t.Errorf("default mode: ARP action %d, want pass", action)
+	}
+}
+
+// TestFilters drops steered frames a NIC would refuse, counting each
+// reason: those sent to another unicast or a multicast MAC, and those for a
+// connected QP from any address but its peer's (IPv4 and IPv6); broadcast
+// and a UD QP's frames from anyone pass. Frames the program does not steer
+// (another QP's) still go to the kernel, whatever their MAC.
+func TestFilters(t *testing.T) {
+	mac := [6]byte{2, 0, 0, 0, 0, 3}
+	p := loadWithSocket(t, ebpf.Options{MAC: mac})
+	const rc, ud, rc6, theirs = 0x1234, 0x5678, 0x9ABC, 0x99
+	peer, peer6 := netip.MustParseAddr("10.77.0.2"), netip.MustParseAddr("fd00::2")
+	for qpn, addr := range map[uint32]netip.Addr{rc: peer, ud: {}, rc6: peer6} {
+		if err := p.AddQP(qpn, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frame := func(src netip.Addr, dst [6]byte, qpn uint32) []byte {
+		f := wire.Fields{SrcIP: src, DstIP: netip.MustParseAddr("10.77.0.3"), DstMAC: dst, TTL: 64, SrcPort: 0xC000}
+		if src.Is6() {
+			f.DstIP = netip.MustParseAddr("fd00::3")
+		}
+		return encode(t, f, qpn)
+	}
+	stranger, stranger6 := netip.MustParseAddr("10.77.0.9"), netip.MustParseAddr("fd00::9")
+	broadcast, multicast, other := [6]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, [6]byte{1, 0, 0x5E, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 9}
+	redirected := func(c ebpf.Counters) uint64 { return c.Redirected }
+	wrongMAC := func(c ebpf.Counters) uint64 { return c.WrongMAC }
+	wrongPeer := func(c ebpf.Counters) uint64 { return c.WrongPeer }
+	cases := []struct {
+		name    string
+		frame   []byte
+		action  uint32
+		counter func(c ebpf.Counters) uint64
+	}{
+		{"from the peer", frame(peer, mac, rc), xdpRedirect, redirected},
+		{"from the IPv6 peer", frame(peer6, mac, rc6), xdpRedirect, redirected},
+		{"broadcast from the peer", frame(peer, broadcast, rc), xdpRedirect, redirected},
+		{"UD from anyone", frame(stranger, mac, ud), xdpRedirect, redirected},
+		{"from a stranger", frame(stranger, mac, rc), xdpDrop, wrongPeer},
+		{"from an IPv6 stranger", frame(stranger6, mac, rc6), xdpDrop, wrongPeer},
+		{"IPv4 to an IPv6 peer's QP", frame(peer, mac, rc6), xdpDrop, wrongPeer},
+		{"to another MAC", frame(peer, other, rc), xdpDrop, wrongMAC},
+		{"to a multicast MAC", frame(peer, multicast, ud), xdpDrop, wrongMAC},
+		{"another QP to another MAC", frame(peer, other, theirs), xdpPass, func(c ebpf.Counters) uint64 { return c.NotOurs }},
+	}
+	for _, c := range cases {
+		before, err := p.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		action, err := p.Run(c.frame, 1)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		after, _ := p.Counters()
+		if action != c.action {
+			t.Errorf("%s: action %d, want %d", c.name, action, c.action)
+		}
+		if c.counter(after) != c.counter(before)+1 || after.Seen != before.Seen+1 {
+			t.Errorf("%s: counters %+v -> %+v", c.name, before, after)
+		}
+	}
+	// Re-adding a QP replaces its peer.
+	if err := p.AddQP(rc, stranger); err != nil {
+		t.Fatal(err)
+	}
+	if action, _ := p.Run(frame(stranger, mac, rc), 1); action != xdpRedirect {
+		t.Errorf("after the peer changed: action %d, want redirect", action)
 	}
 }

@@ -18,6 +18,15 @@ type steerConfig struct {
 	AllRoce       uint32
 	DropThreshold uint32
 	AllFrames     uint32
+	CheckMac      uint32
+	Mac           [6]uint8
+	Pad           [2]uint8
+}
+
+type steerQpPeer struct {
+	_         structs.HostLayout
+	AnySource uint32
+	Addr      [16]uint8
 }
 
 // Names of all BPF objects in the ELF.

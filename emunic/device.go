@@ -25,6 +25,12 @@ type Config struct {
 	// RecvBatch is how many frames the receive goroutine takes from the
 	// port at once (default 64).
 	RecvBatch int
+	// FixedKeys makes QP numbers sequential (0x11, 0x12, ...) and every
+	// key's tag start at 1, for tests that expect fixed values (captures
+	// replayed bit for bit). Otherwise QP numbers are random and each MR's
+	// key carries a random 8-bit tag, as a hardware key variant, so that a
+	// host on the same segment cannot guess them.
+	FixedKeys bool
 }
 
 // Device is one emulated RoCEv2 NIC port.
@@ -34,12 +40,16 @@ type Device struct {
 	gid  netip.Addr
 	tap  *wire.PcapWriter
 
-	mu      sync.Mutex // guards registration: keys, nextPD, nextQPN, qps writes
-	keys    keyTable
-	nullMR  *MR
-	nextPD  uint32
-	nextQPN uint32
-	qps     atomic.Pointer[map[uint32]*QP]
+	mu        sync.Mutex // guards registration: keys, nextPD, nextQPN, qps writes
+	keys      keyTable
+	nullMR    *MR
+	nextPD    uint32
+	fixedKeys bool
+	nextQPN   uint32 // with fixedKeys: the last QPN handed out
+	qps       atomic.Pointer[map[uint32]*QP]
+	// checkMAC is false for ports whose frames the kernel already
+	// received at layer 2 (the UDP port rebuilds them without addresses).
+	checkMAC bool
 
 	// ipID numbers IPv4 packets as Linux does for a connected socket: one
 	// counter, incremented per packet (the ICRC covers it).
@@ -51,6 +61,7 @@ type Device struct {
 
 	// Owned by the receive goroutine.
 	rx       wire.Packet
+	salvage  []byte // a copy of a READ request carrying payload (see decodeReadWithPayload)
 	ackQPs   []*QP
 	ctlBufs  [][]byte
 	ctlBatch [][]byte
@@ -72,8 +83,11 @@ func NewDevice(cfg Config) (*Device, error) {
 	if batch <= 0 {
 		batch = 64
 	}
+	_, l3 := cfg.Port.(l3Port)
 	d := &Device{port: cfg.Port, mac: cfg.MAC, gid: cfg.GID.Unmap(), tap: cfg.Tap,
-		nextQPN: 0x10, done: make(chan struct{})}
+		fixedKeys: cfg.FixedKeys, nextQPN: 0x10, checkMAC: !l3, done: make(chan struct{}),
+		salvage: make([]byte, MaxFrameLen)}
+	d.keys.fixed = cfg.FixedKeys
 	d.nullMR = &MR{null: true, access: AccessRemoteWrite | AccessLocalWrite}
 	d.mu.Lock()
 	err := d.keys.install(d.nullMR)
@@ -167,18 +181,36 @@ func (d *Device) receiveLoop(batch int) {
 	}
 }
 
+// broadcastMAC is the Ethernet broadcast address, which a NIC accepts.
+var broadcastMAC = [6]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
+
+// acceptsMAC reports whether the NIC's receive filter takes a frame sent
+// to dst: its own unicast address or broadcast. Multicast addresses are
+// refused: the device joins no multicast group.
+func (d *Device) acceptsMAC(dst [6]byte) bool { return dst == d.mac || dst == broadcastMAC }
+
 // receive validates one frame and hands it to its QP.
 func (d *Device) receive(frame []byte) {
 	if d.tap != nil {
 		d.tap.WritePacket(time.Now(), frame)
 	}
+	if d.checkMAC && len(frame) >= 6 && !d.acceptsMAC([6]byte(frame)) {
+		d.stats.inc(RxWrongMAC)
+		return
+	}
 	p := &d.rx
 	if err := p.Decode(frame); err != nil {
-		if errors.Is(err, wire.ErrNotRoCE) {
+		switch {
+		case errors.Is(err, wire.ErrNotRoCE):
 			d.stats.inc(RxNotRoCE)
-		} else {
+			return
+		case !d.decodeReadWithPayload(frame):
 			d.stats.inc(RxMalformed)
+			return
 		}
+	}
+	if p.IPv4 != nil && !p.IPv4.ChecksumValid() {
+		d.stats.inc(RxBadIPChecksum)
 		return
 	}
 	if !p.ICRCValid() {
@@ -203,6 +235,28 @@ func (d *Device) receive(frame []byte) {
 		return
 	}
 	qp.receive(p)
+}
+
+// decodeReadWithPayload decodes into d.rx a frame the codec refused
+// because it is an RC READ request carrying payload, which the responder
+// must answer with a NAK (Invalid Request) rather than drop as garbage. The
+// codec keeps no ICRC for a packet it refuses, so the frame is copied,
+// decoded as the WRITE ONLY with the same headers, and its opcode restored
+// in the copy: the packet's views then hold the original bytes, ICRC
+// included. It reports whether the frame was such a request.
+func (d *Device) decodeReadWithPayload(frame []byte) bool {
+	p := &d.rx
+	if p.BTH == nil || p.Opcode() != wire.RCReadRequest || len(p.Payload) == 0 {
+		return false
+	}
+	at := len(p.Ethernet) + len(p.IPv4) + len(p.IPv6) + wire.UDPHeaderLen // the BTH opcode byte
+	buf := d.salvage[:copy(d.salvage, frame)]
+	buf[at] = byte(wire.RCWriteOnly)
+	if p.Decode(buf) != nil {
+		return false
+	}
+	buf[at] = byte(wire.RCReadRequest)
+	return true
 }
 
 // flushACKs sends the coalesced ACKs of the last receive batch.

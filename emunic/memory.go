@@ -2,6 +2,7 @@ package emunic
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 )
 
@@ -29,9 +30,11 @@ type PD struct {
 // null MR), or the null MR itself (accepts writes and discards them).
 //
 // Keys are an index into the device's key table shifted left by 8, plus
-// an 8-bit tag that changes each time the index is reused, so a key kept
-// after deregistration fails instead of reaching the next region, as on
-// hardware.
+// an 8-bit tag, as hardware's key variant: random per registration (never
+// 0, never the index's previous tag), so a key kept after deregistration
+// fails instead of reaching the next region and a host that is not the
+// peer cannot derive a key from the registration order. With
+// Config.FixedKeys the tag counts up from 1 instead.
 type MR struct {
 	pd     *PD
 	buf    []byte
@@ -77,6 +80,7 @@ type keyTable struct {
 	entries atomic.Pointer[[]*MR]
 	tags    []uint8 // per index, under Device.mu
 	nextVA  uint64  // under Device.mu
+	fixed   bool    // tags count up instead of being random
 }
 
 func (t *keyTable) lookup(key uint32) *MR {
@@ -117,11 +121,28 @@ func (t *keyTable) install(mr *MR) error {
 		entries = append(entries, nil)
 		t.tags = append(t.tags, 0)
 	}
-	t.tags[idx]++
+	t.tags[idx] = t.nextTag(t.tags[idx])
 	mr.key = uint32(idx)<<8 | uint32(t.tags[idx])
 	entries[idx] = mr
 	t.entries.Store(&entries)
 	return nil
+}
+
+// nextTag returns the tag for an index whose previous tag was prev.
+func (t *keyTable) nextTag(prev uint8) uint8 {
+	if t.fixed {
+		return prev + 1
+	}
+	// 1..255 except prev: rand/v2's global source is seeded from the
+	// operating system, so the tag cannot be predicted from earlier keys.
+	if prev == 0 {
+		return uint8(1 + rand.UintN(255))
+	}
+	tag := uint8(1 + rand.UintN(254))
+	if tag >= prev {
+		tag++
+	}
+	return tag
 }
 
 // remove drops mr from the table; caller holds mu.

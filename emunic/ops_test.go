@@ -133,7 +133,7 @@ func testUDSend(t *testing.T, hosts func(testing.TB) (*host, *host)) {
 	if err := qb.PostRecv(emunic.RecvWR{ID: 9, SGL: []emunic.SGE{{Addr: recvMR.Addr(), Length: uint32(len(recv)), LKey: recvMR.LKey()}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := qa.PostSend(emunic.SendWR{ID: 9, Op: emunic.OpSend, UD: &emunic.UDDest{QPN: qb.QPN(), QKey: 1, GID: b.Dev.GID()}}); err != nil {
+	if err := qa.PostSend(emunic.SendWR{ID: 9, Op: emunic.OpSend, UD: &emunic.UDDest{QPN: qb.QPN(), QKey: 1, GID: b.Dev.GID(), MAC: b.Dev.MAC()}}); err != nil {
 		t.Fatal(err)
 	}
 	emunictest.WaitCQE(t, a.SendCQ)
@@ -147,7 +147,7 @@ func testUDSend(t *testing.T, hosts func(testing.TB) (*host, *host)) {
 // sent before has been processed.
 func fenceUD(t *testing.T, a *host, qa *emunic.QP, b *host, qb *emunic.QP) {
 	t.Helper()
-	if err := qa.PostSend(emunic.SendWR{ID: 0xFE, Op: emunic.OpSend, UD: &emunic.UDDest{QPN: qb.QPN(), QKey: 0x11111111, GID: b.Dev.GID()}}); err != nil {
+	if err := qa.PostSend(emunic.SendWR{ID: 0xFE, Op: emunic.OpSend, UD: &emunic.UDDest{QPN: qb.QPN(), QKey: 0x11111111, GID: b.Dev.GID(), MAC: b.Dev.MAC()}}); err != nil {
 		t.Fatal(err)
 	}
 	emunictest.WaitCQE(t, a.SendCQ)

@@ -2,6 +2,7 @@ package emunic
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -24,12 +25,19 @@ type Port interface {
 
 // QPSteering is implemented by ports that deliver only the frames of
 // registered QPs (the AF_XDP port, whose XDP program passes every other
-// frame to the kernel). The device registers each QP it creates and
-// unregisters it when destroyed.
+// frame to the kernel). The device registers each UD QP when it creates
+// it (from any source: peer is the zero Addr) and each connected QP when it
+// moves to RTR (from its peer's address only, so that frames from any other
+// host never reach the device), and unregisters a QP when destroyed.
 type QPSteering interface {
-	AddQP(qpn uint32) error
+	AddQP(qpn uint32, peer netip.Addr) error
 	RemoveQP(qpn uint32) error
 }
+
+// l3Port is implemented by ports whose frames the kernel has already
+// received at layers 2 and 3 and that rebuild them without Ethernet
+// addresses (UDPPort): the device's MAC filter does not apply to them.
+type l3Port interface{ kernelReceived() }
 
 // MaxFrameLen is the largest frame a device sends or receives: a 4096-byte
 // MTU packet with every header (Ethernet, VLAN, IPv6, UDP, BTH, RETH,

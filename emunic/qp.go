@@ -2,6 +2,7 @@ package emunic
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"time"
@@ -147,18 +148,13 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, ErrClosed
 	}
 	old := *d.qps.Load()
-	for tries := 0; ; tries++ {
-		if tries == 1<<24 {
-			return nil, fmt.Errorf("emunic: create QP: QP numbers exhausted: %w", ErrQueueFull)
-		}
-		d.nextQPN = (d.nextQPN + 1) & 0xFFFFFF
-		if _, used := old[d.nextQPN]; !used && d.nextQPN > 1 {
-			break
-		}
+	qpn, err := d.allocQPN(old)
+	if err != nil {
+		return nil, err
 	}
-	qp.qpn = d.nextQPN
-	if steer, ok := d.port.(QPSteering); ok {
-		if err := steer.AddQP(qp.qpn); err != nil {
+	qp.qpn = qpn
+	if steer, ok := d.port.(QPSteering); ok && cfg.Type == UD {
+		if err := steer.AddQP(qp.qpn, netip.Addr{}); err != nil {
 			return nil, fmt.Errorf("emunic: create QP: register with the port: %w", err)
 		}
 	}
@@ -169,6 +165,28 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	qps[qp.qpn] = qp
 	d.qps.Store(&qps)
 	return qp, nil
+}
+
+// multicastQPN is the QPN of multicast packets (IBA 9.6.1.1.1): never a QP's.
+const multicastQPN = 0xFFFFFF
+
+// allocQPN picks a QP number not in used: random in [2, 0xFFFFFE] (0 and
+// 1 are the special QPs, 0xFFFFFF multicast), or the next in sequence with
+// FixedKeys. Caller holds d.mu.
+func (d *Device) allocQPN(used map[uint32]*QP) (uint32, error) {
+	for tries := 0; tries < 1<<24; tries++ {
+		var qpn uint32
+		if d.fixedKeys {
+			d.nextQPN = (d.nextQPN + 1) & 0xFFFFFF
+			qpn = d.nextQPN
+		} else {
+			qpn = 2 + rand.Uint32N(multicastQPN-2)
+		}
+		if _, taken := used[qpn]; !taken && qpn > 1 && qpn != multicastQPN {
+			return qpn, nil
+		}
+	}
+	return 0, fmt.Errorf("emunic: create QP: QP numbers exhausted: %w", ErrQueueFull)
 }
 
 // QPN returns the queue pair number.
@@ -244,6 +262,11 @@ func (qp *QP) Modify(state QPState, attr QPAttr) error {
 			}
 			if attr.DestQPN == 0 || attr.DestQPN > 0xFFFFFF {
 				return bad("destination QPN")
+			}
+		}
+		if steer, ok := qp.dev.port.(QPSteering); ok && qp.typ != UD {
+			if err := steer.AddQP(qp.qpn, attr.DestGID.Unmap()); err != nil {
+				return fmt.Errorf("emunic: QP %#x to RTR: register with the port: %w", qp.qpn, err)
 			}
 		}
 		qp.attr.DestQPN, qp.attr.DestGID, qp.attr.DestMAC = attr.DestQPN, attr.DestGID.Unmap(), attr.DestMAC

@@ -2,6 +2,7 @@ package emunic
 
 import (
 	"encoding/binary"
+	"net/netip"
 
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -50,7 +51,19 @@ func (qp *QP) receive(p *wire.Packet) {
 		d.stats.inc(RxUnknownQP)
 		return
 	}
+	if qp.typ != UD && sourceAddr(p) != qp.attr.DestGID {
+		d.stats.inc(RxWrongPeer) // rxe's check_addr
+		return
+	}
+	if !pkeyMatches(p.BTH.PKey(), wire.DefaultPKey) {
+		d.stats.inc(RxBadPKey)
+		return
+	}
 	op := p.Opcode()
+	if op == wire.CNP {
+		d.stats.inc(RxCNPs) // no congestion control to notify: counted only
+		return
+	}
 	if op.Transport() != qp.typ.transport() {
 		d.stats.inc(RxWrongTransport)
 		return
@@ -72,6 +85,24 @@ func (qp *QP) receive(p *wire.Packet) {
 			qp.receiveRC(p)
 		}
 	}
+}
+
+// sourceAddr returns a packet's source IP address, unmapped.
+func sourceAddr(p *wire.Packet) netip.Addr {
+	if p.IPv4 != nil {
+		return p.IPv4.Src()
+	}
+	return p.IPv6.Src().Unmap()
+}
+
+// pkeyMatches applies the partition key rule of IBA 10.9.3 (rxe's
+// pkey_match) between a packet's P_Key and the QP's: the 15-bit keys must
+// be equal and not 0, and at least one side must be a full member (bit
+// 15). emunic's QPs are full members of the default partition 0xFFFF, so
+// 0xFFFF and the limited member 0x7FFF match; 0x0000, 0x8000 and any other
+// partition do not.
+func pkeyMatches(pkt, own uint16) bool {
+	return pkt&0x7FFF != 0 && pkt&0x7FFF == own&0x7FFF && (pkt|own)&0x8000 != 0
 }
 
 func (qp *QP) receiveUD(p *wire.Packet) {
@@ -122,6 +153,8 @@ func (qp *QP) receiveUC(p *wire.Packet) {
 	if psn != r.ePSN || r.resync {
 		if psn != r.ePSN {
 			qp.dev.stats.inc(RxPSNError)
+		} else if !startsMessage {
+			qp.dev.stats.inc(RxAbandoned)
 		}
 		r.active = false
 		if !startsMessage {
@@ -150,6 +183,10 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 	op := p.Opcode()
 	switch {
 	case dist < 0:
+		if !op.Info().Payload && len(p.Payload) != 0 {
+			d.stats.inc(RxInvalidRequest) // a malformed duplicate: nothing to repeat
+			return
+		}
 		d.stats.inc(RxDuplicate)
 		switch op {
 		case wire.RCReadRequest:
@@ -192,6 +229,9 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 	case wire.RCReadRequest:
 		r.ePSN = r.ePSN.Add(readResponses(int(p.RETH.DMALength()), qp.mtu))
 		return
+	case wire.RCCompareSwap, wire.RCFetchAdd:
+		r.ePSN = psn.Next()
+		return // the ATOMIC ACK, sent by executeAtomic, acknowledges it
 	}
 	r.ePSN = psn.Next()
 	// Acknowledge once per receive batch rather than per A bit, so that
@@ -221,9 +261,15 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 	info := p.Opcode().Info()
 	pos := info.Position
 	n := len(p.Payload)
-	// Packet length rules: FIRST and MIDDLE carry exactly one MTU, LAST
-	// and ONLY at most one.
-	if (pos == wire.PositionFirst || pos == wire.PositionMiddle) && n != qp.mtu || n > qp.mtu {
+	// Packet length rules (rxe's check_length): FIRST and MIDDLE carry
+	// exactly one MTU, LAST between 1 byte and one MTU, ONLY at most one;
+	// opcodes without payload carry none (a READ request with data is
+	// NAKed, not executed); a DMA length beyond 2^31 is refused (C9-94).
+	switch {
+	case (pos == wire.PositionFirst || pos == wire.PositionMiddle) && n != qp.mtu, n > qp.mtu,
+		pos == wire.PositionLast && n == 0,
+		!info.Payload && n != 0,
+		p.RETH != nil && p.RETH.DMALength() > maxDMALength:
 		return RxInvalidRequest
 	}
 	if pos == wire.PositionMiddle || pos == wire.PositionLast {
@@ -246,6 +292,9 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 	return RxInvalidRequest
 }
 
+// maxDMALength is the longest RDMA operation IBA allows (C9-94: 2^31).
+const maxDMALength = 1 << 31
+
 func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 	r := &qp.rsp
 	if pos == wire.PositionFirst || pos == wire.PositionOnly {
@@ -259,10 +308,9 @@ func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 		r.active, r.op, r.offset = true, wire.OpSend, 0
 	}
 	if r.offset+len(p.Payload) > r.recv.sgl.length() {
-		qp.dev.stats.inc(RxLengthError)
 		qp.recvCQ.push(CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv, QPN: qp.qpn})
 		r.held, r.active = false, false
-		return RxInvalidRequest
+		return RxLengthError
 	}
 	r.recv.sgl.copyAt(r.offset, p.Payload)
 	r.offset += len(p.Payload)
@@ -280,15 +328,30 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 	n := len(p.Payload)
 	if pos == wire.PositionFirst || pos == wire.PositionOnly {
 		r.va, r.rkey, r.dmaLen, r.offset = p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALength()), 0
-		if pos == wire.PositionOnly && n != r.dmaLen || pos == wire.PositionFirst && r.dmaLen <= n {
-			return RxInvalidRequest
-		}
 		if qp.attr.Access&AccessRemoteWrite == 0 {
 			return RxAccessDenied
+		}
+		// The whole message, [VA, VA+DMA length), must lie in the region
+		// with the right, checked before its first byte is written (IBA
+		// 9.7.5.1.3, rxe's check_rkey): a refused message writes nothing.
+		if _, _, fault := qp.dev.resolveRemote(qp.pd, r.rkey, r.va, r.dmaLen, AccessRemoteWrite); fault != 0 {
+			return fault
+		}
+		if pos == wire.PositionOnly && n != r.dmaLen || pos == wire.PositionFirst && r.dmaLen <= n {
+			return RxInvalidRequest
 		}
 		r.active, r.op = true, wire.OpWrite
 	}
 	if r.offset+n > r.dmaLen || pos == wire.PositionLast && r.offset+n != r.dmaLen {
+		return RxInvalidRequest
+	}
+	// The pad brings the message's last packet to a multiple of 4 bytes;
+	// every other packet has none (rxe's check_rkey).
+	if pad := len(p.Pad); pos == wire.PositionLast || pos == wire.PositionOnly {
+		if pad != -n&3 {
+			return RxInvalidRequest
+		}
+	} else if pad != 0 {
 		return RxInvalidRequest
 	}
 	withImm := p.ImmDt != nil

@@ -83,7 +83,7 @@ func TestFramesMatchRxe(t *testing.T) {
 				t.Fatal(err)
 			}
 			port := newRecordPort()
-			dev, err := NewDevice(Config{Port: port, GID: first.IPv4.Src(), MAC: [6]byte(first.Ethernet.Src())})
+			dev, err := NewDevice(Config{Port: port, GID: first.IPv4.Src(), MAC: [6]byte(first.Ethernet.Src()), FixedKeys: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,12 @@ const (
 	RxUnknownQP      // no QP with that number, or QP in RESET/INIT
 	RxWrongTransport // opcode of another transport than the QP's
 	RxBadQKey        // UD Q_Key mismatch
+	RxWrongMAC       // destination MAC neither this device's nor broadcast
+	RxBadIPChecksum  // IPv4 header checksum mismatch
+	RxBadPKey        // BTH P_Key does not match the QP's partition
+	RxWrongPeer      // connected QP: source address not the connected peer's
+	RxAbandoned      // UC MIDDLE/LAST of a message already refused or cut by a PSN gap
+	RxCNPs           // RoCEv2 congestion notifications (counted, not a fault)
 	RxBadKey         // R_Key names no live MR of this device
 	RxOutOfBounds    // access outside the MR or indirect slot
 	RxAccessDenied   // MR or QP lacks the remote access right
@@ -45,6 +51,7 @@ const (
 var counterNames = [numCounters]string{
 	"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "rx_not_roce", "rx_malformed",
 	"rx_bad_icrc", "rx_wrong_gid", "rx_unknown_qp", "rx_wrong_transport", "rx_bad_qkey",
+	"rx_wrong_mac", "rx_bad_ip_checksum", "rx_bad_pkey", "rx_wrong_peer", "rx_abandoned", "rx_cnps",
 	"rx_bad_key", "rx_out_of_bounds", "rx_access_denied", "rx_psn_error", "rx_duplicate",
 	"rx_no_recv_wqe", "rx_invalid_request", "rx_length_error", "rx_null_mr_writes",
 	"rx_qp_error", "tx_retransmits", "tx_acks", "tx_naks", "tx_rnr_naks", "rx_acks",
@@ -74,12 +81,17 @@ func (s *Stats) Each(fn func(name string, value uint64)) {
 	}
 }
 
+// DropReasons lists every counter that stands for a refused frame, each a
+// named reason; a refused frame moves exactly one of them.
+var DropReasons = []Counter{RxNotRoCE, RxMalformed, RxBadICRC, RxWrongGID, RxWrongMAC,
+	RxBadIPChecksum, RxUnknownQP, RxWrongTransport, RxWrongPeer, RxBadPKey, RxBadQKey,
+	RxBadKey, RxOutOfBounds, RxAccessDenied, RxPSNError, RxNoRecvWQE, RxInvalidRequest,
+	RxLengthError, RxQPError, RxAbandoned}
+
 // Drops returns the sum of every counter that stands for a refused frame.
 func (s *Stats) Drops() uint64 {
 	var n uint64
-	for _, c := range []Counter{RxNotRoCE, RxMalformed, RxBadICRC, RxWrongGID, RxUnknownQP,
-		RxWrongTransport, RxBadQKey, RxBadKey, RxOutOfBounds, RxAccessDenied, RxPSNError,
-		RxNoRecvWQE, RxInvalidRequest, RxLengthError, RxQPError} {
+	for _, c := range DropReasons {
 		n += s[c]
 	}
 	return n

@@ -170,6 +170,10 @@ func (p *UDPPort) prepare(frame []byte, i int) bool {
 	return true
 }
 
+// kernelReceived marks the port as one whose frames carry no Ethernet
+// addresses: the kernel filtered them at layer 2.
+func (p *UDPPort) kernelReceived() {}
+
 // Recv waits for datagrams and rebuilds each as the Ethernet frame the
 // sender's device encoded (MAC addresses zero).
 func (p *UDPPort) Recv(bufs [][]byte, sizes []int) (int, error) {

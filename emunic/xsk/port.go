@@ -70,7 +70,11 @@ func NewPort(cfg PortConfig) (*Port, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xsk: port: %w", err)
 	}
-	prog, err := ebpf.Load(ebpf.Options{Frags: cfg.MultiBuffer, AllRoCE: cfg.AllRoCE, DropProbability: cfg.DropProbability})
+	// The device's MAC is the interface's: the program drops steered
+	// frames sent to any other (the receive filter of a NIC).
+	var mac [6]byte
+	copy(mac[:], iface.HardwareAddr)
+	prog, err := ebpf.Load(ebpf.Options{Frags: cfg.MultiBuffer, AllRoCE: cfg.AllRoCE, DropProbability: cfg.DropProbability, MAC: mac})
 	if err != nil {
 		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
 	}
@@ -135,8 +139,9 @@ func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {
 	return n, err
 }
 
-// AddQP steers the frames of qpn to this port.
-func (p *Port) AddQP(qpn uint32) error { return p.prog.AddQP(qpn) }
+// AddQP steers the frames of qpn to this port: from peer only, or from any
+// source when peer is the zero Addr (see ebpf.Program.AddQP).
+func (p *Port) AddQP(qpn uint32, peer netip.Addr) error { return p.prog.AddQP(qpn, peer) }
 
 // RemoveQP stops steering qpn.
 func (p *Port) RemoveQP(qpn uint32) error { return p.prog.RemoveQP(qpn) }
