@@ -1,0 +1,276 @@
+// Package linkemu is the long-haul link emulator of the testbed: a
+// userspace packet-level link between two interfaces of one network
+// namespace (the "wan" namespace between two hosts), for a kernel without
+// netem.
+//
+// On each interface it attaches the project's XDP program (package ebpf)
+// in all-frames mode and binds an AF_XDP socket (package emunic/xsk), so
+// every frame — RoCEv2, ARP, ICMP, TCP alike — reaches the emulator. Per
+// direction the link model (package testbed/link) decides each frame's
+// fate: lost, tail-dropped, or due at an arrival time. Surviving frames
+// wait in the emulator's own buffers until then and leave on the other
+// interface's TX ring.
+//
+// Nothing is pinned: the XDP attachment is a BPF link held by a file
+// descriptor, so the kernel detaches the program and frees the sockets
+// when the process ends, however it ends; Close does it earlier.
+package linkemu
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/sdr-rdma/sdr/ebpf"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/link"
+)
+
+// Dir names a direction of the emulated link.
+type Dir int
+
+// The two directions: frames received on interface A leave on B (AToB)
+// and back (BToA).
+const (
+	AToB Dir = iota
+	BToA
+)
+
+func (d Dir) String() string {
+	if d == AToB {
+		return "a→b"
+	}
+	return "b→a"
+}
+
+// Slots is how many frames each direction can hold at once (in flight
+// on the emulated wire, queued or waiting for their arrival time): 16384
+// of up to one UMEM chunk each, 62 MiB per direction. A frame arriving
+// when all are taken is dropped and counted (DroppedNoBuffer); 16384
+// covers 1 Gbit/s of 1500-byte frames over 150 ms.
+const Slots = 16384
+
+// txRingSize is the size of each socket's rings.
+const txRingSize = 4096
+
+// ErrClosed is returned by methods called after Close.
+var ErrClosed = errors.New("linkemu: emulator closed")
+
+// Counters are one direction's counters, a plain snapshot. Every frame
+// received is counted in FramesIn and then in exactly one of Forwarded
+// or a Dropped counter — Forwarded once more per duplicate — once it has
+// left the emulator (frames still waiting are in neither).
+type Counters struct {
+	FramesIn, BytesIn         uint64 // received from the ingress interface
+	Forwarded, BytesForwarded uint64 // sent on the egress interface
+	DroppedLoss               uint64 // by the loss process
+	DroppedQueue              uint64 // tail drop: the emulated queue was full
+	DroppedMTU                uint64 // longer than the link's MTU
+	DroppedNoBuffer           uint64 // the emulator's Slots were all taken
+	DroppedOversize           uint64 // longer than an AF_XDP chunk holds
+	DroppedTX                 uint64 // the egress TX ring refused them
+	Duplicated                uint64 // extra copies made
+	Corrupted                 uint64 // frames with a bit flipped
+	CEMarked                  uint64 // ECN-capable frames marked CE
+	TXRingFull                uint64 // TX batches that found the ring too full to take them at once
+	TXErrors                  uint64 // TX flushes that failed (a stalled ring); their frames stay queued
+	// The kernel's counters of the ingress socket: frames dropped before
+	// the emulator saw them (RX ring or fill ring out of room).
+	KernelRXDropped, KernelRXRingFull, KernelFillRingEmpty uint64
+}
+
+// Emulator forwards every frame between two interfaces through a link
+// model per direction. Its methods are safe for concurrent use.
+type Emulator struct {
+	sides [2]*side
+	fwd   [2]*forwarder
+
+	procs     bool // GOMAXPROCS was raised for the emulator's threads
+	closeOnce sync.Once
+	closeErr  error
+	closed    chan struct{}
+}
+
+// side is one interface: its steering program and AF_XDP socket.
+type side struct {
+	ifname string
+	prog   *ebpf.Program
+	sock   *xsk.Socket
+}
+
+// Start attaches the emulator to interfaces ifA and ifB of namespace ns
+// (both up) and starts forwarding, ab applying to frames from A to B and
+// ba to the others. It costs two AF_XDP sockets (32 MiB of UMEM each),
+// the buffers of Slots frames per direction, and four goroutines, each
+// locked to a thread of its own at real-time priority when the process
+// may have it (see RealTime); it raises GOMAXPROCS by one per thread
+// until Close (see addProcs). Close releases it all.
+func Start(ns *testbed.Namespace, ifA, ifB string, ab, ba link.Config) (*Emulator, error) {
+	var e *Emulator
+	err := ns.Do(func() (err error) {
+		e, err = start(ifA, ifB, ab, ba)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("linkemu: in %s: %w", ns.Name, err)
+	}
+	return e, nil
+}
+
+// start is Start in the calling thread's network namespace.
+func start(ifA, ifB string, ab, ba link.Config) (*Emulator, error) {
+	e := &Emulator{closed: make(chan struct{})}
+	for i, name := range []string{ifA, ifB} {
+		s, err := openSide(name)
+		if err != nil {
+			e.release()
+			return nil, err
+		}
+		e.sides[i] = s
+	}
+	for d, cfg := range []link.Config{ab, ba} {
+		in, out := e.sides[d], e.sides[1-d]
+		f, err := newForwarder(Dir(d).String(), in.sock, out.sock, cfg, Slots)
+		if err != nil {
+			e.release()
+			return nil, err
+		}
+		e.fwd[d] = f
+	}
+	addProcs(threadsPerEmulator)
+	e.procs = true
+	for _, f := range e.fwd {
+		f.start()
+	}
+	return e, nil
+}
+
+// openSide binds an AF_XDP socket to queue 0 of the interface and steers
+// every frame there.
+func openSide(name string) (*side, error) {
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("linkemu: %w", err)
+	}
+	s := &side{ifname: name}
+	s.sock, err = xsk.Open(xsk.Config{Ifindex: iface.Index, NumFrames: 2 * txRingSize, RingSize: txRingSize})
+	if err != nil {
+		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
+	}
+	if s.prog, err = ebpf.Load(ebpf.Options{AllFrames: true}); err == nil {
+		if err = s.prog.SetSocket(0, s.sock.FD()); err == nil {
+			err = s.prog.Attach(iface.Index)
+		}
+	}
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// close detaches the program first, so that no frame is steered to a
+// socket being closed, then closes the socket.
+func (s *side) close() error {
+	var errs []error
+	if s.prog != nil {
+		errs = append(errs, s.prog.Close())
+	}
+	return errors.Join(append(errs, s.sock.Close())...)
+}
+
+// SetConfig reconfigures one direction while it runs (link.Direction's
+// SetConfig): frames received from now on meet the new configuration;
+// frames already waiting keep their times. The error wraps
+// link.ErrInvalid, or is ErrClosed.
+func (e *Emulator) SetConfig(d Dir, cfg link.Config) error {
+	if d != AToB && d != BToA {
+		return fmt.Errorf("linkemu: direction %d: %w", d, link.ErrInvalid)
+	}
+	select {
+	case <-e.closed:
+		return ErrClosed
+	default:
+	}
+	f := e.fwd[d]
+	if err := f.model.SetConfig(cfg); err != nil {
+		return fmt.Errorf("linkemu: %s: %w", f.name, err)
+	}
+	return nil
+}
+
+// Config returns one direction's configuration.
+func (e *Emulator) Config(d Dir) link.Config { return e.fwd[d].model.Config() }
+
+// Counters returns a snapshot of one direction's counters. It costs a
+// system call for the kernel's socket statistics (left zero once closed).
+func (e *Emulator) Counters(d Dir) Counters {
+	f := e.fwd[d]
+	c := Counters{
+		FramesIn: f.c.framesIn.Load(), BytesIn: f.c.bytesIn.Load(),
+		Forwarded: f.c.forwarded.Load(), BytesForwarded: f.c.bytesForwarded.Load(),
+		DroppedLoss: f.c.droppedLoss.Load(), DroppedQueue: f.c.droppedQueue.Load(), DroppedMTU: f.c.droppedMTU.Load(),
+		DroppedNoBuffer: f.c.droppedNoBuffer.Load(), DroppedOversize: f.c.droppedOversize.Load(),
+		DroppedTX: f.c.droppedTX.Load(), Duplicated: f.c.duplicated.Load(), Corrupted: f.c.corrupted.Load(),
+		CEMarked: f.c.ceMarked.Load(), TXRingFull: f.c.txRingFull.Load(), TXErrors: f.c.txErrors.Load(),
+	}
+	if st, err := f.in.Stats(); err == nil {
+		c.KernelRXDropped, c.KernelRXRingFull, c.KernelFillRingEmpty = st.Rx_dropped, st.Rx_ring_full, st.Rx_fill_ring_empty_descs
+	}
+	return c
+}
+
+// RealTime reports why any of the emulator's threads runs without
+// real-time priority (nil: all four have it). Without it the emulated
+// delay suffers whatever else keeps the machine's cores busy.
+func (e *Emulator) RealTime() error {
+	var errs []error
+	for _, f := range e.fwd {
+		errs = append(errs, f.rtErr[:]...)
+	}
+	return errors.Join(errs...)
+}
+
+// Interfaces returns the names of interfaces A and B.
+func (e *Emulator) Interfaces() (a, b string) { return e.sides[0].ifname, e.sides[1].ifname }
+
+// Close stops forwarding, detaches the XDP programs and closes the
+// sockets; frames still waiting are discarded. Later calls return the
+// first call's result.
+func (e *Emulator) Close() error {
+	e.closeOnce.Do(func() {
+		close(e.closed)
+		e.closeErr = e.release()
+	})
+	return e.closeErr
+}
+
+// release stops the forwarders that run and closes the sides that are
+// open.
+func (e *Emulator) release() error {
+	for _, f := range e.fwd {
+		if f != nil {
+			f.stop()
+		}
+	}
+	var errs []error
+	for _, s := range e.sides {
+		if s != nil {
+			errs = append(errs, s.close())
+		}
+	}
+	for _, f := range e.fwd {
+		if f != nil {
+			f.wait()
+		}
+	}
+	if e.procs {
+		addProcs(-threadsPerEmulator)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("linkemu: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,11 @@
+package linkemu_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
+)
+
+// TestMain fails the run if a test leaves a network namespace behind.
+func TestMain(m *testing.M) { os.Exit(testbedtest.RunChecked(m)) }
