@@ -8,52 +8,82 @@ import (
 
 	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
+	"github.com/sdr-rdma/sdr/wire"
 )
 
-// lossRun sends n probes from A to B over a link with loss l at rate
-// frames/s and returns, per probe, how many copies arrived, after checking
-// that the emulator accounts for every one of them and that nothing but
-// the loss process dropped any.
-func lossRun(t *testing.T, l link.Loss, n int, rate float64) (seen []int, emu linkemu.Counters) {
+// run is one traffic run from A to B: n probe frames of size bytes (IPv4
+// TOS tos) at rate frames/s over a link configured ab.
+type run struct {
+	topo *linkemu.Topology
+	rx   *xskReceiver
+	received
+	emu linkemu.Counters // a→b once every frame was accounted for
+}
+
+// carry sends the run's frames and waits until the emulator has accounted
+// for every frame it took in (forwarded, a duplicate forwarded, or
+// dropped by the link model) and the receiver has everything forwarded.
+// It fails t if anything but the link model dropped a frame: the
+// emulator's buffers, the kernel's rings on either side.
+func carry(t *testing.T, ab link.Config, n, size int, tos uint8, rate float64) *run {
 	t.Helper()
-	topo := newTopology(t, linkemu.TopologyConfig{AB: link.Config{Delay: time.Millisecond, Loss: l, Seed: 7}, StaticNeighbors: true})
-	ab := func() linkemu.Counters { return topo.Emulator.Counters(linkemu.AToB) }
-	rx := newXSKReceiver(t, topo.B, n, func() uint64 { return ab().Forwarded })
-	tx := newSender(t, topo.A, topo.B, 256)
-	tx.send(t, 0, n, rate)
-	// Every frame the emulator took in has left it or been dropped.
+	r := &run{topo: newTopology(t, linkemu.TopologyConfig{AB: ab, StaticNeighbors: true})}
+	counters := func() linkemu.Counters { return r.topo.Emulator.Counters(linkemu.AToB) }
+	r.rx = newXSKReceiver(t, r.topo.B, n, func() uint64 { return counters().Forwarded })
+	newSender(t, r.topo.A, r.topo.B, size, tos).send(t, 0, n, rate)
 	deadline := time.Now().Add(5 * time.Second)
-	for c := ab(); c.FramesIn < uint64(n) || c.Forwarded+c.DroppedLoss != c.FramesIn; c = ab() {
+	for c := counters(); c.FramesIn < uint64(n) || c.Forwarded+c.DroppedLoss+c.DroppedQueue+c.DroppedMTU != c.FramesIn+c.Duplicated; c = counters() {
 		if time.Now().After(deadline) {
 			t.Fatalf("emulator did not account for %d frames: %+v", n, c)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	rx.settle(t)
-	emu = ab()
-	t.Logf("a→b: %+v", emu)
-	if emu.KernelRXDropped+emu.KernelRXRingFull+emu.DroppedNoBuffer+emu.DroppedQueue+emu.DroppedTX != 0 {
-		t.Errorf("frames dropped other than by the loss process: %+v", emu)
+	r.rx.settle(t)
+	r.received = r.rx.record()
+	r.emu = counters()
+	t.Logf("a→b: %+v", r.emu)
+	if c := r.emu; c.KernelRXDropped+c.KernelRXRingFull+c.DroppedNoBuffer+c.DroppedOversize+c.DroppedTX+c.TXErrors != 0 {
+		t.Errorf("frames dropped other than by the link model: %+v", c)
 	}
-	st, _ := rx.port.Socket().Stats()
-	if st.Rx_dropped+st.Rx_ring_full != 0 {
-		t.Errorf("the receiver's socket dropped frames: %+v", st)
+	if st, err := r.rx.port.Socket().Stats(); err != nil || st.Rx_dropped+st.Rx_ring_full != 0 {
+		t.Errorf("the receiver's socket dropped frames: %+v (%v)", st, err)
 	}
-	return rx.seen, emu
+	return r
+}
+
+// copies returns how many probes arrived 0, 1 and 2 times.
+func (r *run) copies(t *testing.T) [3]int {
+	t.Helper()
+	var k [3]int
+	for i, c := range r.seen {
+		if c > 2 {
+			t.Fatalf("probe %d arrived %d times", i, c)
+		}
+		k[c]++
+	}
+	return k
+}
+
+// within3σ fails t unless count is within 3σ of the binomial mean n·p.
+func within3σ(t *testing.T, what string, count, n int, p float64) {
+	t.Helper()
+	mean, sigma := float64(n)*p, math.Sqrt(float64(n)*p*(1-p))
+	t.Logf("%s: %d of %d (expected %.0f ± %.1f)", what, count, n, mean, sigma)
+	if math.Abs(float64(count)-mean) > 3*sigma {
+		t.Errorf("%s: %d of %d, want %.0f ± 3σ (%.1f)", what, count, n, mean, 3*sigma)
+	}
 }
 
 // TestNoLoss sends 30000 frames at 60000 frames/s over a link without
 // loss and finds every one at the receiver, once.
 func TestNoLoss(t *testing.T) {
 	const n = 30000
-	seen, emu := lossRun(t, link.Loss{}, n, 60000)
-	for i, c := range seen {
-		if c != 1 {
-			t.Fatalf("probe %d arrived %d times", i, c)
-		}
+	r := carry(t, link.Config{Delay: time.Millisecond}, n, 256, 0, 60000)
+	if k := r.copies(t); k[1] != n {
+		t.Errorf("%d probes lost, %d duplicated", k[0], k[2])
 	}
-	if emu.DroppedLoss != 0 {
-		t.Errorf("%d frames lost", emu.DroppedLoss)
+	if r.emu.DroppedLoss != 0 {
+		t.Errorf("%d frames lost", r.emu.DroppedLoss)
 	}
 }
 
@@ -61,22 +91,13 @@ func TestNoLoss(t *testing.T) {
 // 3σ of the setting, and exactly what the emulator counted.
 func TestBernoulliLoss(t *testing.T) {
 	const n, p = 20000, 0.05
-	seen, emu := lossRun(t, link.Bernoulli(p), n, 60000)
-	lost := 0
-	for _, c := range seen {
-		if c == 0 {
-			lost++
-		}
-	}
-	mean, sigma := n*p, math.Sqrt(n*p*(1-p))
-	t.Logf("lost %d of %d (expected %.0f ± %.1f)", lost, n, mean, sigma)
-	if math.Abs(float64(lost)-mean) > 3*sigma {
-		t.Errorf("lost %d, want %.0f ± 3σ (%.1f)", lost, mean, 3*sigma)
-	}
-	// Other frames (IPv6 neighbour discovery) cross the same direction,
-	// and the loss process may take one of them.
-	if d := int(emu.DroppedLoss) - lost; d < 0 || d > 5 {
-		t.Errorf("the receiver missed %d probes, the emulator dropped %d frames", lost, emu.DroppedLoss)
+	r := carry(t, link.Config{Delay: time.Millisecond, Loss: link.Bernoulli(p), Seed: 7}, n, 256, 0, 60000)
+	lost := r.copies(t)[0]
+	within3σ(t, "lost", lost, n, p)
+	// Other frames (the hosts' IPv6 neighbour discovery) cross the same
+	// direction, and the loss process may take one of them.
+	if d := int(r.emu.DroppedLoss) - lost; d < 0 || d > 5 {
+		t.Errorf("the receiver missed %d probes, the emulator dropped %d frames", lost, r.emu.DroppedLoss)
 	}
 }
 
@@ -85,10 +106,10 @@ func TestBernoulliLoss(t *testing.T) {
 // numbers, and the loss rate, are within 3σ of the setting.
 func TestGilbertElliottBursts(t *testing.T) {
 	const n, rate, burst = 40000, 0.02, 4.0
-	seen, _ := lossRun(t, link.GilbertElliott(rate, burst), n, 60000)
+	r := carry(t, link.Config{Delay: time.Millisecond, Loss: link.GilbertElliott(rate, burst), Seed: 7}, n, 256, 0, 60000)
 	var bursts []int
 	run := 0
-	for _, c := range seen {
+	for _, c := range r.seen {
 		if c == 0 {
 			run++
 			continue
@@ -134,7 +155,7 @@ func TestDelayUnderLoad(t *testing.T) {
 		t.Run(fmt.Sprint(delay), func(t *testing.T) {
 			topo := newTopology(t, linkemu.TopologyConfig{AB: link.Config{Delay: delay}, StaticNeighbors: true})
 			rx := newUDPReceiver(t, topo.B)
-			tx := newSender(t, topo.A, topo.B, 1000)
+			tx := newSender(t, topo.A, topo.B, 1000, 0)
 			const n = 10000
 			tx.send(t, 0, n, 20000)
 			d := rx.wait(t, n)
@@ -163,24 +184,9 @@ func TestThroughput(t *testing.T) {
 			const size = 1500
 			rate := 1.1 * bw / 8 / size // frames/s offered
 			n := int(rate * 0.6)        // 0.6 s of traffic
-			cfg := link.Config{Bandwidth: bw, Delay: 5 * time.Millisecond, QueueBytes: 1000 * size}
-			topo := newTopology(t, linkemu.TopologyConfig{AB: cfg, StaticNeighbors: true})
-			ab := func() linkemu.Counters { return topo.Emulator.Counters(linkemu.AToB) }
-			rx := newXSKReceiver(t, topo.B, n, func() uint64 { return ab().Forwarded })
-			tx := newSender(t, topo.A, topo.B, size)
-			tx.send(t, 0, n, rate)
-			deadline := time.Now().Add(5 * time.Second)
-			for c := ab(); c.FramesIn < uint64(n) || c.Forwarded+c.DroppedQueue != c.FramesIn; c = ab() {
-				if time.Now().After(deadline) {
-					t.Fatalf("emulator did not account for %d frames: %+v", n, c)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			rx.settle(t)
-			c := ab()
-			rx.mu.Lock()
-			frames, bytes, span := rx.frames, rx.bytes, rx.last.Sub(rx.first)
-			rx.mu.Unlock()
+			r := carry(t, link.Config{Bandwidth: bw, Delay: 5 * time.Millisecond, QueueBytes: 1000 * size}, n, size, 0, rate)
+			c := r.emu
+			frames, bytes, span := r.frames, r.bytes, r.last.Sub(r.first)
 			got := float64(bytes-size) * 8 / span.Seconds()
 			t.Logf("offered %.0f frames/s, received %d frames in %v: %.1f Mbit/s of frames (setting %.0f); %+v",
 				rate, frames, span, got/1e6, bw/1e6, c)
@@ -200,4 +206,33 @@ func errOrYes(err error) any {
 		return "yes"
 	}
 	return err
+}
+
+// TestDuplicate duplicates 10 % of 20000 frames: within 3σ, and exactly
+// the copies the emulator counted.
+func TestDuplicate(t *testing.T) {
+	const n, p = 20000, 0.1
+	r := carry(t, link.Config{Delay: time.Millisecond, Duplicate: p, Seed: 9}, n, 256, 0, 60000)
+	k := r.copies(t)
+	within3σ(t, "duplicated", k[2], n, p)
+	if k[0] != 0 || uint64(k[2]) > r.emu.Duplicated || r.emu.Duplicated > uint64(k[2])+5 {
+		t.Errorf("%d probes lost, %d arrived twice; the emulator made %d copies", k[0], k[2], r.emu.Duplicated)
+	}
+}
+
+// TestECNMarking offers ECN-capable frames (ECT(0)) at 1.5 times a
+// 100 Mbit/s link's rate: once the queue passes the threshold the
+// emulator marks frames CE, and the receiver finds exactly the marks the
+// emulator counted.
+func TestECNMarking(t *testing.T) {
+	const size, bw = 1000, 100e6
+	rate := 1.5 * bw / 8 / size
+	n := int(rate * 0.3)
+	cfg := link.Config{Bandwidth: bw, Delay: time.Millisecond, QueueBytes: 200 * size,
+		ECNMinBytes: 20 * size, ECNMaxBytes: 100 * size, ECNMaxP: 0.5, Seed: 11}
+	r := carry(t, cfg, n, size, wire.ECNECT0, rate)
+	t.Logf("%d of %d frames marked CE, %d tail-dropped", r.ce, r.frames, r.emu.DroppedQueue)
+	if r.emu.CEMarked == 0 || uint64(r.ce) != r.emu.CEMarked {
+		t.Errorf("the emulator marked %d frames, the receiver found %d", r.emu.CEMarked, r.ce)
+	}
 }

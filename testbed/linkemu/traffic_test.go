@@ -38,8 +38,8 @@ type sender struct {
 
 // newSender opens the socket in from's namespace and builds frames of
 // size bytes (at least 64; past the RoCEv2 packet, whose payload is a
-// multiple of 4, an Ethernet trailer) to to.
-func newSender(t testing.TB, from, to *testbed.Host, size int) *sender {
+// multiple of 4, an Ethernet trailer) to to, with IPv4 TOS byte tos.
+func newSender(t testing.TB, from, to *testbed.Host, size int, tos uint8) *sender {
 	t.Helper()
 	if size < 64 {
 		t.Fatalf("probe size %d: at least 64", size)
@@ -52,7 +52,7 @@ func newSender(t testing.TB, from, to *testbed.Host, size int) *sender {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.sock.Close() })
-	f := wire.Fields{SrcMAC: from.MAC, DstMAC: to.MAC, SrcIP: from.Addr, DstIP: to.Addr, TTL: 64, DontFragment: true, SrcPort: 0xC000}
+	f := wire.Fields{SrcMAC: from.MAC, DstMAC: to.MAC, SrcIP: from.Addr, DstIP: to.Addr, TTL: 64, DontFragment: true, SrcPort: 0xC000, TrafficClass: tos}
 	f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
 	f.Payload = make([]byte, (size-probeHeaders-4)&^3)
 	s.template = make([]byte, size)
@@ -136,16 +136,31 @@ type xskReceiver struct {
 	fwd  func() uint64
 	base uint64
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	received
+}
+
+// received is what an xskReceiver recorded.
+type received struct {
 	seen        []int // per sequence number: copies received
+	ce          int   // frames marked Congestion Experienced
 	frames      int
 	bytes       int
 	first, last time.Time
 }
 
+// record returns a copy of what the receiver recorded so far.
+func (r *xskReceiver) record() received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.received
+	c.seen = append([]int(nil), r.seen...)
+	return c
+}
+
 func newXSKReceiver(t testing.TB, at *testbed.Host, n int, fwd func() uint64) *xskReceiver {
 	t.Helper()
-	r := &xskReceiver{seen: make([]int, n), done: make(chan struct{}), fwd: fwd}
+	r := &xskReceiver{received: received{seen: make([]int, n)}, done: make(chan struct{}), fwd: fwd}
 	if err := at.NS.Do(func() (err error) {
 		r.port, err = xsk.NewPort(xsk.PortConfig{Interface: at.IfName, Mode: xsk.Copy, AllRoCE: true})
 		return err
@@ -182,6 +197,9 @@ func (r *xskReceiver) run() {
 		for i := range n {
 			r.frames++
 			r.bytes += sizes[i]
+			if bufs[i][15]&wire.ECNCE == wire.ECNCE { // the IPv4 TOS byte's ECN bits
+				r.ce++
+			}
 			if sizes[i] < probeMin {
 				continue
 			}
@@ -191,13 +209,6 @@ func (r *xskReceiver) run() {
 		}
 		r.mu.Unlock()
 	}
-}
-
-// counts returns the frames and bytes received so far.
-func (r *xskReceiver) counts() (frames, bytes int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.frames, r.bytes
 }
 
 // settle waits until every frame the emulator forwarded toward the
@@ -217,7 +228,7 @@ func (r *xskReceiver) settle(t testing.TB) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		frames, _ := r.counts()
+		frames := r.record().frames
 		lost := st.Rx_dropped + st.Rx_ring_full
 		fwd := r.fwd() - r.base
 		if c.Seen >= fwd && uint64(frames)+lost == c.Redirected {
