@@ -17,6 +17,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -127,6 +128,12 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	if p.Size <= 0 || p.Iterations <= 0 || p.Warmup < 0 || p.Loss < 0 || p.Loss >= 1 || fs.NArg() > 1 {
 		fs.Usage()
 		return exitUsage
+	}
+	if f.dev == "xsk" && !f.loopback { // before listening or dialling, not after a peer came
+		if err := caps.Check(caps.XSK, "-dev xsk"); err != nil {
+			fmt.Fprintf(stderr, "sdr write-bw: %v\n", err)
+			return exitFault
+		}
 	}
 	var res *writeBWResult
 	var err error
