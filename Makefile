@@ -18,7 +18,7 @@ BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 # Debian packages the suite needs: tshark cross-checks the encoder; clang
 # and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
 # namespace tests; libibverbs-dev gives hwnic/dpa the mlx5 layouts (mlx5dv.h).
-APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev
+APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev util-linux
 
 # The main job: what the project can show so far, with no setup and no
 # root. Real SDR traffic from Soft-RoCE decoded; then the point of the
