@@ -2,16 +2,25 @@ package emunic_test
 
 import (
 	"bytes"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/wire"
 )
+
+// newLink returns a link direction for c.
+func newLink(tb testing.TB, c link.Config) *link.Direction {
+	tb.Helper()
+	d, err := link.New(c)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
 
 // message i of a loss test: its size and contents follow from i.
 func lossMessage(i int) []byte {
@@ -24,12 +33,12 @@ func lossMessage(i int) []byte {
 // expects every message exactly once, in order, intact.
 func TestRCRecoversFromLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var toB linkCounter
-		link := func(seed uint64) emunic.LinkHook {
-			return emunic.NewRandomLink(emunic.LinkConfig{Delay: 200 * time.Microsecond, Jitter: 20 * time.Microsecond,
-				Loss: 0.05, Duplicate: 0.03, Reorder: 0.05, Seed: seed})
+		lossy := func(seed uint64) *link.Direction {
+			return newLink(t, link.Config{Bandwidth: 10e9, Delay: 200 * time.Microsecond, Jitter: 2 * time.Microsecond,
+				Reorder: true, Loss: link.Bernoulli(0.05), Duplicate: 0.03, Seed: seed})
 		}
-		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: toB.wrap(link(1)), BToA: link(2)})
+		toB := lossy(1)
+		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: toB, BToA: lossy(2)})
 		qa, qb := a.QP(t, emunic.RC), b.QP(t, emunic.RC)
 		emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{Timeout: 5 * time.Millisecond, RetryCount: 7, RNRRetry: 7})
 		const messages = 150
@@ -71,51 +80,25 @@ func TestRCRecoversFromLoss(t *testing.T) {
 		}
 		// Every frame is accounted for: what A sent entered the link, and
 		// every copy the link delivered was counted by B.
-		if sa.Get(emunic.TxPackets) != toB.in.Load() || sb.Get(emunic.RxPackets) != toB.out.Load() {
+		if c := toB.Counters(); sa.Get(emunic.TxPackets) != uint64(c.Sent) || sb.Get(emunic.RxPackets) != uint64(c.Delivered()) {
 			t.Errorf("A sent %d, link took %d and delivered %d, B received %d",
-				sa.Get(emunic.TxPackets), toB.in.Load(), toB.out.Load(), sb.Get(emunic.RxPackets))
+				sa.Get(emunic.TxPackets), c.Sent, c.Delivered(), sb.Get(emunic.RxPackets))
 		}
 		t.Logf("A: %d packets sent, %d retransmitted, %d timeouts; B: %d duplicates, %d out of sequence",
 			sa.Get(emunic.TxPackets), sa.Get(emunic.TxRetransmits), sa.Get(emunic.Timeouts), sb.Get(emunic.RxDuplicate), sb.Get(emunic.RxPSNError))
 	})
 }
 
-// linkCounter counts the frames entering a link and the copies it
-// delivers.
-type linkCounter struct{ in, out atomic.Uint64 }
-
-func (c *linkCounter) wrap(h emunic.LinkHook) emunic.LinkHook {
-	return func(frame []byte, deliver func(time.Duration)) {
-		c.in.Add(1)
-		h(frame, func(d time.Duration) {
-			c.out.Add(1)
-			deliver(d)
-		})
-	}
-}
-
-// dropRule drops the data frames (toward B) whose PSN offset from the
-// first one satisfies drop, and counts everything it sees.
+// dropRule is a link.Rule that drops the data frames (toward B) whose PSN
+// offset from the first one satisfies drop.
 type dropRule struct {
-	first   wire.PSN
-	drop    func(offset int) bool
-	dropped atomic.Uint64
-	seen    atomic.Uint64
-	mu      sync.Mutex
-	pkt     wire.Packet
+	first wire.PSN
+	drop  func(offset int) bool
+	pkt   wire.Packet // the rule runs under its direction's lock
 }
 
-func (r *dropRule) hook(frame []byte, deliver func(time.Duration)) {
-	r.seen.Add(1)
-	r.mu.Lock()
-	err := r.pkt.Decode(frame)
-	off := r.first.Distance(r.pkt.BTH.PSN())
-	r.mu.Unlock()
-	if err == nil && r.drop(off) {
-		r.dropped.Add(1)
-		return
-	}
-	deliver(0)
+func (r *dropRule) rule(frame []byte) bool {
+	return r.pkt.Decode(frame) == nil && r.drop(r.first.Distance(r.pkt.BTH.PSN()))
 }
 
 // TestUCLosesOnlyAffectedMessages drops chosen packets of a stream of UC
@@ -126,7 +109,9 @@ func TestUCLosesOnlyAffectedMessages(t *testing.T) {
 	for _, op := range []emunic.Op{emunic.OpSendImm, emunic.OpWriteImm} {
 		t.Run(map[emunic.Op]string{emunic.OpSendImm: "send", emunic.OpWriteImm: "write"}[op], func(t *testing.T) {
 			rule := &dropRule{first: 0xFFFFF0, drop: func(off int) bool { return off%11 == 4 || off%23 == 0 }}
-			a, b := newPipeHosts(t, emunic.PipeConfig{AToB: rule.hook})
+			toB := newLink(t, link.Config{})
+			toB.SetRule(rule.rule)
+			a, b := newPipeHosts(t, emunic.PipeConfig{AToB: toB})
 			qa, qb := a.QP(t, emunic.UC), b.QP(t, emunic.UC)
 			emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
 			const messages = 120
@@ -186,17 +171,17 @@ func TestUCLosesOnlyAffectedMessages(t *testing.T) {
 			if c := emunictest.WaitCQE(t, b.RecvCQ); c.Imm != 999 {
 				t.Fatalf("a lost message completed: %+v", c)
 			}
-			sa, sb := a.Dev.Stats(), b.Dev.Stats()
-			if sa.Get(emunic.TxPackets) != rule.seen.Load() {
-				t.Errorf("A sent %d frames, the link saw %d", sa.Get(emunic.TxPackets), rule.seen.Load())
+			sa, sb, c := a.Dev.Stats(), b.Dev.Stats(), toB.Counters()
+			if sa.Get(emunic.TxPackets) != uint64(c.Sent) {
+				t.Errorf("A sent %d frames, the link saw %d", sa.Get(emunic.TxPackets), c.Sent)
 			}
-			if got := sb.Get(emunic.RxPackets) + rule.dropped.Load(); got != rule.seen.Load() {
-				t.Errorf("B received %d + link dropped %d != %d sent", sb.Get(emunic.RxPackets), rule.dropped.Load(), rule.seen.Load())
+			if got := sb.Get(emunic.RxPackets) + uint64(c.RuleDrops); got != uint64(c.Sent) {
+				t.Errorf("B received %d + link dropped %d != %d sent", sb.Get(emunic.RxPackets), c.RuleDrops, c.Sent)
 			}
 			if sb.Get(emunic.RxPSNError) == 0 || len(delivered) == messages || len(delivered) < messages/3 {
 				t.Errorf("PSN errors %d, %d of %d delivered", sb.Get(emunic.RxPSNError), len(delivered), messages)
 			}
-			t.Logf("%d of %d messages delivered, %d frames dropped", len(delivered), messages, rule.dropped.Load())
+			t.Logf("%d of %d messages delivered, %d frames dropped", len(delivered), messages, c.RuleDrops)
 		})
 	}
 }
@@ -205,7 +190,7 @@ func TestUCLosesOnlyAffectedMessages(t *testing.T) {
 // run out: an error completion and the QP in ERR.
 func TestRCRetryExhaustion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cut := func([]byte, func(time.Duration)) {}
+		cut := newLink(t, link.Config{Loss: link.Bernoulli(1)})
 		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: cut})
 		qa, qb := a.QP(t, emunic.RC), b.QP(t, emunic.RC)
 		emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{Timeout: time.Millisecond, RetryCount: 3})
@@ -273,9 +258,9 @@ func TestRCRNR(t *testing.T) {
 // message that is intact in its buffer, and every frame is accounted for.
 func TestUCUnderReorderAndDuplication(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var toB linkCounter
-		link := emunic.NewRandomLink(emunic.LinkConfig{Delay: 100 * time.Microsecond, Loss: 0.02, Duplicate: 0.05, Reorder: 0.05, Seed: 7})
-		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: toB.wrap(link)})
+		toB := newLink(t, link.Config{Bandwidth: 10e9, Delay: 100 * time.Microsecond, Jitter: time.Microsecond,
+			Reorder: true, Loss: link.Bernoulli(0.02), Duplicate: 0.05, Seed: 7})
+		a, b := newPipeHosts(t, emunic.PipeConfig{AToB: toB})
 		qa, qb := a.QP(t, emunic.UC), b.QP(t, emunic.UC)
 		emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
 		const messages = 200
@@ -308,10 +293,10 @@ func TestUCUnderReorderAndDuplication(t *testing.T) {
 				t.Fatalf("message %d corrupted", i)
 			}
 		}
-		sa, sb := a.Dev.Stats(), b.Dev.Stats()
-		if sa.Get(emunic.TxPackets) != toB.in.Load() || sb.Get(emunic.RxPackets) != toB.out.Load() {
+		sa, sb, c := a.Dev.Stats(), b.Dev.Stats(), toB.Counters()
+		if sa.Get(emunic.TxPackets) != uint64(c.Sent) || sb.Get(emunic.RxPackets) != uint64(c.Delivered()) {
 			t.Errorf("A sent %d, link took %d and delivered %d, B received %d",
-				sa.Get(emunic.TxPackets), toB.in.Load(), toB.out.Load(), sb.Get(emunic.RxPackets))
+				sa.Get(emunic.TxPackets), c.Sent, c.Delivered(), sb.Get(emunic.RxPackets))
 		}
 		if len(distinct) == 0 || len(distinct) == messages {
 			t.Errorf("%d of %d messages completed", len(distinct), messages)

@@ -1,23 +1,37 @@
 package emunic
 
 import (
-	"container/heap"
 	"sync"
 	"time"
+
+	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/wire"
 )
 
 // PipeConfig configures NewPipe.
 type PipeConfig struct {
-	// AToB and BToA, when set, decide the fate of frames in each direction.
-	AToB, BToA LinkHook
+	// AToB and BToA model the link in each direction: every frame goes
+	// through the direction's SendFrame (so a link.Rule set on it sees the
+	// frame first) and arrives, corrupted, marked CE or twice as its Fate
+	// says, at its arrival time. They are directions rather than
+	// configurations so that the caller keeps them: to read their
+	// counters, reconfigure them (SetConfig) or script faults (SetRule)
+	// while frames flow. nil is a perfect link: every frame arrives at
+	// once, in order.
+	AToB, BToA *link.Direction
 }
 
 // PipePort is one end of an in-process link between two devices. Frames
-// are copied on Send and queued at the other end without limit (a pipe
-// never drops on its own; loss comes from a LinkHook).
+// are copied on Send and queued at the other end without limit: a pipe
+// drops, delays, duplicates, corrupts or marks only as its link.Direction
+// decides.
 type PipePort struct {
 	peer *PipePort
-	hook LinkHook
+	link *link.Direction // the direction of the frames this end sends
+	// sendMu makes a frame's fate and its place in the peer's delay line
+	// one step, so that frames due together leave in send order even
+	// when several goroutines send.
+	sendMu sync.Mutex
 
 	mu     sync.Mutex
 	queue  []*[]byte // frames queue[head:] wait for Recv
@@ -26,46 +40,21 @@ type PipePort struct {
 	closed bool
 	free   sync.Pool
 
-	// Delayed frames wait in a heap by due time (ties in send order) for
-	// one goroutine that moves them to queue: one timer per port rather
-	// than one per frame, whose callbacks would run in goroutines of
-	// their own and reorder frames that a link keeps in order. The
-	// goroutine runs while frames wait, started by the sender (so it lives
-	// in a testing/synctest bubble with it).
-	late        lateFrames
-	lateSeq     uint64
+	// Frames not yet due wait in a delay line for one goroutine that
+	// moves them to queue when due: one timer per port rather than one
+	// per frame, whose callbacks would run in goroutines of their own and
+	// reorder frames that a link keeps in order. The goroutine runs while
+	// frames wait, started by the sender (so it lives in a
+	// testing/synctest bubble with it).
+	late        link.Line[*[]byte]
 	lateRunning bool
 	lateWake    chan struct{} // an earlier frame arrived
 }
 
-// lateFrame is a delayed frame and when it is due.
-type lateFrame struct {
-	due   time.Time
-	seq   uint64
-	frame *[]byte
-}
-
-// lateFrames is a min-heap of delayed frames by (due, seq).
-type lateFrames []lateFrame
-
-func (h lateFrames) Len() int { return len(h) }
-func (h lateFrames) Less(i, j int) bool {
-	return h[i].due.Before(h[j].due) || h[i].due.Equal(h[j].due) && h[i].seq < h[j].seq
-}
-func (h lateFrames) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *lateFrames) Push(x any)   { *h = append(*h, x.(lateFrame)) }
-func (h *lateFrames) Pop() any {
-	old := *h
-	f := old[len(old)-1]
-	old[len(old)-1] = lateFrame{}
-	*h = old[:len(old)-1]
-	return f
-}
-
 // NewPipe returns the two ends of a link.
 func NewPipe(cfg PipeConfig) (a, b *PipePort) {
-	a = &PipePort{hook: cfg.AToB, ready: make(chan struct{}, 1), lateWake: make(chan struct{}, 1)}
-	b = &PipePort{hook: cfg.BToA, ready: make(chan struct{}, 1), lateWake: make(chan struct{}, 1)}
+	a = &PipePort{link: cfg.AToB, ready: make(chan struct{}, 1), lateWake: make(chan struct{}, 1)}
+	b = &PipePort{link: cfg.BToA, ready: make(chan struct{}, 1), lateWake: make(chan struct{}, 1)}
 	a.peer, b.peer = b, a
 	return a, b
 }
@@ -81,7 +70,7 @@ func (p *PipePort) copyFrame(f []byte) *[]byte {
 	return b
 }
 
-// Send copies each frame into the peer's queue, through the link hook.
+// Send copies each frame to the peer, through the link.
 func (p *PipePort) Send(frames [][]byte) (int, error) {
 	p.mu.Lock()
 	closed := p.closed
@@ -90,92 +79,109 @@ func (p *PipePort) Send(frames [][]byte) (int, error) {
 		return 0, ErrClosed
 	}
 	peer := p.peer
+	if p.link == nil {
+		for _, f := range frames {
+			peer.deliver(peer.copyFrame(f), time.Time{}, time.Time{})
+		}
+		return len(frames), nil
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	now := time.Now()
 	for _, f := range frames {
-		if p.hook == nil {
-			peer.enqueue(peer.copyFrame(f))
+		fate := p.link.SendFrame(now, f)
+		if fate.Drop != link.NotDropped {
 			continue
 		}
-		p.hook(f, func(delay time.Duration) {
-			c := peer.copyFrame(f)
-			if delay <= 0 {
-				peer.enqueue(c)
-				return
-			}
-			peer.enqueueLate(c, time.Now().Add(delay))
-		})
+		c := peer.copyFrame(f)
+		if fate.CE {
+			wire.MarkCE(*c) // a frame that is not ECN-capable stays as it is
+		}
+		var dup *[]byte
+		if fate.Duplicate {
+			dup = peer.copyFrame(*c) // corruption hits the first copy only
+		}
+		if fate.CorruptBit >= 0 {
+			link.FlipBit(*c, fate.CorruptBit)
+		}
+		peer.deliver(c, fate.Arrive, now)
+		if dup != nil {
+			peer.deliver(dup, fate.DupArrive, now)
+		}
 	}
 	return len(frames), nil
 }
 
-func (p *PipePort) enqueue(frame *[]byte) {
+// deliver queues frame for Recv at due: at once when it is due by now and
+// no earlier frame still waits in the delay line, else through the line.
+func (p *PipePort) deliver(frame *[]byte, due, now time.Time) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return
 	}
-	p.queue = append(p.queue, frame)
-	p.mu.Unlock()
-	select {
-	case p.ready <- struct{}{}:
-	default:
-	}
-}
-
-// enqueueLate queues frame for delivery at due.
-func (p *PipePort) enqueueLate(frame *[]byte, due time.Time) {
-	p.mu.Lock()
-	if p.closed {
+	if !due.After(now) && p.late.Len() == 0 {
+		p.queue = append(p.queue, frame)
 		p.mu.Unlock()
+		p.signal(p.ready)
 		return
 	}
-	heap.Push(&p.late, lateFrame{due: due, seq: p.lateSeq, frame: frame})
-	p.lateSeq++
-	start, earliest := !p.lateRunning, p.late[0].frame == frame
+	next, waiting := p.late.Next()
+	p.late.Push(due, frame)
+	start, earliest := !p.lateRunning, !waiting || due.Before(next)
 	p.lateRunning = true
 	p.mu.Unlock()
 	switch {
 	case start:
 		go p.deliverLate()
 	case earliest:
-		select {
-		case p.lateWake <- struct{}{}:
-		default:
-		}
+		p.signal(p.lateWake)
 	}
 }
 
-// deliverLate moves delayed frames to the queue when they are due, until
-// none waits.
+// signal leaves a token in c unless one is there.
+func (p *PipePort) signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLate moves frames from the delay line to the queue when they are
+// due, until none waits.
 func (p *PipePort) deliverLate() {
+	var timer *time.Timer
 	for {
 		p.mu.Lock()
-		if len(p.late) == 0 || p.closed {
-			p.late, p.lateRunning = nil, false
+		if p.late.Len() == 0 || p.closed {
+			p.late.Clear()
+			p.lateRunning = false
 			p.mu.Unlock()
 			return
 		}
-		wait := time.Until(p.late[0].due)
+		now := time.Now()
 		moved := false
-		for len(p.late) > 0 && wait <= 0 {
-			p.queue = append(p.queue, heap.Pop(&p.late).(lateFrame).frame)
+		for f, ok := p.late.Pop(now); ok; f, ok = p.late.Pop(now) {
+			p.queue = append(p.queue, f)
 			moved = true
-			if len(p.late) > 0 {
-				wait = time.Until(p.late[0].due)
-			}
 		}
+		next, waiting := p.late.Next()
 		p.mu.Unlock()
 		if moved {
-			select {
-			case p.ready <- struct{}{}:
-			default:
-			}
+			p.signal(p.ready)
+		}
+		if !waiting {
 			continue
 		}
-		t := time.NewTimer(wait)
+		if timer == nil {
+			timer = time.NewTimer(next.Sub(now))
+		} else {
+			timer.Reset(next.Sub(now))
+		}
 		select {
-		case <-t.C:
+		case <-timer.C:
 		case <-p.lateWake:
-			t.Stop()
+			timer.Stop()
 		}
 	}
 }
@@ -202,10 +208,7 @@ func (p *PipePort) Recv(bufs [][]byte, sizes []int) (int, error) {
 		more := p.head < len(p.queue)
 		p.mu.Unlock()
 		if more {
-			select {
-			case p.ready <- struct{}{}:
-			default:
-			}
+			p.signal(p.ready)
 		}
 		if n > 0 {
 			return n, nil
@@ -220,9 +223,7 @@ func (p *PipePort) Close() error {
 	p.closed = true
 	p.queue, p.head = nil, 0
 	p.mu.Unlock()
-	select {
-	case p.ready <- struct{}{}:
-	default:
-	}
+	p.signal(p.ready)
+	p.signal(p.lateWake)
 	return nil
 }

@@ -1,11 +1,6 @@
 package emunic
 
-import (
-	"math/rand/v2"
-	"net/netip"
-	"sync"
-	"time"
-)
+import "net/netip"
 
 // Port moves Ethernet frames between a Device and the wire. Every port
 // carries the same encoded RoCEv2 frames. Implementations are safe for
@@ -43,55 +38,3 @@ type l3Port interface{ kernelReceived() }
 // MTU packet with every header (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
 // ImmDt, ICRC) fits.
 const MaxFrameLen = 4096 + 256
-
-// LinkHook decides the fate of each frame crossing a pipe in one direction:
-// it calls deliver once per copy that should arrive, with the delay after
-// which it arrives. Not calling deliver drops the frame; calling it twice
-// duplicates it; delays that differ between frames reorder them. It runs on
-// the sending goroutine, serialized per direction, and must not keep frame.
-type LinkHook func(frame []byte, deliver func(delay time.Duration))
-
-// LinkConfig describes a random lossy link for NewRandomLink.
-type LinkConfig struct {
-	Delay     time.Duration // one-way delay of every frame
-	Jitter    time.Duration // extra uniform random delay in [0, Jitter)
-	Loss      float64       // probability a frame is dropped
-	Duplicate float64       // probability a frame arrives twice
-	Reorder   float64       // probability a frame is held back by ReorderDelay
-	// ReorderDelay is how long a reordered frame is held back (default
-	// 50 µs plus Delay).
-	ReorderDelay time.Duration
-	Seed         uint64
-}
-
-// NewRandomLink returns a LinkHook with independent (Bernoulli) loss,
-// duplication and reordering, seeded for reproducible runs.
-func NewRandomLink(cfg LinkConfig) LinkHook {
-	var mu sync.Mutex
-	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5DEECE66D))
-	hold := cfg.ReorderDelay
-	if hold == 0 {
-		hold = 50 * time.Microsecond
-	}
-	return func(frame []byte, deliver func(time.Duration)) {
-		mu.Lock()
-		lost := rng.Float64() < cfg.Loss
-		dup := rng.Float64() < cfg.Duplicate
-		late := rng.Float64() < cfg.Reorder
-		delay := cfg.Delay
-		if cfg.Jitter > 0 {
-			delay += time.Duration(rng.Int64N(int64(cfg.Jitter)))
-		}
-		mu.Unlock()
-		if lost {
-			return
-		}
-		if late {
-			delay += hold
-		}
-		deliver(delay)
-		if dup {
-			deliver(delay)
-		}
-	}
-}

@@ -17,6 +17,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // endpoints is one direction of a reliable connection between two
@@ -72,12 +73,19 @@ func connectContexts(t *testing.T, sa, sb *sdr.Context, qa sdr.QPAttr, cfg relia
 // delays every frame by delay one way and loses a fraction loss of them
 // (data and control alike).
 func pipePair(t *testing.T, delay time.Duration, loss float64, seed uint64, cfg reliability.Config) endpoints {
-	link := func(s uint64) emunic.LinkHook {
-		return emunic.NewRandomLink(emunic.LinkConfig{Delay: delay, Loss: loss, Seed: s})
-	}
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: link(seed), BToA: link(seed + 1)})
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: lossyLink(t, delay, loss, seed), BToA: lossyLink(t, delay, loss, seed+1)})
 	return connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
 		testQPAttr, cfg)
+}
+
+// lossyLink returns a link direction that delays every frame by delay and
+// loses a fraction loss of them.
+func lossyLink(t *testing.T, delay time.Duration, loss float64, seed uint64) *link.Direction {
+	d, err := link.New(link.Config{Delay: delay, Loss: link.Bernoulli(loss), Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // testQPAttr gives 16 slots of 16 MiB.
@@ -191,15 +199,15 @@ func TestDriverRejects(t *testing.T) {
 // connection carries the next transfer.
 func TestDriverCancel(t *testing.T) {
 	var swallow atomic.Bool
-	dropData := func(frame []byte, deliver func(time.Duration)) {
+	dropData := func(frame []byte) bool {
 		// Ethernet (14) + IPv4 (20) + UDP (8): the BTH opcode; UD (0x64,
 		// 0x65) is the control channel.
-		if swallow.Load() && len(frame) > 42 && frame[42] != 0x64 && frame[42] != 0x65 {
-			return
-		}
-		deliver(0)
+		return swallow.Load() && len(frame) > 42 && frame[42] != 0x64 && frame[42] != 0x65
 	}
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: dropData, BToA: dropData})
+	ab, ba := lossyLink(t, 0, 0, 1), lossyLink(t, 0, 0, 2)
+	ab.SetRule(dropData)
+	ba.SetRule(dropData)
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
 	e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
 		testQPAttr, reliability.Config{Scheme: reliability.SRRTO, RTT: time.Millisecond})
 	read := func(n int) chan error {
@@ -253,10 +261,8 @@ func TestDriversLargeMessages(t *testing.T) {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			cfg.RTT = 10 * time.Millisecond
 			cfg.Timeout = time.Minute // the race detector slows the emulated NICs a lot
-			link := func(s uint64) emunic.LinkHook {
-				return emunic.NewRandomLink(emunic.LinkConfig{Delay: 5 * time.Millisecond, Loss: 0.05, Seed: s})
-			}
-			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: link(11), BToA: link(12)})
+			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: lossyLink(t, 5*time.Millisecond, 0.05, 11),
+				BToA: lossyLink(t, 5*time.Millisecond, 0.05, 12)})
 			e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
 				sdr.QPAttr{MTU: 1024, ChunkSize: 1024, MaxMessages: 4, MaxInFlightBytes: 512 << 20}, cfg)
 			sizes := []int{16 << 20}

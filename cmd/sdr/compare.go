@@ -21,6 +21,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // compareFlags are sdr compare's flags.
@@ -153,10 +154,15 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 // compareLink returns two devices joined by a pipe that delays each frame
 // by half the RTT and drops a fraction loss of them, each way.
 func compareLink(f compareFlags, loss float64) (a, b *emunic.Device, err error) {
-	link := func(seed uint64) emunic.LinkHook {
-		return emunic.NewRandomLink(emunic.LinkConfig{Delay: f.rtt / 2, Loss: loss, Seed: seed})
+	ab, err := link.New(link.Config{Delay: f.rtt / 2, Loss: link.Bernoulli(loss), Seed: f.seed})
+	if err != nil {
+		return nil, nil, err
 	}
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: link(f.seed), BToA: link(f.seed + 1)})
+	ba, err := link.New(link.Config{Delay: f.rtt / 2, Loss: link.Bernoulli(loss), Seed: f.seed + 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
 	if a, err = emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}}); err != nil {
 		return nil, nil, err
 	}

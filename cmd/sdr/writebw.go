@@ -19,6 +19,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 const writeBWUsage = `usage: sdr write-bw [flags]            (server)
@@ -298,11 +299,14 @@ func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, e
 // writeBWLoopback runs both sides over an in-memory link, the bootstrap
 // over TCP on the loopback interface.
 func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
-	var hook emunic.LinkHook
+	var toServer *link.Direction // nil: a perfect link
 	if f.params.Loss > 0 {
-		hook = emunic.NewRandomLink(emunic.LinkConfig{Loss: f.params.Loss, Seed: 1})
+		var err error
+		if toServer, err = link.New(link.Config{Loss: link.Bernoulli(f.params.Loss), Seed: 1}); err != nil {
+			return nil, err
+		}
 	}
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: hook})
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: toServer})
 	client, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}})
 	if err != nil {
 		return nil, err

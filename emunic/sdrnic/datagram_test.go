@@ -11,6 +11,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // datagramPair opens a context on each backend and a connected datagram
@@ -92,14 +93,13 @@ func TestDatagramBothWays(t *testing.T) {
 // A datagram channel crosses the same link as the data: what the link
 // drops is lost, the rest arrives in order on a FIFO link.
 func TestDatagramLossyLink(t *testing.T) {
-	n := 0
-	dropOdd := func(frame []byte, deliver func(time.Duration)) {
-		n++
-		if n%2 == 0 {
-			deliver(0)
-		}
+	toB, err := link.New(link.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: dropOdd})
+	n := 0
+	toB.SetRule(func([]byte) bool { n++; return n%2 == 1 }) // the 1st, 3rd, ... frame
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: toB})
 	a, b, _, _ := datagramPair(t, pa, pb)
 	for i := range 10 {
 		if err := a.Send([]byte(fmt.Sprint(i))); err != nil {

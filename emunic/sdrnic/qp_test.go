@@ -13,6 +13,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -25,11 +26,13 @@ type gate struct {
 	byMsg  map[uint32]int
 }
 
-func (g *gate) hook(frame []byte, deliver func(time.Duration)) {
+// rule is the gate's link.Rule: it drops every frame while closed and
+// counts the data frames it passes.
+func (g *gate) rule(frame []byte) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return
+		return true
 	}
 	if g.pkt.Decode(frame) == nil && g.pkt.ImmDt != nil {
 		id, _, _ := wire.DefaultImmLayout.Unpack(g.pkt.Imm())
@@ -38,7 +41,17 @@ func (g *gate) hook(frame []byte, deliver func(time.Duration)) {
 		}
 		g.byMsg[id]++
 	}
-	deliver(0)
+	return false
+}
+
+// direction returns a perfect link direction behind the gate.
+func (g *gate) direction(t *testing.T) *link.Direction {
+	d, err := link.New(link.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetRule(g.rule)
+	return d
 }
 
 func (g *gate) set(closed bool) {
@@ -95,7 +108,7 @@ func connectedPair(t *testing.T, cfg emunic.PipeConfig, opts sdrnic.Options, att
 func TestRCFullSendQueueIsErrRetry(t *testing.T) {
 	acks, data := &gate{}, &gate{}
 	attr := sdr.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 8, MaxInFlightBytes: 8 * 8 * 1024}
-	sq, rq, sctx, rctx := connectedPair(t, emunic.PipeConfig{AToB: data.hook, BToA: acks.hook}, sdrnic.Options{RC: true, SendQueueDepth: 1}, attr, 1)
+	sq, rq, sctx, rctx := connectedPair(t, emunic.PipeConfig{AToB: data.direction(t), BToA: acks.direction(t)}, sdrnic.Options{RC: true, SendQueueDepth: 1}, attr, 1)
 	const size = 8 * 1024 // 8 packets; the queue is raised to 2×(8+8)/1+2 = 34
 	src := make([]byte, size)
 	srcMR, err := sctx.RegisterMemory(src)
