@@ -1,10 +1,13 @@
 package linkemu_test
 
 import (
+	"errors"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -93,5 +96,117 @@ func TestPingAndTCP(t *testing.T) {
 	t.Logf("a→b: %+v", ab)
 	if ab.Forwarded == 0 || ab.FramesIn < ab.Forwarded {
 		t.Errorf("a→b counters: %+v", ab)
+	}
+}
+
+// TestReconfigure changes one direction while it runs: the delay from
+// 10 ms to 30 ms, then an MTU that drops every probe, then none again; a
+// last probe that arrives fences the drops.
+func TestReconfigure(t *testing.T) {
+	cfg := link.Config{Delay: 10 * time.Millisecond}
+	topo := newTopology(t, linkemu.TopologyConfig{AB: cfg, StaticNeighbors: true})
+	rx := newUDPReceiver(t, topo.B)
+	tx := newSender(t, topo.A, topo.B, 1000, 0)
+	const n = 100
+	seq := 0
+	probe := func(k int) {
+		tx.send(t, seq, k, 2000)
+		seq += k
+	}
+	for _, delay := range []time.Duration{10 * time.Millisecond, 30 * time.Millisecond} {
+		cfg.Delay = delay
+		if err := topo.Emulator.SetConfig(linkemu.AToB, cfg); err != nil {
+			t.Fatal(err)
+		}
+		probe(n)
+		d := rx.wait(t, n)
+		if m := quantile(d, 0.5); m < delay-time.Millisecond || m > delay+time.Millisecond {
+			t.Errorf("delay set to %v: median one-way delay %v", delay, m)
+		}
+	}
+	in := topo.Emulator.Counters(linkemu.AToB).FramesIn
+	cfg.MTU = 500
+	if err := topo.Emulator.SetConfig(linkemu.AToB, cfg); err != nil {
+		t.Fatal(err)
+	}
+	probe(n)
+	// The emulator must have taken all of them in before the MTU goes.
+	deadline := time.Now().Add(5 * time.Second)
+	for topo.Emulator.Counters(linkemu.AToB).FramesIn < in+n {
+		if time.Now().After(deadline) {
+			t.Fatal("the probes did not reach the emulator")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cfg.MTU = 0
+	if err := topo.Emulator.SetConfig(linkemu.AToB, cfg); err != nil {
+		t.Fatal(err)
+	}
+	probe(1)
+	if d := rx.wait(t, 1); len(d) != 1 {
+		t.Errorf("%d probes arrived past an MTU of 500 bytes, want only the last one after it was lifted", len(d)-1)
+	}
+	if c := topo.Emulator.Counters(linkemu.AToB); c.DroppedMTU != n {
+		t.Errorf("%d frames dropped for their size, want %d", c.DroppedMTU, n)
+	}
+	if err := topo.Emulator.SetConfig(linkemu.AToB, link.Config{Jitter: time.Second}); !errors.Is(err, link.ErrInvalid) {
+		t.Errorf("jitter beyond the delay: %v, want link.ErrInvalid", err)
+	}
+}
+
+// openFDs counts the process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestCloseLeavesNothing closes a running emulator: the XDP programs are
+// gone from both veths, every file descriptor it opened is closed and
+// GOMAXPROCS is back; a new emulator starts on the same veths and
+// forwards (ping), which an attachment left behind would prevent. The
+// namespaces go with the topology, checked by TestMain.
+func TestCloseLeavesNothing(t *testing.T) {
+	topo := newTopology(t, linkemu.TopologyConfig{StaticNeighbors: true})
+	ping := privileged.RequireTool(t, "ping", "forwarding after a restart")
+	for _, name := range []string{topo.WANIfA, topo.WANIfB} {
+		if !linkemu.XDPAttached(t, topo.WAN, name) {
+			t.Fatalf("%s: no XDP program while the emulator runs", name)
+		}
+	}
+	if err := topo.Emulator.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Emulator.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	for _, name := range []string{topo.WANIfA, topo.WANIfB} {
+		if linkemu.XDPAttached(t, topo.WAN, name) {
+			t.Errorf("%s: XDP program still attached after Close", name)
+		}
+	}
+	if err := topo.Emulator.SetConfig(linkemu.AToB, link.Config{}); !errors.Is(err, linkemu.ErrClosed) {
+		t.Errorf("SetConfig after Close: %v, want ErrClosed", err)
+	}
+
+	fds, procs := openFDs(t), runtime.GOMAXPROCS(0)
+	emu, err := linkemu.Start(topo.WAN, topo.WANIfA, topo.WANIfB, link.Config{}, link.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", topo.A.NS.Name, ping, "-c", "1", "-W", "2", topo.B.Addr.String()).CombinedOutput(); err != nil {
+		t.Errorf("ping through a restarted emulator: %v\n%s", err, out)
+	}
+	if err := emu.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openFDs(t); n != fds {
+		t.Errorf("%d file descriptors open after Close, %d before Start", n, fds)
+	}
+	if p := runtime.GOMAXPROCS(0); p != procs {
+		t.Errorf("GOMAXPROCS %d after Close, %d before Start", p, procs)
 	}
 }
