@@ -1,0 +1,241 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/testbed/link"
+)
+
+// Row is one link, size and scheme's result.
+type Row struct {
+	Link      string  `json:"link"`
+	Size      int     `json:"size"`
+	Scheme    string  `json:"scheme"`
+	Transfers int     `json:"transfers"`
+	Completed int     `json:"completed"`
+	Corrupt   int     `json:"corrupt"`
+	MinMs     float64 `json:"min_ms,omitempty"`
+	MeanMs    float64 `json:"mean_ms,omitempty"`
+	P50Ms     float64 `json:"p50_ms,omitempty"`
+	MaxMs     float64 `json:"max_ms,omitempty"`
+	// GoodputMbps is verified bytes delivered over the run's wall time.
+	GoodputMbps float64 `json:"goodput_mbps"`
+	Resent      int     `json:"chunks_resent"`
+	Parity      int     `json:"parity_chunks"`
+	Plans       string  `json:"plans,omitempty"`
+	// ModelMs is reliability/model's mean completion time on the link at
+	// the rate the carrier sustained (0: the models do not cover it).
+	ModelMs float64 `json:"model_mean_ms,omitempty"`
+	Note    string  `json:"note,omitempty"`
+}
+
+// LinkResult is what Run learnt about one link before measuring on it.
+type LinkResult struct {
+	Link string `json:"link"`
+	// RateMbps is the rate the carrier sustained on the link without its
+	// impairments (a calibration transfer), which the models use: the
+	// configured rate, or less where the emulation cannot keep up.
+	RateMbps float64 `json:"rate_mbps"`
+	RTTMs    float64 `json:"rtt_ms"`
+	Loss     float64 `json:"frame_loss"`
+}
+
+// Report is a whole run.
+type Report struct {
+	Scenario Scenario     `json:"scenario"`
+	Carrier  string       `json:"carrier"`
+	Started  time.Time    `json:"started"`
+	Elapsed  Duration     `json:"elapsed"`
+	Links    []LinkResult `json:"links"`
+	Rows     []Row        `json:"rows"`
+}
+
+// Corrupt counts the transfers that delivered wrong bytes.
+func (r *Report) Corrupt() int {
+	n := 0
+	for _, row := range r.Rows {
+		n += row.Corrupt
+	}
+	return n
+}
+
+// Progress reports a finished measurement: Done of Total rows.
+type Progress struct {
+	Done, Total int
+	Row         Row
+}
+
+// calibrationTransfers is how many clean transfers of the largest size
+// measure a link's sustained rate.
+const calibrationTransfers = 3
+
+// Run sweeps the scenario's links × sizes × schemes over net, calling
+// progress (if not nil) after each row. It stops at ctx's end with the
+// rows so far and ctx's error.
+func Run(ctx context.Context, sc Scenario, net Network, progress func(Progress)) (*Report, error) {
+	sc.fill()
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Scenario: sc, Carrier: net.Carrier(), Started: time.Now()}
+	defer func() { rep.Elapsed = Duration(time.Since(rep.Started)) }()
+	total := len(sc.Links) * len(sc.Sizes) * len(sc.Schemes)
+	seed := uint64(1)
+	for _, spec := range sc.Links {
+		forward, reverse, err := spec.Configs()
+		if err != nil {
+			return rep, err
+		}
+		lr, err := calibrate(ctx, &sc, net, spec, forward, reverse)
+		if err != nil {
+			return rep, err
+		}
+		rep.Links = append(rep.Links, lr)
+		for _, size := range sc.Sizes {
+			for _, scheme := range sc.Schemes {
+				seed += 2
+				row, err := measure(ctx, &sc, net, lr, forward, reverse, seed, size, scheme)
+				if err != nil {
+					return rep, fmt.Errorf("scenario: %s, %d B, %s: %w", spec, size, scheme, err)
+				}
+				rep.Rows = append(rep.Rows, row)
+				if progress != nil {
+					progress(Progress{Done: len(rep.Rows), Total: total, Row: row})
+				}
+			}
+		}
+	}
+	return rep, nil
+}
+
+// clean returns c without its random impairments: the calibration link.
+func clean(c link.Config) link.Config {
+	c.Loss = link.Loss{}
+	c.Duplicate, c.Corrupt, c.Jitter = 0, 0, 0
+	return c
+}
+
+// calibrate measures the rate the carrier sustains on the link without its
+// impairments, for the models and for how long raw UC waits.
+func calibrate(ctx context.Context, sc *Scenario, net Network, spec LinkSpec, forward, reverse link.Config) (LinkResult, error) {
+	lr := LinkResult{Link: spec.String(), RTTMs: ms(forward.Delay + reverse.Delay), Loss: forward.Loss.Rate()}
+	size := slices.Max(sc.Sizes)
+	a, b, err := net.Devices(clean(forward), clean(reverse), 0)
+	if err != nil {
+		return lr, fmt.Errorf("scenario: calibrate %s: %w", spec, err)
+	}
+	defer a.Close()
+	defer b.Close()
+	p := point{sc: sc, a: a, b: b, size: size, rtt: forward.Delay + reverse.Delay, count: calibrationTransfers,
+		timeout: time.Duration(sc.Timeout), bitsPerS: forward.Bandwidth}
+	m, err := p.reliable(ctx, reliability.Config{Scheme: reliability.SRRTO})
+	if err == nil && m.completed == 0 {
+		err = errors.New("no clean transfer completed")
+	}
+	if err != nil {
+		return lr, fmt.Errorf("scenario: calibrate %s: %w", spec, err)
+	}
+	// The fastest clean transfer took a one-way delay plus the message's
+	// serialization (the last ACK's way back is not in Stats.Duration).
+	fastest := slices.Min(m.times) - forward.Delay
+	lr.RateMbps = float64(size) * 8 / max(fastest, time.Microsecond).Seconds() / 1e6
+	if forward.Bandwidth > 0 {
+		lr.RateMbps = min(lr.RateMbps, forward.Bandwidth/1e6)
+	}
+	return lr, nil
+}
+
+func measure(ctx context.Context, sc *Scenario, net Network, lr LinkResult, forward, reverse link.Config, seed uint64, size int, scheme string) (Row, error) {
+	row := Row{Link: lr.Link, Size: size, Scheme: scheme}
+	a, b, err := net.Devices(forward, reverse, seed)
+	if err != nil {
+		return row, err
+	}
+	defer a.Close()
+	defer b.Close()
+	rtt := forward.Delay + reverse.Delay
+	p := point{sc: sc, a: a, b: b, size: size, scheme: scheme, rtt: rtt, count: sc.Count,
+		timeout: time.Duration(sc.Timeout), bitsPerS: lr.RateMbps * 1e6}
+	var m measurement
+	switch scheme {
+	case SchemeRC:
+		m, err = p.raw(ctx, true)
+	case SchemeUC:
+		// A raw UC message that lost a packet never completes: wait as
+		// long as three clean transfers take, not the full timeout.
+		clean := time.Duration(float64(size)*8/(lr.RateMbps*1e6)*1e9) + rtt
+		p.timeout = min(p.timeout, 3*clean+2*rtt)
+		m, err = p.raw(ctx, false)
+	default:
+		s, _ := reliability.ParseScheme(scheme)
+		m, err = p.reliable(ctx, reliability.Config{Scheme: s, Code: sc.Code})
+		row.ModelMs = predict(sc, lr, size, s)
+	}
+	if err != nil {
+		return row, err
+	}
+	row.summarize(&m, size)
+	return row, nil
+}
+
+func (r *Row) summarize(m *measurement, size int) {
+	r.Transfers, r.Completed, r.Corrupt = m.transfers, m.completed, m.corrupt
+	r.Resent, r.Parity, r.Plans, r.Note = m.resent, m.parity, m.planList(), m.note
+	if len(m.times) == 0 {
+		return
+	}
+	slices.Sort(m.times)
+	var sum time.Duration
+	for _, t := range m.times {
+		sum += t
+	}
+	r.MinMs = ms(m.times[0])
+	r.MeanMs = ms(sum / time.Duration(len(m.times)))
+	r.P50Ms = ms(m.times[len(m.times)/2])
+	r.MaxMs = ms(m.times[len(m.times)-1])
+	r.GoodputMbps = float64(m.completed) * float64(size) * 8 / m.wall.Seconds() / 1e6
+}
+
+// predict is reliability/model's mean completion time for a scheme on the
+// link at its sustained rate, in ms (0 where the models do not cover it:
+// hybrid, chunk loss beyond model.MaxLoss).
+func predict(sc *Scenario, lr LinkResult, size int, s reliability.Scheme) float64 {
+	loss, err := model.ChunkLoss(lr.Loss, sc.ChunkSize/sc.MTU)
+	if err != nil || loss > model.MaxLoss || lr.RateMbps <= 0 {
+		return 0
+	}
+	l := model.Link{Bandwidth: lr.RateMbps * 1e6, RTT: time.Duration(lr.RTTMs * 1e6), Loss: loss, ChunkSize: sc.ChunkSize}
+	var c model.Choice
+	switch s {
+	case reliability.SRRTO:
+		c = model.Choice{Scheme: model.SRRTO, Alpha: 2}
+	case reliability.SRNACK:
+		c = model.Choice{Scheme: model.SRNACK, Alpha: 2}
+	case reliability.EC:
+		c = model.Choice{Scheme: model.ECMDS, K: sc.Code.K, M: sc.Code.M, Alpha: 2}
+		if sc.Code.Kind == ec.XOR {
+			c.Scheme = model.ECXOR
+		}
+	case reliability.Auto:
+		if c, err = model.Choose(l, int64(size)); err != nil {
+			return 0
+		}
+	default:
+		return 0
+	}
+	est, err := model.Predict(l, int64(size), c)
+	if err != nil || math.IsInf(ms(est.Mean), 0) {
+		return 0
+	}
+	return ms(est.Mean)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }

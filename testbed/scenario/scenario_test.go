@@ -1,0 +1,144 @@
+package scenario_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/testbed/scenario"
+)
+
+func TestValidate(t *testing.T) {
+	d := scenario.Default()
+	if err := d.Validate(); err != nil {
+		t.Fatalf("default scenario: %v", err)
+	}
+	for name, edit := range map[string]func(*scenario.Scenario){
+		"bad link":       func(s *scenario.Scenario) { s.Links = []scenario.LinkSpec{{Forward: "rate=fast"}} },
+		"bad reverse":    func(s *scenario.Scenario) { s.Links[0].Reverse = "loss=200%" },
+		"zero size":      func(s *scenario.Scenario) { s.Sizes = []int{0} },
+		"no count":       func(s *scenario.Scenario) { s.Count = 0 },
+		"unknown scheme": func(s *scenario.Scenario) { s.Schemes = []string{"tcp"} },
+		"twice":          func(s *scenario.Scenario) { s.Schemes = []string{"ec", "rc", "ec"} },
+		"mtu":            func(s *scenario.Scenario) { s.MTU = 1500 },
+		"chunk":          func(s *scenario.Scenario) { s.ChunkSize = 1000 },
+		"channels":       func(s *scenario.Scenario) { s.Channels = 65 },
+		"timeout":        func(s *scenario.Scenario) { s.Timeout = -1 },
+	} {
+		s := scenario.Default()
+		edit(&s)
+		if err := s.Validate(); !errors.Is(err, scenario.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestLoad fills what a file leaves out from Default and refuses unknown
+// fields (a misspelt field must not silently run the default).
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.json")
+	os.WriteFile(good, []byte(`{"name": "x", "links": [{"forward": "rate=100Mbit,delay=5ms,loss=2%"}], "sizes": [65536], "timeout": "3s"}`), 0o644)
+	s, err := scenario.Load(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := scenario.Default()
+	if s.Name != "x" || len(s.Sizes) != 1 || s.Sizes[0] != 65536 || time.Duration(s.Timeout) != 3*time.Second ||
+		s.Count != d.Count || s.MTU != d.MTU || len(s.Schemes) != len(d.Schemes) {
+		t.Errorf("loaded %+v", s)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"sizez": [1]}`), 0o644)
+	if _, err := scenario.Load(bad); !errors.Is(err, scenario.ErrInvalid) {
+		t.Errorf("unknown field: %v", err)
+	}
+}
+
+// TestRunPipe runs a small scenario over the in-process pipe on a lossy
+// long link: the reliable schemes deliver every transfer intact, raw UC
+// loses messages, the models predict, and the report's files hold the rows.
+func TestRunPipe(t *testing.T) {
+	sc := scenario.Scenario{
+		Name:    "test",
+		Links:   []scenario.LinkSpec{{Forward: "rate=200Mbit,delay=5ms,loss=2%,queue=4MB"}},
+		Sizes:   []int{256 << 10},
+		Count:   3,
+		Schemes: []string{"rc", "uc", "sr-rto", "ec"},
+		Timeout: scenario.Duration(10 * time.Second),
+	}
+	var seen []scenario.Progress
+	rep, err := scenario.Run(context.Background(), sc, scenario.Pipe{}, func(p scenario.Progress) { seen = append(seen, p) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 4 || len(seen) != 4 || seen[3].Done != 4 || seen[3].Total != 4 {
+		t.Fatalf("rows %d, progress %+v", len(rep.Rows), seen)
+	}
+	lr := rep.Links[0]
+	if lr.RateMbps <= 0 || lr.RateMbps > 200 || lr.RTTMs != 10 || lr.Loss != 0.02 {
+		t.Errorf("link %+v", lr)
+	}
+	for _, r := range rep.Rows {
+		if r.Corrupt != 0 || r.Transfers != 3 {
+			t.Errorf("%s: %+v", r.Scheme, r)
+		}
+		switch r.Scheme {
+		case "uc":
+			// 256 packets at 2 % loss: a message survives with p ≈ 0.6 %.
+			if r.Completed == 3 {
+				t.Errorf("uc completed every message on a 2 %% lossy link: %+v", r)
+			}
+		default:
+			if r.Completed != 3 || r.MeanMs < 5 {
+				t.Errorf("%s: %+v", r.Scheme, r)
+			}
+		}
+		if (r.Scheme == "sr-rto" || r.Scheme == "ec") != (r.ModelMs > 0) {
+			t.Errorf("%s: model %v", r.Scheme, r.ModelMs)
+		}
+	}
+	if ec := rep.Rows[3]; ec.Parity == 0 {
+		t.Errorf("ec sent no parity: %+v", ec)
+	}
+	dir := t.TempDir()
+	if err := rep.WriteDir(dir, []string{"completion"}); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(filepath.Join(dir, "results.csv"))
+	records, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil || len(records) != 5 || records[4][2] != "ec" {
+		t.Errorf("csv: %v %v", records, err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	if !bytes.Contains(md, []byte("| 256KiB | ec | 3/3 |")) || !bytes.Contains(md, []byte("completion.svg")) {
+		t.Errorf("report.md:\n%s", md)
+	}
+	var table strings.Builder
+	rep.WriteTable(&table)
+	if !strings.Contains(table.String(), "fastest at 256KiB") {
+		t.Errorf("table:\n%s", table.String())
+	}
+}
+
+// TestRunInterrupted returns the rows so far and the context's error.
+func TestRunInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sc := scenario.Scenario{Links: []scenario.LinkSpec{{Forward: "rate=200Mbit,delay=1ms"}}, Sizes: []int{64 << 10},
+		Count: 2, Schemes: []string{"sr-rto", "ec", "sr-nack"}}
+	rep, err := scenario.Run(ctx, sc, scenario.Pipe{}, func(p scenario.Progress) {
+		if p.Done == 1 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) || rep == nil || len(rep.Rows) != 1 {
+		t.Fatalf("err %v, rows %v", err, rep)
+	}
+}
