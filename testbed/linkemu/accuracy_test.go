@@ -3,6 +3,7 @@ package linkemu_test
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -234,5 +235,29 @@ func TestECNMarking(t *testing.T) {
 	t.Logf("%d of %d frames marked CE, %d tail-dropped", r.ce, r.frames, r.emu.DroppedQueue)
 	if r.emu.CEMarked == 0 || uint64(r.ce) != r.emu.CEMarked {
 		t.Errorf("the emulator marked %d frames, the receiver found %d", r.emu.CEMarked, r.ce)
+	}
+}
+
+// TestNoAllocationPerFrame forwards 20000 frames through a delayed link
+// after a first 20000 have grown the delay line, and counts the heap
+// allocations of the whole process meanwhile (emulator, sender, receiver):
+// far fewer than one per frame.
+func TestNoAllocationPerFrame(t *testing.T) {
+	const n = 20000
+	topo := newTopology(t, linkemu.TopologyConfig{AB: link.Config{Delay: 2 * time.Millisecond, Loss: link.Bernoulli(0.01)}, StaticNeighbors: true})
+	counters := func() linkemu.Counters { return topo.Emulator.Counters(linkemu.AToB) }
+	rx := newXSKReceiver(t, topo.B, 2*n, func() uint64 { return counters().Forwarded })
+	tx := newSender(t, topo.A, topo.B, 256, 0)
+	tx.send(t, 0, n, 50000)
+	rx.settle(t)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	tx.send(t, n, n, 50000)
+	rx.settle(t)
+	runtime.ReadMemStats(&after)
+	allocs := after.Mallocs - before.Mallocs
+	t.Logf("%d heap allocations while forwarding %d frames", allocs, n)
+	if allocs > n/100 {
+		t.Errorf("%d heap allocations for %d frames", allocs, n)
 	}
 }

@@ -120,6 +120,13 @@ func (s *sender) paced(first, n int, rate float64) int {
 	return sent
 }
 
+// setDstMAC readdresses the frames to mac.
+func (s *sender) setDstMAC(mac [6]byte) {
+	for _, f := range s.batch {
+		copy(f, mac[:])
+	}
+}
+
 // probeSeq returns a probe frame's sequence number and send time.
 func probeSeq(frame []byte) (seq int, sent int64) {
 	return int(binary.BigEndian.Uint64(frame[probeHeaders:])), int64(binary.BigEndian.Uint64(frame[probeHeaders+8:]))

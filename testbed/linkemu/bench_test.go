@@ -1,0 +1,96 @@
+package linkemu_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/testbed/linkemu"
+)
+
+// BenchmarkForward measures the emulator's forwarding capacity beside the
+// raw AF_XDP rate on the same topology, in the same run, as
+// emunic/xsk's BenchmarkRawXSK measures its floor: an AF_XDP socket in
+// host A sends b.N frames of a fixed size as fast as it can, first to an
+// AF_XDP socket on the wan namespace's veth toward A (the hop every frame
+// takes into the emulator; no emulator running), then through the
+// emulator (a perfect link) to an AF_XDP socket in host B. It reports
+// frames/s received each way, the emulated path's Gbit/s of frames, the
+// ratio emulated/raw, and the share of frames the emulated path lost.
+func BenchmarkForward(b *testing.B) {
+	for _, size := range []int{64, 1100} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			topo := newTopology(b, linkemu.TopologyConfig{StaticNeighbors: true})
+			if err := topo.Emulator.Close(); err != nil {
+				b.Fatal(err)
+			}
+			// The receiving port's program drops frames to another MAC:
+			// the raw flood is addressed to the wan veth's.
+			wanA := &testbed.Host{NS: topo.WAN, IfName: topo.WANIfA}
+			tx := newSender(b, topo.A, topo.B, size, 0)
+			tx.setDstMAC(macOf(b, topo.WAN, topo.WANIfA))
+			raw, _ := flood(b, tx, wanA, b.N)
+			tx.setDstMAC(topo.B.MAC)
+
+			emu, err := linkemu.Start(topo.WAN, topo.WANIfA, topo.WANIfB, link.Config{}, link.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer emu.Close()
+			fwd, got := flood(b, tx, topo.B, b.N)
+			b.ReportMetric(raw, "raw-frames/s")
+			b.ReportMetric(fwd, "emu-frames/s")
+			b.ReportMetric(fwd*float64(size*8)/1e9, "emu-Gbit/s")
+			b.ReportMetric(fwd/raw, "emu/raw")
+			b.ReportMetric(100*(1-float64(got)/float64(b.N)), "%emu-lost")
+		})
+	}
+}
+
+// flood sends n frames from tx as fast as its socket takes them to a
+// receiver on to and returns the frames per second received, from the
+// first sent to the last received, and how many were.
+func flood(b *testing.B, tx *sender, to *testbed.Host, n int) (float64, int) {
+	b.Helper()
+	rx := newXSKReceiver(b, to, 0, func() uint64 { return 0 })
+	b.ResetTimer()
+	start := time.Now()
+	if sent := tx.paced(0, n, 0); sent != n {
+		b.Fatalf("sent %d of %d", sent, n)
+	}
+	// Until the receiver has had nothing new for 100 ms: the end of a
+	// flood, which no counter announces when frames may be lost.
+	last, quiet := -1, 0
+	for quiet < 5 {
+		time.Sleep(20 * time.Millisecond)
+		r := rx.record()
+		if r.frames == last {
+			quiet++
+		} else {
+			last, quiet = r.frames, 0
+		}
+	}
+	b.StopTimer()
+	r := rx.record()
+	rx.port.Close()
+	if r.frames == 0 {
+		b.Fatal("nothing received")
+	}
+	return float64(r.frames) / r.last.Sub(start).Seconds(), r.frames
+}
+
+// macOf returns the Ethernet address of interface name in ns.
+func macOf(b *testing.B, ns *testbed.Namespace, name string) [6]byte {
+	h, err := ns.Handle()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return [6]byte(l.Attrs().HardwareAddr)
+}
