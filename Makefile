@@ -6,7 +6,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30000x
 # package:target pairs
 FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wire:FuzzPcapReader \
-               wire:FuzzImmLayout emunic:FuzzResponder emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence:3000x sdr/engine:FuzzProcess \
+               wire:FuzzImmLayout emunic:FuzzResponder emunic:FuzzResponderSequence:10000x emunic/sdrnic:FuzzPeerInfo emunic/sdrnic:FuzzSDKSequence:3000x sdr/engine:FuzzProcess \
                reliability/control:FuzzDecode reliability:FuzzHostileControl:10000x reliability/ec:FuzzReconstruct \
                reliability/ec:FuzzParseParams reliability/model:FuzzPredict reliability/model:FuzzParseScheme \
                hwnic/dpa/dpasim:FuzzHandler:3000x

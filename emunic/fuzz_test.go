@@ -223,8 +223,13 @@ func repairIPv4Checksum(h []byte) {
 	binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
 }
 
-// seqStepLen is how many fuzz bytes describe one frame of a sequence.
-const seqStepLen = 8
+// seqStepLen is how many fuzz bytes describe one frame of a sequence, and
+// seqMaxSteps how many frames an input describes at most (the rest is
+// ignored), which bounds one execution's cost.
+const (
+	seqStepLen  = 8
+	seqMaxSteps = 48
+)
 
 // seqMTU is the sequence target's path MTU: small, so that multi-packet
 // messages are cheap.
@@ -369,6 +374,7 @@ func FuzzResponderSequence(f *testing.F) {
 				qp.PostRecv(RecvWR{SGL: []SGE{{Addr: r.mr.Addr() + 1024, Length: 2048, LKey: r.mr.LKey()}}})
 			}
 		}
+		data = data[:min(len(data), seqStepLen*seqMaxSteps)]
 		for len(data) >= seqStepLen {
 			frame, ok := r.seqFrame(data[:seqStepLen], uc, rcQP, next, buf)
 			data = data[seqStepLen:]
