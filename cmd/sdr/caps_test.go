@@ -1,0 +1,232 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/internal/caps"
+	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed"
+)
+
+// The capability tests run the sdr binary as user nobody (uid 65534)
+// holding exactly a documented set of capabilities, through setpriv as a
+// user would: with the set, the command works; with each member dropped,
+// it fails naming that member; and with the check switched off
+// (caps.SkipEnv), it fails in the kernel, which proves the member
+// necessary rather than merely listed.
+
+// nobody is the unprivileged user the tests drop to.
+const nobody = 65534
+
+// sdrForNobody builds the sdr binary from this package's sources into a
+// directory user nobody can reach, and returns its path and setpriv's.
+func sdrForNobody(t *testing.T) (bin, setpriv string) {
+	t.Helper()
+	privileged.Require(t)
+	setpriv = privileged.RequireTool(t, "setpriv", "drops to user nobody with chosen capabilities")
+	goTool := privileged.RequireTool(t, "go", "builds the sdr binary")
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin = filepath.Join(dir, "sdr")
+	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin, setpriv
+}
+
+// capsArg is setpriv's spelling of exactly the set have: "-all,+net_raw".
+func capsArg(have []caps.Cap) string {
+	s := "-all"
+	for _, c := range have {
+		s += ",+" + strings.ToLower(strings.TrimPrefix(c.String(), "CAP_"))
+	}
+	return s
+}
+
+// asUser returns a command running bin with args as uid (nobody, or 0 for
+// root as in a container) holding exactly have: inheritable, ambient and
+// bounding sets all set to it, so neither the uid nor an exec can gain
+// more. env is added to the environment.
+func asUser(setpriv string, uid int, have []caps.Cap, env []string, bin string, args ...string) *exec.Cmd {
+	c := capsArg(have)
+	argv := []string{"--inh-caps=" + c, "--ambient-caps=" + c, "--bounding-set=" + c}
+	if uid != 0 {
+		argv = append(argv, fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", uid), "--clear-groups")
+	}
+	cmd := exec.Command(setpriv, append(append(argv, "--", bin), args...)...)
+	cmd.Dir = filepath.Dir(bin)
+	cmd.Env = append(os.Environ(), env...)
+	return cmd
+}
+
+// without returns set less c.
+func without(set []caps.Cap, c caps.Cap) []caps.Cap {
+	var out []caps.Cap
+	for _, x := range set {
+		if x != c {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// outcome is how a command run ended.
+type outcome struct {
+	code        int
+	out, errOut string
+}
+
+func (o outcome) String() string {
+	return fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", o.code, o.out, o.errOut)
+}
+
+// runIn starts cmd from a thread inside ns (the child inherits the
+// thread's network namespace; nil: this thread's) and waits for it, at
+// most timeout. A command that cannot start or be waited for ends with
+// code -1 and the error as its stderr. Any goroutine may call it.
+func runIn(ns *testbed.Namespace, cmd *exec.Cmd, timeout time.Duration) outcome {
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := cmd.Start
+	if ns != nil {
+		start = func() error { return ns.Do(cmd.Start) }
+	}
+	if err := start(); err != nil {
+		return outcome{code: -1, errOut: err.Error()}
+	}
+	timer := time.AfterFunc(timeout, func() { cmd.Process.Kill() })
+	defer timer.Stop()
+	err := cmd.Wait()
+	o := outcome{out: stdout.String(), errOut: stderr.String()}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		o.code = exit.ExitCode()
+	} else if err != nil {
+		o.code, o.errOut = -1, err.Error()
+	}
+	return o
+}
+
+// checkNamesMissing fails t unless o failed with caps.Check's message
+// naming c as missing, rather than with the kernel's refusal.
+func checkNamesMissing(t *testing.T, what string, o outcome, c caps.Cap) {
+	t.Helper()
+	msg := o.errOut
+	if o.code == exitOK || !strings.Contains(msg, "(missing: "+c.String()) ||
+		!strings.Contains(msg, "see README 'Containers'") || strings.Contains(msg, "operation not permitted") {
+		t.Errorf("%s without %v: want a nonzero exit naming it as missing:\n%v", what, c, o)
+	}
+}
+
+// memlockStandsIn reports whether this process's memlock limit, which
+// setpriv's children inherit, is unlimited: then pinning a UMEM needs no
+// CAP_IPC_LOCK and dropping it cannot make the kernel refuse.
+func memlockStandsIn(t *testing.T) bool {
+	s, err := caps.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.MemlockUnlimited
+}
+
+// TestCapsWriteBWOverXSK runs sdr write-bw -dev xsk between two
+// namespaces as user nobody with exactly caps.XSK: every chunk arrives
+// verified, and no XDP program stays attached once both sides exited.
+// With each member dropped, the command refuses to start and names it;
+// with the check off, the kernel refuses the server's AF_XDP setup, with
+// the refusal the member was found by.
+func TestCapsWriteBWOverXSK(t *testing.T) {
+	bin, setpriv := sdrForNobody(t)
+	pair, err := testbed.NewPair(testbed.PairConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	const iters = 20
+	flags := []string{"write-bw", "-dev", "xsk", "-i", pair.B.IfName, "-s", "65536", "-n", fmt.Sprint(iters), "-w", "2",
+		"-rc", "-json", "-verify", "-timeout", "2s"}
+	// transfer runs the server holding serverCaps and a client holding
+	// caps.XSK, and returns how each ended.
+	transfer := func(serverCaps []caps.Cap, env ...string) (server, client outcome) {
+		done := make(chan outcome, 1)
+		go func() {
+			done <- runIn(pair.B.NS, asUser(setpriv, nobody, serverCaps, env, bin, flags...), 20*time.Second)
+		}()
+		clientFlags := append(append([]string{}, flags...), pair.B.Addr.String())
+		clientFlags[4] = pair.A.IfName
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until the server listens
+			client = runIn(pair.A.NS, asUser(setpriv, nobody, caps.XSK, nil, bin, clientFlags...), 20*time.Second)
+			if client.code == exitOK || !strings.Contains(client.errOut, "connection refused") || time.Now().After(deadline) {
+				break
+			}
+		}
+		return <-done, client
+	}
+
+	server, client := transfer(caps.XSK)
+	if server.code != exitOK || client.code != exitOK {
+		t.Fatalf("with %v: server %v\nclient %v", caps.XSK, server, client)
+	}
+	var r writeBWResult
+	if err := json.Unmarshal([]byte(client.out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, client.out)
+	}
+	checkAllVerified(t, "as nobody with caps.XSK", r, iters, 1)
+	for _, h := range []*testbed.Host{pair.A, pair.B} {
+		checkNoXDP(t, h)
+	}
+
+	// The kernel's refusal each member was found by (caps.XSK's comment).
+	refusal := map[caps.Cap]string{
+		caps.NetAdmin: "map create: operation not permitted",
+		caps.NetRaw:   "xsk: socket:",
+		caps.BPF:      "ebpf: remove memlock limit",
+		caps.Perfmon:  "pointer arithmetic with it prohibited",
+		caps.IPCLock:  "register UMEM",
+	}
+	for _, c := range caps.XSK {
+		less := without(caps.XSK, c)
+		o := runIn(pair.B.NS, asUser(setpriv, nobody, less, nil, bin, flags...), 10*time.Second)
+		checkNamesMissing(t, "write-bw -dev xsk", o, c)
+		if c == caps.IPCLock && memlockStandsIn(t) {
+			t.Logf("memlock limit unlimited: the kernel does not need %v here", c)
+			continue
+		}
+		server, client := transfer(less, caps.SkipEnv+"=1")
+		if server.code == exitOK || client.code == exitOK || !strings.Contains(server.errOut, refusal[c]) {
+			t.Errorf("without %v, unchecked: want the kernel's refusal %q:\nserver %v\nclient %v", c, refusal[c], server, client)
+		}
+	}
+	for _, h := range []*testbed.Host{pair.A, pair.B} {
+		checkNoXDP(t, h)
+	}
+}
+
+// checkNoXDP fails t if an XDP program is attached to h's interface.
+func checkNoXDP(t *testing.T, h *testbed.Host) {
+	t.Helper()
+	nl, err := h.NS.Handle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	l, err := nl.LinkByName(h.IfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := l.Attrs().Xdp; x != nil && x.Attached {
+		t.Errorf("%s in %s: XDP program %d still attached", h.IfName, h.NS.Name, x.ProgId)
+	}
+}
