@@ -8,11 +8,15 @@
 // from host threads. It implements sdr/backend, so sdrtest runs on it
 // unchanged on a BlueField host.
 //
-// State: Open, RegisterMemory and Close are implemented against verbs
-// and FlexIO (device, PD, null MR, the FlexIO process of the DPA image
-// linked in by make dpa, the host window); NewQP, which needs UC channel
-// QPs created through DevX with their receive CQs bound to DPA event
-// handlers, is not written yet and fails with errors.ErrUnsupported.
+// State: the whole backend is written against verbs, mlx5dv (DevX,
+// indirect mkeys, UMR) and the FlexIO host API: Open (device, PD, null
+// MR, FlexIO process, window, UMR QP), RegisterMemory, NewQP (per
+// channel a DPA event handler with its CQ in DPA memory, per generation
+// and channel a UC receive QP created through DevX with its RQ in DPA
+// memory and a UC send QP, per generation the zero-based root mkey of
+// entry mkeys), Connect, Arm/Disarm (entry mkeys rewritten by UMR), the
+// send path on host threads, and Close. It type-checks in CI; it has not
+// run on a BlueField (see the README's "unverified on hardware").
 //
 // Built without the dpa tag (every machine without DOCA), Open returns
 // ErrNotBuilt. The same handler source runs in CI through

@@ -3,90 +3,17 @@
 package dpa
 
 /*
+#cgo CFLAGS: -I${SRCDIR}
 #cgo LDFLAGS: -L${SRCDIR}/device/build -lsdr_dpa -lflexio -lmlx5 -libverbs
-#include <stdlib.h>
-#include <string.h>
-#include <infiniband/verbs.h>
-#if __has_include(<libflexio/flexio.h>)
-#include <libflexio/flexio.h>
-#else
-#include "flexio_decl.h"
-#endif
-
-// The DPA application dpacc links into libsdr_dpa.a (make dpa).
-extern struct flexio_app *sdr_dpa_app;
-
-struct sdr_dpa_dev {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_mr *null_mr;
-	struct flexio_process *process;
-	struct flexio_window *window;
-};
-
-static void sdr_dpa_close(struct sdr_dpa_dev *d)
-{
-	if (d->window)
-		flexio_window_destroy(d->window);
-	if (d->process)
-		flexio_process_destroy(d->process);
-	if (d->null_mr)
-		ibv_dereg_mr(d->null_mr);
-	if (d->pd)
-		ibv_dealloc_pd(d->pd);
-	if (d->ctx)
-		ibv_close_device(d->ctx);
-	free(d);
-}
-
-// sdr_dpa_open opens the named device and creates what every QP shares;
-// it returns NULL and the failed step in *step.
-static struct sdr_dpa_dev *sdr_dpa_open(const char *name, const char **step)
-{
-	struct sdr_dpa_dev *d = calloc(1, sizeof(*d));
-	if (!d) {
-		*step = "memory";
-		return NULL;
-	}
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	for (int i = 0; list && i < n; i++)
-		if (!d->ctx && !strcmp(ibv_get_device_name(list[i]), name))
-			d->ctx = ibv_open_device(list[i]);
-	if (list)
-		ibv_free_device_list(list);
-	if (!d->ctx) {
-		*step = "ibv_open_device (no such device, or no permission)";
-		goto fail;
-	}
-	if (!(d->pd = ibv_alloc_pd(d->ctx))) {
-		*step = "ibv_alloc_pd";
-		goto fail;
-	}
-	if (!(d->null_mr = ibv_alloc_null_mr(d->pd))) {
-		*step = "ibv_alloc_null_mr";
-		goto fail;
-	}
-	struct flexio_process_attr pattr = {.pd = d->pd};
-	if (flexio_process_create(d->ctx, sdr_dpa_app, &pattr, &d->process) != FLEXIO_STATUS_SUCCESS) {
-		*step = "flexio_process_create (DPA image, EU partition, firmware)";
-		goto fail;
-	}
-	if (flexio_window_create(d->process, d->pd, &d->window) != FLEXIO_STATUS_SUCCESS) {
-		*step = "flexio_window_create";
-		goto fail;
-	}
-	return d;
-fail:
-	sdr_dpa_close(d);
-	return NULL;
-}
+#include "host.h"
 */
 import "C"
 
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -94,14 +21,20 @@ import (
 	"github.com/sdr-rdma/sdr/sdr/backend"
 )
 
-// device is an open BlueField-3 context. mu guards closed and mrs.
+// device is an open BlueField-3 context. mu guards closed, mrs and qps;
+// umrMu serializes the UMR QP (entry mkey updates) across QPs.
 type device struct {
 	d        *C.struct_sdr_dpa_dev
 	channels int
+	gid      netip.Addr
+	mac      [6]byte
+
+	umrMu sync.Mutex
 
 	mu     sync.Mutex
 	closed bool
 	mrs    map[*memory]struct{}
+	qps    map[*qp]struct{}
 }
 
 // memory is a verbs registration of Go memory, pinned while registered.
@@ -113,20 +46,27 @@ type memory struct {
 }
 
 // Open opens the verbs device, its PD and null MR, the FlexIO process
-// of the linked DPA image and the window through which the handlers
-// reach host memory.
+// of the linked DPA image, the window through which the handlers reach
+// host memory, and the UMR QP that rewrites receive entries.
 func (b *Backend) Open(attr backend.DeviceAttr) (backend.Device, error) {
 	if attr.Channels < 1 || attr.Channels > 64 {
 		return nil, fmt.Errorf("dpa: open: %d channels (1..64)", attr.Channels)
 	}
+	port := max(b.opts.Port, 1)
 	name := C.CString(b.opts.Device)
 	defer C.free(unsafe.Pointer(name))
 	var step *C.char
-	d := C.sdr_dpa_open(name, &step)
+	d := C.sdr_dpa_open(name, C.uint32_t(port), C.uint32_t(b.opts.GIDIndex), &step)
 	if d == nil {
 		return nil, fmt.Errorf("dpa: open %q: %s failed", b.opts.Device, C.GoString(step))
 	}
-	return &device{d: d, channels: attr.Channels, mrs: map[*memory]struct{}{}}, nil
+	dv := &device{d: d, channels: attr.Channels, mrs: map[*memory]struct{}{}, qps: map[*qp]struct{}{},
+		gid: netip.AddrFrom16(*(*[16]byte)(unsafe.Pointer(&d.gid))).Unmap()}
+	// RoCE addresses frames to the MAC of the GID's network device.
+	if ifc, err := net.InterfaceByIndex(int(d.ifindex)); err == nil && len(ifc.HardwareAddr) == 6 {
+		dv.mac = [6]byte(ifc.HardwareAddr)
+	}
+	return dv, nil
 }
 
 // RegisterMemory registers buf for local and remote writes; the memory
@@ -168,21 +108,37 @@ func (m *memory) Deregister() error {
 	return nil
 }
 
-// NewQP is not implemented: the UC channel QPs must be created through
-// DevX with their receive CQs bound to DPA event handlers.
-func (dv *device) NewQP(backend.QPAttr) (backend.QP, error) {
-	return nil, fmt.Errorf("dpa: new QP: DPA-bound UC channel QPs (DevX) are not implemented yet: %w", errors.ErrUnsupported)
-}
-
-// Close releases the registrations, the window, the process, the null
-// MR, the PD and the device.
-func (dv *device) Close() error {
+// own returns mem as this device's live registration.
+func (dv *device) own(mem backend.Memory) (*memory, error) {
+	m, ok := mem.(*memory)
+	if !ok || m.dev != dv {
+		return nil, errors.New("memory of another backend or device")
+	}
 	dv.mu.Lock()
 	defer dv.mu.Unlock()
+	if _, ok := dv.mrs[m]; !ok {
+		return nil, errors.New("memory deregistered")
+	}
+	return m, nil
+}
+
+// Close releases the QPs, the registrations, the UMR QP, the window,
+// the process, the null MR, the PD and the device, in that order.
+func (dv *device) Close() error {
+	dv.mu.Lock()
 	if dv.closed {
+		dv.mu.Unlock()
 		return nil
 	}
 	dv.closed = true
+	qps := dv.qps
+	dv.qps = nil
+	dv.mu.Unlock()
+	for q := range qps {
+		q.Close()
+	}
+	dv.mu.Lock()
+	defer dv.mu.Unlock()
 	for m := range dv.mrs {
 		C.ibv_dereg_mr(m.mr)
 		m.pin.Unpin()

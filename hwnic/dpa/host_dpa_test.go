@@ -3,22 +3,35 @@
 package dpa
 
 import (
-	"errors"
 	"os"
 	"testing"
 
 	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/sdrtest"
 )
 
-// TestHardwareOpen opens the BlueField named by SDR_DPA_DEVICE (e.g.
-// mlx5_0): device, PD, null MR, FlexIO process, window; registers and
-// deregisters memory; and pins down that NewQP is not there yet.
-func TestHardwareOpen(t *testing.T) {
+// hardware returns the BlueField devices named by SDR_DPA_DEVICE (e.g.
+// mlx5_0) and SDR_DPA_PEER_DEVICE (the receiver's; the same device,
+// looped back through the NIC, when unset), skipping without them.
+func hardware(t *testing.T) (a, b Options) {
 	name := os.Getenv("SDR_DPA_DEVICE")
 	if name == "" {
 		t.Skip("SDR_DPA_DEVICE is not set: no BlueField-3 to open")
 	}
-	dev, err := New(Options{Device: name, Port: 1}).Open(backend.DeviceAttr{Channels: 2})
+	peer := os.Getenv("SDR_DPA_PEER_DEVICE")
+	if peer == "" {
+		peer = name
+	}
+	gid := 3 // RoCEv2 over IPv4 on a BlueField's default GID table
+	return Options{Device: name, Port: 1, GIDIndex: gid}, Options{Device: peer, Port: 1, GIDIndex: gid}
+}
+
+// TestHardwareOpen opens the BlueField: device, PD, null MR, FlexIO
+// process, window, UMR QP; registers and deregisters memory; refuses a
+// device that does not exist.
+func TestHardwareOpen(t *testing.T) {
+	opts, _ := hardware(t)
+	dev, err := New(opts).Open(backend.DeviceAttr{Channels: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +46,14 @@ func TestHardwareOpen(t *testing.T) {
 	if err := mem.Deregister(); err == nil {
 		t.Error("second Deregister succeeded")
 	}
-	if _, err := dev.NewQP(backend.QPAttr{}); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("NewQP: %v", err)
-	}
 	if _, err := New(Options{Device: "no-such-device"}).Open(backend.DeviceAttr{Channels: 1}); err == nil {
 		t.Error("opened a device that does not exist")
 	}
+}
+
+// TestHardwareConformance runs the SDK's contract on the DPA backend:
+// the handlers on the DPA, UC channel QPs, root and entry mkeys.
+func TestHardwareConformance(t *testing.T) {
+	a, b := hardware(t)
+	sdrtest.Run(t, func(*testing.T) (backend.Backend, backend.Backend) { return New(a), New(b) })
 }

@@ -72,7 +72,7 @@ func FuzzHandler(f *testing.F) {
 		}
 		for s, ref := range refs {
 			geo := ref.Geometry()
-			got := recv.words[s*recv.slotWords : s*recv.slotWords+geo.Words()]
+			got := recv.mem.Words(s)[:geo.Words()]
 			for i := range geo.Chunks {
 				if got[2+i] != ref.ExpandChunk(i) {
 					t.Fatalf("slot %d chunk %d mask %#x, Go engine %#x", s, i, got[2+i], ref.ExpandChunk(i))

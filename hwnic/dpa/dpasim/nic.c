@@ -113,18 +113,6 @@ int dpasim_deliver(struct dpasim_channel *ch, const struct dpasim_cqe *in, int n
 /* dpasim_rq_pi reads the receive counter the handler rings for generation gen. */
 uint32_t dpasim_rq_pi(struct dpasim_channel *ch, uint32_t gen) { return be32_load(&ch->rq_dbr[gen]); }
 
-/* dpasim_notifications consumes up to max notified slots into out. */
-int dpasim_notifications(struct sdr_rx_notify *n, uint32_t *out, int max, int *overflow)
-{
-	uint64_t pi = __atomic_load_n(&n->pi, __ATOMIC_ACQUIRE), ci = n->ci;
-	int k = 0;
-	for (; ci < pi && k < max; ci++)
-		out[k++] = n->slot[ci & ((1ull << n->log_cap) - 1)];
-	__atomic_store_n(&n->ci, ci, __ATOMIC_RELEASE);
-	*overflow = __atomic_exchange_n(&n->overflow, 0, __ATOMIC_ACQ_REL);
-	return k;
-}
-
 struct dpasim_bench {
 	struct dpasim_channel *ch;
 	struct sdr_rx_notify *notify;

@@ -36,7 +36,6 @@ void dpasim_channel_free(struct dpasim_channel *ch);
 int dpasim_channel_start(struct dpasim_channel *ch);
 int dpasim_deliver(struct dpasim_channel *ch, const struct dpasim_cqe *in, int n);
 uint32_t dpasim_rq_pi(struct dpasim_channel *ch, uint32_t gen);
-int dpasim_notifications(struct sdr_rx_notify *n, uint32_t *out, int max, int *overflow);
 
 #endif
 

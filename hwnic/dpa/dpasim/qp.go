@@ -12,12 +12,12 @@ import "C"
 import (
 	"fmt"
 	"math/bits"
-	"runtime"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/hostmem"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 )
@@ -28,9 +28,6 @@ const (
 	opRespWImm = 0x1 // MLX5_CQE_RESP_WR_IMM
 	opRespSend = 0x2 // MLX5_CQE_RESP_SEND: a completion that is not SDR's
 	opRespErr  = 0xe // MLX5_CQE_RESP_ERR
-	// inflightMask is the in-flight count of an engine slot's state
-	// word (sdr/engine's layout, which the C shares).
-	inflightMask = 1<<24 - 1
 )
 
 // logRecv is the log2 of the receive WQEs each channel QP keeps posted
@@ -52,10 +49,7 @@ type qp struct {
 	attr      backend.QPAttr
 	channels  int
 	slotWords int
-	host      []uint64 // slot words, lengths, notification rings; pinned
-	pin       runtime.Pinner
-	words     []uint64 // MaxMessages × slotWords, over host
-	lengths   []uint64 // per slot, over host
+	mem       *hostmem.Mem // slot words, lengths, notification rings
 	windowKey uint32
 	workers   []*worker
 }
@@ -66,16 +60,12 @@ type qp struct {
 // in, out and posted.
 type worker struct {
 	q      *qp
+	c      int // the channel
 	ch     *C.struct_dpasim_channel
-	notify *C.struct_sdr_rx_notify
 	qps    []*emunic.QP          // this channel's QP per generation
 	posted []uint16              // per generation: receive counter last replenished
-	cqes   []emunic.CQE          // the batch being delivered
 	in     []C.struct_dpasim_cqe // C memory
-	out    []C.uint32_t          // C memory
-	// overflow receives the notification ring's overflow flag; a field
-	// so that passing it to C allocates nothing.
-	overflow C.int
+	out    [batch]uint32         // notified slots
 }
 
 func (d *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
@@ -110,7 +100,7 @@ func (d *device) newQP(attr backend.QPAttr) (*qp, error) {
 		q.release()
 		return nil, fmt.Errorf("dpasim: new QP: %w", err)
 	}
-	t, err := d.NewTransport(attr, sdrnic.TransportConfig{Name: "dpasim", NewSlot: q.newSlot, Release: q.release})
+	t, err := d.NewTransport(attr, sdrnic.TransportConfig{Name: "dpasim", NewSlot: func(slot int, geo engine.Geometry) (*engine.Slot, error) { return q.mem.NewSlot(slot, geo) }, Release: q.release})
 	if err != nil {
 		return nil, err
 	}
@@ -126,56 +116,21 @@ func (d *device) newQP(attr backend.QPAttr) (*qp, error) {
 	return q, nil
 }
 
-// newSlot makes slot's engine slot on its words in host memory, where
-// the handlers find them. The transport calls it under its arming lock
-// with the slot inactive.
-func (q *qp) newSlot(slot int, geo engine.Geometry) (*engine.Slot, error) {
-	words := q.words[slot*q.slotWords : (slot+1)*q.slotWords]
-	// A handler still inside the previous message's packet leaves it,
-	// and no packet enters, before the words are cleared.
-	for atomic.LoadUint64(&words[0])&inflightMask != 0 {
-		runtime.Gosched()
-	}
-	es, err := engine.NewSlot(words, geo, q.attr.Layout)
-	if err != nil {
-		return nil, err
-	}
-	// The handler reads the length after the state word's key, which
-	// Activate stores last.
-	atomic.StoreUint64(&q.lengths[slot], uint64(geo.Length))
-	return es, nil
-}
-
 // allocHost allocates the host memory the handlers reach through their
-// window: the slots' engine words, the posted lengths and one
-// notification ring per channel. It is Go memory, pinned while the QP
-// lives so that the handler may keep its address: the SDK's atomic loads
-// of the words then order with the workers' (see publish), which Go's
+// hostsim window (hostmem). It is Go memory, so that the SDK's atomic
+// loads of the words order with the workers' (see publish), which Go's
 // race detector would not track on C memory.
 func (q *qp) allocHost() error {
-	m := q.attr.MaxMessages
-	q.host = make([]uint64, m*q.slotWords+m+q.channels*q.notifyWords())
-	q.pin.Pin(&q.host[0])
-	q.words = q.host[:m*q.slotWords]
-	q.lengths = q.host[m*q.slotWords : m*q.slotWords+m]
+	var err error
+	if q.mem, err = hostmem.New(q.attr.MaxMessages, q.slotWords, q.channels, logNotify, q.attr.Layout); err != nil {
+		return err
+	}
 	q.windowKey = nextWindowKey.Add(1)
-	if C.hostsim_window_register(C.uint32_t(q.windowKey), C.uint64_t(uintptr(unsafe.Pointer(&q.host[0]))),
-		C.uint64_t(8*len(q.host))) != 0 {
+	if C.hostsim_window_register(C.uint32_t(q.windowKey), C.uint64_t(q.mem.Addr()), C.uint64_t(q.mem.Len())) != 0 {
 		q.windowKey = 0
 		return fmt.Errorf("no hostsim window left: %w", emunic.ErrInvalidArgument)
 	}
 	return nil
-}
-
-// notifyWords is the size of one channel's notification ring in words.
-func (q *qp) notifyWords() int {
-	return (int(unsafe.Sizeof(C.struct_sdr_rx_notify{})) + 4<<logNotify + 7) / 8
-}
-
-// notifyRing returns channel c's notification ring in host memory.
-func (q *qp) notifyRing(c int) *C.struct_sdr_rx_notify {
-	m := q.attr.MaxMessages
-	return (*C.struct_sdr_rx_notify)(unsafe.Pointer(&q.host[m*q.slotWords+m+c*q.notifyWords()]))
 }
 
 // newWorker sets up channel c's handler context, as the host side of
@@ -185,8 +140,7 @@ func (q *qp) newWorker(c int) (*worker, error) {
 	if ch == nil {
 		return nil, fmt.Errorf("channel %d: no memory for its rings: %w", c, emunic.ErrInvalidArgument)
 	}
-	w := &worker{q: q, ch: ch, notify: q.notifyRing(c), posted: make([]uint16, q.attr.Generations)}
-	w.notify.log_cap = logNotify
+	w := &worker{q: q, c: c, ch: ch, posted: make([]uint16, q.attr.Generations)}
 	x := &ch.ctx
 	x.cqn = C.uint32_t(c)
 	for g := range q.attr.Generations {
@@ -199,26 +153,22 @@ func (q *qp) newWorker(c int) (*worker, error) {
 	x.mtu, x.chunk_size = C.uint32_t(q.attr.MTU), C.uint32_t(q.attr.ChunkSize)
 	x.max_messages, x.slot_words = C.uint32_t(q.attr.MaxMessages), C.uint32_t(q.slotWords)
 	x.window_id, x.window_mkey = 0, C.uint32_t(q.windowKey)
-	x.slots_haddr = C.uint64_t(uintptr(unsafe.Pointer(&q.host[0])))
-	x.lengths_haddr = C.uint64_t(uintptr(unsafe.Pointer(&q.lengths[0])))
-	x.notify_haddr = C.uint64_t(uintptr(unsafe.Pointer(w.notify)))
+	x.slots_haddr = C.uint64_t(q.mem.SlotsAddr())
+	x.lengths_haddr = C.uint64_t(q.mem.LengthsAddr())
+	x.notify_haddr = C.uint64_t(q.mem.NotifyAddr(c))
 	in := C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_dpasim_cqe{})))
-	out := C.calloc(batch, 4)
-	if in == nil || out == nil || C.dpasim_channel_start(ch) != 0 {
+	if in == nil || C.dpasim_channel_start(ch) != 0 {
 		C.free(in)
-		C.free(out)
 		C.dpasim_channel_free(ch)
 		return nil, fmt.Errorf("channel %d: no memory: %w", c, emunic.ErrInvalidArgument)
 	}
 	w.in = unsafe.Slice((*C.struct_dpasim_cqe)(in), batch)
-	w.out = unsafe.Slice((*C.uint32_t)(out), batch)
 	return w, nil
 }
 
 // free releases the worker's C memory; no Handle call runs.
 func (w *worker) free() {
 	C.free(unsafe.Pointer(&w.in[0]))
-	C.free(unsafe.Pointer(&w.out[0]))
 	C.dpasim_channel_free(w.ch)
 }
 
@@ -233,7 +183,9 @@ func (q *qp) release() {
 		C.hostsim_window_unregister(C.uint32_t(q.windowKey))
 		q.windowKey = 0
 	}
-	q.pin.Unpin()
+	if q.mem != nil {
+		q.mem.Release()
+	}
 }
 
 // Handle hands a batch of completions to the handler as mlx5 CQEs and
@@ -291,11 +243,11 @@ func (w *worker) replenish() {
 // notified.
 func (w *worker) wakeNotified() {
 	for {
-		k := int(C.dpasim_notifications(w.notify, &w.out[0], batch, &w.overflow))
+		k, overflow := w.q.mem.Notifications(w.c, w.out[:])
 		for _, s := range w.out[:k] {
 			w.q.Notify(int(s))
 		}
-		if w.overflow != 0 {
+		if overflow {
 			for s := range w.q.attr.MaxMessages {
 				w.q.Notify(s)
 			}
@@ -321,8 +273,8 @@ func (w *worker) publish(cqes []emunic.CQE) {
 	for _, e := range cqes {
 		msgID, off, _ := l.Unpack(e.Imm)
 		slot := int(msgID) & (q.attr.MaxMessages - 1)
-		words := q.words[slot*q.slotWords : (slot+1)*q.slotWords]
-		length := int(atomic.LoadUint64(&q.lengths[slot]))
+		words := q.mem.Words(slot)
+		length := q.mem.Length(slot)
 		packets := (length + q.attr.MTU - 1) / q.attr.MTU
 		chunks := (packets + chunkPkts - 1) / chunkPkts
 		chunk := int(off) / chunkPkts

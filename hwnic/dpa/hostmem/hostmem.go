@@ -1,0 +1,133 @@
+// Package hostmem is the host memory the DPA's RX handlers share with
+// the host (device/sdr_rx.h): the slots' engine words (sdr/engine's
+// layout, so the SDK reads the bitmap where the handlers write it), the
+// posted length of each slot, and one notification ring (struct
+// sdr_rx_notify) per channel. It is one []uint64 of Go memory, pinned
+// while in use so that handlers may keep its address: on a BlueField the
+// DPA reaches it through a FlexIO window (hwnic/dpa), in CI the hostsim
+// shim does (hwnic/dpa/dpasim).
+//
+// Ownership: a slot's words and length are written by the host only
+// while the slot is inactive (NewSlot, under the caller's arming lock)
+// and otherwise by the handlers through atomics; a channel's ring is
+// produced by its handler and consumed by one host goroutine
+// (Notifications).
+package hostmem
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/sdr-rdma/sdr/sdr/engine"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// notifyHeader is struct sdr_rx_notify's header in words: pi, ci, then
+// log_cap and overflow (32 bits each).
+const notifyHeader = 3
+
+// inflightMask is the in-flight count of an engine slot's state word:
+// handlers inside a packet of the slot's message.
+const inflightMask = 1<<24 - 1
+
+// Mem is the shared memory of one SDR QP.
+type Mem struct {
+	words     []uint64
+	pin       runtime.Pinner
+	slots     int
+	slotWords int
+	logNotify int
+	layout    wire.ImmLayout
+}
+
+// New allocates and pins the memory of slots slots of slotWords engine
+// words each and channels notification rings of 2^logNotify entries.
+func New(slots, slotWords, channels, logNotify int, layout wire.ImmLayout) (*Mem, error) {
+	if slots < 1 || slotWords < 2 || channels < 1 || logNotify < 1 || logNotify > 20 {
+		return nil, errors.New("hostmem: bad geometry")
+	}
+	m := &Mem{slots: slots, slotWords: slotWords, logNotify: logNotify, layout: layout}
+	m.words = make([]uint64, slots*slotWords+slots+channels*m.ringWords())
+	m.pin.Pin(&m.words[0])
+	for c := range channels {
+		*m.logCap(c) = uint32(logNotify)
+	}
+	return m, nil
+}
+
+// ringWords is one notification ring's size in words.
+func (m *Mem) ringWords() int { return notifyHeader + (4<<m.logNotify+7)/8 }
+
+// ring returns channel c's ring header.
+func (m *Mem) ring(c int) unsafe.Pointer {
+	return unsafe.Pointer(&m.words[m.slots*m.slotWords+m.slots+c*m.ringWords()])
+}
+
+func (m *Mem) logCap(c int) *uint32   { return (*uint32)(unsafe.Add(m.ring(c), 16)) }
+func (m *Mem) overflow(c int) *uint32 { return (*uint32)(unsafe.Add(m.ring(c), 20)) }
+
+// Pointer and Len give the whole area, for a memory registration.
+func (m *Mem) Pointer() unsafe.Pointer { return unsafe.Pointer(&m.words[0]) }
+
+// Addr is the area's address, as the handlers' contexts carry it.
+func (m *Mem) Addr() uintptr { return uintptr(m.Pointer()) }
+
+// Len is the area's size in bytes.
+func (m *Mem) Len() int { return 8 * len(m.words) }
+
+// SlotsAddr is the address of slot 0's words (sdr_rx_ctx.slots_haddr).
+func (m *Mem) SlotsAddr() uintptr { return m.Addr() }
+
+// LengthsAddr is the address of the per-slot lengths (lengths_haddr).
+func (m *Mem) LengthsAddr() uintptr { return uintptr(unsafe.Pointer(&m.words[m.slots*m.slotWords])) }
+
+// NotifyAddr is channel c's ring (notify_haddr).
+func (m *Mem) NotifyAddr(c int) uintptr { return uintptr(m.ring(c)) }
+
+// Words returns slot's engine words.
+func (m *Mem) Words(slot int) []uint64 { return m.words[slot*m.slotWords : (slot+1)*m.slotWords] }
+
+// Length returns the length posted in slot.
+func (m *Mem) Length(slot int) int { return int(atomic.LoadUint64(&m.words[m.slots*m.slotWords+slot])) }
+
+// NewSlot makes slot's engine slot for a message of geo on its words
+// and publishes its length. The slot must be inactive and stay so until
+// the caller activates it; NewSlot first waits for handlers still inside
+// a packet of the previous message to leave (a few instructions each).
+func (m *Mem) NewSlot(slot int, geo engine.Geometry) (*engine.Slot, error) {
+	words := m.Words(slot)
+	for atomic.LoadUint64(&words[0])&inflightMask != 0 {
+		runtime.Gosched()
+	}
+	es, err := engine.NewSlot(words, geo, m.layout)
+	if err != nil {
+		return nil, err
+	}
+	// The handler reads the length after the state word's key, which
+	// Activate stores last.
+	atomic.StoreUint64(&m.words[m.slots*m.slotWords+slot], uint64(geo.Length))
+	return es, nil
+}
+
+// Notifications consumes up to len(out) slots channel c's handler
+// notified into out; overflow reports that the ring was full at some
+// point, so that every armed slot must be looked at. Only one goroutine
+// may consume a ring.
+func (m *Mem) Notifications(c int, out []uint32) (n int, overflow bool) {
+	r := m.ring(c)
+	pi := atomic.LoadUint64((*uint64)(r))
+	ciw := (*uint64)(unsafe.Add(r, 8))
+	ci := *ciw
+	ring := unsafe.Slice((*uint32)(unsafe.Add(r, 8*notifyHeader)), 1<<m.logNotify)
+	for ; ci < pi && n < len(out); ci++ {
+		out[n] = ring[ci&(1<<m.logNotify-1)]
+		n++
+	}
+	atomic.StoreUint64(ciw, ci)
+	return n, atomic.SwapUint32(m.overflow(c), 0) != 0
+}
+
+// Release unpins the memory; no handler may use it any more.
+func (m *Mem) Release() { m.pin.Unpin() }

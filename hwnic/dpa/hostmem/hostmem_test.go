@@ -1,0 +1,101 @@
+package hostmem
+
+import (
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/sdr-rdma/sdr/sdr/engine"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// produce writes slot into channel c's ring as the C handler's notify
+// does (sdr_rx.h): the entry at pi, then pi+1; a full ring sets overflow.
+func produce(m *Mem, c int, slot uint32) {
+	r := m.ring(c)
+	pi := atomic.LoadUint64((*uint64)(r))
+	ci := atomic.LoadUint64((*uint64)(unsafe.Add(r, 8)))
+	capacity := uint64(1) << *m.logCap(c)
+	if pi-ci >= capacity {
+		atomic.StoreUint32(m.overflow(c), 1)
+		return
+	}
+	*(*uint32)(unsafe.Add(r, 8*notifyHeader+4*int(pi&(capacity-1)))) = slot
+	atomic.StoreUint64((*uint64)(r), pi+1)
+}
+
+// TestNotificationsWrapAndOverflow runs a ring of 4 entries over several
+// laps, then overfills it: the consumer gets every entry in order, and
+// the overflow exactly once.
+func TestNotificationsWrapAndOverflow(t *testing.T) {
+	m, err := New(4, 8, 2, 2, wire.DefaultImmLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	var out [3]uint32
+	next := uint32(0)
+	for lap := range 5 {
+		for range 3 {
+			produce(m, 1, next)
+			next++
+		}
+		n, overflow := m.Notifications(1, out[:])
+		if n != 3 || overflow {
+			t.Fatalf("lap %d: %d entries, overflow %v", lap, n, overflow)
+		}
+		for i, s := range out[:n] {
+			if s != next-3+uint32(i) {
+				t.Fatalf("lap %d: entry %d is %d, want %d", lap, i, s, next-3+uint32(i))
+			}
+		}
+	}
+	for range 5 {
+		produce(m, 1, 7)
+	}
+	n, overflow := m.Notifications(1, out[:])
+	if n != 3 || !overflow {
+		t.Fatalf("full ring: %d entries, overflow %v", n, overflow)
+	}
+	if n, overflow = m.Notifications(1, out[:]); n != 1 || overflow {
+		t.Fatalf("after overflow: %d entries, overflow %v", n, overflow)
+	}
+	if n, _ := m.Notifications(0, out[:]); n != 0 {
+		t.Fatalf("channel 0 got %d entries of channel 1", n)
+	}
+}
+
+// TestNewSlotLayout checks that a slot's words, its length and the rings
+// sit where sdr_rx_ctx's addresses say, without overlap.
+func TestNewSlotLayout(t *testing.T) {
+	geo, err := engine.NewGeometry(64<<10, 1024, 16<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(4, geo.Words(), 2, 3, wire.DefaultImmLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	es, err := m.NewSlot(2, geo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es.Activate(6, 1)
+	if m.Length(2) != 64<<10 || m.Length(1) != 0 {
+		t.Fatalf("lengths %d %d", m.Length(2), m.Length(1))
+	}
+	if got := uintptr(unsafe.Pointer(&m.Words(2)[0])); got != m.SlotsAddr()+uintptr(2*8*geo.Words()) {
+		t.Fatalf("slot 2 at %#x", got)
+	}
+	if m.LengthsAddr() != m.SlotsAddr()+uintptr(4*8*geo.Words()) || m.NotifyAddr(0) != m.LengthsAddr()+4*8 ||
+		m.NotifyAddr(1)-m.NotifyAddr(0) != uintptr(8*m.ringWords()) || m.NotifyAddr(1)+uintptr(8*m.ringWords()) != m.Addr()+uintptr(m.Len()) {
+		t.Fatal("areas overlap or leave gaps")
+	}
+	if *m.logCap(0) != 3 || *m.logCap(1) != 3 {
+		t.Fatal("ring capacity not set")
+	}
+	if _, err := New(0, 8, 1, 2, wire.DefaultImmLayout); err == nil {
+		t.Fatal("a memory of no slots")
+	}
+}

@@ -1,0 +1,512 @@
+//go:build dpa
+
+package dpa
+
+/*
+#cgo CFLAGS: -I${SRCDIR}
+#include "host.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/hostmem"
+	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/engine"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+const (
+	logRecv   = 12 // receive WQEs per channel QP, log2 (the handler re-posts each one it consumes)
+	logNotify = 12 // notification ring entries per channel, log2
+	sendDepth = 4096
+	// signalEvery: every signalEvery-th send request is signaled; its
+	// completion frees the unsignaled ones before it.
+	signalEvery = sendDepth / 4
+	// notifyPoll is how long the notification poller sleeps when every
+	// ring was empty: the bound on a progress token's extra latency.
+	notifyPoll = 20 * time.Microsecond
+)
+
+// ErrUnusable means a QP can no longer be used: its Connect failed
+// half-way, or a send request failed (a UC send QP then is in error).
+var ErrUnusable = errors.New("dpa: QP unusable")
+
+// qp is one SDR QP on a BlueField-3. Ownership: the fields above armMu
+// are set by NewQP and read-only afterwards; the C transport's receive
+// side belongs to the DPA handlers, its send side to whoever holds
+// sendMu, its entry mkeys to whoever holds the device's umrMu; mem's
+// slots follow hostmem's rules (armMu for the host side); slots are read
+// by the notification poller through atomics; peer is published once by
+// Connect.
+type qp struct {
+	dv      *device
+	attr    backend.QPAttr
+	c       *C.struct_sdr_dpa_qp
+	mem     *hostmem.Mem
+	entries int
+	psn     uint32
+	rqpns   [][]uint32 // [generation][channel]: what the peer sends to
+	rkeys   []uint32   // root mkey per generation
+	stop    chan struct{}
+	poller  sync.WaitGroup
+
+	armMu sync.Mutex
+	slots []atomic.Pointer[armed]
+
+	connMu sync.Mutex
+	peer   atomic.Pointer[peer]
+	broken atomic.Pointer[error]
+
+	sendMu sync.Mutex
+	pkts   [][]C.struct_sdr_dpa_pkt // per channel, C memory of SDR_DPA_POST_BATCH
+	npkts  []int
+	posted [][]uint64 // [generation][channel] requests posted
+	acked  [][]uint64 // [generation][channel] requests known complete
+	byQPN  map[uint32][2]int
+	need   []int
+
+	closeOnce sync.Once
+}
+
+// armed is a slot's live receive.
+type armed struct {
+	es       *engine.Slot
+	progress chan<- struct{}
+	gen      uint32
+	entry    int
+}
+
+// peer is what Connect learned.
+type peer struct {
+	rkeys   []uint32
+	bases   []uint64
+	entries int
+}
+
+// NewQP creates the SDR QP's transport (host.h) with one DPA handler
+// per channel and starts the handlers and the notification poller.
+func (dv *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
+	entries := int(attr.Layout.MaxMessageIDs())
+	if attr.Generations < 1 || attr.Generations > C.SDR_RX_MAX_GENERATIONS || entries > 1<<16 ||
+		attr.MaxMessages < 1 || attr.MaxMessages&(attr.MaxMessages-1) != 0 || attr.MaxMessages > entries {
+		return nil, fmt.Errorf("dpa: new QP: %d message IDs, %d slots, %d generations (up to %d)",
+			entries, attr.MaxMessages, attr.Generations, C.SDR_RX_MAX_GENERATIONS)
+	}
+	geo, err := engine.NewGeometry(attr.SlotSize, attr.MTU, attr.ChunkSize)
+	if err != nil {
+		return nil, fmt.Errorf("dpa: new QP: %w", err)
+	}
+	mem, err := hostmem.New(attr.MaxMessages, geo.Words(), dv.channels, logNotify, attr.Layout)
+	if err != nil {
+		return nil, fmt.Errorf("dpa: new QP: %w", err)
+	}
+	q := &qp{dv: dv, attr: attr, mem: mem, entries: entries, psn: 1, stop: make(chan struct{}),
+		slots: make([]atomic.Pointer[armed], attr.MaxMessages),
+		byQPN: map[uint32][2]int{}, need: make([]int, dv.channels)}
+	tmpl := make([]C.struct_sdr_rx_ctx, dv.channels)
+	l := attr.Layout
+	for c := range tmpl {
+		x := &tmpl[c]
+		x.msg_id_bits, x.offset_bits, x.nibble_bits = C.uint8_t(l.MsgIDBits), C.uint8_t(l.OffsetBits), C.uint8_t(l.NibbleBits)
+		x.mtu, x.chunk_size = C.uint32_t(attr.MTU), C.uint32_t(attr.ChunkSize)
+		x.max_messages, x.slot_words = C.uint32_t(attr.MaxMessages), C.uint32_t(geo.Words())
+		x.slots_haddr, x.lengths_haddr = C.uint64_t(mem.SlotsAddr()), C.uint64_t(mem.LengthsAddr())
+		x.notify_haddr = C.uint64_t(mem.NotifyAddr(c))
+	}
+	// The CQ takes every generation's completions of the channel.
+	logCQ := logRecv + bits.Len(uint(attr.Generations-1))
+	var step *C.char
+	dv.umrMu.Lock()
+	q.c = C.sdr_dpa_qp_create(dv.d, C.uint32_t(attr.Generations), C.uint32_t(dv.channels), C.uint32_t(entries),
+		C.uint64_t(attr.SlotSize), logRecv, C.uint32_t(logCQ), sendDepth,
+		mem.Pointer(), C.size_t(mem.Len()), &tmpl[0], &step)
+	dv.umrMu.Unlock()
+	if q.c == nil {
+		mem.Release()
+		return nil, fmt.Errorf("dpa: new QP: %s failed", C.GoString(step))
+	}
+	for g := range attr.Generations {
+		var row []uint32
+		for c := range dv.channels {
+			row = append(row, uint32(C.sdr_dpa_recv_qpn(q.c, C.uint32_t(g), C.uint32_t(c))))
+			q.byQPN[uint32(C.sdr_dpa_send_qpn(q.c, C.uint32_t(g), C.uint32_t(c)))] = [2]int{g, c}
+		}
+		q.rqpns = append(q.rqpns, row)
+		q.rkeys = append(q.rkeys, uint32(q.c.root_key[g]))
+		q.posted = append(q.posted, make([]uint64, dv.channels))
+		q.acked = append(q.acked, make([]uint64, dv.channels))
+	}
+	for range dv.channels {
+		p := C.calloc(C.SDR_DPA_POST_BATCH, C.size_t(unsafe.Sizeof(C.struct_sdr_dpa_pkt{})))
+		if p == nil {
+			q.destroy()
+			return nil, errors.New("dpa: new QP: no memory for send batches")
+		}
+		q.pkts = append(q.pkts, unsafe.Slice((*C.struct_sdr_dpa_pkt)(p), C.SDR_DPA_POST_BATCH))
+	}
+	q.npkts = make([]int, dv.channels)
+	if C.sdr_dpa_qp_start(q.c) != 0 {
+		q.destroy()
+		return nil, errors.New("dpa: new QP: flexio_event_handler_run failed")
+	}
+	q.poller.Add(1)
+	go q.pollNotifications()
+	dv.mu.Lock()
+	closed := dv.closed
+	if !closed {
+		dv.qps[q] = struct{}{}
+	}
+	dv.mu.Unlock()
+	if closed {
+		q.Close()
+		return nil, errors.New("dpa: new QP: device closed")
+	}
+	return q, nil
+}
+
+// pollNotifications gives progress tokens for the slots the handlers
+// notify (a chunk or the immediate completed), sleeping notifyPoll when
+// every ring was empty. One goroutine per QP; it owns the rings'
+// consumer side.
+func (q *qp) pollNotifications() {
+	defer q.poller.Done()
+	var out [256]uint32
+	for {
+		busy := false
+		for c := range q.dv.channels {
+			for {
+				n, overflow := q.mem.Notifications(c, out[:])
+				busy = busy || n > 0 || overflow
+				for _, s := range out[:n] {
+					q.notify(int(s))
+				}
+				if overflow {
+					for s := range q.slots {
+						q.notify(s)
+					}
+				}
+				if n < len(out) {
+					break
+				}
+			}
+		}
+		if !busy {
+			select {
+			case <-q.stop:
+				return
+			case <-time.After(notifyPoll):
+			}
+		}
+	}
+}
+
+// notify gives slot's receive a progress token, never blocking.
+func (q *qp) notify(slot int) {
+	if slot < 0 || slot >= len(q.slots) {
+		return
+	}
+	if a := q.slots[slot].Load(); a != nil {
+		select {
+		case a.progress <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Info describes the receive QPs and root keys in sdrnic's format, so
+// that the peer may be any SDR backend speaking RoCEv2.
+func (q *qp) Info() ([]byte, error) {
+	in := sdrnic.Info{GID: q.dv.gid, MAC: q.dv.mac, PSN: wire.PSN(q.psn), MTU: q.attr.MTU, ChunkSize: q.attr.ChunkSize,
+		MaxMessages: q.attr.MaxMessages, SlotSize: q.attr.SlotSize, Layout: q.attr.Layout.String(),
+		RootEntries: q.entries, Transport: "uc", QPNs: q.rqpns, RootRKeys: q.rkeys}
+	return in.Marshal()
+}
+
+// Connect takes the peer's Info and connects every channel: our receive
+// QP to RTR, our send QP to RTS toward the peer's receive QP.
+func (q *qp) Connect(remote []byte) error {
+	q.connMu.Lock()
+	defer q.connMu.Unlock()
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if q.peer.Load() != nil {
+		return errors.New("dpa: connect: already connected")
+	}
+	in, err := sdrnic.ParseInfo(remote)
+	if err != nil {
+		return fmt.Errorf("dpa: connect: %w", err)
+	}
+	geo := sdrnic.Geometry{MTU: q.attr.MTU, ChunkSize: q.attr.ChunkSize, MaxMessages: q.attr.MaxMessages,
+		SlotSize: q.attr.SlotSize, Generations: q.attr.Generations, Channels: q.dv.channels,
+		Layout: q.attr.Layout, Transport: "uc"}
+	if err := in.Check(geo); err != nil {
+		return fmt.Errorf("dpa: connect: %w", err)
+	}
+	gid := in.GID.As16()
+	for g, row := range in.QPNs {
+		for c, rqpn := range row {
+			var step *C.char
+			if C.sdr_dpa_connect(q.c, C.uint32_t(g), C.uint32_t(c), C.uint32_t(rqpn), C.uint32_t(in.PSN),
+				C.uint32_t(q.psn), C.uint32_t(q.attr.MTU), (*C.uint8_t)(&gid[0]), (*C.uint8_t)(&in.MAC[0]), &step) != 0 {
+				err := fmt.Errorf("dpa: connect: channel %d/%d: %s failed (the QP is unusable): %w", g, c, C.GoString(step), ErrUnusable)
+				q.broken.Store(&err)
+				return err
+			}
+		}
+	}
+	p := &peer{rkeys: in.RootRKeys, bases: in.RootBases, entries: in.RootEntries}
+	if p.bases == nil {
+		p.bases = make([]uint64, len(in.RootRKeys))
+	} else {
+		p.entries = in.MaxMessages
+	}
+	q.peer.Store(p)
+	return nil
+}
+
+func (q *qp) usable() error {
+	if err := q.broken.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// Arm clears the slot's words (hostmem), points the entry mkey of
+// (gen, msgID) at the buffer with a UMR and activates the slot.
+func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error) {
+	if slot < 0 || slot >= len(q.slots) || int(gen) >= q.attr.Generations || msgID >= uint32(q.entries) ||
+		length < 0 || length > q.attr.SlotSize {
+		return nil, fmt.Errorf("dpa: arm slot %d, message %d, generation %d, %d bytes: out of range", slot, msgID, gen, length)
+	}
+	geo, err := engine.NewGeometry(length, q.attr.MTU, q.attr.ChunkSize)
+	if err != nil {
+		return nil, fmt.Errorf("dpa: arm: %w", err)
+	}
+	var m *memory
+	if length > 0 {
+		if m, err = q.dv.own(mem); err != nil {
+			return nil, fmt.Errorf("dpa: arm: %w", err)
+		}
+		if off < 0 || off > len(m.buf) || length > len(m.buf)-off {
+			return nil, fmt.Errorf("dpa: arm: [%d,+%d) outside a %d-byte region", off, length, len(m.buf))
+		}
+	}
+	q.armMu.Lock()
+	defer q.armMu.Unlock()
+	if q.slots[slot].Load() != nil {
+		return nil, fmt.Errorf("dpa: arm slot %d: still armed", slot)
+	}
+	es, err := q.mem.NewSlot(slot, geo)
+	if err != nil {
+		return nil, fmt.Errorf("dpa: arm: %w", err)
+	}
+	if length > 0 {
+		if err := q.setEntry(int(gen), int(msgID), uintptr(unsafe.Pointer(&m.buf[off])), length, uint32(m.mr.lkey)); err != nil {
+			return nil, fmt.Errorf("dpa: arm slot %d: %w", slot, err)
+		}
+	}
+	es.Activate(msgID, gen)
+	q.slots[slot].Store(&armed{es: es, progress: progress, gen: gen, entry: int(msgID)})
+	return es, nil
+}
+
+// setEntry reconfigures entry mkey (gen, entry) by UMR: [addr, +length)
+// of lkey, then the null mkey (length 0: the null mkey throughout). The
+// caller holds armMu.
+func (q *qp) setEntry(gen, entry int, addr uintptr, length int, lkey uint32) error {
+	i := gen*q.entries + entry
+	q.dv.umrMu.Lock()
+	rc := C.sdr_dpa_entry_set(q.dv.d, C.sdr_dpa_entry(q.c, C.uint32_t(i)), 1, C.uint64_t(addr), C.uint32_t(length),
+		C.uint32_t(lkey), C.uint64_t(q.attr.SlotSize))
+	q.dv.umrMu.Unlock()
+	if rc != 0 {
+		return errors.New("UMR (local invalidate, MR list) failed")
+	}
+	return nil
+}
+
+// Disarm deactivates the slot and points its entry mkey at the null
+// mkey.
+func (q *qp) Disarm(slot int) error {
+	if slot < 0 || slot >= len(q.slots) {
+		return fmt.Errorf("dpa: disarm slot %d: out of range", slot)
+	}
+	q.armMu.Lock()
+	defer q.armMu.Unlock()
+	a := q.slots[slot].Swap(nil)
+	if a == nil {
+		return nil
+	}
+	a.es.Deactivate()
+	if err := q.setEntry(int(a.gen), a.entry, 0, 0, 0); err != nil {
+		return fmt.Errorf("dpa: disarm slot %d: %w", slot, err)
+	}
+	return nil
+}
+
+// Write posts the packets of w round-robin over the generation's send
+// QPs in batches of SDR_DPA_POST_BATCH work requests per ibv_post_send,
+// all of them or none (ErrRetry when a send queue lacks room).
+func (q *qp) Write(w *backend.Write) error {
+	if err := q.usable(); err != nil {
+		return err
+	}
+	p := q.peer.Load()
+	if p == nil {
+		return errors.New("dpa: write before connect")
+	}
+	mtu, slotPackets := q.attr.MTU, q.attr.SlotSize/q.attr.MTU
+	packets := (w.Length + mtu - 1) / mtu
+	var m *memory
+	switch {
+	case int(w.Gen) >= q.attr.Generations || w.MsgID >= uint32(q.entries) || w.Length < 0 || w.FirstPacket < 0 ||
+		w.FirstPacket > slotPackets || packets > slotPackets-w.FirstPacket:
+		return fmt.Errorf("dpa: write: message %d generation %d, %d bytes at packet %d: out of range",
+			w.MsgID, w.Gen, w.Length, w.FirstPacket)
+	case w.Length > 0:
+		var err error
+		if m, err = q.dv.own(w.Mem); err != nil {
+			return fmt.Errorf("dpa: write: %w", err)
+		}
+		if w.Off < 0 || w.Off > len(m.buf) || w.Length > len(m.buf)-w.Off {
+			return fmt.Errorf("dpa: write: [%d,+%d) outside a %d-byte region", w.Off, w.Length, len(m.buf))
+		}
+	}
+	for _, c := range w.Carriers {
+		if c < 0 || uint32(c) >= q.attr.Layout.MaxPackets() {
+			return fmt.Errorf("dpa: write: carrier at packet %d: out of range", c)
+		}
+	}
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	if err := q.reserve(w, packets); err != nil {
+		return err
+	}
+	var laddr uintptr
+	var lkey uint32
+	if m != nil {
+		laddr, lkey = uintptr(unsafe.Pointer(&m.buf[w.Off])), uint32(m.mr.lkey)
+	}
+	base := p.bases[w.Gen] + uint64(int(w.MsgID)%p.entries)*uint64(q.attr.SlotSize)
+	l := q.attr.Layout
+	add := func(pkt, length int, from uintptr) error {
+		c := pkt % q.dv.channels
+		posted := &q.posted[w.Gen][c]
+		*posted++
+		k := q.npkts[c]
+		q.pkts[c][k] = C.struct_sdr_dpa_pkt{raddr: C.uint64_t(base + uint64(pkt)*uint64(mtu)), laddr: C.uint64_t(from),
+			len: C.uint32_t(length), imm: C.uint32_t(l.Pack(w.MsgID, uint32(pkt), l.NibbleOf(w.Imm, uint32(pkt)))),
+			wr_id: C.uint64_t(*posted)}
+		if *posted%signalEvery == 0 {
+			q.pkts[c][k].signaled = 1
+		}
+		q.npkts[c]++
+		if q.npkts[c] == C.SDR_DPA_POST_BATCH {
+			return q.flush(int(w.Gen), c, lkey, p.rkeys[w.Gen])
+		}
+		return nil
+	}
+	for k := range packets {
+		done := k * mtu
+		if err := add(w.FirstPacket+k, min(mtu, w.Length-done), laddr+uintptr(done)); err != nil {
+			return err
+		}
+	}
+	for _, pkt := range w.Carriers {
+		if err := add(pkt, 0, 0); err != nil {
+			return err
+		}
+	}
+	for c := range q.npkts {
+		if q.npkts[c] > 0 {
+			if err := q.flush(int(w.Gen), c, lkey, p.rkeys[w.Gen]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush posts channel c's batch. The caller holds sendMu.
+func (q *qp) flush(gen, c int, lkey, rkey uint32) error {
+	n := q.npkts[c]
+	q.npkts[c] = 0
+	if C.sdr_dpa_post(q.c, C.uint32_t(gen), C.uint32_t(c), &q.pkts[c][0], C.int(n), C.uint32_t(lkey), C.uint32_t(rkey)) != 0 {
+		err := fmt.Errorf("dpa: write: ibv_post_send on channel %d/%d failed (the QP is unusable): %w", gen, c, ErrUnusable)
+		q.broken.CompareAndSwap(nil, &err)
+		return err
+	}
+	return nil
+}
+
+// reserve checks that every send QP of the generation has room for its
+// share of w, reaping send completions first. The caller holds sendMu.
+func (q *qp) reserve(w *backend.Write, packets int) error {
+	var ids [16]C.uint64_t
+	var qpns [16]C.uint32_t
+	for {
+		n := int(C.sdr_dpa_poll_send(q.c, &ids[0], &qpns[0], 16))
+		if n < 0 {
+			err := fmt.Errorf("dpa: write: a send request failed (the QP is unusable): %w", ErrUnusable)
+			q.broken.CompareAndSwap(nil, &err)
+			return err
+		}
+		for i := range n {
+			if gc, ok := q.byQPN[uint32(qpns[i])]; ok {
+				a := &q.acked[gc[0]][gc[1]]
+				*a = max(*a, uint64(ids[i]))
+			}
+		}
+		if n < 16 {
+			break
+		}
+	}
+	clear(q.need)
+	for k := range packets {
+		q.need[(w.FirstPacket+k)%len(q.need)]++
+	}
+	for _, c := range w.Carriers {
+		q.need[c%len(q.need)]++
+	}
+	for c, n := range q.need {
+		// Requests after the last signaled one stay unacknowledged until
+		// the next signal: keep room for them.
+		if q.posted[w.Gen][c]-q.acked[w.Gen][c]+uint64(n) > sendDepth-signalEvery {
+			return fmt.Errorf("dpa: write: send QP %d/%d has %d requests in flight: %w",
+				w.Gen, c, q.posted[w.Gen][c]-q.acked[w.Gen][c], backend.ErrRetry)
+		}
+	}
+	return nil
+}
+
+// Close stops the poller and releases the QP (host.h's order), then the
+// host memory.
+func (q *qp) Close() error {
+	q.closeOnce.Do(q.destroy)
+	return nil
+}
+
+func (q *qp) destroy() {
+	close(q.stop)
+	q.poller.Wait()
+	q.dv.umrMu.Lock()
+	C.sdr_dpa_qp_destroy(q.c)
+	q.dv.umrMu.Unlock()
+	for _, p := range q.pkts {
+		C.free(unsafe.Pointer(&p[0]))
+	}
+	q.mem.Release()
+	q.dv.mu.Lock()
+	delete(q.dv.qps, q)
+	q.dv.mu.Unlock()
+}
