@@ -1,0 +1,7 @@
+//go:build race
+
+package linkemu_test
+
+// raceDetector is true in a build with the race detector, which slows the
+// emulator's Go code about tenfold.
+const raceDetector = true
