@@ -67,7 +67,7 @@ func connectEndpoints(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr) (*sdr
 // ConnectLocal connects a Sender on sendCtx to a Receiver on recvCtx within
 // this process, through ConnectSender and ConnectReceiver over a loopback
 // TCP bootstrap, as two processes would connect: for tools and tests that
-// run both ends (sdr compare, the simulator's checks against emunic).
+// run both ends (sdr testbed, the simulator's checks against emunic).
 func ConnectLocal(sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, *Receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

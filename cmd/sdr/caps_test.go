@@ -14,6 +14,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
 // The capability tests run the sdr binary as user nobody (uid 65534)
@@ -228,5 +229,116 @@ func checkNoXDP(t *testing.T, h *testbed.Host) {
 	}
 	if x := l.Attrs().Xdp; x != nil && x.Attached {
 		t.Errorf("%s in %s: XDP program %d still attached", h.IfName, h.NS.Name, x.ProgId)
+	}
+}
+
+// privateNetnsDir makes testbed.RunDir in this InPrivateMounts child's
+// fresh /run, or takes the one there, and gives it to uid.
+func privateNetnsDir(t *testing.T, uid int) {
+	t.Helper()
+	if err := os.MkdirAll(testbed.RunDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(testbed.RunDir, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNetnsEmpty fails t if anything is left in testbed.RunDir.
+func checkNetnsEmpty(t *testing.T, what string) {
+	t.Helper()
+	entries, err := os.ReadDir(testbed.RunDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("%s: %s left in %s", what, e.Name(), testbed.RunDir)
+	}
+}
+
+// TestCapsTestbed runs a tiny sdr testbed -carrier netns, in a private
+// mount namespace whose /run/netns belongs to user nobody, as nobody with
+// exactly caps.Testbed, and as root holding only caps.Testbed (a
+// container's case): each completes its transfer, verified, and leaves
+// no namespace behind. With each member dropped it refuses to start and
+// names it; with the check off the kernel refuses, and the failed run
+// leaves nothing behind either. A /run/netns nobody may not write is
+// reported as CAP_DAC_OVERRIDE missing.
+func TestCapsTestbed(t *testing.T) {
+	privileged.Require(t)
+	if !testbedtest.InPrivateMounts(t, 2*time.Minute) {
+		return
+	}
+	bin, setpriv := sdrForNobody(t)
+	args := []string{"testbed", "-carrier", "netns", "-s", "64KiB", "-n", "1", "-schemes", "ec", "-o", "", "-json", "-q"}
+	for _, uid := range []int{0, nobody} { // ends with /run/netns nobody's
+		privateNetnsDir(t, uid)
+		o := runIn(nil, asUser(setpriv, uid, caps.Testbed, nil, bin, args...), time.Minute)
+		var rep struct { // what the test reads of scenario.Report's JSON
+			Carrier string
+			Rows    []struct{ Completed, Corrupt int }
+		}
+		if err := json.Unmarshal([]byte(o.out), &rep); o.code != exitOK || err != nil {
+			t.Fatalf("uid %d with %v: %v\n%v", uid, caps.Testbed, err, o)
+		}
+		if len(rep.Rows) != 1 || rep.Rows[0].Completed != 1 || rep.Rows[0].Corrupt != 0 || !strings.Contains(rep.Carrier, "namespaces") {
+			t.Errorf("uid %d with %v: want one transfer over namespaces, completed intact: %+v", uid, caps.Testbed, rep)
+		}
+		checkNetnsEmpty(t, fmt.Sprintf("uid %d with %v", uid, caps.Testbed))
+	}
+	for _, c := range caps.Testbed {
+		less := without(caps.Testbed, c)
+		checkNamesMissing(t, "testbed -carrier netns", runIn(nil, asUser(setpriv, nobody, less, nil, bin, args...), time.Minute), c)
+		if c == caps.IPCLock && memlockStandsIn(t) {
+			t.Logf("memlock limit unlimited: the kernel does not need %v here", c)
+			continue
+		}
+		o := runIn(nil, asUser(setpriv, nobody, less, []string{caps.SkipEnv + "=1"}, bin, args...), time.Minute)
+		if o.code == exitOK || !strings.Contains(o.errOut, "operation not permitted") && !strings.Contains(o.errOut, "register UMEM") {
+			t.Errorf("without %v, unchecked: want the kernel's refusal:\n%v", c, o)
+		}
+		checkNetnsEmpty(t, fmt.Sprintf("failed run without %v", c))
+	}
+	if err := os.Chown(testbed.RunDir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkNamesMissing(t, "testbed -carrier netns", runIn(nil, asUser(setpriv, nobody, caps.Testbed, nil, bin, args...), time.Minute), caps.DACOverride)
+}
+
+// TestCapsTestbedClean plants leftover namespaces of every kind in a
+// private mount namespace whose /run/netns belongs to user nobody: sdr
+// testbed clean as nobody with exactly caps.Clean deletes them all; with
+// CAP_SYS_ADMIN dropped it refuses and names it, and with the check off
+// the kernel refuses and the mounted ones stay.
+func TestCapsTestbedClean(t *testing.T) {
+	privileged.Require(t)
+	if !testbedtest.InPrivateMounts(t, time.Minute) {
+		return
+	}
+	bin, setpriv := sdrForNobody(t)
+	privateNetnsDir(t, nobody)
+	planted := testbedtest.PlantLeftovers(t, testbed.NamePrefix+"capclean-")
+	for _, c := range caps.Clean {
+		less := without(caps.Clean, c)
+		checkNamesMissing(t, "testbed clean", runIn(nil, asUser(setpriv, nobody, less, nil, bin, "testbed", "clean"), time.Minute), c)
+		if o := runIn(nil, asUser(setpriv, nobody, less, []string{caps.SkipEnv + "=1"}, bin, "testbed", "clean"), time.Minute); o.code == exitOK {
+			t.Errorf("without %v, unchecked: want the kernel's refusal:\n%v", c, o)
+		}
+	}
+	for _, l := range planted {
+		if l.Kind == "file" { // a file without a mount needs no capability to go
+			continue
+		}
+		if _, err := os.Lstat(testbed.RunDir + "/" + l.Name); err != nil {
+			t.Errorf("%s (%s) went without its capabilities: %v", l.Name, l.Kind, err)
+		}
+	}
+	if o := runIn(nil, asUser(setpriv, nobody, caps.Clean, nil, bin, "testbed", "clean"), time.Minute); o.code != exitOK {
+		t.Fatalf("with %v: %v", caps.Clean, o)
+	}
+	for _, l := range planted {
+		l.CheckGone(t)
+		// The planted namespace of this process's own is gone: forget it.
+		(&testbed.Namespace{Name: l.Name}).Close()
 	}
 }

@@ -1,8 +1,8 @@
 // Command sdr is the SDR-RDMA toolbox: one binary, one subcommand per job.
 //
-//	sdr compare [flags]                          RC, raw SDR and each reliability scheme on one lossy link
 //	sdr pcap [-json] [-q] [-sdr LAYOUT] FILE...   decode RoCEv2 captures and check every ICRC
 //	sdr sim [flags]                              simulate SR/EC at scale, compare with the models
+//	sdr testbed [flags]                          the main job: RC vs SDR reliability over an emulated long-haul link
 //	sdr testbed clean                            delete namespaces a crashed test run left
 //	sdr write-bw [flags] [SERVER]                SDR write bandwidth, like ib_write_bw
 //
@@ -31,11 +31,10 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"compare":  {"the same lossy long-haul transfers with RC, raw SDR and each reliability scheme", runCompare},
 	"dpa":      {"BlueField-3 DPA capacity planning (plan: threads for a rate)", runDPA},
 	"pcap":     {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
 	"sim":      {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},
-	"testbed":  {"manage the test network (clean: delete leftover namespaces)", runTestbed},
+	"testbed":  {"RC vs SDR reliability over an emulated long-haul link between namespaces; report with plots (clean: delete leftovers)", runTestbed},
 	"write-bw": {"SDR write bandwidth test, like perftest's ib_write_bw", runWriteBW},
 }
 

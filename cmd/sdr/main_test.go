@@ -204,7 +204,8 @@ func TestPcapUsageAndIOErrors(t *testing.T) {
 }
 
 func TestTestbedUsage(t *testing.T) {
-	for _, args := range [][]string{{"testbed"}, {"testbed", "frobnicate"}} {
+	for _, args := range [][]string{{"testbed", "frobnicate"}, {"testbed", "-carrier", "x"}, {"testbed", "-n", "-1"},
+		{"testbed", "-link", "rate=fast"}, {"testbed", "-schemes", "rc,tcp"}, {"testbed", "-s", "0"}} {
 		if code, _, _ := runSDR(args...); code != exitUsage {
 			t.Errorf("sdr %v: exit %d, want %d", args, code, exitUsage)
 		}

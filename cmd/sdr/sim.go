@@ -778,7 +778,7 @@ func writeSimPlots(dir string, rows []simRow, f *simFlags) (simPlots, error) {
 				p.Add(d)
 			}
 		}
-		if err := simSavePlot(p, dir, sp.name); err != nil {
+		if err := savePlot(p, dir, sp.name); err != nil {
 			return out, err
 		}
 		*sp.dst = sp.name
@@ -789,15 +789,6 @@ func writeSimPlots(dir string, rows []simRow, f *simFlags) (simPlots, error) {
 		out.heatmap = "speedup_heatmap"
 	}
 	return out, nil
-}
-
-func simSavePlot(p *plot.Plot, dir, name string) error {
-	for _, ext := range []string{".png", ".svg"} {
-		if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, filepath.Join(dir, name+ext)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // simSchemeOrder lists the schemes of the rows in first-seen order.
@@ -914,7 +905,7 @@ func simHeatmap(dir string, rows []simRow) (bool, error) {
 		labels.TextStyle[i].YAlign = -0.5
 	}
 	p.Add(labels)
-	return true, simSavePlot(p, dir, "speedup_heatmap")
+	return true, savePlot(p, dir, "speedup_heatmap")
 }
 
 // simReport renders docs/reproduction.md: the paper's comparison from this

@@ -1,33 +1,234 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
 
 	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/scenario"
 )
 
-const testbedUsage = `usage: sdr testbed clean
+const testbedUsage = `usage: sdr testbed [flags]      run a long-haul scenario (the default one without flags)
+       sdr testbed clean        delete namespaces a crashed run left behind
+
+With no flags, sdr testbed builds two hosts (network namespaces) joined by a
+long-haul link that the AF_XDP link emulator carries in a third namespace
+(` + scenario.DefaultLink + `),
+moves the same messages with the NIC's RC go-back-N and with SDR's software
+reliability schemes, verifies every byte, prints completion times beside
+reliability/model's predictions, writes a report directory (CSV, JSON,
+Markdown, PNG and SVG plots) and removes everything it built. Without root
+(or the capabilities README.md lists) it runs the same scenario over
+in-process pipe devices with the same link model, and says so. Ctrl-C stops
+it cleanly.
 
 clean   delete every network namespace the testbed created (names starting
         with "` + testbed.NamePrefix + `") that a crashed run left behind in
         ` + testbed.RunDir + `, also those whose mount a later bind mount of
         the directory hides; their veth links and XDP programs go with them.
         Needs root.
+
+flags:
 `
 
+// testbedFlags are sdr testbed's flags; zero values keep the scenario's.
+type testbedFlags struct {
+	scenarioFile, carrier, out string
+	links                      []string
+	reverse                    string
+	sizes, schemes             string
+	count                      int
+	code                       string
+	mtu, chunk, channels       int
+	timeout                    time.Duration
+	json, quiet                bool
+}
+
 func runTestbed(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "clean" {
+		return testbedClean(stdout, stderr)
+	}
 	fs := flag.NewFlagSet("sdr testbed", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, testbedUsage) }
+	var f testbedFlags
+	fs.StringVar(&f.scenarioFile, "scenario", "", "scenario `file` (JSON; see testbed/scenario); flags override its fields")
+	fs.StringVar(&f.carrier, "carrier", "auto", "what carries the link: netns (namespaces + AF_XDP link emulator, root), pipe (in-process), auto (netns when permitted)")
+	fs.Func("link", "link `spec` (testbed/link text form, e.g. "+scenario.DefaultLink+"); repeat to sweep links", func(s string) error {
+		f.links = append(f.links, s)
+		return nil
+	})
+	fs.StringVar(&f.reverse, "reverse", "", "link `spec` of the reverse direction (default: as -link)")
+	fs.StringVar(&f.sizes, "s", "", "message `sizes`, comma-separated (e.g. 64KiB,1MiB,4MiB)")
+	fs.IntVar(&f.count, "n", 0, "transfers per link, size and scheme")
+	fs.StringVar(&f.schemes, "schemes", "", "`schemes`, comma-separated: rc (NIC go-back-N), uc (no reliability), sr-rto, sr-nack, ec, hybrid, auto")
+	fs.StringVar(&f.code, "code", "", "erasure `code` of ec and hybrid: mds(k,m) or xor(k,m)")
+	fs.IntVar(&f.mtu, "mtu", 0, "path MTU")
+	fs.IntVar(&f.chunk, "c", 0, "chunk size in bytes (a multiple of the MTU, at most 64 MTUs)")
+	fs.IntVar(&f.channels, "channels", 0, "transport QPs per SDR QP")
+	fs.DurationVar(&f.timeout, "timeout", 0, "how long one transfer may take before it counts as not completed")
+	fs.StringVar(&f.out, "o", "testbed-report", "report `directory` (results.csv, results.json, report.md, plots); empty: none")
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON instead of the table")
+	fs.BoolVar(&f.quiet, "q", false, "no progress lines")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, testbedUsage)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
 		return exitUsage
 	}
-	if fs.NArg() != 1 || fs.Arg(0) != "clean" {
+	if fs.NArg() != 0 || !slices.Contains([]string{"auto", "netns", "pipe"}, f.carrier) {
 		fs.Usage()
 		return exitUsage
 	}
+	sc, err := f.scenario()
+	if err != nil {
+		fmt.Fprintf(stderr, "sdr testbed: %v\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	net, why, err := openNetwork(f.carrier, sc.MTU)
+	if err != nil {
+		fmt.Fprintf(stderr, "sdr testbed: %v\n", err)
+		return exitFault
+	}
+	if why != "" {
+		fmt.Fprintf(stderr, "sdr testbed: %s\n", why)
+	}
+	if !f.quiet {
+		fmt.Fprintf(stderr, "sdr testbed: %s, %d points over %s\n", sc.Name, len(sc.Links)*len(sc.Sizes)*len(sc.Schemes), net.Carrier())
+	}
+	progress := func(p scenario.Progress) {
+		if f.quiet {
+			return
+		}
+		r := p.Row
+		fmt.Fprintf(stderr, "[%2d/%d] %-7s %-8s %d/%d completed, mean %.1f ms\n", p.Done, p.Total,
+			scenario.SizeName(r.Size), r.Scheme, r.Completed, r.Transfers, r.MeanMs)
+	}
+	rep, runErr := scenario.Run(ctx, sc, net, progress)
+	closeErr := net.Close()
+	if rep == nil {
+		fmt.Fprintf(stderr, "sdr testbed: %v\n", runErr)
+		return exitUsage
+	}
+	if f.json {
+		rep.WriteJSON(stdout)
+	} else {
+		rep.WriteTable(stdout)
+	}
+	if f.out != "" && len(rep.Rows) > 0 {
+		plots, err := writeTestbedPlots(f.out, rep)
+		if err == nil {
+			err = rep.WriteDir(f.out, plots)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr testbed: %v\n", err)
+			return exitUsage
+		}
+		if !f.quiet {
+			fmt.Fprintf(stderr, "sdr testbed: report in %s/: report.md, results.csv, results.json, plots %s (PNG and SVG)\n", f.out, strings.Join(plots, ", "))
+		}
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "sdr testbed: interrupted; everything it built is removed")
+		return exitFault
+	case runErr != nil || closeErr != nil:
+		fmt.Fprintf(stderr, "sdr testbed: %v\n", errors.Join(runErr, closeErr))
+		return exitFault
+	case rep.Corrupt() > 0:
+		fmt.Fprintf(stderr, "sdr testbed: %d transfers delivered wrong bytes\n", rep.Corrupt())
+		return exitFault
+	}
+	return exitOK
+}
+
+// scenario is the default scenario or the file's, with the flags applied.
+func (f *testbedFlags) scenario() (scenario.Scenario, error) {
+	sc := scenario.Default()
+	if f.scenarioFile != "" {
+		var err error
+		if sc, err = scenario.Load(f.scenarioFile); err != nil {
+			return sc, err
+		}
+	}
+	for i, l := range f.links {
+		if i == 0 {
+			sc.Links = nil
+		}
+		sc.Links = append(sc.Links, scenario.LinkSpec{Forward: l, Reverse: f.reverse})
+	}
+	if f.reverse != "" && len(f.links) == 0 {
+		for i := range sc.Links {
+			sc.Links[i].Reverse = f.reverse
+		}
+	}
+	if f.sizes != "" {
+		sizes, err := simParseList(f.sizes, simParseSize)
+		if err != nil {
+			return sc, err
+		}
+		sc.Sizes = sc.Sizes[:0]
+		for _, s := range sizes {
+			sc.Sizes = append(sc.Sizes, int(min(s, 1<<40)))
+		}
+	}
+	if f.schemes != "" {
+		sc.Schemes = strings.Split(f.schemes, ",")
+	}
+	if f.code != "" {
+		if err := sc.Code.UnmarshalText([]byte(f.code)); err != nil {
+			return sc, err
+		}
+	}
+	for _, o := range []struct{ flag, field *int }{{&f.count, &sc.Count}, {&f.mtu, &sc.MTU}, {&f.chunk, &sc.ChunkSize}, {&f.channels, &sc.Channels}} {
+		if *o.flag != 0 {
+			*o.field = *o.flag
+		}
+	}
+	if f.timeout != 0 {
+		sc.Timeout = scenario.Duration(f.timeout)
+	}
+	return sc, sc.Validate()
+}
+
+// openNetwork returns the carrier asked for; auto falls back to the pipe
+// when namespaces cannot be built, and why says so.
+func openNetwork(carrier string, mtu int) (net scenario.Network, why string, err error) {
+	switch carrier {
+	case "pipe":
+		return &scenario.Pipe{}, "", nil
+	}
+	net, err = scenario.NewNamespaces(mtu)
+	switch {
+	case err == nil:
+		return net, "", nil
+	case carrier == "netns":
+		return nil, "", err
+	}
+	return &scenario.Pipe{}, fmt.Sprintf("namespaces unavailable (%v): running over in-process pipe devices with the same link model", err), nil
+}
+
+func testbedClean(stdout, stderr io.Writer) int {
 	deleted, err := testbed.CleanupLeftovers()
 	for _, name := range deleted {
 		fmt.Fprintf(stdout, "deleted %s\n", name)
@@ -38,4 +239,99 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%d leftover namespaces deleted\n", len(deleted))
 	return exitOK
+}
+
+// writeTestbedPlots draws, per link, the mean completion time against the
+// message size for each scheme (solid: measured, dashed: the model), and
+// the goodput against the size, as PNG and SVG; it returns the plots'
+// names.
+func writeTestbedPlots(dir string, rep *scenario.Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var names []string
+	var schemes []string
+	for _, r := range rep.Rows {
+		if !slices.Contains(schemes, r.Scheme) {
+			schemes = append(schemes, r.Scheme)
+		}
+	}
+	for li, lr := range rep.Links {
+		for _, kind := range []string{"completion", "goodput"} {
+			p := plot.New()
+			p.Title.Text = fmt.Sprintf("%s vs message size: %s", kind, lr.Link)
+			p.X.Label.Text = "message size (bytes)"
+			p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+			p.Y.Label.Text = "mean completion time (ms; dashed: model)"
+			if kind == "goodput" {
+				p.Y.Label.Text = "goodput (Mbit/s)"
+			}
+			var ticks []plot.Tick
+			for _, s := range rep.Scenario.Sizes {
+				ticks = append(ticks, plot.Tick{Value: float64(s), Label: scenario.SizeName(s)})
+			}
+			p.X.Tick.Marker = plot.ConstantTicks(ticks)
+			p.Y.Tick.Marker = plot.LogTicks{}
+			p.Legend.Top, p.Legend.Left = true, true
+			drawn := false
+			for i, scheme := range schemes {
+				var measured, modelled plotter.XYs
+				for _, r := range rep.Rows {
+					if r.Link != lr.Link || r.Scheme != scheme {
+						continue
+					}
+					y, m := r.MeanMs, r.ModelMs
+					if kind == "goodput" {
+						y, m = r.GoodputMbps, 0
+					}
+					if y > 0 && r.Completed > 0 {
+						measured = append(measured, plotter.XY{X: float64(r.Size), Y: y})
+					}
+					if m > 0 {
+						modelled = append(modelled, plotter.XY{X: float64(r.Size), Y: m})
+					}
+				}
+				if len(measured) > 0 {
+					l, s, err := plotter.NewLinePoints(measured)
+					if err != nil {
+						return nil, err
+					}
+					l.Color, s.Color, s.Shape = plotutil.Color(i), plotutil.Color(i), plotutil.Shape(i)
+					p.Add(l, s)
+					p.Legend.Add(scheme, l, s)
+					drawn = true
+				}
+				if len(modelled) > 0 {
+					d, err := plotter.NewLine(modelled)
+					if err != nil {
+						return nil, err
+					}
+					d.Color, d.Dashes = plotutil.Color(i), []vg.Length{vg.Points(4), vg.Points(3)}
+					p.Add(d)
+				}
+			}
+			if !drawn {
+				continue
+			}
+			name := kind
+			if len(rep.Links) > 1 {
+				name = fmt.Sprintf("%s_link%d", kind, li+1)
+			}
+			if err := savePlot(p, dir, name); err != nil {
+				return nil, err
+			}
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// savePlot writes p as dir/name.png and dir/name.svg.
+func savePlot(p *plot.Plot, dir, name string) error {
+	for _, ext := range []string{".png", ".svg"} {
+		if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, filepath.Join(dir, name+ext)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

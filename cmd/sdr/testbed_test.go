@@ -1,14 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/scenario"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
@@ -40,5 +44,130 @@ func TestTestbedClean(t *testing.T) {
 	}
 	if code, out, _ := runSDR("testbed", "clean"); code != exitOK || !strings.Contains(out, "0 leftover namespaces deleted") {
 		t.Errorf("second clean: exit %d:\n%s", code, out)
+	}
+}
+
+// testbedRun runs sdr testbed on a short scenario with extra flags and
+// returns its report directory and output.
+func testbedRun(t *testing.T, extra ...string) (dir, out, errOut string) {
+	t.Helper()
+	dir = t.TempDir()
+	args := append([]string{"testbed", "-link", "rate=200Mbit,delay=5ms,loss=1%,queue=4MB", "-s", "256KiB", "-n", "2",
+		"-schemes", "rc,sr-nack,ec", "-o", dir}, extra...)
+	code, out, errOut := runSDR(args...)
+	if code != exitOK {
+		t.Fatalf("sdr %v: exit %d\n%s\n%s", args, code, errOut, out)
+	}
+	return dir, out, errOut
+}
+
+// checkTestbedReport expects every scheme of testbedRun's scenario to have
+// delivered both transfers intact, in the table and in the report's files.
+func checkTestbedReport(t *testing.T, dir, out string) {
+	t.Helper()
+	for _, scheme := range []string{"rc", "sr-nack", "ec"} {
+		if !strings.Contains(out, fmt.Sprintf(" 256KiB   %-8s 2/2 ", scheme)) {
+			t.Errorf("%s did not complete both transfers:\n%s", scheme, out)
+		}
+	}
+	if strings.Contains(out, "WRONG") {
+		t.Errorf("corrupt transfers:\n%s", out)
+	}
+	for _, name := range []string{"report.md", "results.csv", "results.json", "completion.png", "completion.svg", "goodput.svg"} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
+			t.Errorf("report file %s: %v", name, err)
+		}
+	}
+}
+
+// TestTestbedPipe runs the scenario over in-process devices (no root).
+func TestTestbedPipe(t *testing.T) {
+	dir, out, _ := testbedRun(t, "-carrier", "pipe", "-q")
+	if !strings.Contains(out, "over in-process pipe") {
+		t.Errorf("carrier not named:\n%s", out)
+	}
+	checkTestbedReport(t, dir, out)
+}
+
+// TestTestbedNamespaces runs the scenario between namespaces through the
+// AF_XDP link emulator, and leaves nothing behind (TestMain's check).
+func TestTestbedNamespaces(t *testing.T) {
+	privileged.Require(t)
+	dir, out, errOut := testbedRun(t, "-carrier", "netns")
+	if !strings.Contains(out, "link emulator") || !strings.Contains(errOut, "[ 3/3]") {
+		t.Errorf("carrier or progress missing:\n%s\n%s", out, errOut)
+	}
+	checkTestbedReport(t, dir, out)
+}
+
+// signalWriter sends the process SIGINT once what is written to it
+// contains trigger: Ctrl-C at a known point of a run.
+type signalWriter struct {
+	trigger string
+	buf     strings.Builder
+	sent    bool
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	if !w.sent && strings.Contains(w.buf.String(), w.trigger) {
+		w.sent = true
+		syscall.Kill(os.Getpid(), syscall.SIGINT)
+	}
+	return len(p), nil
+}
+
+// TestTestbedInterrupted stops a run with Ctrl-C after its first point:
+// sdr testbed says so, exits with a fault, reports the rows it has, and
+// leaves no namespace behind.
+func TestTestbedInterrupted(t *testing.T) {
+	privileged.Require(t)
+	before := testbed.Live()
+	dir := t.TempDir()
+	errOut := &signalWriter{trigger: "[ 1/3]"}
+	var out strings.Builder
+	code := run([]string{"testbed", "-carrier", "netns", "-link", "rate=200Mbit,delay=5ms,loss=1%,queue=4MB", "-s", "128KiB",
+		"-n", "2", "-schemes", "ec,sr-rto,rc", "-o", dir}, &out, errOut)
+	if code != exitFault || !strings.Contains(errOut.buf.String(), "interrupted") {
+		t.Fatalf("exit %d\n%s\n%s", code, errOut.buf.String(), out.String())
+	}
+	if !strings.Contains(out.String(), " 128KiB   ec       2/2 ") {
+		t.Errorf("the finished point is not reported:\n%s", out.String())
+	}
+	if after := testbed.Live(); len(after) != len(before) {
+		t.Errorf("namespaces before %v, after %v", before, after)
+	}
+}
+
+// TestTestbedJSON runs every scheme on a 5 %-lossy unlimited pipe link with
+// an XOR code and reads the JSON report: the reliability schemes deliver
+// every message exactly, raw UC cannot (a 64-packet message at 5 % loss
+// almost never arrives whole).
+func TestTestbedJSON(t *testing.T) {
+	code, out, errOut := runSDR("testbed", "-carrier", "pipe", "-json", "-o", "", "-q", "-link", "delay=2ms,loss=5%",
+		"-s", "64KiB", "-n", "3", "-c", "4096", "-schemes", "uc,sr-rto,sr-nack,ec,hybrid,auto", "-code", "xor(8,4)")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep scenario.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if len(rep.Rows) != 6 || len(rep.Links) != 1 || rep.Links[0].RateMbps <= 0 || rep.Scenario.Code.String() != "xor(8,4)" {
+		t.Fatalf("report: %s", out)
+	}
+	for _, row := range rep.Rows {
+		if row.Corrupt != 0 || row.Transfers != 3 {
+			t.Errorf("%s: %+v", row.Scheme, row)
+		}
+		if row.Scheme == "uc" {
+			if row.Completed == 3 {
+				t.Errorf("uc completed every message through 5 %% loss of 64-packet messages: %+v", row)
+			}
+			continue
+		}
+		if row.Completed != 3 || row.MeanMs <= 0 {
+			t.Errorf("%s completed %d/3 (mean %v ms)", row.Scheme, row.Completed, row.MeanMs)
+		}
 	}
 }

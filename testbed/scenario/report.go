@@ -64,6 +64,9 @@ func (r *Report) WriteTable(w io.Writer) {
 				fmt.Fprintf(w, " fastest at %s: %s\n", SizeName(size), best)
 			}
 		}
+		for _, d := range lr.directions() {
+			fmt.Fprintf(w, " link %s: %s\n", d.name, d.c)
+		}
 	}
 	fmt.Fprintln(w, line)
 	fmt.Fprintln(w, " rc: the NIC's go-back-N on RC channels (timeout 67 ms, 7 retries). uc: SDR without reliability (a message")
@@ -140,6 +143,9 @@ func (r *Report) Markdown(plots []string) string {
 				fmt.Fprintf(&b, "- fastest at %s: **%s**\n", SizeName(size), best)
 			}
 		}
+		for _, d := range lr.directions() {
+			fmt.Fprintf(&b, "- link %s: %s\n", d.name, d.c)
+		}
 		b.WriteString("\n")
 	}
 	for _, p := range plots {
@@ -169,4 +175,25 @@ func (r *Report) WriteDir(dir string, plots []string) error {
 		write("results.json", r.WriteJSON),
 		write("report.md", func(w io.Writer) error { _, err := io.WriteString(w, r.Markdown(plots)); return err }),
 	)
+}
+
+type namedCounters struct {
+	name string
+	c    *LinkCounters
+}
+
+func (lr *LinkResult) directions() []namedCounters {
+	if lr.Forward == nil {
+		return nil
+	}
+	return []namedCounters{{"A→B (data)", lr.Forward}, {"B→A (acknowledgements)", lr.Reverse}}
+}
+
+func (c *LinkCounters) String() string {
+	s := fmt.Sprintf("%d frames, %d lost (%.2f %%), %d queue drops, %d other drops", c.Frames, c.Lost,
+		100*float64(c.Lost)/float64(max(c.Frames, 1)), c.QueueDrops, c.OtherDrops)
+	if c.Duplicated+c.Corrupted+c.CEMarked > 0 {
+		s += fmt.Sprintf(", %d duplicated, %d corrupted, %d CE-marked", c.Duplicated, c.Corrupted, c.CEMarked)
+	}
+	return s
 }

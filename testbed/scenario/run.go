@@ -46,6 +46,9 @@ type LinkResult struct {
 	RateMbps float64 `json:"rate_mbps"`
 	RTTMs    float64 `json:"rtt_ms"`
 	Loss     float64 `json:"frame_loss"`
+	// Forward and Reverse are what the link did over the link's points
+	// (not the calibration), when the Network counts (Counting).
+	Forward, Reverse *LinkCounters `json:",omitempty"`
 }
 
 // Report is a whole run.
@@ -98,7 +101,13 @@ func Run(ctx context.Context, sc Scenario, net Network, progress func(Progress))
 		if err != nil {
 			return rep, err
 		}
+		counting, _ := net.(Counting)
+		var fwd0, rev0 LinkCounters
+		if counting != nil {
+			fwd0, rev0 = counting.Counters()
+		}
 		rep.Links = append(rep.Links, lr)
+		last := &rep.Links[len(rep.Links)-1]
 		for _, size := range sc.Sizes {
 			for _, scheme := range sc.Schemes {
 				seed += 2
@@ -107,6 +116,11 @@ func Run(ctx context.Context, sc Scenario, net Network, progress func(Progress))
 					return rep, fmt.Errorf("scenario: %s, %d B, %s: %w", spec, size, scheme, err)
 				}
 				rep.Rows = append(rep.Rows, row)
+				if counting != nil {
+					fwd, rev := counting.Counters()
+					fwd, rev = fwd.sub(fwd0), rev.sub(rev0)
+					last.Forward, last.Reverse = &fwd, &rev
+				}
 				if progress != nil {
 					progress(Progress{Done: len(rep.Rows), Total: total, Row: row})
 				}

@@ -74,7 +74,7 @@ func TestRunPipe(t *testing.T) {
 		Timeout: scenario.Duration(10 * time.Second),
 	}
 	var seen []scenario.Progress
-	rep, err := scenario.Run(context.Background(), sc, scenario.Pipe{}, func(p scenario.Progress) { seen = append(seen, p) })
+	rep, err := scenario.Run(context.Background(), sc, &scenario.Pipe{}, func(p scenario.Progress) { seen = append(seen, p) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,14 @@ func TestRunPipe(t *testing.T) {
 	lr := rep.Links[0]
 	if lr.RateMbps <= 0 || lr.RateMbps > 200 || lr.RTTMs != 10 || lr.Loss != 0.02 {
 		t.Errorf("link %+v", lr)
+	}
+	// Four points of three 256-packet transfers cross the link forward,
+	// losing about 2 % (not fewer than 1 %: a loose bound over ~3000 frames).
+	if f := lr.Forward; f == nil || f.Frames < 3000 || f.Lost < f.Frames/100 || f.Delivered != f.Frames-f.Lost-f.QueueDrops-f.OtherDrops+f.Duplicated {
+		t.Errorf("forward counters %+v", f)
+	}
+	if r := lr.Reverse; r == nil || r.Frames == 0 {
+		t.Errorf("reverse counters %+v", r)
 	}
 	for _, r := range rep.Rows {
 		if r.Corrupt != 0 || r.Transfers != 3 {
@@ -133,7 +141,7 @@ func TestRunInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := scenario.Scenario{Links: []scenario.LinkSpec{{Forward: "rate=200Mbit,delay=1ms"}}, Sizes: []int{64 << 10},
 		Count: 2, Schemes: []string{"sr-rto", "ec", "sr-nack"}}
-	rep, err := scenario.Run(ctx, sc, scenario.Pipe{}, func(p scenario.Progress) {
+	rep, err := scenario.Run(ctx, sc, &scenario.Pipe{}, func(p scenario.Progress) {
 		if p.Done == 1 {
 			cancel()
 		}
