@@ -3,6 +3,7 @@ package link
 import (
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 )
@@ -44,9 +45,9 @@ func TestSendLoss(t *testing.T) {
 	}
 
 	// Gilbert–Elliott per frame: bursts of mean length 4.
-	d = mustNew(t, Config{Loss: GilbertElliott(0.01, 4), Seed: 5})
+	d = mustNew(t, Config{Loss: GilbertElliott(0.05, 4), Seed: 5})
 	var pos []int64
-	for i, f := range sendAll(d, 2_000_000, 100) {
+	for i, f := range sendAll(d, 400_000, 100) {
 		if f.Drop == DroppedLoss {
 			pos = append(pos, int64(i))
 		}
@@ -354,5 +355,47 @@ func BenchmarkSend(b *testing.B) {
 				d.Send(now, 1000)
 			}
 		})
+	}
+}
+
+// TestConcurrentUse sends from several goroutines while another reads
+// the counters and reconfigures (run it with -race): every frame is
+// counted once.
+func TestConcurrentUse(t *testing.T) {
+	d := mustNew(t, Config{Bandwidth: 1e9, Delay: time.Millisecond, Loss: Bernoulli(0.1), Seed: 1})
+	const senders, frames = 4, 5000
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = d.Counters()
+			if err := d.SetConfig(Config{Bandwidth: 1e9 + float64(i%2), Delay: time.Millisecond, Loss: Bernoulli(0.1), Seed: 1}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Go(func() {
+			for i := range frames {
+				if g%2 == 0 {
+					d.Send(epoch.Add(time.Duration(i)*time.Microsecond), 100)
+				} else {
+					d.SendFrame(epoch.Add(time.Duration(i)*time.Microsecond), make([]byte, 100))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-stopped
+	if c := d.Counters(); c.Sent != senders*frames || c.Lost == 0 || c.Delivered() != c.Sent-c.Lost {
+		t.Errorf("counters %+v after %d frames", c, senders*frames)
 	}
 }
