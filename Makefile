@@ -1,5 +1,5 @@
 # sdr — two commands for a fresh machine:
-#   make demo   the main job: RC, raw SDR and SDR reliability on one lossy long link
+#   make demo   the main job: RC vs SDR reliability over an emulated long-haul link
 #   make test   everything CI checks; installs what it needs
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -12,6 +12,7 @@ FUZZ_TARGETS = wire:FuzzDecode wire:FuzzDecodeCaptured wire:FuzzGopacketLayer wi
                hwnic/dpa/dpasim:FuzzHandler:3000x
 SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
+REPORT      ?= testbed-report
 
 .PHONY: demo test deps lint generate-check unit fuzz bench interop docs dpa
 
@@ -20,16 +21,17 @@ BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 # namespace tests; libibverbs-dev gives hwnic/dpa the mlx5 layouts (mlx5dv.h).
 APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev util-linux
 
-# The main job: what the project can show so far, with no setup and no
-# root. Real SDR traffic from Soft-RoCE decoded; then the point of the
-# project: the same 4 MiB messages over a 20 ms, 1 %-lossy link between two
-# emulated NICs with the NIC's RC go-back-N, raw SDR (UC, no reliability)
-# and each software reliability scheme, side by side with the models'
-# predictions.
+# The main job: what the project can show so far, with no setup. Real SDR
+# traffic from Soft-RoCE decoded; then the point of the project: two hosts
+# (network namespaces) joined by an emulated long-haul link (20 ms RTT, 1 %
+# loss each way) that carries emunic's real RoCEv2 frames, the same messages
+# moved with the NIC's RC go-back-N and with SDR's software reliability,
+# beside reliability/model's predictions; a report directory with plots.
+# Without root the link runs in-process with the same model (and says so).
 demo:
 	$(GO) build -o $(BIN) ./cmd/sdr
 	$(BIN) pcap -q -sdr 10/18/4 $(SAMPLE)
-	$(BIN) compare
+	$(BIN) testbed -o $(REPORT)
 
 test: deps lint generate-check fuzz unit
 
