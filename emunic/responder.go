@@ -187,6 +187,10 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 			d.stats.inc(RxInvalidRequest) // a malformed duplicate: nothing to repeat
 			return
 		}
+		if need := remoteRight(op.Info().Operation); need != 0 && qp.attr.Access&need == 0 {
+			d.stats.inc(RxQPAccessDenied)
+			return
+		}
 		d.stats.inc(RxDuplicate)
 		switch op {
 		case wire.RCReadRequest:
@@ -261,6 +265,19 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 	info := p.Opcode().Info()
 	pos := info.Position
 	n := len(p.Payload)
+	// rxe's order: the opcode sequence, the QP's remote access rights
+	// (missing: Invalid Request, not a key violation), the packet lengths,
+	// then the operation's own checks (keys, bounds).
+	if pos == wire.PositionMiddle || pos == wire.PositionLast {
+		if !r.active || r.op != info.Operation {
+			return RxInvalidRequest
+		}
+	} else if r.active {
+		return RxInvalidRequest // a new message before the last one ended
+	}
+	if need := remoteRight(info.Operation); need != 0 && qp.attr.Access&need == 0 {
+		return RxQPAccessDenied
+	}
 	// Packet length rules (rxe's check_length): FIRST and MIDDLE carry
 	// exactly one MTU, LAST between 1 byte and one MTU, ONLY at most one;
 	// opcodes without payload carry none (a READ request with data is
@@ -271,13 +288,6 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 		!info.Payload && n != 0,
 		p.RETH != nil && p.RETH.DMALength() > maxDMALength:
 		return RxInvalidRequest
-	}
-	if pos == wire.PositionMiddle || pos == wire.PositionLast {
-		if !r.active || r.op != info.Operation {
-			return RxInvalidRequest
-		}
-	} else if r.active {
-		return RxInvalidRequest // a new message before the last one ended
 	}
 	switch info.Operation {
 	case wire.OpSend:
@@ -290,6 +300,20 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 		return qp.executeAtomic(p)
 	}
 	return RxInvalidRequest
+}
+
+// remoteRight returns the QP access right an incoming operation needs
+// (ibv_qp_attr.qp_access_flags); 0 for SEND.
+func remoteRight(op wire.Operation) Access {
+	switch op {
+	case wire.OpWrite:
+		return AccessRemoteWrite
+	case wire.OpReadRequest:
+		return AccessRemoteRead
+	case wire.OpCompareSwap, wire.OpFetchAdd:
+		return AccessRemoteAtomic
+	}
+	return 0
 }
 
 // maxDMALength is the longest RDMA operation IBA allows (C9-94: 2^31).
@@ -328,9 +352,6 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 	n := len(p.Payload)
 	if pos == wire.PositionFirst || pos == wire.PositionOnly {
 		r.va, r.rkey, r.dmaLen, r.offset = p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALength()), 0
-		if qp.attr.Access&AccessRemoteWrite == 0 {
-			return RxAccessDenied
-		}
 		// The whole message, [VA, VA+DMA length), must lie in the region
 		// with the right, checked before its first byte is written (IBA
 		// 9.7.5.1.3, rxe's check_rkey): a refused message writes nothing.
@@ -389,9 +410,6 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 // PSN is psn (the request's own PSN, or a retransmitted request's).
 func (qp *QP) respondRead(p *wire.Packet, psn wire.PSN, first bool) Counter {
 	length := int(p.RETH.DMALength())
-	if qp.attr.Access&AccessRemoteRead == 0 {
-		return RxAccessDenied
-	}
 	mem, discard, fault := qp.dev.resolveRemote(qp.pd, p.RETH.RKey(), p.RETH.VA(), length, AccessRemoteRead)
 	if fault != 0 {
 		return fault
@@ -426,9 +444,6 @@ func (qp *QP) respondRead(p *wire.Packet, psn wire.PSN, first bool) Counter {
 
 func (qp *QP) executeAtomic(p *wire.Packet) Counter {
 	a := p.AtomicETH
-	if qp.attr.Access&AccessRemoteAtomic == 0 {
-		return RxAccessDenied
-	}
 	if a.VA()%8 != 0 {
 		return RxInvalidRequest
 	}

@@ -26,6 +26,7 @@ const (
 	RxWrongPeer      // connected QP: source address not the connected peer's
 	RxAbandoned      // UC MIDDLE/LAST of a message already refused or cut by a PSN gap
 	RxCNPs           // RoCEv2 congestion notifications (counted, not a fault)
+	RxQPAccessDenied // the QP is not enabled for the remote operation (RC: NAK Invalid Request)
 	RxBadKey         // R_Key names no live MR of this device
 	RxOutOfBounds    // access outside the MR or indirect slot
 	RxAccessDenied   // MR or QP lacks the remote access right
@@ -52,6 +53,7 @@ var counterNames = [numCounters]string{
 	"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "rx_not_roce", "rx_malformed",
 	"rx_bad_icrc", "rx_wrong_gid", "rx_unknown_qp", "rx_wrong_transport", "rx_bad_qkey",
 	"rx_wrong_mac", "rx_bad_ip_checksum", "rx_bad_pkey", "rx_wrong_peer", "rx_abandoned", "rx_cnps",
+	"rx_qp_access_denied",
 	"rx_bad_key", "rx_out_of_bounds", "rx_access_denied", "rx_psn_error", "rx_duplicate",
 	"rx_no_recv_wqe", "rx_invalid_request", "rx_length_error", "rx_null_mr_writes",
 	"rx_qp_error", "tx_retransmits", "tx_acks", "tx_naks", "tx_rnr_naks", "rx_acks",
@@ -85,7 +87,7 @@ func (s *Stats) Each(fn func(name string, value uint64)) {
 // named reason; a refused frame moves exactly one of them.
 var DropReasons = []Counter{RxNotRoCE, RxMalformed, RxBadICRC, RxWrongGID, RxWrongMAC,
 	RxBadIPChecksum, RxUnknownQP, RxWrongTransport, RxWrongPeer, RxBadPKey, RxBadQKey,
-	RxBadKey, RxOutOfBounds, RxAccessDenied, RxPSNError, RxNoRecvWQE, RxInvalidRequest,
+	RxBadKey, RxOutOfBounds, RxAccessDenied, RxQPAccessDenied, RxPSNError, RxNoRecvWQE, RxInvalidRequest,
 	RxLengthError, RxQPError, RxAbandoned}
 
 // Drops returns the sum of every counter that stands for a refused frame.

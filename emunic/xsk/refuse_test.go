@@ -163,7 +163,16 @@ type target struct {
 }
 
 func (n *refusalNet) target(t *testing.T, typ emunic.QPType) *target {
+	return n.targetWith(t, typ, emunic.AccessRemoteWrite|emunic.AccessRemoteRead|emunic.AccessRemoteAtomic)
+}
+
+// targetWith is target with qb enabled for the remote operations in access
+// only.
+func (n *refusalNet) targetWith(t *testing.T, typ emunic.QPType, access emunic.Access) *target {
 	tg := &target{typ: typ, qa: n.a.QP(t, typ), qb: n.b.QP(t, typ), psn: emunictest.PSNA}
+	if err := tg.qb.Modify(emunic.StateInit, emunic.QPAttr{Access: access}); err != nil {
+		t.Fatal(err)
+	}
 	emunictest.Connect(t, n.a, tg.qa, n.b, tg.qb, 1024, emunic.QPAttr{})
 	tg.all = bytes.Repeat([]byte{0xCA}, 64+8192+64)
 	tg.mem = tg.all[64 : 64+8192 : 64+8192]
@@ -264,7 +273,7 @@ var refusalCases = func() []refusalCase {
 		refusalCase{"another unicast MAC", connected,
 			writeOnly(func(f *wire.Fields) { f.DstMAC = [6]byte{2, 0, 0, 0, 0, 0x99} }), emunic.RxWrongMAC, 1, false},
 		refusalCase{"a multicast MAC", connected,
-			writeOnly(func(f *wire.Fields) { f.DstMAC = [6]byte{1, 0, 0x5E, 0, 0, 1} }), emunic.RxWrongMAC, 1, false},
+			writeOnly(func(f *wire.Fields) { f.DstMAC = [6]byte{1, 0, 0x5E, 0x12, 0x34, 0x56} }), emunic.RxWrongMAC, 1, false},
 		refusalCase{"bad IPv4 header checksum", connected,
 			func(t *testing.T, n *refusalNet, tg *target) [][]byte {
 				frame := tg.frame(t, n, tg.op(wire.RCWriteOnly), 64, nil)
@@ -432,6 +441,60 @@ func TestReadWithPayload(t *testing.T) {
 		}
 		if s := tg.qb.State(); s != emunic.StateError {
 			t.Errorf("target QP in %v, want ERR", s)
+		}
+	})
+}
+
+// TestQPAccessRights: a request the QP is not enabled for (its access
+// flags, not the region's) is an Invalid Request on RC, as rxe's
+// check_op_valid has it: NAKed, the QP to the error state; UC drops it.
+// Nothing is written or read.
+func TestQPAccessRights(t *testing.T) {
+	ops := []struct {
+		name   string
+		typ    emunic.QPType
+		access emunic.Access
+		frame  func(t *testing.T, n *refusalNet, tg *target) []byte
+	}{
+		{"WRITE", emunic.RC, emunic.AccessRemoteRead, func(t *testing.T, n *refusalNet, tg *target) []byte {
+			return tg.frame(t, n, wire.RCWriteOnly, 64, nil)
+		}},
+		{"WRITE", emunic.UC, emunic.AccessRemoteRead, func(t *testing.T, n *refusalNet, tg *target) []byte {
+			return tg.frame(t, n, wire.UCWriteOnly, 64, nil)
+		}},
+		{"READ", emunic.RC, emunic.AccessRemoteWrite, func(t *testing.T, n *refusalNet, tg *target) []byte {
+			return tg.frame(t, n, wire.RCReadRequest, 0, func(f *wire.Fields) { f.RETH.DMALength = 64 })
+		}},
+		{"FETCH_ADD", emunic.RC, emunic.AccessRemoteWrite | emunic.AccessRemoteRead, func(t *testing.T, n *refusalNet, tg *target) []byte {
+			return tg.frame(t, n, wire.RCFetchAdd, 0, nil)
+		}},
+	}
+	runOver(t, func(t *testing.T, n *refusalNet, port string) {
+		for _, op := range ops {
+			t.Run(op.typ.String()+"/"+op.name, func(t *testing.T) {
+				tg := n.targetWith(t, op.typ, op.access)
+				before := n.b.Dev.Stats().Get(emunic.RxQPAccessDenied)
+				if _, err := n.inject([][]byte{op.frame(t, n, tg)}); err != nil {
+					t.Fatal(err)
+				}
+				n.fence(t)
+				if got := n.b.Dev.Stats().Get(emunic.RxQPAccessDenied) - before; got != 1 {
+					t.Errorf("rx_qp_access_denied moved by %d, want 1", got)
+				}
+				tg.untouched(t)
+				var want []reply
+				state := emunic.StateRTS
+				if op.typ == emunic.RC {
+					want = []reply{{wire.RCAck, emunictest.PSNA, wire.NAK(wire.NAKInvalidRequest)}}
+					state = emunic.StateError
+				}
+				if got := n.replies(t, tg.qa.QPN()); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Errorf("replies %+v, want %+v", got, want)
+				}
+				if s := tg.qb.State(); s != state {
+					t.Errorf("target QP in %v, want %v", s, state)
+				}
+			})
 		}
 	})
 }
