@@ -3,6 +3,7 @@ package emunic_test
 import (
 	"encoding/binary"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -158,6 +159,60 @@ func TestPipeDelayLine(t *testing.T) {
 			}
 			if !reorder && overtaken != 0 || reorder && overtaken < n/10 {
 				t.Errorf("reorder %v: %d frames arrived before one sent earlier", reorder, overtaken)
+			}
+		})
+	}
+}
+
+// BenchmarkPipe moves 1100-byte frames in batches of 32 from one end of a
+// pipe to the other: over a perfect link (nil), through the link model
+// with every per-frame draw but no delay, and through its delay line.
+func BenchmarkPipe(b *testing.B) {
+	for _, c := range []struct{ name, link string }{
+		{"nil", ""}, {"faults", "loss=1%,dup=1%,corrupt=1%,mtu=1500"}, {"delay", "delay=100us,jitter=10us"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var toB *link.Direction
+			if c.link != "" {
+				cfg, err := link.ParseConfig(c.link)
+				if err != nil {
+					b.Fatal(err)
+				}
+				toB = newLink(b, cfg)
+			}
+			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: toB})
+			b.Cleanup(func() { pa.Close(); pb.Close() })
+			var received atomic.Int64
+			go func() {
+				bufs, sizes := make([][]byte, 32), make([]int, 32)
+				for i := range bufs {
+					bufs[i] = make([]byte, 2048)
+				}
+				for {
+					k, err := pb.Recv(bufs, sizes)
+					if err != nil {
+						return
+					}
+					received.Add(int64(k))
+				}
+			}()
+			batch := make([][]byte, 32)
+			for i := range batch {
+				batch[i] = make([]byte, 1100)
+			}
+			b.SetBytes(1100)
+			b.ReportAllocs()
+			for sent := 0; sent < b.N; sent += 32 {
+				if _, err := pa.Send(batch[:min(32, b.N-sent)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			want := int64(b.N)
+			if toB != nil {
+				want = toB.Counters().Delivered()
+			}
+			for received.Load() < want {
+				time.Sleep(10 * time.Microsecond)
 			}
 		})
 	}
