@@ -84,7 +84,8 @@ type Config struct {
 	Reorder bool
 	// QueueBytes bounds the bytes on the wire and waiting to be
 	// serialized: Send drops a frame that would queue behind more than
-	// QueueBytes minus its own length (tail drop). 0 means unbounded.
+	// QueueBytes minus its own length (tail drop); a frame that finds the
+	// wire idle always goes. 0 means unbounded.
 	// Runs (SendRun) are not subject to it: the simulator's sender paces
 	// itself.
 	QueueBytes int
