@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
 
@@ -176,9 +177,13 @@ func TestDelayUnderLoad(t *testing.T) {
 	}
 }
 
-// TestThroughput offers more than the link's bandwidth and measures the
-// frame bytes per second the receiver gets while the queue stays busy:
-// within 5 % of the setting.
+// TestThroughput offers 1.1 times a link's bandwidth in 1500-byte frames
+// for 0.6 s and measures the frame bytes per second the receiver gets, in
+// 25 ms windows while the link is busy: the median window is within 5 %
+// of the setting. (A window's median, not the whole run's mean: on a
+// machine busy with other work the kernel's softirq thread, which moves
+// the frames between the veths, may stall for tens of milliseconds, and
+// the emulated link, like a real one, idles while nothing comes in.)
 func TestThroughput(t *testing.T) {
 	for _, bw := range []float64{200e6, 1e9} {
 		t.Run(fmt.Sprintf("%gMbit", bw/1e6), func(t *testing.T) {
@@ -189,19 +194,42 @@ func TestThroughput(t *testing.T) {
 			rate := 1.1 * bw / 8 / size // frames/s offered
 			n := int(rate * 0.6)        // 0.6 s of traffic
 			r := carry(t, link.Config{Bandwidth: bw, Delay: 5 * time.Millisecond, QueueBytes: 1000 * size}, n, size, 0, rate)
-			c := r.emu
-			frames, bytes, span := r.frames, r.bytes, r.last.Sub(r.first)
-			got := float64(bytes-size) * 8 / span.Seconds()
-			t.Logf("offered %.0f frames/s, received %d frames in %v: %.1f Mbit/s of frames (setting %.0f); %+v",
-				rate, frames, span, got/1e6, bw/1e6, c)
-			if c.DroppedQueue == 0 {
+			if r.emu.DroppedQueue == 0 {
 				t.Errorf("no tail drop: the link was not saturated")
 			}
-			if math.Abs(got-bw)/bw > 0.05 {
-				t.Errorf("throughput %.1f Mbit/s, want %.0f ± 5 %%", got/1e6, bw/1e6)
+			windows := windowRates(r.batches, 25*time.Millisecond)
+			if len(windows) < 10 {
+				t.Fatalf("%d windows: too few to judge", len(windows))
+			}
+			mean := float64(r.bytes) * 8 / r.last.Sub(r.first).Seconds()
+			med := windows[len(windows)/2]
+			t.Logf("offered %.0f frames/s; received %d frames: %.1f Mbit/s of frames in the median of %d windows (%.1f–%.1f), %.1f over the whole run; setting %.0f",
+				rate, r.frames, med/1e6, len(windows), windows[0]/1e6, windows[len(windows)-1]/1e6, mean/1e6, bw/1e6)
+			if math.Abs(med-bw)/bw > 0.05 {
+				t.Errorf("throughput %.1f Mbit/s, want %.0f ± 5 %%", med/1e6, bw/1e6)
 			}
 		})
 	}
+}
+
+// windowRates cuts the receives into windows of span from the first on,
+// leaving out the last, partial one, and returns each window's rate in
+// bit/s, sorted.
+func windowRates(batches []batchArrival, span time.Duration) []float64 {
+	if len(batches) == 0 {
+		return nil
+	}
+	var rates []float64
+	start, bytes := batches[0].at, 0
+	for _, b := range batches[1:] { // the first receive opens the first window
+		for b.at.Sub(start) >= span {
+			rates = append(rates, float64(bytes)*8/span.Seconds())
+			start, bytes = start.Add(span), 0
+		}
+		bytes += b.bytes
+	}
+	sort.Float64s(rates)
+	return rates
 }
 
 // errOrYes renders a nil error as "yes".

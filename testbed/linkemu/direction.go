@@ -73,8 +73,9 @@ func newForwarder(name string, in, out *xsk.Socket, cfg link.Config, slots int) 
 	if err != nil {
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 	}
-	// One byte more than the longest frame the socket delivers: a frame
-	// that fills its slot was truncated by the receive copy.
+	// One byte more than the longest frame one UMEM chunk holds: a frame
+	// that fills its slot was cut by the receive copy (a guard: without
+	// multi-buffer neither the socket nor XDP on veth passes longer ones).
 	slotLen := in.MaxFrameLen() + 1
 	f := &forwarder{name: name, in: in, out: out, model: model,
 		slab: make([]byte, slots*slotLen), slotLen: slotLen,

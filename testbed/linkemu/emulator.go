@@ -69,7 +69,7 @@ type Counters struct {
 	DroppedQueue              uint64 // tail drop: the emulated queue was full
 	DroppedMTU                uint64 // longer than the link's MTU
 	DroppedNoBuffer           uint64 // the emulator's Slots were all taken
-	DroppedOversize           uint64 // longer than an AF_XDP chunk holds
+	DroppedOversize           uint64 // longer than an AF_XDP chunk holds (cut on receipt)
 	DroppedTX                 uint64 // the egress TX ring refused them
 	Duplicated                uint64 // extra copies made
 	Corrupted                 uint64 // frames with a bit flipped
@@ -114,7 +114,7 @@ func Start(ns *testbed.Namespace, ifA, ifB string, ab, ba link.Config) (*Emulato
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("linkemu: in %s: %w", ns.Name, err)
+		return nil, fmt.Errorf("%w (namespace %s)", err, ns.Name)
 	}
 	return e, nil
 }
@@ -186,7 +186,8 @@ func (s *side) close() error {
 // frames already waiting keep their times. The error wraps
 // link.ErrInvalid, or is ErrClosed.
 func (e *Emulator) SetConfig(d Dir, cfg link.Config) error {
-	if d != AToB && d != BToA {
+	f := e.forwarder(d)
+	if f == nil {
 		return fmt.Errorf("linkemu: direction %d: %w", d, link.ErrInvalid)
 	}
 	select {
@@ -194,20 +195,37 @@ func (e *Emulator) SetConfig(d Dir, cfg link.Config) error {
 		return ErrClosed
 	default:
 	}
-	f := e.fwd[d]
 	if err := f.model.SetConfig(cfg); err != nil {
 		return fmt.Errorf("linkemu: %s: %w", f.name, err)
 	}
 	return nil
 }
 
-// Config returns one direction's configuration.
-func (e *Emulator) Config(d Dir) link.Config { return e.fwd[d].model.Config() }
+// Config returns one direction's configuration (the zero Config for a
+// direction other than AToB and BToA).
+func (e *Emulator) Config(d Dir) link.Config {
+	if f := e.forwarder(d); f != nil {
+		return f.model.Config()
+	}
+	return link.Config{}
+}
 
-// Counters returns a snapshot of one direction's counters. It costs a
-// system call for the kernel's socket statistics (left zero once closed).
+// forwarder returns direction d's forwarder, nil for no direction.
+func (e *Emulator) forwarder(d Dir) *forwarder {
+	if d != AToB && d != BToA {
+		return nil
+	}
+	return e.fwd[d]
+}
+
+// Counters returns a snapshot of one direction's counters (zero for a
+// direction other than AToB and BToA). It costs a system call for the
+// kernel's socket statistics, left zero once the emulator is closed.
 func (e *Emulator) Counters(d Dir) Counters {
-	f := e.fwd[d]
+	f := e.forwarder(d)
+	if f == nil {
+		return Counters{}
+	}
 	c := Counters{
 		FramesIn: f.c.framesIn.Load(), BytesIn: f.c.bytesIn.Load(),
 		Forwarded: f.c.forwarded.Load(), BytesForwarded: f.c.bytesForwarded.Load(),
@@ -215,6 +233,11 @@ func (e *Emulator) Counters(d Dir) Counters {
 		DroppedNoBuffer: f.c.droppedNoBuffer.Load(), DroppedOversize: f.c.droppedOversize.Load(),
 		DroppedTX: f.c.droppedTX.Load(), Duplicated: f.c.duplicated.Load(), Corrupted: f.c.corrupted.Load(),
 		CEMarked: f.c.ceMarked.Load(), TXRingFull: f.c.txRingFull.Load(), TXErrors: f.c.txErrors.Load(),
+	}
+	select {
+	case <-e.closed:
+		return c // the socket's descriptor is closed, its number maybe reused
+	default:
 	}
 	if st, err := f.in.Stats(); err == nil {
 		c.KernelRXDropped, c.KernelRXRingFull, c.KernelFillRingEmpty = st.Rx_dropped, st.Rx_ring_full, st.Rx_fill_ring_empty_descs

@@ -66,19 +66,17 @@ func newSender(t testing.TB, from, to *testbed.Host, size int, tos uint8) *sende
 }
 
 // send sends frames numbered first..first+n-1 at rate frames/s (0: as fast
-// as the socket takes them), sleeping between batches of 32, and returns
-// how many the socket took. It runs on a thread of its own at real-time
-// priority when it may (the emulator's, see linkemu.Emulator.RealTime),
-// so that a busy machine does not slip between a frame's time stamp and
-// its transmission.
+// as the socket takes them), sleeping between batches of 32, and fails t
+// unless the socket took them all. It runs on a real-time thread
+// (realtimeThread), so that a busy machine does not slip between a frame's
+// time stamp and its transmission.
 func (s *sender) send(t testing.TB, first, n int, rate float64) int {
 	t.Helper()
 	var sent int
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 10}, 0)
+		realtimeThread()
 		sent = s.paced(first, n, rate)
 	}()
 	<-done
@@ -127,6 +125,16 @@ func (s *sender) setDstMAC(mac [6]byte) {
 	}
 }
 
+// realtimeThread locks the calling goroutine to its thread, for good (the
+// runtime ends the thread with the goroutine), and puts the thread in
+// SCHED_FIFO at the emulator's priority if the process may: the test's
+// instruments then keep up with the emulator on a machine busy with other
+// work, and their own lateness does not pass for the emulator's.
+func realtimeThread() {
+	runtime.LockOSThread()
+	unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 10}, 0)
+}
+
 // probeSeq returns a probe frame's sequence number and send time.
 func probeSeq(frame []byte) (seq int, sent int64) {
 	return int(binary.BigEndian.Uint64(frame[probeHeaders:])), int64(binary.BigEndian.Uint64(frame[probeHeaders+8:]))
@@ -154,6 +162,13 @@ type received struct {
 	frames      int
 	bytes       int
 	first, last time.Time
+	batches     []batchArrival // the receives, in order (as many as frames expected)
+}
+
+// batchArrival is one receive: when, and how many frame bytes.
+type batchArrival struct {
+	at    time.Time
+	bytes int
 }
 
 // record returns a copy of what the receiver recorded so far.
@@ -162,12 +177,14 @@ func (r *xskReceiver) record() received {
 	defer r.mu.Unlock()
 	c := r.received
 	c.seen = append([]int(nil), r.seen...)
+	c.batches = append([]batchArrival(nil), r.batches...)
 	return c
 }
 
 func newXSKReceiver(t testing.TB, at *testbed.Host, n int, fwd func() uint64) *xskReceiver {
 	t.Helper()
-	r := &xskReceiver{received: received{seen: make([]int, n)}, done: make(chan struct{}), fwd: fwd}
+	r := &xskReceiver{received: received{seen: make([]int, n), batches: make([]batchArrival, 0, n)},
+		done: make(chan struct{}), fwd: fwd}
 	if err := at.NS.Do(func() (err error) {
 		r.port, err = xsk.NewPort(xsk.PortConfig{Interface: at.IfName, Mode: xsk.Copy, AllRoCE: true})
 		return err
@@ -185,6 +202,7 @@ func newXSKReceiver(t testing.TB, at *testbed.Host, n int, fwd func() uint64) *x
 
 func (r *xskReceiver) run() {
 	defer close(r.done)
+	realtimeThread()
 	bufs := make([][]byte, 64)
 	for i := range bufs {
 		bufs[i] = make([]byte, 2048)
@@ -201,7 +219,9 @@ func (r *xskReceiver) run() {
 			r.first = now
 		}
 		r.last = now
+		b := 0
 		for i := range n {
+			b += sizes[i]
 			r.frames++
 			r.bytes += sizes[i]
 			if bufs[i][15]&wire.ECNCE == wire.ECNCE { // the IPv4 TOS byte's ECN bits
@@ -213,6 +233,9 @@ func (r *xskReceiver) run() {
 			if seq, _ := probeSeq(bufs[i][:sizes[i]]); seq >= 0 && seq < len(r.seen) {
 				r.seen[seq]++
 			}
+		}
+		if len(r.batches) < cap(r.batches) { // bounded: no allocation here
+			r.batches = append(r.batches, batchArrival{at: now, bytes: b})
 		}
 		r.mu.Unlock()
 	}
