@@ -19,6 +19,8 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 )
@@ -49,6 +51,7 @@ flags:
 // testbedFlags are sdr testbed's flags; zero values keep the scenario's.
 type testbedFlags struct {
 	scenarioFile, carrier, out string
+	metrics                    string
 	links                      []string
 	reverse                    string
 	sizes, schemes             string
@@ -84,6 +87,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.out, "o", "testbed-report", "report `directory` (results.csv, results.json, report.md, plots); empty: none")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON instead of the table")
 	fs.BoolVar(&f.quiet, "q", false, "no progress lines")
+	fs.StringVar(&f.metrics, "metrics", "", "serve metrics for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, testbedUsage)
 		fs.PrintDefaults()
@@ -116,15 +120,22 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	if !f.quiet {
 		fmt.Fprintf(stderr, "sdr testbed: %s, %d points over %s\n", sc.Name, len(sc.Links)*len(sc.Sizes)*len(sc.Schemes), net.Carrier())
 	}
-	progress := func(p scenario.Progress) {
+	hooks := scenario.Hooks{Progress: func(p scenario.Progress) {
 		if f.quiet {
 			return
 		}
 		r := p.Row
 		fmt.Fprintf(stderr, "[%2d/%d] %-7s %-8s %d/%d completed, mean %.1f ms\n", p.Done, p.Total,
 			scenario.SizeName(r.Size), r.Scheme, r.Completed, r.Transfers, r.MeanMs)
+	}}
+	stopMetrics, err := serveTestbedMetrics(f.metrics, net, &hooks, stderr)
+	if err != nil {
+		net.Close()
+		fmt.Fprintf(stderr, "sdr testbed: %v\n", err)
+		return exitUsage
 	}
-	rep, runErr := scenario.Run(ctx, sc, net, progress)
+	rep, runErr := scenario.Run(ctx, sc, net, hooks)
+	stopMetrics()
 	closeErr := net.Close()
 	if rep == nil {
 		fmt.Fprintf(stderr, "sdr testbed: %v\n", runErr)
@@ -160,6 +171,32 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 		return exitFault
 	}
 	return exitOK
+}
+
+// serveTestbedMetrics serves the run's metrics for Prometheus at
+// addr/metrics (nothing when addr is empty): the emulated NICs' counters
+// (device "a" sends, "b" receives), the link emulator's per direction, and
+// the transfers' statistics per scheme. It sets hooks to feed them.
+func serveTestbedMetrics(addr string, net scenario.Network, hooks *scenario.Hooks, stderr io.Writer) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	devs, transfers := metrics.NewDevices(), metrics.NewTransfers()
+	cs := append(transfers.Collectors(), devs)
+	if ns, ok := net.(*scenario.Namespaces); ok {
+		cs = append(cs, metrics.NewLink(ns.Emulator()))
+	}
+	srv, err := metrics.Serve(addr, metrics.NewRegistry(cs...))
+	if err != nil {
+		return nil, fmt.Errorf("-metrics: %w", err)
+	}
+	fmt.Fprintf(stderr, "sdr testbed: metrics at http://%s/metrics\n", srv.Addr)
+	hooks.Devices = func(a, b *emunic.Device) {
+		devs.Set("a", a)
+		devs.Set("b", b)
+	}
+	hooks.Transfer = transfers.Observe
+	return func() { srv.Close() }, nil
 }
 
 // scenario is the default scenario or the file's, with the flags applied.

@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -168,6 +171,52 @@ func TestTestbedJSON(t *testing.T) {
 		}
 		if row.Completed != 3 || row.MeanMs <= 0 {
 			t.Errorf("%s completed %d/3 (mean %v ms)", row.Scheme, row.Completed, row.MeanMs)
+		}
+	}
+}
+
+// scrapeWriter scrapes the metrics address sdr testbed announces once the
+// first point is done (while the run goes on).
+type scrapeWriter struct {
+	buf  strings.Builder
+	body string
+	err  error
+}
+
+func (w *scrapeWriter) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	if w.body == "" && w.err == nil && strings.Contains(w.buf.String(), "[ 1/2]") {
+		url := regexp.MustCompile(`metrics at (http://\S+/metrics)`).FindStringSubmatch(w.buf.String())
+		if url == nil {
+			w.err = fmt.Errorf("no metrics address announced")
+			return len(p), nil
+		}
+		resp, err := http.Get(url[1])
+		if err != nil {
+			w.err = err
+			return len(p), nil
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		w.body = string(b)
+	}
+	return len(p), nil
+}
+
+// TestTestbedMetrics scrapes sdr testbed's metrics mid-run: the NICs'
+// counters with drops by reason, and the first point's transfers.
+func TestTestbedMetrics(t *testing.T) {
+	w := &scrapeWriter{}
+	var out strings.Builder
+	code := run([]string{"testbed", "-carrier", "pipe", "-metrics", "127.0.0.1:0", "-o", "", "-link", "delay=1ms,loss=1%",
+		"-s", "64KiB", "-n", "2", "-schemes", "ec,rc"}, &out, w)
+	if code != exitOK || w.err != nil {
+		t.Fatalf("exit %d, scrape %v\n%s", code, w.err, w.buf.String())
+	}
+	for _, want := range []string{`emunic_rx_packets_total{device="b"}`, `emunic_rx_drops_total{device="a",reason="bad_icrc"} 0`,
+		`sdr_reliability_transfers_completed_total{scheme="ec"} 2`, `sdr_reliability_transfer_seconds_count{scheme="ec"} 2`} {
+		if !strings.Contains(w.body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, w.body)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -356,22 +356,22 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 	return res, errors.Join(err, serverErr)
 }
 
-// serveMetrics serves the devices' counters at f.metrics/metrics until
-// stop is called, and announces the address it listens on to f.stderr;
-// an empty f.metrics serves nothing.
+// serveMetrics serves the devices' counters (and the Go runtime's) for
+// Prometheus at f.metrics/metrics until stop is called, and announces the
+// address it listens on to f.stderr; an empty f.metrics serves nothing.
 func serveMetrics(f *writeBWFlags, devices map[string]*emunic.Device) (stop func(), err error) {
 	if f.metrics == "" {
 		return func() {}, nil
 	}
-	ln, err := net.Listen("tcp", f.metrics)
+	devs := metrics.NewDevices()
+	for role, dev := range devices {
+		devs.Set(role, dev)
+	}
+	srv, err := metrics.Serve(f.metrics, metrics.NewRegistry(devs))
 	if err != nil {
 		return nil, fmt.Errorf("-metrics: %w", err)
 	}
-	fmt.Fprintf(f.stderr, "sdr write-bw: metrics at http://%s/metrics\n", ln.Addr())
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", emunic.MetricsHandler(devices))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
+	fmt.Fprintf(f.stderr, "sdr write-bw: metrics at http://%s/metrics\n", srv.Addr)
 	return func() { srv.Close() }, nil
 }
 

@@ -71,6 +71,9 @@ func openXSKDevice(h *testbed.Host) (*emunic.Device, error) {
 	return dev, nil
 }
 
+// Emulator returns the link emulator (for its metrics).
+func (n *Namespaces) Emulator() *linkemu.Emulator { return n.topo.Emulator }
+
 // Counters implements Counting with the emulator's counters.
 func (n *Namespaces) Counters() (forward, reverse LinkCounters) {
 	conv := func(c linkemu.Counters) LinkCounters {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
@@ -76,14 +77,27 @@ type Progress struct {
 	Row         Row
 }
 
+// Hooks observe a run; nil fields are skipped.
+type Hooks struct {
+	// Progress is called after each row.
+	Progress func(Progress)
+	// Devices is called with each fresh pair of devices before use (for
+	// metrics).
+	Devices func(a, b *emunic.Device)
+	// Transfer is called after each measured transfer with its scheme,
+	// statistics (for the rc and uc baselines only Start and End) and
+	// whether it delivered the message whole and intact.
+	Transfer func(scheme string, st reliability.Stats, delivered bool)
+}
+
 // calibrationTransfers is how many clean transfers of the largest size
 // measure a link's sustained rate.
 const calibrationTransfers = 3
 
-// Run sweeps the scenario's links × sizes × schemes over net, calling
-// progress (if not nil) after each row. It stops at ctx's end with the
-// rows so far and ctx's error.
-func Run(ctx context.Context, sc Scenario, net Network, progress func(Progress)) (*Report, error) {
+// Run sweeps the scenario's links × sizes × schemes over net, calling the
+// hooks as it goes. It stops at ctx's end with the rows so far and ctx's
+// error.
+func Run(ctx context.Context, sc Scenario, net Network, hooks Hooks) (*Report, error) {
 	sc.fill()
 	if err := sc.Validate(); err != nil {
 		return nil, err
@@ -111,7 +125,7 @@ func Run(ctx context.Context, sc Scenario, net Network, progress func(Progress))
 		for _, size := range sc.Sizes {
 			for _, scheme := range sc.Schemes {
 				seed += 2
-				row, err := measure(ctx, &sc, net, lr, forward, reverse, seed, size, scheme)
+				row, err := measure(ctx, &sc, net, &hooks, lr, forward, reverse, seed, size, scheme)
 				if err != nil {
 					return rep, fmt.Errorf("scenario: %s, %d B, %s: %w", spec, size, scheme, err)
 				}
@@ -121,8 +135,8 @@ func Run(ctx context.Context, sc Scenario, net Network, progress func(Progress))
 					fwd, rev = fwd.sub(fwd0), rev.sub(rev0)
 					last.Forward, last.Reverse = &fwd, &rev
 				}
-				if progress != nil {
-					progress(Progress{Done: len(rep.Rows), Total: total, Row: row})
+				if hooks.Progress != nil {
+					hooks.Progress(Progress{Done: len(rep.Rows), Total: total, Row: row})
 				}
 			}
 		}
@@ -167,7 +181,7 @@ func calibrate(ctx context.Context, sc *Scenario, net Network, spec LinkSpec, fo
 	return lr, nil
 }
 
-func measure(ctx context.Context, sc *Scenario, net Network, lr LinkResult, forward, reverse link.Config, seed uint64, size int, scheme string) (Row, error) {
+func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr LinkResult, forward, reverse link.Config, seed uint64, size int, scheme string) (Row, error) {
 	row := Row{Link: lr.Link, Size: size, Scheme: scheme}
 	a, b, err := net.Devices(forward, reverse, seed)
 	if err != nil {
@@ -175,9 +189,15 @@ func measure(ctx context.Context, sc *Scenario, net Network, lr LinkResult, forw
 	}
 	defer a.Close()
 	defer b.Close()
+	if hooks.Devices != nil {
+		hooks.Devices(a, b)
+	}
 	rtt := forward.Delay + reverse.Delay
 	p := point{sc: sc, a: a, b: b, size: size, scheme: scheme, rtt: rtt, count: sc.Count,
 		timeout: time.Duration(sc.Timeout), bitsPerS: lr.RateMbps * 1e6}
+	if hooks.Transfer != nil {
+		p.observe = func(st reliability.Stats, delivered bool) { hooks.Transfer(scheme, st, delivered) }
+	}
 	var m measurement
 	switch scheme {
 	case SchemeRC:

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 )
 
@@ -74,12 +76,30 @@ func TestRunPipe(t *testing.T) {
 		Timeout: scenario.Duration(10 * time.Second),
 	}
 	var seen []scenario.Progress
-	rep, err := scenario.Run(context.Background(), sc, &scenario.Pipe{}, func(p scenario.Progress) { seen = append(seen, p) })
+	var pairs, delivered, failed int
+	rep, err := scenario.Run(context.Background(), sc, &scenario.Pipe{}, scenario.Hooks{
+		Progress: func(p scenario.Progress) { seen = append(seen, p) },
+		Devices:  func(a, b *emunic.Device) { pairs++ },
+		Transfer: func(scheme string, st reliability.Stats, ok bool) {
+			if ok && st.Duration() > 0 {
+				delivered++
+			} else if !ok {
+				failed++
+			}
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Rows) != 4 || len(seen) != 4 || seen[3].Done != 4 || seen[3].Total != 4 {
 		t.Fatalf("rows %d, progress %+v", len(rep.Rows), seen)
+	}
+	completed := 0
+	for _, r := range rep.Rows {
+		completed += r.Completed
+	}
+	if pairs != 4 || delivered != completed || delivered+failed != 12 {
+		t.Errorf("hooks saw %d device pairs, %d delivered and %d failed transfers; rows completed %d", pairs, delivered, failed, completed)
 	}
 	lr := rep.Links[0]
 	if lr.RateMbps <= 0 || lr.RateMbps > 200 || lr.RTTMs != 10 || lr.Loss != 0.02 {
@@ -141,11 +161,11 @@ func TestRunInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := scenario.Scenario{Links: []scenario.LinkSpec{{Forward: "rate=200Mbit,delay=1ms"}}, Sizes: []int{64 << 10},
 		Count: 2, Schemes: []string{"sr-rto", "ec", "sr-nack"}}
-	rep, err := scenario.Run(ctx, sc, &scenario.Pipe{}, func(p scenario.Progress) {
+	rep, err := scenario.Run(ctx, sc, &scenario.Pipe{}, scenario.Hooks{Progress: func(p scenario.Progress) {
 		if p.Done == 1 {
 			cancel()
 		}
-	})
+	}})
 	if !errors.Is(err, context.Canceled) || rep == nil || len(rep.Rows) != 1 {
 		t.Fatalf("err %v, rows %v", err, rep)
 	}

@@ -37,6 +37,8 @@ type point struct {
 	count    int
 	timeout  time.Duration
 	bitsPerS float64 // the link's configured rate, 0 when unlimited
+	// observe, when set, sees every transfer's statistics and outcome.
+	observe func(st reliability.Stats, delivered bool)
 }
 
 func (p *point) qpAttr() sdr.QPAttr {
@@ -109,15 +111,24 @@ func (p *point) reliable(ctx context.Context, cfg reliability.Config) (m measure
 		m.transfers++
 		m.resent += sent.Retransmitted
 		m.parity += sent.ParitySent
+		delivered := false
 		switch {
 		case werr != nil || rr.err != nil:
 			m.note = fmt.Sprint(errors.Join(werr, rr.err))
 		case sha256.Sum256(dst) != sha256.Sum256(src) || rr.imm != uint32(i):
 			m.corrupt++
 		default:
+			delivered = true
 			m.completed++
 			m.plans[rr.stats.Plan.String()] = true
 			m.times = append(m.times, rr.stats.Duration())
+		}
+		if p.observe != nil {
+			// The sender's counts of what it sent, the receiver's of
+			// what it decoded and asked for, over the receiver's span.
+			st := rr.stats
+			st.ChunksSent, st.Retransmitted, st.ParitySent, st.Probes = sent.ChunksSent, sent.Retransmitted, sent.ParitySent, sent.Probes
+			p.observe(st, delivered)
 		}
 	}
 	m.wall = time.Since(start)
@@ -197,7 +208,9 @@ func (p *point) rawTransfer(ctx context.Context, ctxs [2]*sdr.Context, qps [2]*s
 	for !h.Done() && wctx.Err() == nil {
 		h.Wait(wctx)
 	}
+	st := reliability.Stats{Start: t0, End: time.Now()}
 	if !h.Done() {
+		p.observeRaw(st, false)
 		return nil
 	}
 	// A message shorter than the immediate's carriers has no complete
@@ -205,11 +218,19 @@ func (p *point) rawTransfer(ctx context.Context, ctxs [2]*sdr.Context, qps [2]*s
 	imm, whole := h.Imm()
 	if sha256.Sum256(dst) != sha256.Sum256(src) || whole && imm != uint32(i) {
 		m.corrupt++
+		p.observeRaw(st, false)
 		return nil
 	}
 	m.completed++
-	m.times = append(m.times, time.Since(t0))
+	m.times = append(m.times, st.Duration())
+	p.observeRaw(st, true)
 	return nil
+}
+
+func (p *point) observeRaw(st reliability.Stats, delivered bool) {
+	if p.observe != nil {
+		p.observe(st, delivered)
+	}
 }
 
 func (m *measurement) planList() string {
