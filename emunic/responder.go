@@ -266,8 +266,9 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 	pos := info.Position
 	n := len(p.Payload)
 	// rxe's order: the opcode sequence, the QP's remote access rights
-	// (missing: Invalid Request, not a key violation), the packet lengths,
-	// then the operation's own checks (keys, bounds).
+	// (missing: Invalid Request, not a key violation), a receive WQE for
+	// what consumes one (RC: RNR NAK), the packet lengths, then the
+	// operation's own checks (keys, bounds).
 	if pos == wire.PositionMiddle || pos == wire.PositionLast {
 		if !r.active || r.op != info.Operation {
 			return RxInvalidRequest
@@ -277,6 +278,9 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 	}
 	if need := remoteRight(info.Operation); need != 0 && qp.attr.Access&need == 0 {
 		return RxQPAccessDenied
+	}
+	if consumesRecv(info) && !r.held && !qp.hasRecv() {
+		return RxNoRecvWQE // checked before any byte is written
 	}
 	// Packet length rules (rxe's check_length): FIRST and MIDDLE carry
 	// exactly one MTU, LAST between 1 byte and one MTU, ONLY at most one;
@@ -300,6 +304,19 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 		return qp.executeAtomic(p)
 	}
 	return RxInvalidRequest
+}
+
+// consumesRecv reports whether a request packet needs a receive WQE (rxe's
+// RXE_RWR_MASK): a SEND's FIRST or ONLY, a WRITE with immediate's LAST or
+// ONLY.
+func consumesRecv(info wire.OpcodeInfo) bool {
+	switch info.Operation {
+	case wire.OpSend:
+		return info.Position == wire.PositionFirst || info.Position == wire.PositionOnly
+	case wire.OpWrite:
+		return info.Headers&wire.HeaderImmDt != 0
+	}
+	return false
 }
 
 // remoteRight returns the QP access right an incoming operation needs
@@ -376,9 +393,6 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 		return RxInvalidRequest
 	}
 	withImm := p.ImmDt != nil
-	if withImm && !qp.hasRecv() && !r.held {
-		return RxNoRecvWQE // check before touching memory
-	}
 	mem, discard, fault := qp.dev.resolveRemote(qp.pd, r.rkey, r.va+uint64(r.offset), n, AccessRemoteWrite)
 	if fault != 0 {
 		return fault

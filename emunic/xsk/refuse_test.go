@@ -499,6 +499,30 @@ func TestQPAccessRights(t *testing.T) {
 	})
 }
 
+// TestRNRBeforeLength: a SEND with nothing posted to receive into is
+// answered with an RNR NAK even when its length is also wrong, as rxe
+// checks resources before lengths; the QP stays usable.
+func TestRNRBeforeLength(t *testing.T) {
+	runOver(t, func(t *testing.T, n *refusalNet, port string) {
+		tg := n.target(t, emunic.RC)
+		before := n.b.Dev.Stats().Get(emunic.RxNoRecvWQE)
+		if _, err := n.inject([][]byte{tg.frame(t, n, wire.RCSendOnly, 1025, nil)}); err != nil {
+			t.Fatal(err)
+		}
+		n.fence(t)
+		if got := n.b.Dev.Stats().Get(emunic.RxNoRecvWQE) - before; got != 1 {
+			t.Errorf("rx_no_recv_wqe moved by %d, want 1", got)
+		}
+		replies := n.replies(t, tg.qa.QPN())
+		if len(replies) != 1 || replies[0].syn.Kind() != wire.SyndromeRNRNAK || replies[0].psn != emunictest.PSNA {
+			t.Errorf("replies %+v, want one RNR NAK", replies)
+		}
+		if s := tg.qb.State(); s != emunic.StateRTS {
+			t.Errorf("target QP in %v", s)
+		}
+	})
+}
+
 // TestUCAbandonedLast: after a PSN gap cuts a UC message, the packet at
 // the gap counts as a PSN error and the LAST after it as abandoned; the
 // message completes nothing.
