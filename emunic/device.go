@@ -111,9 +111,31 @@ func (d *Device) GID() netip.Addr { return d.gid }
 // MAC returns the device's Ethernet address.
 func (d *Device) MAC() [6]byte { return d.mac }
 
+// PortFilter is implemented by ports that refuse frames themselves before
+// the device sees them (the AF_XDP port, whose XDP program drops frames
+// sent to another MAC and frames from a connected QP's non-peer). The
+// device's counters of the same reasons include the port's, so that every
+// refused frame shows under one name wherever the counters are shown.
+type PortFilter interface {
+	// FilterDrops returns how many frames the port refused as RxWrongMAC
+	// and as RxWrongPeer.
+	FilterDrops() (wrongMAC, wrongPeer uint64, err error)
+}
+
 // Stats returns a snapshot of the counters. It costs one atomic load per
-// counter.
-func (d *Device) Stats() Stats { return d.stats.snapshot() }
+// counter and, on a PortFilter port, one read of the port's counters (for
+// AF_XDP a BPF map lookup: a system call); once the port is closed its
+// counts are no longer included.
+func (d *Device) Stats() Stats {
+	s := d.stats.snapshot()
+	if f, ok := d.port.(PortFilter); ok {
+		if mac, peer, err := f.FilterDrops(); err == nil {
+			s[RxWrongMAC] += mac
+			s[RxWrongPeer] += peer
+		}
+	}
+	return s
+}
 
 // Close stops the device: the port is closed, the receive goroutine exits,
 // and every QP moves to the error state, flushing its work requests.

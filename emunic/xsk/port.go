@@ -59,7 +59,10 @@ type Port struct {
 // (the kernel's copy-mode batch).
 const flushBatch = 32
 
-var _ emunic.QPSteering = (*Port)(nil)
+var (
+	_ emunic.QPSteering = (*Port)(nil)
+	_ emunic.PortFilter = (*Port)(nil)
+)
 
 // NewPort loads and attaches the steering program to the interface and
 // binds an AF_XDP socket to the queue. Run it inside the interface's
@@ -145,6 +148,14 @@ func (p *Port) AddQP(qpn uint32, peer netip.Addr) error { return p.prog.AddQP(qp
 
 // RemoveQP stops steering qpn.
 func (p *Port) RemoveQP(qpn uint32) error { return p.prog.RemoveQP(qpn) }
+
+// FilterDrops returns how many frames the XDP program dropped as sent to
+// another MAC and as not from a connected QP's peer (emunic.PortFilter:
+// the device counts them under RxWrongMAC and RxWrongPeer).
+func (p *Port) FilterDrops() (wrongMAC, wrongPeer uint64, err error) {
+	c, err := p.prog.Counters()
+	return c.WrongMAC, c.WrongPeer, err
+}
 
 // Program returns the steering program, for its counters and fault
 // injection.
