@@ -14,6 +14,17 @@
 // RNR back-off, the pipe's link delays) use package time, so tests run them
 // on a fake clock with testing/synctest.
 //
+// Receive checks: the device refuses what a RoCEv2 NIC (and Linux rxe)
+// refuses, each refused frame counted under its reason (DropReasons): a
+// destination MAC other than its own or broadcast, a bad IPv4 header
+// checksum or ICRC, another destination address, a connected QP's packet
+// from any source but its peer's, a P_Key outside the default partition,
+// and, in the responder, rxe's checks in rxe's order (opcode sequence, the
+// QP's access flags, a receive WQE, packet lengths, then keys and the
+// bounds of the whole message at a WRITE's FIRST). QP numbers are random
+// and each memory key carries a random 8-bit tag, so a host on the same
+// segment cannot guess them; Config.FixedKeys makes both fixed for tests.
+//
 // Ports: Pipe (two devices in one process, with an optional link model that
 // delays, drops, reorders and duplicates frames) and UDPPort (a UDP socket on
 // port 4791, unprivileged). The AF_XDP port lives in emunic/xsk.
