@@ -98,6 +98,7 @@ DOCS_SIM_FLAGS ?= -samples 300 -large-samples 10
 docs:
 	$(GO) build -buildvcs=true -o $(BIN) ./cmd/sdr
 	$(BIN) sim $(DOCS_SIM_FLAGS) -out docs/sim -report docs/reproduction.md >/dev/null
+	$(BIN) testbed -q -scenario docs/testbed/paper-direction.json -o docs/testbed/paper-direction >/dev/null
 
 # BlueField-3 hosts only (DOCA installed): the DPA RX handler
 # (hwnic/dpa/device/handler.c) built by dpacc into libsdr_dpa.a, the DPA

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -308,7 +310,7 @@ func writeTestbedPlots(dir string, rep *scenario.Report) ([]string, error) {
 				ticks = append(ticks, plot.Tick{Value: float64(s), Label: scenario.SizeName(s)})
 			}
 			p.X.Tick.Marker = plot.ConstantTicks(ticks)
-			p.Y.Tick.Marker = plot.LogTicks{}
+			p.Y.Tick.Marker = logTicks125{}
 			p.Legend.Top, p.Legend.Left = true, true
 			drawn := false
 			for i, scheme := range schemes {
@@ -361,6 +363,23 @@ func writeTestbedPlots(dir string, rep *scenario.Report) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// logTicks125 labels a log axis at 1, 2 and 5 of every decade, which a
+// range of one or two decades needs to be readable.
+type logTicks125 struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks125) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for decade := math.Pow(10, math.Floor(math.Log10(lo))); decade <= hi; decade *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := m * decade; v >= lo && v <= hi {
+				ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})
+			}
+		}
+	}
+	return ticks
 }
 
 // savePlot writes p as dir/name.png and dir/name.svg.
