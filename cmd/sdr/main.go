@@ -1,5 +1,6 @@
 // Command sdr is the SDR-RDMA toolbox: one binary, one subcommand per job.
 //
+//	sdr conform -self | -i IFACE [target flags]  RoCEv2 responder conformance battery at a target
 //	sdr pcap [-json] [-q] [-sdr LAYOUT] FILE...   decode RoCEv2 captures and check every ICRC
 //	sdr sim [flags]                              simulate SR/EC at scale, compare with the models
 //	sdr testbed [flags]                          the main job: RC vs SDR reliability over an emulated long-haul link
@@ -31,6 +32,7 @@ type command struct {
 }
 
 var commands = map[string]command{
+	"conform":  {"RoCEv2 responder conformance battery (crafted frames) at emunic or any target", runConform},
 	"dpa":      {"BlueField-3 DPA capacity planning (plan: threads for a rate)", runDPA},
 	"pcap":     {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
 	"sim":      {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},

@@ -32,7 +32,7 @@ type EmunicTarget struct {
 // RecvWQEs is how many receive WQEs every QP of a target gets posted.
 const RecvWQEs = 4
 
-// NewEmunicTarget sets up dev as a target for cases: a 256 KiB region
+// NewEmunicTarget sets up dev as a target for cases: a 1 MiB region
 // with every remote right (filled with a pattern), a 4 KiB read-only one,
 // the fence QP and one fresh QP per case, each connected to the battery
 // at peerIP/peerMAC with remote QPN equal to its own, path MTU mtu,
@@ -51,7 +51,7 @@ func NewEmunicTarget(dev *emunic.Device, cases []Case, peerIP netip.Addr, peerMA
 	if t.recvCQ, err = emunic.NewCQ(1 << 12); err != nil {
 		return nil, err
 	}
-	buf := make([]byte, 256<<10)
+	buf := make([]byte, 1<<20)
 	for i := range buf {
 		buf[i] = byte(i*131 + i>>8*7 + 1)
 	}

@@ -481,20 +481,25 @@ func expectedMemory(before []byte, o *Outcome) []byte {
 	return m
 }
 
-// describeMemory lists the byte ranges where after differs from before.
+// describeMemory lists the byte ranges where after differs from before,
+// joining ranges less than 16 bytes apart (new data that happens to equal
+// the old in a byte would cut a range otherwise).
 func describeMemory(before, after []byte) string {
+	const gap = 16
 	var s []string
 	for i := 0; i < len(after); {
 		if after[i] == before[i] {
 			i++
 			continue
 		}
-		j := i
-		for j < len(after) && after[j] != before[j] {
-			j++
+		j, last := i, i
+		for ; j < len(after) && j-last <= gap; j++ {
+			if after[j] != before[j] {
+				last = j
+			}
 		}
-		s = append(s, fmt.Sprintf("+%d..+%d", i, j))
-		i = j
+		s = append(s, fmt.Sprintf("+%d..+%d", i, last+1))
+		i = last + 1
 	}
 	if len(s) == 0 {
 		return "unchanged"
