@@ -22,6 +22,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
@@ -257,7 +258,12 @@ func openNetwork(carrier string, mtu int) (net scenario.Network, why string, err
 	case "pipe":
 		return &scenario.Pipe{}, "", nil
 	}
-	net, err = scenario.NewNamespaces(mtu)
+	// Name the capabilities a user lacks rather than fail on an EPERM
+	// half-way through building namespaces.
+	err = caps.Check(caps.Testbed, "sdr testbed -carrier netns", testbed.RunDir)
+	if err == nil {
+		net, err = scenario.NewNamespaces(mtu)
+	}
 	switch {
 	case err == nil:
 		return net, "", nil
@@ -268,6 +274,10 @@ func openNetwork(carrier string, mtu int) (net scenario.Network, why string, err
 }
 
 func testbedClean(stdout, stderr io.Writer) int {
+	if err := caps.Check(caps.Clean, "sdr testbed clean", testbed.RunDir); err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitFault
+	}
 	deleted, err := testbed.CleanupLeftovers()
 	for _, name := range deleted {
 		fmt.Fprintf(stdout, "deleted %s\n", name)
