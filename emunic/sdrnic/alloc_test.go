@@ -2,7 +2,6 @@ package sdrnic
 
 import (
 	"net/netip"
-	"sync/atomic"
 	"testing"
 
 	"github.com/sdr-rdma/sdr/emunic"
@@ -32,11 +31,11 @@ func TestReceivePathAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, SlotSize: 64 << 10, Generations: 2, Layout: wire.DefaultImmLayout}
-	q := &Transport{attr: attr, byQPN: map[uint32]channelQP{ch.QPN(): {qp: ch, gen: 1}}, slots: make([]atomic.Pointer[armed], 4)}
+	q := &Transport{attr: attr, byQPN: map[uint32]channelQP{ch.QPN(): {qp: ch, gen: 1}}, slots: NewSlots(4)}
 	geo, _ := engine.NewGeometry(64<<10, 1024, 4096)
 	es, _ := engine.NewSlot(nil, geo, attr.Layout)
 	es.Activate(5, 1)
-	q.slots[1].Store(&armed{es: es, progress: make(chan struct{}, 1), gen: 1, entry: 5})
+	q.slots.s[1].Store(&Armed{Slot: es, progress: make(chan struct{}, 1), Gen: 1, Entry: 5})
 	h := engineHandler{t: q}
 	k := 0
 	allocs := testing.AllocsPerRun(1000, func() {

@@ -43,10 +43,10 @@ func (h engineHandler) process(e *emunic.CQE) {
 	}
 	if e.Status == emunic.StatusSuccess && e.HasImm {
 		msgID, _, _ := t.attr.Layout.Unpack(e.Imm)
-		if a := t.slots[int(msgID)%t.attr.MaxMessages].Load(); a != nil {
-			r, immDone := a.es.Process(uint32(ch.gen), e.Imm, e.ByteLen)
+		if a := t.slots.Get(int(msgID) % t.attr.MaxMessages); a != nil {
+			r, immDone := a.Slot.Process(uint32(ch.gen), e.Imm, e.ByteLen)
 			if r == engine.ChunkComplete || r == engine.OutOfRange || immDone {
-				a.notify()
+				a.Notify()
 			}
 		}
 	}

@@ -19,11 +19,11 @@ import (
 // engine, or hwnic/dpa/dpasim's C handler), the slot table, the fences
 // that Arm needs, Connect, and the send path. It implements backend.QP.
 //
-// Ownership: the fields above armMu are set by NewTransport and Start
-// and read-only afterwards; armMu serializes Arm and Disarm; slots are
-// read by the handlers through atomics; peer is published once by
-// Connect; tx belongs to whoever holds sendMu; each worker owns its
-// handler's calls.
+// Ownership: the fields above slots are set by NewTransport and Start
+// and read-only afterwards; slots serializes Arm and Disarm and is read
+// by the handlers through atomics; peer is published once by Connect;
+// tx belongs to whoever holds sendMu; each worker owns its handler's
+// calls.
 type Transport struct {
 	d       *Device
 	cfg     TransportConfig
@@ -42,8 +42,7 @@ type Transport struct {
 	wg      sync.WaitGroup
 	workers []*worker
 
-	armMu sync.Mutex
-	slots []atomic.Pointer[armed]
+	slots *Slots
 
 	fenceSeq  atomic.Uint64
 	fenceMu   sync.Mutex // with fenceCond: workers report fences reached
@@ -51,7 +50,7 @@ type Transport struct {
 	closing   atomic.Bool // a worker stopped: fences no longer wait
 
 	connMu sync.Mutex // serializes Connect
-	peer   atomic.Pointer[peer]
+	peer   atomic.Pointer[Peer]
 	broken atomic.Pointer[error] // a Connect that failed half-way, or a handler that stopped
 
 	sendMu sync.Mutex
@@ -88,21 +87,6 @@ type Handler interface {
 type channelQP struct {
 	qp      *emunic.QP
 	gen, ch int
-}
-
-// armed is a slot's live receive and the root entry that holds it.
-type armed struct {
-	es       *engine.Slot
-	progress chan<- struct{}
-	gen      uint32
-	entry    int
-}
-
-// peer is what Connect learned: where the peer's receive entries are.
-type peer struct {
-	rkeys   []uint32 // per generation
-	bases   []uint64 // per generation
-	entries int      // entries per root: message IDs, or slots for a plain verbs peer
 }
 
 // txState is the sender's bookkeeping, guarded by Transport.sendMu.
@@ -144,7 +128,7 @@ func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transp
 			cfg.Name, entries, attr.MaxMessages, attr.Generations, emunic.ErrInvalidArgument)
 	}
 	t := &Transport{d: d, cfg: cfg, attr: attr, typ: emunic.UC, entries: entries, byQPN: map[uint32]channelQP{},
-		slots: make([]atomic.Pointer[armed], attr.MaxMessages), psn: 1}
+		slots: NewSlots(attr.MaxMessages), psn: 1}
 	t.fenceCond = sync.NewCond(&t.fenceMu)
 	if d.opts.RC {
 		t.typ = emunic.RC
@@ -267,11 +251,8 @@ func (t *Transport) Connect(remote []byte) error {
 	if t.peer.Load() != nil {
 		return fmt.Errorf("%s: connect: already connected: %w", t.cfg.Name, emunic.ErrInvalidState)
 	}
-	in, err := ParseInfo(remote)
+	in, p, err := ParsePeer(remote, t.geometry())
 	if err != nil {
-		return fmt.Errorf("%s: connect: %w", t.cfg.Name, err)
-	}
-	if err := in.Check(t.geometry()); err != nil {
 		return fmt.Errorf("%s: connect: %w", t.cfg.Name, err)
 	}
 	// Everything is validated: only a QP destroyed under us fails now,
@@ -295,12 +276,6 @@ func (t *Transport) Connect(remote []byte) error {
 			}
 		}
 	}
-	p := &peer{rkeys: in.RootRKeys, bases: in.RootBases, entries: in.RootEntries}
-	if p.bases == nil {
-		p.bases = make([]uint64, len(in.RootRKeys))
-	} else {
-		p.entries = in.MaxMessages
-	}
 	t.peer.Store(p)
 	return nil
 }
@@ -323,7 +298,7 @@ func (t *Transport) usable() error {
 // then a quiesce and a fence so that no packet that reached the null MR
 // before counts, then the slot's activation.
 func (t *Transport) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error) {
-	if slot < 0 || slot >= len(t.slots) || int(gen) >= len(t.roots) || msgID >= uint32(t.entries) ||
+	if slot < 0 || slot >= t.slots.Len() || int(gen) >= len(t.roots) || msgID >= uint32(t.entries) ||
 		length < 0 || length > t.attr.SlotSize {
 		return nil, fmt.Errorf("%s: arm slot %d, message %d, generation %d, %d bytes: %w",
 			t.cfg.Name, slot, msgID, gen, length, emunic.ErrInvalidArgument)
@@ -338,72 +313,49 @@ func (t *Transport) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, le
 			return nil, fmt.Errorf("%s: arm: %w", t.cfg.Name, err)
 		}
 	}
-	t.armMu.Lock()
-	defer t.armMu.Unlock()
-	if t.slots[slot].Load() != nil {
-		return nil, fmt.Errorf("%s: arm slot %d: still armed: %w", t.cfg.Name, slot, emunic.ErrInvalidState)
-	}
-	var es *engine.Slot
-	if t.cfg.NewSlot != nil {
-		es, err = t.cfg.NewSlot(slot, geo)
-	} else {
-		es, err = engine.NewSlot(nil, geo, t.attr.Layout)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: arm: %w", t.cfg.Name, err)
-	}
-	entry := int(msgID)
-	if length > 0 {
-		if err := t.roots[gen].SetSlotRange(entry, m.mr, uint64(off), uint64(length)); err != nil {
-			return nil, fmt.Errorf("%s: arm slot %d: %w", t.cfg.Name, slot, err)
+	es, err := t.slots.Arm(slot, msgID, gen, int(msgID), progress, func() (*engine.Slot, error) {
+		var es *engine.Slot
+		var err error
+		if t.cfg.NewSlot != nil {
+			es, err = t.cfg.NewSlot(slot, geo)
+		} else {
+			es, err = engine.NewSlot(nil, geo, t.attr.Layout)
+		}
+		if err != nil || length == 0 {
+			return es, err
+		}
+		if err := t.roots[gen].SetSlotRange(int(msgID), m.mr, uint64(off), uint64(length)); err != nil {
+			return nil, err
 		}
 		// A packet of this message that arrived before the entry was set
 		// went to the null MR; its completion must not count once the
 		// slot is live, or a chunk would read complete with no data.
 		t.quiesce()
 		t.Fence()
+		return es, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: arm: %w", t.cfg.Name, err)
 	}
-	es.Activate(msgID, gen)
-	t.slots[slot].Store(&armed{es: es, progress: progress, gen: gen, entry: entry})
 	return es, nil
 }
 
 // Disarm deactivates the slot's engine, points its root entry at the
 // null MR and quiesces (see the package comment).
 func (t *Transport) Disarm(slot int) error {
-	if slot < 0 || slot >= len(t.slots) {
+	if slot < 0 || slot >= t.slots.Len() {
 		return fmt.Errorf("%s: disarm slot %d: %w", t.cfg.Name, slot, emunic.ErrInvalidArgument)
 	}
-	t.armMu.Lock()
-	defer t.armMu.Unlock()
-	a := t.slots[slot].Swap(nil)
-	if a == nil {
-		return nil
-	}
-	a.es.Deactivate()
-	err := t.roots[a.gen].SetSlot(a.entry, nil)
-	t.quiesce()
-	return err
+	return t.slots.Disarm(slot, func(a *Armed) error {
+		err := t.roots[a.Gen].SetSlot(a.Entry, nil)
+		t.quiesce()
+		return err
+	})
 }
 
 // Notify gives the receive armed in slot a progress token, never
 // blocking; a slot without a receive is ignored.
-func (t *Transport) Notify(slot int) {
-	if slot < 0 || slot >= len(t.slots) {
-		return
-	}
-	if a := t.slots[slot].Load(); a != nil {
-		a.notify()
-	}
-}
-
-// notify gives the receive a progress token, never blocking.
-func (a *armed) notify() {
-	select {
-	case a.progress <- struct{}{}:
-	default:
-	}
-}
+func (t *Transport) Notify(slot int) { t.slots.Notify(slot) }
 
 // quiesce returns once every packet that resolved its memory before the
 // call has been copied and completed: emunic executes a packet under its
@@ -494,30 +446,20 @@ func (t *Transport) Write(w *backend.Write) error {
 	if p == nil {
 		return fmt.Errorf("%s: write before connect: %w", t.cfg.Name, emunic.ErrInvalidState)
 	}
-	mtu, slotPackets := t.attr.MTU, t.attr.SlotSize/t.attr.MTU
-	packets := (w.Length + mtu - 1) / mtu
 	var m memory
-	switch {
-	case int(w.Gen) >= len(t.chans) || w.MsgID >= uint32(t.entries) || w.Length < 0 || w.FirstPacket < 0:
-		return fmt.Errorf("%s: write: message %d generation %d, %d bytes at packet %d: %w",
-			t.cfg.Name, w.MsgID, w.Gen, w.Length, w.FirstPacket, emunic.ErrInvalidArgument)
-	case w.FirstPacket > slotPackets || packets > slotPackets-w.FirstPacket:
-		return fmt.Errorf("%s: write: packets %d..%d beyond a %d-packet slot: %w",
-			t.cfg.Name, w.FirstPacket, w.FirstPacket+packets, slotPackets, emunic.ErrInvalidArgument)
-	case w.Length > 0:
+	region := 0
+	if w.Length > 0 {
 		var err error
 		if m, err = t.d.own(w.Mem); err != nil {
 			return fmt.Errorf("%s: write: %w", t.cfg.Name, err)
 		}
-		if n := len(m.mr.Bytes()); w.Off < 0 || w.Off > n || w.Length > n-w.Off {
-			return fmt.Errorf("%s: write: [%d,+%d) outside a %d-byte region: %w", t.cfg.Name, w.Off, w.Length, n, emunic.ErrOutOfBounds)
-		}
+		region = len(m.mr.Bytes())
 	}
-	for _, c := range w.Carriers {
-		if c < 0 || uint32(c) >= t.attr.Layout.MaxPackets() {
-			return fmt.Errorf("%s: write: carrier at packet %d: %w", t.cfg.Name, c, emunic.ErrInvalidArgument)
-		}
+	packets, err := CheckWrite(w, t.attr, t.entries, region)
+	if err != nil {
+		return fmt.Errorf("%s: write: %w", t.cfg.Name, err)
 	}
+	mtu := t.attr.MTU
 	row := t.chans[w.Gen]
 	t.sendMu.Lock()
 	defer t.sendMu.Unlock()
@@ -525,8 +467,8 @@ func (t *Transport) Write(w *backend.Write) error {
 		return err
 	}
 	layout := t.attr.Layout
-	base := p.bases[w.Gen] + uint64(int(w.MsgID)%p.entries)*uint64(t.attr.SlotSize)
-	wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RKey: p.rkeys[w.Gen]}
+	base := p.Base(w.Gen, w.MsgID, t.attr.SlotSize)
+	wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RKey: p.RKeys[w.Gen]}
 	send := func(pkt int) error {
 		c := pkt % len(row)
 		wr.RemoteAddr = base + uint64(pkt)*uint64(mtu)
@@ -628,7 +570,7 @@ func (t *Transport) destroy() {
 			q.Destroy()
 		}
 	}
-	for i := range t.slots {
+	for i := range t.slots.Len() {
 		t.Disarm(i)
 	}
 	for _, root := range t.roots {

@@ -40,13 +40,13 @@ const (
 // half-way, or a send request failed (a UC send QP then is in error).
 var ErrUnusable = errors.New("dpa: QP unusable")
 
-// qp is one SDR QP on a BlueField-3. Ownership: the fields above armMu
+// qp is one SDR QP on a BlueField-3. Ownership: the fields above slots
 // are set by NewQP and read-only afterwards; the C transport's receive
 // side belongs to the DPA handlers, its send side to whoever holds
 // sendMu, its entry mkeys to whoever holds the device's umrMu; mem's
-// slots follow hostmem's rules (armMu for the host side); slots are read
-// by the notification poller through atomics; peer is published once by
-// Connect.
+// slots follow hostmem's rules (the slots' lock for the host side);
+// slots are read by the notification poller through atomics; peer is
+// published once by Connect.
 type qp struct {
 	dv      *device
 	attr    backend.QPAttr
@@ -59,11 +59,10 @@ type qp struct {
 	stop    chan struct{}
 	poller  sync.WaitGroup
 
-	armMu sync.Mutex
-	slots []atomic.Pointer[armed]
+	slots *sdrnic.Slots
 
 	connMu sync.Mutex
-	peer   atomic.Pointer[peer]
+	peer   atomic.Pointer[sdrnic.Peer]
 	broken atomic.Pointer[error]
 
 	sendMu sync.Mutex
@@ -75,21 +74,6 @@ type qp struct {
 	need   []int
 
 	closeOnce sync.Once
-}
-
-// armed is a slot's live receive.
-type armed struct {
-	es       *engine.Slot
-	progress chan<- struct{}
-	gen      uint32
-	entry    int
-}
-
-// peer is what Connect learned.
-type peer struct {
-	rkeys   []uint32
-	bases   []uint64
-	entries int
 }
 
 // NewQP creates the SDR QP's transport (host.h) with one DPA handler
@@ -110,7 +94,7 @@ func (dv *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 		return nil, fmt.Errorf("dpa: new QP: %w", err)
 	}
 	q := &qp{dv: dv, attr: attr, mem: mem, entries: entries, psn: 1, stop: make(chan struct{}),
-		slots: make([]atomic.Pointer[armed], attr.MaxMessages),
+		slots: sdrnic.NewSlots(attr.MaxMessages),
 		byQPN: map[uint32][2]int{}, need: make([]int, dv.channels)}
 	tmpl := make([]C.struct_sdr_rx_ctx, dv.channels)
 	l := attr.Layout
@@ -187,11 +171,11 @@ func (q *qp) pollNotifications() {
 				n, overflow := q.mem.Notifications(c, out[:])
 				busy = busy || n > 0 || overflow
 				for _, s := range out[:n] {
-					q.notify(int(s))
+					q.slots.Notify(int(s))
 				}
 				if overflow {
-					for s := range q.slots {
-						q.notify(s)
+					for s := range q.slots.Len() {
+						q.slots.Notify(s)
 					}
 				}
 				if n < len(out) {
@@ -203,21 +187,9 @@ func (q *qp) pollNotifications() {
 			select {
 			case <-q.stop:
 				return
-			case <-time.After(notifyPoll):
+			default:
+				time.Sleep(notifyPoll) // allocates nothing, unlike a timer per idle turn
 			}
-		}
-	}
-}
-
-// notify gives slot's receive a progress token, never blocking.
-func (q *qp) notify(slot int) {
-	if slot < 0 || slot >= len(q.slots) {
-		return
-	}
-	if a := q.slots[slot].Load(); a != nil {
-		select {
-		case a.progress <- struct{}{}:
-		default:
 		}
 	}
 }
@@ -242,14 +214,11 @@ func (q *qp) Connect(remote []byte) error {
 	if q.peer.Load() != nil {
 		return errors.New("dpa: connect: already connected")
 	}
-	in, err := sdrnic.ParseInfo(remote)
-	if err != nil {
-		return fmt.Errorf("dpa: connect: %w", err)
-	}
 	geo := sdrnic.Geometry{MTU: q.attr.MTU, ChunkSize: q.attr.ChunkSize, MaxMessages: q.attr.MaxMessages,
 		SlotSize: q.attr.SlotSize, Generations: q.attr.Generations, Channels: q.dv.channels,
 		Layout: q.attr.Layout, Transport: "uc"}
-	if err := in.Check(geo); err != nil {
+	in, p, err := sdrnic.ParsePeer(remote, geo)
+	if err != nil {
 		return fmt.Errorf("dpa: connect: %w", err)
 	}
 	gid := in.GID.As16()
@@ -263,12 +232,6 @@ func (q *qp) Connect(remote []byte) error {
 				return err
 			}
 		}
-	}
-	p := &peer{rkeys: in.RootRKeys, bases: in.RootBases, entries: in.RootEntries}
-	if p.bases == nil {
-		p.bases = make([]uint64, len(in.RootRKeys))
-	} else {
-		p.entries = in.MaxMessages
 	}
 	q.peer.Store(p)
 	return nil
@@ -284,7 +247,7 @@ func (q *qp) usable() error {
 // Arm clears the slot's words (hostmem), points the entry mkey of
 // (gen, msgID) at the buffer with a UMR and activates the slot.
 func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error) {
-	if slot < 0 || slot >= len(q.slots) || int(gen) >= q.attr.Generations || msgID >= uint32(q.entries) ||
+	if slot < 0 || slot >= q.slots.Len() || int(gen) >= q.attr.Generations || msgID >= uint32(q.entries) ||
 		length < 0 || length > q.attr.SlotSize {
 		return nil, fmt.Errorf("dpa: arm slot %d, message %d, generation %d, %d bytes: out of range", slot, msgID, gen, length)
 	}
@@ -301,28 +264,22 @@ func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length in
 			return nil, fmt.Errorf("dpa: arm: [%d,+%d) outside a %d-byte region", off, length, len(m.buf))
 		}
 	}
-	q.armMu.Lock()
-	defer q.armMu.Unlock()
-	if q.slots[slot].Load() != nil {
-		return nil, fmt.Errorf("dpa: arm slot %d: still armed", slot)
-	}
-	es, err := q.mem.NewSlot(slot, geo)
+	es, err := q.slots.Arm(slot, msgID, gen, int(msgID), progress, func() (*engine.Slot, error) {
+		es, err := q.mem.NewSlot(slot, geo)
+		if err != nil || length == 0 {
+			return es, err
+		}
+		return es, q.setEntry(int(gen), int(msgID), uintptr(unsafe.Pointer(&m.buf[off])), length, uint32(m.mr.lkey))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("dpa: arm: %w", err)
 	}
-	if length > 0 {
-		if err := q.setEntry(int(gen), int(msgID), uintptr(unsafe.Pointer(&m.buf[off])), length, uint32(m.mr.lkey)); err != nil {
-			return nil, fmt.Errorf("dpa: arm slot %d: %w", slot, err)
-		}
-	}
-	es.Activate(msgID, gen)
-	q.slots[slot].Store(&armed{es: es, progress: progress, gen: gen, entry: int(msgID)})
 	return es, nil
 }
 
 // setEntry reconfigures entry mkey (gen, entry) by UMR: [addr, +length)
 // of lkey, then the null mkey (length 0: the null mkey throughout). The
-// caller holds armMu.
+// caller holds the slots' lock.
 func (q *qp) setEntry(gen, entry int, addr uintptr, length int, lkey uint32) error {
 	i := gen*q.entries + entry
 	q.dv.umrMu.Lock()
@@ -338,17 +295,10 @@ func (q *qp) setEntry(gen, entry int, addr uintptr, length int, lkey uint32) err
 // Disarm deactivates the slot and points its entry mkey at the null
 // mkey.
 func (q *qp) Disarm(slot int) error {
-	if slot < 0 || slot >= len(q.slots) {
+	if slot < 0 || slot >= q.slots.Len() {
 		return fmt.Errorf("dpa: disarm slot %d: out of range", slot)
 	}
-	q.armMu.Lock()
-	defer q.armMu.Unlock()
-	a := q.slots[slot].Swap(nil)
-	if a == nil {
-		return nil
-	}
-	a.es.Deactivate()
-	if err := q.setEntry(int(a.gen), a.entry, 0, 0, 0); err != nil {
+	if err := q.slots.Disarm(slot, func(a *sdrnic.Armed) error { return q.setEntry(int(a.Gen), a.Entry, 0, 0, 0) }); err != nil {
 		return fmt.Errorf("dpa: disarm slot %d: %w", slot, err)
 	}
 	return nil
@@ -365,28 +315,20 @@ func (q *qp) Write(w *backend.Write) error {
 	if p == nil {
 		return errors.New("dpa: write before connect")
 	}
-	mtu, slotPackets := q.attr.MTU, q.attr.SlotSize/q.attr.MTU
-	packets := (w.Length + mtu - 1) / mtu
 	var m *memory
-	switch {
-	case int(w.Gen) >= q.attr.Generations || w.MsgID >= uint32(q.entries) || w.Length < 0 || w.FirstPacket < 0 ||
-		w.FirstPacket > slotPackets || packets > slotPackets-w.FirstPacket:
-		return fmt.Errorf("dpa: write: message %d generation %d, %d bytes at packet %d: out of range",
-			w.MsgID, w.Gen, w.Length, w.FirstPacket)
-	case w.Length > 0:
+	region := 0
+	if w.Length > 0 {
 		var err error
 		if m, err = q.dv.own(w.Mem); err != nil {
 			return fmt.Errorf("dpa: write: %w", err)
 		}
-		if w.Off < 0 || w.Off > len(m.buf) || w.Length > len(m.buf)-w.Off {
-			return fmt.Errorf("dpa: write: [%d,+%d) outside a %d-byte region", w.Off, w.Length, len(m.buf))
-		}
+		region = len(m.buf)
 	}
-	for _, c := range w.Carriers {
-		if c < 0 || uint32(c) >= q.attr.Layout.MaxPackets() {
-			return fmt.Errorf("dpa: write: carrier at packet %d: out of range", c)
-		}
+	packets, err := sdrnic.CheckWrite(w, q.attr, q.entries, region)
+	if err != nil {
+		return fmt.Errorf("dpa: write: %w", err)
 	}
+	mtu := q.attr.MTU
 	q.sendMu.Lock()
 	defer q.sendMu.Unlock()
 	if err := q.reserve(w, packets); err != nil {
@@ -397,7 +339,7 @@ func (q *qp) Write(w *backend.Write) error {
 	if m != nil {
 		laddr, lkey = uintptr(unsafe.Pointer(&m.buf[w.Off])), uint32(m.mr.lkey)
 	}
-	base := p.bases[w.Gen] + uint64(int(w.MsgID)%p.entries)*uint64(q.attr.SlotSize)
+	base := p.Base(w.Gen, w.MsgID, q.attr.SlotSize)
 	l := q.attr.Layout
 	add := func(pkt, length int, from uintptr) error {
 		c := pkt % q.dv.channels
@@ -412,7 +354,7 @@ func (q *qp) Write(w *backend.Write) error {
 		}
 		q.npkts[c]++
 		if q.npkts[c] == C.SDR_DPA_POST_BATCH {
-			return q.flush(int(w.Gen), c, lkey, p.rkeys[w.Gen])
+			return q.flush(int(w.Gen), c, lkey, p.RKeys[w.Gen])
 		}
 		return nil
 	}
@@ -429,7 +371,7 @@ func (q *qp) Write(w *backend.Write) error {
 	}
 	for c := range q.npkts {
 		if q.npkts[c] > 0 {
-			if err := q.flush(int(w.Gen), c, lkey, p.rkeys[w.Gen]); err != nil {
+			if err := q.flush(int(w.Gen), c, lkey, p.RKeys[w.Gen]); err != nil {
 				return err
 			}
 		}
