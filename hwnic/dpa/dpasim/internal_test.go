@@ -17,50 +17,22 @@ import (
 var testAttr = backend.QPAttr{MTU: 1024, ChunkSize: 16 << 10, MaxMessages: 4, SlotSize: 64 << 10, Generations: 2,
 	Layout: wire.DefaultImmLayout}
 
-// pair connects a sender's and a receiver's QP over the pipe.
-func pair(t testing.TB) (send, recv *qp, sendMem, recvMem backend.Memory) {
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
-	var qps []*qp
-	var mems []backend.Memory
-	for i, p := range []emunic.Port{pa, pb} {
-		h := emunictest.NewHost(t, p, netip.AddrFrom4([4]byte{10, 0, 5, byte(i + 1)}), [6]byte{2, 0, 0, 0, 5, byte(i + 1)}, nil)
-		d, err := New(h.Dev).Open(backend.DeviceAttr{Channels: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		q, err := d.NewQP(testAttr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := d.RegisterMemory(make([]byte, 64<<10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		qps, mems = append(qps, q.(*qp)), append(mems, m)
-	}
-	ia, _ := qps[0].Info()
-	ib, _ := qps[1].Info()
-	if err := qps[0].Connect(ib); err != nil {
-		t.Fatal(err)
-	}
-	if err := qps[1].Connect(ia); err != nil {
-		t.Fatal(err)
-	}
-	return qps[0], qps[1], mems[0], mems[1]
-}
-
-// idleQP opens a QP whose handlers run only when the test calls them
-// (no worker goroutine), with memory to arm.
-func idleQP(t testing.TB) (*qp, backend.Memory) {
-	pa, _ := emunic.NewPipe(emunic.PipeConfig{})
-	h := emunictest.NewHost(t, pa, netip.MustParseAddr("10.0.5.1"), [6]byte{2, 0, 0, 0, 5, 1}, nil)
+// openQP makes a QP of testAttr and 64 KiB of memory on port p's host
+// i; started says whether its handlers run on worker goroutines or only
+// when the test calls them.
+func openQP(t testing.TB, p emunic.Port, i int, started bool) (*qp, backend.Memory) {
+	h := emunictest.NewHost(t, p, netip.AddrFrom4([4]byte{10, 0, 5, byte(i + 1)}), [6]byte{2, 0, 0, 0, 5, byte(i + 1)}, nil)
 	d, err := New(h.Dev).Open(backend.DeviceAttr{Channels: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	q, err := d.(*device).newQP(testAttr)
+	var q backend.QP
+	if started {
+		q, err = d.NewQP(testAttr)
+	} else {
+		q, err = d.(*device).newQP(testAttr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +40,30 @@ func idleQP(t testing.TB) (*qp, backend.Memory) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q, m
+	return q.(*qp), m
+}
+
+// pair connects a sender's and a receiver's QP over the pipe.
+func pair(t testing.TB) (send, recv *qp, sendMem, recvMem backend.Memory) {
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+	send, sendMem = openQP(t, pa, 0, true)
+	recv, recvMem = openQP(t, pb, 1, true)
+	is, _ := send.Info()
+	ir, _ := recv.Info()
+	if err := send.Connect(ir); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv.Connect(is); err != nil {
+		t.Fatal(err)
+	}
+	return send, recv, sendMem, recvMem
+}
+
+// idleQP opens a QP whose handlers run only when the test calls them
+// (no worker goroutine), with memory to arm.
+func idleQP(t testing.TB) (*qp, backend.Memory) {
+	pa, _ := emunic.NewPipe(emunic.PipeConfig{})
+	return openQP(t, pa, 0, false)
 }
 
 func waitChunks(t *testing.T, es *engine.Slot, progress chan struct{}) {
