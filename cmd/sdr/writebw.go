@@ -10,14 +10,15 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
-	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/caps"
+	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/testbed/link"
 )
@@ -57,6 +58,7 @@ type writeBWParams struct {
 
 // writeBWResult is what the server measured.
 type writeBWResult struct {
+	Command         string  `json:"command,omitempty"` // the printing side's command line
 	Bytes           int     `json:"bytes"`
 	Iterations      int     `json:"iterations"`
 	BWPeakGbps      float64 `json:"bw_peak_gbps"`
@@ -87,12 +89,13 @@ type writeBWFlags struct {
 	json     bool
 	metrics  string
 	stderr   io.Writer // where the metrics address is announced
+	command  string    // the command line, printed so a run can be repeated
 }
 
 func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sdr write-bw", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	f := writeBWFlags{stderr: stderr}
+	f := writeBWFlags{stderr: stderr, command: shellCommand(append([]string{"sdr", "write-bw"}, args...))}
 	p := &f.params
 	fs.IntVar(&p.Size, "s", 65536, "message `size` in bytes")
 	fs.IntVar(&p.Iterations, "n", 1000, "measured `iterations`")
@@ -416,27 +419,42 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 		return nil, err
 	}
 	res := &writeBWResult{writeBWParams: *p, Bytes: p.Size, Iterations: p.Iterations, Device: desc, Transport: transportName(p)}
-	// The peak is the best rate over windows of at least peakWindow.
-	const peakWindow = 10 * time.Millisecond
+	// The peak is the best rate of delivered chunks over a window of
+	// peakWindow, from samples of every posted message's bitmap: bytes
+	// count when their chunk landed, not when its message completed, so
+	// the peak cannot exceed what the link carried.
 	var start time.Time
-	windowStart, windowBytes := time.Time{}, 0
+	var rate deliveryRate
+	doneBytes := 0 // delivered bytes of measured messages already completed
+	sample := func(i int, now time.Time) {
+		if start.IsZero() || now.Sub(rate.last()) < peakSample {
+			return
+		}
+		b := doneBytes
+		for _, h := range handles[i:] {
+			b += min(p.Size, h.CompleteChunks()*p.ChunkSize)
+		}
+		rate.add(now, b)
+	}
 	for i := range total {
 		h := handles[i]
 		last := time.Now()
 		for !h.Done() {
 			before := h.CompleteChunks()
-			wctx, cancel := context.WithTimeout(context.Background(), timeout)
+			wctx, cancel := context.WithTimeout(context.Background(), min(timeout, peakSample))
 			h.Wait(wctx)
 			cancel()
+			now := time.Now()
+			sample(i, now)
 			if h.CompleteChunks() > before {
-				last = time.Now()
-			} else if time.Since(last) >= timeout {
+				last = now
+			} else if now.Sub(last) >= timeout {
 				break
 			}
 		}
 		now := time.Now()
 		if i == p.Warmup {
-			start, windowStart = now, now
+			start = now
 		}
 		if i >= p.Warmup {
 			chunks := h.CompleteChunks()
@@ -448,11 +466,8 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 			if p.Verify {
 				res.verify(h, i, buf[i%p.InFlight*p.Size:][:p.Size], want)
 			}
-			windowBytes += min(p.Size, chunks*p.ChunkSize)
-			if d := now.Sub(windowStart); d >= peakWindow {
-				res.BWPeakGbps = max(res.BWPeakGbps, float64(windowBytes*8)/d.Seconds()/1e9)
-				windowStart, windowBytes = now, 0
-			}
+			doneBytes += min(p.Size, chunks*p.ChunkSize)
+			sample(i+1, now)
 		}
 		if err := h.Complete(); err != nil {
 			return nil, err
@@ -472,7 +487,11 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 	res.BWAverageGbps = float64(p.Iterations*p.Size) * delivered * 8 / elapsed / 1e9
 	res.MsgRateMpps = float64(res.Complete) / elapsed / 1e6
 	res.PacketRateMpps = float64(p.Iterations*((p.Size+p.MTU-1)/p.MTU)) * delivered / elapsed / 1e6
-	res.BWPeakGbps = max(res.BWPeakGbps, res.BWAverageGbps)
+	rate.add(time.Now(), doneBytes)
+	res.BWPeakGbps = res.BWAverageGbps
+	if peak, ok := rate.peak(peakWindow); ok {
+		res.BWPeakGbps = peak * 8 / 1e9
+	}
 	if err := bs.SendJSON(credit{Result: res}); err != nil {
 		return nil, err
 	}
@@ -562,6 +581,64 @@ func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*wri
 	}
 }
 
+// The peak bandwidth is the best peakWindow of delivered bytes, sampled
+// every peakSample; a run shorter than the window reports its average.
+const (
+	peakWindow = 100 * time.Millisecond
+	peakSample = 5 * time.Millisecond
+)
+
+// deliveryRate is a time series of cumulative delivered bytes.
+type deliveryRate struct {
+	at    []time.Time
+	bytes []int
+}
+
+func (r *deliveryRate) add(t time.Time, b int) {
+	r.at = append(r.at, t)
+	r.bytes = append(r.bytes, b)
+}
+
+func (r *deliveryRate) last() time.Time {
+	if len(r.at) == 0 {
+		return time.Time{}
+	}
+	return r.at[len(r.at)-1]
+}
+
+// peak returns the highest rate in bytes/s between two samples at least
+// window apart (the shortest such span from each sample); ok is false
+// when the series spans less than window.
+func (r *deliveryRate) peak(window time.Duration) (best float64, ok bool) {
+	n := len(r.at)
+	if n < 2 || r.at[n-1].Sub(r.at[0]) < window {
+		return 0, false
+	}
+	for i, j := 0, 0; i < n; i++ {
+		for j < n && r.at[j].Sub(r.at[i]) < window {
+			j++
+		}
+		if j == n {
+			break
+		}
+		best = max(best, float64(r.bytes[j]-r.bytes[i])/r.at[j].Sub(r.at[i]).Seconds())
+	}
+	return best, true
+}
+
+// shellCommand joins args into a line a shell runs as the same command,
+// quoting those that need it.
+func shellCommand(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`!*?[](){};&|<>#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		quoted[i] = a
+	}
+	return strings.Join(quoted, " ")
+}
+
 // writeBWPattern returns the bytes of every message the client sends.
 func writeBWPattern(size int) []byte {
 	b := make([]byte, size)
@@ -593,6 +670,7 @@ func (r *writeBWResult) verify(h *sdr.RecvHandle, i int, msg, want []byte) {
 }
 
 func printWriteBW(w io.Writer, f *writeBWFlags, r *writeBWResult) {
+	r.Command = f.command
 	if f.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -602,6 +680,7 @@ func printWriteBW(w io.Writer, f *writeBWFlags, r *writeBWResult) {
 	line := "---------------------------------------------------------------------------------------"
 	fmt.Fprintln(w, line)
 	fmt.Fprintln(w, "                    SDR RDMA_Write BW Test")
+	fmt.Fprintf(w, " Command         : %s\n", f.command)
 	fmt.Fprintf(w, " Device (server) : %s\n", r.Device)
 	fmt.Fprintf(w, " Transport       : %s\n", r.Transport)
 	fmt.Fprintf(w, " MTU             : %d[B]   Chunk: %d[B]   Messages in flight: %d\n", r.MTU, r.ChunkSize, r.InFlight)

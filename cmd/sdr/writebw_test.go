@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -38,9 +39,13 @@ func TestWriteBWLoopback(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	checkAllVerified(t, "loopback", r, 50, 1)
+	if r.BWPeakGbps <= 0 || r.Command != "sdr write-bw -loopback -s 20000 -n 50 -w 5 -json -verify" {
+		t.Errorf("peak %v Gbit/s, average %v; command %q", r.BWPeakGbps, r.BWAverageGbps, r.Command)
+	}
 	// With loss, chunks go missing and the table says so.
 	code, out, _ = runSDR("write-bw", "-loopback", "-s", "65536", "-c", "4096", "-n", "20", "-w", "0", "-loss", "0.05", "-timeout", "20ms", "-verify")
-	if code != exitOK || !strings.Contains(out, "#bytes") || !strings.Contains(out, "Loss injection  : 5.00%") {
+	if code != exitOK || !strings.Contains(out, "#bytes") || !strings.Contains(out, "Loss injection  : 5.00%") ||
+		!strings.Contains(out, "Command         : sdr write-bw -loopback -s 65536 -c 4096 ") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	if strings.Contains(out, "Chunks delivered: 320/320") || !strings.Contains(out, " do not; 0 messages with a wrong immediate") ||
@@ -159,5 +164,31 @@ func TestWriteBWOverXSK(t *testing.T) {
 		}
 		t.Logf("xsk %-16s %8d B x %3d: %.2f Gbit/s average, %.2f peak, %.3f Mpps, %d/%d chunks verified, %d/%d messages complete",
 			r.Transport, c.size, c.iters, r.BWAverageGbps, r.BWPeakGbps, r.PacketRateMpps, r.ChunksVerified, r.ChunksTotal, r.Complete, r.Iterations)
+	}
+}
+
+// TestDeliveryRatePeak takes the best window of the delivered-bytes
+// series, never a burst of completions shorter than the window.
+func TestDeliveryRatePeak(t *testing.T) {
+	var r deliveryRate
+	t0 := time.Unix(0, 0)
+	// 1 MB/s for 300 ms, then 10 MB land within 10 ms (a burst), then
+	// nothing for 290 ms.
+	for ms := 0; ms <= 300; ms += 10 {
+		r.add(t0.Add(time.Duration(ms)*time.Millisecond), ms*1000)
+	}
+	r.add(t0.Add(310*time.Millisecond), 300_000+10_000_000)
+	r.add(t0.Add(600*time.Millisecond), 300_000+10_000_000)
+	// The best 100 ms window holds the burst and 90 ms before it:
+	// (10 MB + 90 kB) / 100 ms.
+	if got, ok := r.peak(100 * time.Millisecond); !ok || math.Abs(got-10_090_000/0.1) > 1 {
+		t.Errorf("peak %v B/s (%v), want %v", got, ok, 10_090_000/0.1)
+	}
+	// A series shorter than the window has no peak of its own.
+	var short deliveryRate
+	short.add(t0, 0)
+	short.add(t0.Add(50*time.Millisecond), 1000)
+	if got, ok := short.peak(100 * time.Millisecond); ok {
+		t.Errorf("short series peak %v", got)
 	}
 }
