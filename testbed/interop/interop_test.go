@@ -41,7 +41,11 @@ type env struct {
 // emunic device on an AF_XDP port and boots the guest. The interop suite
 // runs only through `make interop` (SDR_INTEROP=1), which builds the guest
 // first; once asked for, every failing step fails the test.
-func setup(t *testing.T) *env {
+func setup(t *testing.T) *env { t.Helper(); return setupEnv(t, true) }
+
+// setupEnv is setup, with emunic's AF_XDP port on the host side only when
+// withHost is set (the conformance battery brings its own).
+func setupEnv(t *testing.T, withHost bool) *env {
 	t.Helper()
 	if os.Getenv("SDR_INTEROP") == "" {
 		t.Skip("interop with Linux Soft-RoCE runs with `make interop` (SDR_INTEROP=1): it boots a Debian guest under qemu")
@@ -68,7 +72,9 @@ func setup(t *testing.T) *env {
 	})
 	e.capture = filepath.Join(t.TempDir(), "bridge.pcap")
 	e.stopCap = startCapture(t, e.net, e.capture)
-	e.host = emunictest.NewXSKHost(t, e.net.Host, xsk.PortConfig{}, nil)
+	if withHost {
+		e.host = emunictest.NewXSKHost(t, e.net.Host, xsk.PortConfig{}, nil)
+	}
 	console, err := os.Create(filepath.Join(t.TempDir(), "console.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -174,17 +180,21 @@ func TestPingPong(t *testing.T) {
 
 // buildVerbs compiles verbs/sdr_verbs.c against the host's libibverbs-dev
 // (the guest runs the same Debian release) and copies it into the guest.
-func buildVerbs(t *testing.T, g *Guest) {
+func buildVerbs(t *testing.T, g *Guest) { t.Helper(); buildProgram(t, g, "sdr_verbs") }
+
+// buildProgram compiles verbs/NAME.c as buildVerbs does and copies it into
+// the guest as /spool/NAME.
+func buildProgram(t *testing.T, g *Guest, name string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sdr_verbs")
-	if out, err := exec.Command("gcc", "-O2", "-Wall", "-o", bin, "verbs/sdr_verbs.c", "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("build sdr_verbs: %v\n%s", err, out)
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-o", bin, "verbs/"+name+".c", "-libverbs").CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.CopyIn("sdr_verbs", data, 0o755); err != nil {
+	if err := g.CopyIn(name, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,169 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/testbed/conform"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// rxeDeviations lists the cases where Linux rxe (Debian 12's kernel in the
+// guest) does not do what the battery expects from the specification, with
+// what it does instead. TestConform asserts exactly this set, so that a
+// change on either side shows.
+var rxeDeviations = map[string]string{}
+
+// TestConform runs the conformance battery (testbed/conform) at Linux
+// Soft-RoCE: verbs/conform_target in the guest registers the regions and
+// connects the QPs the battery needs and prints them; the battery runs on
+// an AF_XDP port on the host side of the bridge. rxe must meet every
+// expectation but the known deviations above; the test then runs the same
+// battery at emunic (in-process) and logs every case where the two differ.
+// The table and the capture are written to $SDR_CONFORM_OUT when set.
+func TestConform(t *testing.T) {
+	e := setupEnv(t, false)
+	buildProgram(t, e.guest, "conform_target")
+	// The battery's port first: the guest resolves our address when it
+	// connects its QPs, and the XDP program passes ARP to the kernel.
+	var port *xsk.Port
+	if err := e.net.Host.NS.Do(func() (err error) {
+		port, err = xsk.NewPort(xsk.PortConfig{Interface: e.net.Host.IfName, AllRoCE: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer port.Close()
+	rcs, ucs := conform.Needs(conform.Battery())
+	cmd, err := e.guest.Start(fmt.Sprintf("/spool/conform_target -r %d -u %d -p %x %s", rcs, ucs, uint32(conform.SelfPSN), e.net.Host.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := waitTarget(cmd, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outDir := os.Getenv("SDR_CONFORM_OUT")
+	if outDir == "" {
+		outDir = t.TempDir()
+	}
+	pcap, err := wire.CreatePcap(filepath.Join(outDir, "conform-rxe.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcap.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	rep, err := conform.Run(ctx, port, conform.Config{Target: target, SrcIP: e.net.Host.Addr, SrcMAC: e.net.Host.MAC,
+		Timeout: 2 * time.Second, Pcap: pcap})
+	e.guest.CopyIn("conform-done", nil, 0o644)
+	guestOut, code, werr := cmd.Wait(30 * time.Second)
+	if err != nil {
+		t.Fatalf("%v\nguest: %s", err, guestOut)
+	}
+	if werr != nil || code != 0 {
+		t.Errorf("conform_target: exit %d, %v\n%s", code, werr, guestOut)
+	}
+	stats, _, _ := e.guest.Run("rdma statistic show link rxe0/1", 10*time.Second)
+	t.Logf("rxe: %d cases in %v: %d PASS, %d DIFF, %d FAIL, %d SKIP; rxe counters: %s", len(rep.Results),
+		time.Since(start).Round(time.Second), rep.Pass, rep.Diff, rep.Fail, rep.Skip, strings.TrimSpace(stats))
+	checkWriteImmCQEs(t, rep, guestOut)
+
+	emu, err := conform.RunSelf(ctx, conform.SelfConfig{Config: conform.Config{Timeout: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := conformTable(rep, emu)
+	if err := os.WriteFile(filepath.Join(outDir, "conform-rxe.txt"), []byte(table), 0o644); err != nil {
+		t.Error(err)
+	}
+	t.Logf("rxe against the expectations, and emunic where it differs:\n%s", table)
+
+	var failed []string
+	for _, r := range rep.Results {
+		if r.Verdict == conform.Fail || r.Verdict == conform.Skip {
+			failed = append(failed, r.ID)
+			if _, known := rxeDeviations[r.ID]; !known {
+				t.Errorf("rxe %s %s (%s): expected %s\n\tobserved %s\n\t%s", r.ID, r.Verdict, r.Desc, r.Expected, r.Observed,
+					strings.Join(r.Notes, "\n\t"))
+			}
+		}
+	}
+	for id, what := range rxeDeviations {
+		if !slices.Contains(failed, id) {
+			t.Errorf("rxe meets %s now: drop it from rxeDeviations (%s)", id, what)
+		}
+	}
+}
+
+// waitTarget waits for conform_target's CONFORM line in its output.
+func waitTarget(cmd *Command, timeout time.Duration) (conform.Target, error) {
+	path := filepath.Join(cmd.g.spool, fmt.Sprintf("out-%d.txt", cmd.n))
+	deadline := time.Now().Add(timeout)
+	for {
+		out, _ := os.ReadFile(path)
+		if i := bytes.Index(out, []byte("CONFORM ")); i >= 0 && bytes.IndexByte(out[i:], '\n') > 0 {
+			return conform.ParseTarget(string(out))
+		}
+		if _, err := os.Stat(filepath.Join(cmd.g.spool, fmt.Sprintf("rc-%d", cmd.n))); err == nil {
+			return conform.Target{}, fmt.Errorf("interop: conform_target exited early:\n%s", out)
+		}
+		if time.Now().After(deadline) {
+			return conform.Target{}, fmt.Errorf("interop: no target description after %v:\n%s", timeout, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkWriteImmCQEs expects rxe's receive completions for the WRITE with
+// immediate cases, which only the target sees: status success, opcode
+// IBV_WC_RECV_RDMA_WITH_IMM (129), 32 bytes, the immediate the case sent.
+func checkWriteImmCQEs(t *testing.T, rep *conform.Report, guestOut string) {
+	t.Helper()
+	for _, id := range []string{"rc-write-imm", "uc-write-imm"} {
+		r, ok := rep.ByID(id)
+		if !ok || r.Verdict != conform.Pass {
+			continue // reported with the case
+		}
+		want := fmt.Sprintf("CQE qpn=%x status=0 opcode=129 len=32 imm=%x", r.QPN, 0xC0FFEE00|r.QPN&0xFF)
+		if !strings.Contains(guestOut, want) {
+			t.Errorf("%s: no %q among rxe's completions:\n%s", id, want, guestOut)
+		}
+	}
+}
+
+// conformTable renders rxe's report with emunic's verdict and observation
+// beside each case where emunic observed something else.
+func conformTable(rxe, emu *conform.Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rxe target: %s\n\n", rxe.Target)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "case\trxe\temunic\tdescription")
+	for _, r := range rxe.Results {
+		m, _ := emu.ByID(r.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.Verdict, m.Verdict, r.Desc)
+		if r.Verdict != conform.Pass {
+			fmt.Fprintf(tw, "\t\t\t  expected: %s\n\t\t\t  rxe:      %s\n", r.Expected, r.Observed)
+			for _, n := range r.Notes {
+				fmt.Fprintf(tw, "\t\t\t  note: %s\n", n)
+			}
+		}
+		if m.Verdict != r.Verdict || m.Observed != r.Observed {
+			fmt.Fprintf(tw, "\t\t\t  emunic:   %s\n", m.Observed)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "\nrxe: %d PASS, %d DIFF, %d FAIL, %d SKIP; emunic: %d PASS, %d DIFF, %d FAIL, %d SKIP\n",
+		rxe.Pass, rxe.Diff, rxe.Fail, rxe.Skip, emu.Pass, emu.Diff, emu.Fail, emu.Skip)
+	return b.String()
+}
