@@ -16,7 +16,11 @@ import (
 // host A sends b.N frames of a fixed size as fast as it can, first to an
 // AF_XDP socket on the wan namespace's veth toward A (the hop every frame
 // takes into the emulator; no emulator running), then through the
-// emulator (a perfect link) to an AF_XDP socket in host B. It reports
+// emulator (a perfect link) to an AF_XDP socket in host B. The sender
+// runs at normal priority, the emulator and the receivers at real-time
+// priority (a real-time sender flooding one of this machine's two cores
+// leaves the emulator and the receiver one core, and starves them). It
+// reports
 // frames/s received each way, the emulated path's Gbit/s of frames, the
 // ratio emulated/raw, and the share of frames the emulated path lost.
 func BenchmarkForward(b *testing.B) {
