@@ -25,6 +25,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <infiniband/verbs.h>
 #include <infiniband/mlx5dv.h>
 #if __has_include(<libflexio/flexio.h>)
@@ -262,11 +263,21 @@ static int sdr_dpa_entry_set(struct sdr_dpa_dev *d, struct mlx5dv_mkey *m, int c
 	mlx5dv_wr_mr_list(d->umr_mqpx, m, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, (uint16_t)n, &sge[first]);
 	if (ibv_wr_complete(d->umr_qpx))
 		return -1;
+	/* A UMR completes in microseconds; give up after a second. A failed
+	 * UMR leaves the UMR QP in error: the device must be reopened. */
 	struct ibv_wc wc;
-	int got;
-	while ((got = ibv_poll_cq(d->umr_cq, 1, &wc)) == 0)
-		;
-	return got < 0 || wc.status != IBV_WC_SUCCESS ? -1 : 0;
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		int got = ibv_poll_cq(d->umr_cq, 1, &wc);
+		if (got < 0)
+			return -1;
+		if (got == 1)
+			return wc.status == IBV_WC_SUCCESS && wc.wr_id == 1 ? 0 : -1;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - start.tv_sec > 1)
+			return -1;
+	}
 }
 
 /* --- DevX commands ------------------------------------------------------ */

@@ -3,7 +3,7 @@
 package dpa
 
 /*
-#cgo CFLAGS: -I${SRCDIR}
+#cgo CFLAGS: -I${SRCDIR} -Werror=implicit-function-declaration -Werror=incompatible-pointer-types -Werror=int-conversion
 #cgo LDFLAGS: -L${SRCDIR}/device/build -lsdr_dpa -lflexio -lmlx5 -libverbs
 #include "host.h"
 */

@@ -3,7 +3,7 @@
 package dpa
 
 /*
-#cgo CFLAGS: -I${SRCDIR}
+#cgo CFLAGS: -I${SRCDIR} -Werror=implicit-function-declaration -Werror=incompatible-pointer-types -Werror=int-conversion
 #include "host.h"
 */
 import "C"
