@@ -1,7 +1,10 @@
 // Package ebpf holds the XDP program that steers RoCEv2 frames to the
 // emulated NIC's AF_XDP sockets (steer.c, compiled by bpf2go into the
 // committed steer_bpfel.{go,o}) and its loader. Regenerate with
-// `go generate ./ebpf`.
+// `go generate ./ebpf`. Before a frame reaches a socket the program
+// filters it as a NIC would: frames for a registered QP sent to another
+// unicast or a multicast MAC (Options.MAC), or for a connected QP from any
+// address but its peer's (AddQP), are dropped and counted.
 //
 // The loader holds file descriptors instead of pinning: bpffs is hidden
 // inside `ip netns exec`, and a program must live as long as the process
