@@ -135,7 +135,7 @@ type Outcome struct {
 
 type step struct {
 	frames [][]byte
-	wait   int // replies to await before the next step
+	want   []Reply // replies to await before the next step
 }
 
 type alternative struct {
@@ -263,7 +263,8 @@ func (e *Env) Expect(r ...Reply) {
 	o := e.outcome()
 	o.Replies = append(o.Replies, r...)
 	if e.alt == nil {
-		e.steps[len(e.steps)-1].wait += len(r)
+		s := &e.steps[len(e.steps)-1]
+		s.want = append(s.want, r...)
 	}
 }
 

@@ -15,13 +15,19 @@ import (
 // (memory directly, receive completions, the drop counter the case names).
 //
 // Concurrency: Begin and End run on the battery's goroutine while the
-// device's receive goroutine executes the frames; they read memory only
-// after the case's fence, when the device has finished with them.
+// device's receive goroutine executes the frames; End reads memory only
+// after the case's fence was answered, and after loading the device's
+// counters, whose atomic increments for the fence's frames follow the
+// device's writes, and End hands the region back through the fence QP's
+// lock, which the device takes for the next case's first frame (orderings
+// the race detector can see; over AF_XDP the frames travel through the
+// kernel, which it cannot).
 type EmunicTarget struct {
 	Target Target
 	Dev    *emunic.Device
 
 	mr     *emunic.MR
+	fence  *emunic.QP
 	recvCQ *emunic.CQ
 	// extra returns counters kept outside the device (the XDP program's
 	// drops, by emunic counter name), nil when there are none.
@@ -66,10 +72,10 @@ func NewEmunicTarget(dev *emunic.Device, cases []Case, peerIP netip.Addr, peerMA
 	t.Target = Target{MAC: dev.MAC(), IP: dev.GID(), PSN: psn,
 		MR: Region{RKey: t.mr.RKey(), VA: t.mr.Addr(), Len: t.mr.Len()},
 		RO: Region{RKey: ro.RKey(), VA: ro.Addr(), Len: ro.Len()}}
-	newQP := func(typ emunic.QPType) (uint32, error) {
+	newQP := func(typ emunic.QPType) (*emunic.QP, error) {
 		qp, err := pd.CreateQP(emunic.QPConfig{Type: typ, SendCQ: sendCQ, RecvCQ: t.recvCQ, MaxRecvWR: RecvWQEs})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		steps := []struct {
 			state emunic.QPState
@@ -81,32 +87,33 @@ func NewEmunicTarget(dev *emunic.Device, cases []Case, peerIP netip.Addr, peerMA
 		}
 		for _, s := range steps {
 			if err := qp.Modify(s.state, s.attr); err != nil {
-				return 0, fmt.Errorf("conform: target %v QP to %v: %w", typ, s.state, err)
+				return nil, fmt.Errorf("conform: target %v QP to %v: %w", typ, s.state, err)
 			}
 		}
 		for range RecvWQEs {
 			if err := qp.PostRecv(emunic.RecvWR{ID: uint64(qp.QPN())}); err != nil {
-				return 0, err
+				return nil, err
 			}
 		}
-		return qp.QPN(), nil
+		return qp, nil
 	}
-	if t.Target.Fence, err = newQP(emunic.RC); err != nil {
+	if t.fence, err = newQP(emunic.RC); err != nil {
 		return nil, err
 	}
+	t.Target.Fence = t.fence.QPN()
 	for range rcs {
-		qpn, err := newQP(emunic.RC)
+		qp, err := newQP(emunic.RC)
 		if err != nil {
 			return nil, err
 		}
-		t.Target.RC = append(t.Target.RC, qpn)
+		t.Target.RC = append(t.Target.RC, qp.QPN())
 	}
 	for range ucs {
-		qpn, err := newQP(emunic.UC)
+		qp, err := newQP(emunic.UC)
 		if err != nil {
 			return nil, err
 		}
-		t.Target.UC = append(t.Target.UC, qpn)
+		t.Target.UC = append(t.Target.UC, qp.QPN())
 	}
 	return t, nil
 }
@@ -138,11 +145,18 @@ func (t *EmunicTarget) Begin(*Case, uint32) {
 
 // End implements Inspector.
 func (t *EmunicTarget) End(c *Case, qpn uint32, window uint64, want []byte, out *Outcome) []string {
+	// The counters first: the device counts the fence's frames (atomic
+	// adds) after it executed every earlier frame, so loading them orders
+	// the reads of the region below after the device's writes to it.
+	now := t.counters()
 	var problems []string
 	off := window - t.mr.Addr()
 	if got := t.mr.Bytes()[off : off+uint64(len(want))]; string(got) != string(want) {
 		problems = append(problems, "region: "+describeMemory(want, got)+" against the expectation")
 	}
+	// Hand the region back: the device takes the fence QP's lock for the
+	// next case's first frame (its fence READ) before any later write.
+	t.fence.State()
 	var cqes []emunic.CQE
 	var buf [16]emunic.CQE
 	for n := t.recvCQ.Poll(buf[:]); n > 0; n = t.recvCQ.Poll(buf[:]) {
@@ -172,7 +186,6 @@ func (t *EmunicTarget) End(c *Case, qpn uint32, window uint64, want []byte, out 
 	if strings.Join(gotCQ, ",") != strings.Join(wantCQ, ",") {
 		problems = append(problems, fmt.Sprintf("completions %v, want %v", gotCQ, wantCQ))
 	}
-	now := t.counters()
 	delta := func(name string) uint64 { return now[name] - t.before[name] }
 	if out.Drop != "" {
 		if _, ok := now[out.Drop]; !ok {

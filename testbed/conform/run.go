@@ -247,16 +247,16 @@ func (r *runner) send(frames [][]byte) error {
 	return nil
 }
 
-// await collects replies for qpn until n arrived or the timeout passed;
-// replies for other QPs go to r.stray.
-func (r *runner) await(ctx context.Context, qpn uint32, n int, timeout time.Duration) ([]Reply, error) {
+// await collects replies for qpn until done says they are enough or the
+// timeout passed; replies for other QPs go to r.stray.
+func (r *runner) await(ctx context.Context, qpn uint32, done func([]Reply) bool, timeout time.Duration) ([]Reply, error) {
 	var got []Reply
-	if n == 0 {
+	if done(nil) {
 		return nil, nil
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	for len(got) < n {
+	for !done(got) {
 		select {
 		case rep, ok := <-r.rx:
 			if !ok {
@@ -274,6 +274,30 @@ func (r *runner) await(ctx context.Context, qpn uint32, n int, timeout time.Dura
 		}
 	}
 	return got, nil
+}
+
+// count is done once n replies arrived.
+func count(n int) func([]Reply) bool { return func(got []Reply) bool { return len(got) >= n } }
+
+// all is done once every wanted reply arrived (in any order, among
+// others): waiting for the replies themselves rather than for a number of
+// them drains the ACKs a target coalesces or defers to the end of a
+// receive batch (emunic does) before the next step goes out.
+func all(want []Reply) func([]Reply) bool {
+	return func(got []Reply) bool {
+		used := make([]bool, len(got))
+	next:
+		for _, w := range want {
+			for i, g := range got {
+				if !used[i] && g.matches(w) {
+					used[i] = true
+					continue next
+				}
+			}
+			return false
+		}
+		return true
+	}
 }
 
 // fenceRead reads n bytes at va through the fence QP. Every reply that
@@ -294,8 +318,8 @@ func (r *runner) fenceRead(ctx context.Context, va uint64, n int) ([]byte, error
 	if err := r.send([][]byte{buf}); err != nil {
 		return nil, err
 	}
-	count := max(1, (n+r.cfg.MTU-1)/r.cfg.MTU)
-	got, err := r.await(ctx, t.Fence, count, 3*r.cfg.Timeout+time.Second)
+	responses := max(1, (n+r.cfg.MTU-1)/r.cfg.MTU)
+	got, err := r.await(ctx, t.Fence, count(responses), 3*r.cfg.Timeout+time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -306,11 +330,11 @@ func (r *runner) fenceRead(ctx context.Context, va uint64, n int) ([]byte, error
 		}
 		data = append(data, rep.Data...)
 	}
-	if len(got) < count || len(data) != n {
+	if len(got) < responses || len(data) != n {
 		return nil, fmt.Errorf("%w: READ of %d bytes at %#x on QP %#x: %d of %d responses, %d bytes",
-			ErrFence, n, va, t.Fence, len(got), count, len(data))
+			ErrFence, n, va, t.Fence, len(got), responses, len(data))
 	}
-	r.fencePSN = r.fencePSN.Add(count)
+	r.fencePSN = r.fencePSN.Add(responses)
 	return data, nil
 }
 
@@ -351,7 +375,7 @@ func (r *runner) runCase(ctx context.Context, c *Case, qpn uint32, index int) (R
 		if err := r.send(s.frames); err != nil {
 			return res, err
 		}
-		more, err := r.await(ctx, qpn, s.wait, r.cfg.Timeout)
+		more, err := r.await(ctx, qpn, all(s.want), r.cfg.Timeout)
 		if err != nil {
 			return res, err
 		}
@@ -427,7 +451,8 @@ func (r *runner) addProbe(e *Env) {
 	}
 	probe(&e.out)
 	if e.kind == RC && !e.out.Broken {
-		e.steps[len(e.steps)-1].wait = 1
+		s := &e.steps[len(e.steps)-1]
+		s.want = append(s.want, e.out.Replies[len(e.out.Replies)-1])
 	}
 	for i := range e.alts {
 		probe(&e.alts[i].out)

@@ -81,7 +81,7 @@ func setupEnv(t *testing.T, withHost bool) *env {
 	}
 	start := time.Now()
 	e.guest, err = BootGuest(GuestConfig{Cache: cache, Netns: e.net.QEMU.Name, Tap: e.net.Tap,
-		Addr: e.net.GuestPrefix, MAC: e.net.GuestMAC, Console: console}, 120*time.Second)
+		Addr: e.net.GuestPrefix, MAC: e.net.GuestMAC, Console: console}, 300*time.Second)
 	if err != nil {
 		out, _ := os.ReadFile(console.Name())
 		t.Fatalf("%v\nconsole:\n%s", err, out)
