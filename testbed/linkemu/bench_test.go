@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
@@ -35,7 +36,7 @@ func BenchmarkForward(b *testing.B) {
 			wanA := &testbed.Host{NS: topo.WAN, IfName: topo.WANIfA}
 			tx := newSender(b, topo.A, topo.B, size, 0)
 			tx.setDstMAC(macOf(b, topo.WAN, topo.WANIfA))
-			raw, _ := flood(b, tx, wanA, b.N)
+			raw, _, rawCPU := flood(b, tx, wanA, b.N)
 			tx.setDstMAC(topo.B.MAC)
 
 			emu, err := linkemu.Start(topo.WAN, topo.WANIfA, topo.WANIfB, link.Config{}, link.Config{})
@@ -43,23 +44,29 @@ func BenchmarkForward(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer emu.Close()
-			fwd, got := flood(b, tx, topo.B, b.N)
+			fwd, got, emuCPU := flood(b, tx, topo.B, b.N)
 			b.ReportMetric(raw, "raw-frames/s")
 			b.ReportMetric(fwd, "emu-frames/s")
 			b.ReportMetric(fwd*float64(size*8)/1e9, "emu-Gbit/s")
 			b.ReportMetric(fwd/raw, "emu/raw")
 			b.ReportMetric(100*(1-float64(got)/float64(b.N)), "%emu-lost")
+			b.ReportMetric(rawCPU, "raw-cpu-ns/frame")
+			b.ReportMetric(emuCPU, "emu-cpu-ns/frame")
 		})
 	}
 }
 
 // flood sends n frames from tx as fast as its socket takes them to a
 // receiver on to and returns the frames per second received, from the
-// first sent to the last received, and how many were.
-func flood(b *testing.B, tx *sender, to *testbed.Host, n int) (float64, int) {
+// first sent to the last received, how many were, and the process's CPU
+// time per frame sent (sender, receiver, emulator, and the kernel's work
+// in their system calls, which includes the veths' XDP: a measure that
+// does not depend on what else keeps the machine busy).
+func flood(b *testing.B, tx *sender, to *testbed.Host, n int) (rate float64, received int, cpuPerFrame float64) {
 	b.Helper()
 	rx := newXSKReceiver(b, to, 0, func() uint64 { return 0 })
 	b.ResetTimer()
+	cpu := emunictest.CPUTime()
 	start := time.Now()
 	if sent := tx.paced(0, n, 0); sent != n {
 		b.Fatalf("sent %d of %d", sent, n)
@@ -77,12 +84,13 @@ func flood(b *testing.B, tx *sender, to *testbed.Host, n int) (float64, int) {
 		}
 	}
 	b.StopTimer()
+	cpuPerFrame = float64((emunictest.CPUTime() - cpu).Nanoseconds()) / float64(n)
 	r := rx.record()
 	rx.port.Close()
 	if r.frames == 0 {
 		b.Fatal("nothing received")
 	}
-	return float64(r.frames) / r.last.Sub(start).Seconds(), r.frames
+	return float64(r.frames) / r.last.Sub(start).Seconds(), r.frames, cpuPerFrame
 }
 
 // macOf returns the Ethernet address of interface name in ns.

@@ -21,6 +21,9 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
@@ -54,6 +57,10 @@ const Slots = 16384
 
 // txRingSize is the size of each socket's rings.
 const txRingSize = 4096
+
+// bindWait bounds how long Start waits for an interface queue that
+// another AF_XDP socket, just closed, still holds.
+const bindWait = 2 * time.Second
 
 // ErrClosed is returned by methods called after Close.
 var ErrClosed = errors.New("linkemu: emulator closed")
@@ -155,7 +162,15 @@ func openSide(name string) (*side, error) {
 		return nil, fmt.Errorf("linkemu: %w", err)
 	}
 	s := &side{ifname: name}
-	s.sock, err = xsk.Open(xsk.Config{Ifindex: iface.Index, NumFrames: 2 * txRingSize, RingSize: txRingSize})
+	// A socket closed on the queue a moment ago (a previous emulator, a
+	// test's port) releases it asynchronously: the bind fails with EBUSY
+	// until then.
+	for deadline := time.Now().Add(bindWait); ; time.Sleep(10 * time.Millisecond) {
+		s.sock, err = xsk.Open(xsk.Config{Ifindex: iface.Index, NumFrames: 2 * txRingSize, RingSize: txRingSize})
+		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 	}
