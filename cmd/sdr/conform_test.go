@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,6 +63,15 @@ func checkConformPcap(t *testing.T, path, target string) {
 	t.Logf("capture: %d frames, %d requests and %d replies with good ICRCs, %d with bad ones", len(frames), requests, replies, badICRC)
 	if requests < 100 || replies < 100 || badICRC == 0 {
 		t.Errorf("capture holds %d requests, %d replies, %d bad ICRCs", requests, replies, badICRC)
+	}
+	if tshark, ok := privileged.OptionalTool(t, "tshark", "Wireshark opens the battery's capture"); ok {
+		out, err := exec.Command(tshark, "-r", path, "-Y", "infiniband", "-T", "fields", "-e", "infiniband.bth.opcode").Output()
+		if err != nil {
+			t.Errorf("tshark -r %s: %v", path, err)
+		}
+		if n := strings.Count(string(out), "\n"); n < requests+replies {
+			t.Errorf("tshark dissected %d RoCE packets, want at least %d", n, requests+replies)
+		}
 	}
 }
 

@@ -180,6 +180,21 @@ func headerCases() []Case {
 			writeOnly(e, func(f *wire.Fields) { f.BTH.Opcode = wire.RCWriteOnly })
 			e.Drops(cTransport)
 		}})
+	cs = append(cs, Case{ID: "rc-ud-opcode", Desc: "UD SEND ONLY to an RC QP", QP: RC, Spec: specHdrCheck + " (transport); rxe check_type_state",
+		Build: func(e *Env) {
+			f := e.Base(wire.UDSendOnly, e.P(0))
+			f.DETH = wire.DETHFields{QKey: 0x11111111, SrcQP: e.QPN}
+			f.Payload = e.Data(16)
+			e.Send(f)
+			e.Drops(cTransport)
+		}})
+	cs = append(cs, Case{ID: "rc-cnp", Desc: "RoCEv2 CNP to an RC QP (a notification, not a request)", QP: RC,
+		Spec: "A17.9.2 (CNP: congestion notification only; rxe drops it as another transport)", Build: func(e *Env) {
+			e.Send(e.Base(wire.CNP, e.P(0)))
+			e.Drops("rx_cnps")
+		}})
+	cs = append(cs, both("fecn-becn", "WRITE ONLY with BTH FECN and BECN set", "IBA 9.2 / A17.4.2 (byte 4 is not covered by the ICRC; no effect on execution)",
+		func(e *Env) { executed(e, writeOnly(e, func(f *wire.Fields) { f.BTH.FECN, f.BTH.BECN = true, true })) })...)
 	cs = append(cs, Case{ID: "uc-read-request", Desc: "RC READ request to a UC QP", QP: UC, Spec: specHdrCheck + " (transport)",
 		Build: func(e *Env) { e.Send(e.Read(e.P(0), 0, 64)); e.Drops(cTransport) }})
 	for _, q := range []struct {
