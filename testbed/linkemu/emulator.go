@@ -65,6 +65,16 @@ const bindWait = 2 * time.Second
 // ErrClosed is returned by methods called after Close.
 var ErrClosed = errors.New("linkemu: emulator closed")
 
+// MaxMTU is the largest interface MTU the emulator carries: a frame (MTU
+// plus the Ethernet header) must fit one 4 KiB AF_XDP chunk less the
+// kernel's 256-byte headroom, as the emulator uses no multi-buffer.
+const MaxMTU = 4096 - 256 - link.EthernetHeaderLen
+
+// ErrMTU is wrapped by Start's error for an interface whose MTU exceeds
+// MaxMTU: the kernel would drop its longer frames before the emulator
+// saw them.
+var ErrMTU = errors.New("linkemu: MTU too large for the emulator")
+
 // Counters are one direction's counters, a plain snapshot. Every frame
 // received is counted in FramesIn and then in exactly one of Forwarded
 // or a Dropped counter — Forwarded once more per duplicate — once it has
@@ -160,6 +170,9 @@ func openSide(name string) (*side, error) {
 	iface, err := net.InterfaceByName(name)
 	if err != nil {
 		return nil, fmt.Errorf("linkemu: %w", err)
+	}
+	if iface.MTU > MaxMTU {
+		return nil, fmt.Errorf("linkemu: %s: MTU %d, at most %d: %w", name, iface.MTU, MaxMTU, ErrMTU)
 	}
 	s := &side{ifname: name}
 	// A socket closed on the queue a moment ago (a previous emulator, a

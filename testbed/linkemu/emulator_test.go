@@ -210,3 +210,18 @@ func TestCloseLeavesNothing(t *testing.T) {
 		t.Errorf("GOMAXPROCS %d after Close, %d before Start", p, procs)
 	}
 }
+
+// TestMTUTooLarge refuses interfaces whose frames an AF_XDP chunk cannot
+// hold, and carries the largest MTU it accepts: a ping that fills it.
+func TestMTUTooLarge(t *testing.T) {
+	privileged.Require(t)
+	if _, err := linkemu.NewTopology(linkemu.TopologyConfig{MTU: linkemu.MaxMTU + 1}); !errors.Is(err, linkemu.ErrMTU) {
+		t.Fatalf("MTU %d: %v, want ErrMTU", linkemu.MaxMTU+1, err)
+	}
+	topo := newTopology(t, linkemu.TopologyConfig{MTU: linkemu.MaxMTU, StaticNeighbors: true})
+	ping := privileged.RequireTool(t, "ping", "a frame of the largest MTU across the emulator")
+	size := strconv.Itoa(linkemu.MaxMTU - 20 - 8) // IPv4 and ICMP headers
+	if out, err := exec.Command("ip", "netns", "exec", topo.A.NS.Name, ping, "-c", "1", "-W", "2", "-M", "do", "-s", size, topo.B.Addr.String()).CombinedOutput(); err != nil {
+		t.Fatalf("ping of %s bytes at MTU %d: %v\n%s", size, linkemu.MaxMTU, err, out)
+	}
+}

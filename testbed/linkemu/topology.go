@@ -16,7 +16,7 @@ import (
 // TopologyConfig describes two hosts joined by an emulated long-haul link.
 type TopologyConfig struct {
 	// Subnet and MTU are testbed.PairConfig's (defaults 10.77.0.0/24 and
-	// 1500).
+	// 1500); MTU at most MaxMTU.
 	Subnet netip.Prefix
 	MTU    int
 	// AB and BA configure the link from host A to host B and back.
