@@ -7,13 +7,41 @@
 // in all-frames mode and binds an AF_XDP socket (package emunic/xsk), so
 // every frame — RoCEv2, ARP, ICMP, TCP alike — reaches the emulator. Per
 // direction the link model (package testbed/link) decides each frame's
-// fate: lost, tail-dropped, or due at an arrival time. Surviving frames
-// wait in the emulator's own buffers until then and leave on the other
-// interface's TX ring.
+// fate: dropped (MTU, tail drop, loss), or due at an arrival time, maybe
+// duplicated, with a bit flipped or marked ECN CE. Surviving frames wait
+// in the emulator's own buffers until then and leave on the other
+// interface's TX ring. (On veth AF_XDP runs in copy mode, each socket with
+// its own UMEM: a frame held in a UMEM chunk until due would still be
+// copied into the other socket's, so the emulator copies once into its
+// buffers instead and keeps the receive ring's chunks circulating.)
+//
+// # Timing
+//
+// Each direction runs on two threads, a receiver blocked in the socket's
+// poll and a releaser asleep in ppoll until the next frame is due, at
+// real-time priority (SCHED_FIFO, with CAP_SYS_NICE; see
+// Emulator.RealTime) and with a spare GOMAXPROCS each, so that neither
+// waits for a core or for the Go scheduler behind the machine's other
+// work. Measured here, one-way delay lands 0.1–0.2 ms above the setting
+// (median), within 1 ms at the 95th percentile on a loaded machine.
+//
+// # Cleanup
 //
 // Nothing is pinned: the XDP attachment is a BPF link held by a file
 // descriptor, so the kernel detaches the program and frees the sockets
-// when the process ends, however it ends; Close does it earlier.
+// when the process ends, however it ends; Close does it earlier. The
+// namespaces are the testbed's to delete (Topology.Close).
+//
+// # Topology
+//
+// NewTopology builds two hosts and the wan namespace with the emulator in
+// the place of testbed's bridge. ARP crosses the emulator like any frame
+// (delayed, and lost on a lossy link, as on a real one), or is not needed
+// at all with TopologyConfig.StaticNeighbors. The hosts' veths have TX
+// checksum offload off (testbed.DisableTxChecksum): a veth leaves TCP and
+// UDP checksums for the peer to fill, which a frame redirected by XDP to
+// AF_XDP and sent on never gets. The wan namespace's own stack is kept off
+// the link (no IPv6 on its veths).
 package linkemu
 
 import (
