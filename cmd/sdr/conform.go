@@ -255,6 +255,9 @@ func printConform(w io.Writer, rep *conform.Report) {
 	fmt.Fprintln(tw, "case\tqp\tverdict\tdescription")
 	for _, r := range rep.Results {
 		fmt.Fprintf(tw, "%s\t%s %#x\t%s\t%s\n", r.ID, r.QP, r.QPN, r.Verdict, r.Desc)
+		if r.Spec != "" {
+			fmt.Fprintf(tw, "\t\t\t  per:      %s\n", r.Spec)
+		}
 		fmt.Fprintf(tw, "\t\t\t  expected: %s\n", r.Expected)
 		fmt.Fprintf(tw, "\t\t\t  observed: %s\n", r.Observed)
 		for _, n := range r.Notes {

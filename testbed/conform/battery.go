@@ -26,8 +26,8 @@ const (
 	cDuplicate   = "rx_duplicate"
 	cInvalid     = "rx_invalid_request"
 	cAbandoned   = "rx_abandoned"
-	specRefusal  = "IBA 9.7.5.2.x/9.9.3 (class C: NAK, responder QP to error); rxe do_class_ac_error"
-	specHdrCheck = "IBA 9.6 header validation: silently drop; rxe hdr_check"
+	specRefusal  = "IBA ch. 9 (class C: NAK, responder QP to error); rxe do_class_ac_error"
+	specHdrCheck = "IBA ch. 9 header validation: silently drop; rxe hdr_check"
 )
 
 // Battery returns the conformance cases, in the order they run.
@@ -87,9 +87,9 @@ func both(id, desc, spec string, build func(e *Env)) []Case {
 }
 
 func validCases() []Case {
-	cs := both("write-only", "WRITE ONLY 64 B in bounds", "IBA 9.7.4.1.4",
+	cs := both("write-only", "WRITE ONLY 64 B in bounds", "IBA ch. 9 RDMA WRITE",
 		func(e *Env) { executed(e, writeOnly(e, nil)) })
-	cs = append(cs, both("write-multi", "WRITE FIRST/MIDDLE/LAST, 3 x MTU", "IBA 9.7.4.1.4", func(e *Env) {
+	cs = append(cs, both("write-multi", "WRITE FIRST/MIDDLE/LAST, 3 x MTU", "IBA ch. 9 RDMA WRITE", func(e *Env) {
 		first, middle, last := wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast
 		if e.kind == UC {
 			first, middle, last = wire.UCWriteFirst, wire.UCWriteMiddle, wire.UCWriteLast
@@ -106,7 +106,7 @@ func validCases() []Case {
 			e.Leaves(e.P(3), 0)
 		}
 	})...)
-	cs = append(cs, both("write-imm", "WRITE ONLY with immediate 32 B (consumes a receive WQE)", "IBA 9.7.4.1.4", func(e *Env) {
+	cs = append(cs, both("write-imm", "WRITE ONLY with immediate 32 B (consumes a receive WQE)", "IBA ch. 9 RDMA WRITE with immediate", func(e *Env) {
 		op := wire.RCWriteOnlyImm
 		if e.kind == UC {
 			op = wire.UCWriteOnlyImm
@@ -119,7 +119,7 @@ func validCases() []Case {
 		e.Completes(Completion{WriteImm: true, ByteLen: 32, Imm: f.Imm})
 	})...)
 	cs = append(cs, Case{ID: "rc-write-zero-length", Desc: "zero-length WRITE ONLY naming a bad R_Key and a VA past the region",
-		QP: RC, Spec: "IBA 9.4.3 (no memory access, no key check); rxe check_rkey", Build: func(e *Env) {
+		QP: RC, Spec: "IBA ch. 9 (no memory access, no key check); rxe check_rkey", Build: func(e *Env) {
 			f := e.Write(wire.RCWriteOnly, e.P(0), 0, 0, nil)
 			f.RETH.RKey ^= 0xFFFFFF00
 			f.RETH.VA = e.T.MR.VA + e.T.MR.Len + 1<<20
@@ -127,14 +127,14 @@ func validCases() []Case {
 			e.Expect(Ack(e.P(0), 1))
 			e.Leaves(e.P(1), 1)
 		}})
-	cs = append(cs, both("ttl-1", "WRITE ONLY with IPv4 TTL 1 (an end host accepts it)", "RFC 1122 3.2.1.7; A17.4.3 TTL is not covered", func(e *Env) {
+	cs = append(cs, both("ttl-1", "WRITE ONLY with IPv4 TTL 1 (an end host accepts it)", "RFC 1122 3.2.1.7; annex A17 TTL is not covered", func(e *Env) {
 		executed(e, writeOnly(e, func(f *wire.Fields) { f.TTL = 1 }))
 	})...)
-	cs = append(cs, both("udp-src-port", "WRITE ONLY from UDP source port 1234", "A17.4.1.1 (source port is flow entropy)", func(e *Env) {
+	cs = append(cs, both("udp-src-port", "WRITE ONLY from UDP source port 1234", "annex A17 (source port is flow entropy)", func(e *Env) {
 		executed(e, writeOnly(e, func(f *wire.Fields) { f.SrcPort = 1234 }))
 	})...)
 	cs = append(cs, both("pkey-7fff", "P_Key 0x7FFF: limited member of the QP's default partition (0xFFFF)",
-		"IBA 10.9.3 (limited matches full); rxe pkey_match", func(e *Env) {
+		"IBA ch. 10 partitions (a limited member matches a full one); rxe pkey_match", func(e *Env) {
 			executed(e, writeOnly(e, func(f *wire.Fields) { f.BTH.PKey = 0x7FFF }))
 		})...)
 	return cs
@@ -142,7 +142,7 @@ func validCases() []Case {
 
 func headerCases() []Case {
 	var cs []Case
-	cs = append(cs, both("bad-icrc", "WRITE ONLY with a wrong ICRC", "IBA 9.8.1 / A17.4.2: drop",
+	cs = append(cs, both("bad-icrc", "WRITE ONLY with a wrong ICRC", "IBA ch. 9 / annex A17: drop",
 		func(e *Env) { writeOnly(e, nil, BadICRC); e.Drops(cBadICRC) })...)
 	for _, pk := range []struct {
 		id   string
@@ -150,7 +150,7 @@ func headerCases() []Case {
 		desc string
 	}{{"pkey-0000", 0x0000, "P_Key 0x0000 (invalid)"}, {"pkey-8000", 0x8000, "P_Key 0x8000 (invalid: base 0)"},
 		{"pkey-other", 0xBEEF, "P_Key 0xBEEF (another partition)"}} {
-		cs = append(cs, both(pk.id, pk.desc, "IBA 9.6.1.3 / 10.9.3 P_Key check: drop, count; rxe check_keys", func(e *Env) {
+		cs = append(cs, both(pk.id, pk.desc, "IBA ch. 9 / ch. 10 (partitions) P_Key check: drop, count; rxe check_keys", func(e *Env) {
 			writeOnly(e, func(f *wire.Fields) { f.BTH.PKey = pk.key })
 			e.Drops(cBadPKey)
 		})...)
@@ -163,7 +163,7 @@ func headerCases() []Case {
 		Spec: specHdrCheck + " (opcode)", Build: func(e *Env) {
 			writeOnly(e, nil, RawOpcode(0x15))
 			e.Drops(cMalformed)
-			e.Alt("IBA 9.9.3.1: unsupported opcode as Invalid Request (NAK, QP to error)", func() {
+			e.Alt("IBA ch. 9: unsupported opcode as Invalid Request (NAK, QP to error)", func() {
 				e.Expect(Nak(wire.NAKInvalidRequest, e.P(0), 0))
 				e.Breaks()
 			})
@@ -189,11 +189,11 @@ func headerCases() []Case {
 			e.Drops(cTransport)
 		}})
 	cs = append(cs, Case{ID: "rc-cnp", Desc: "RoCEv2 CNP to an RC QP (a notification, not a request)", QP: RC,
-		Spec: "A17.9.2 (CNP: congestion notification only; rxe drops it as another transport)", Build: func(e *Env) {
+		Spec: "annex A17 (CNP: congestion notification only; rxe drops it as another transport)", Build: func(e *Env) {
 			e.Send(e.Base(wire.CNP, e.P(0)))
 			e.Drops("rx_cnps")
 		}})
-	cs = append(cs, both("fecn-becn", "WRITE ONLY with BTH FECN and BECN set", "IBA 9.2 / A17.4.2 (byte 4 is not covered by the ICRC; no effect on execution)",
+	cs = append(cs, both("fecn-becn", "WRITE ONLY with BTH FECN and BECN set", "IBA ch. 9 / annex A17 (byte 4 is not covered by the ICRC; no effect on execution)",
 		func(e *Env) { executed(e, writeOnly(e, func(f *wire.Fields) { f.BTH.FECN, f.BTH.BECN = true, true })) })...)
 	cs = append(cs, Case{ID: "uc-read-request", Desc: "RC READ request to a UC QP", QP: UC, Spec: specHdrCheck + " (transport)",
 		Build: func(e *Env) { e.Send(e.Read(e.P(0), 0, 64)); e.Drops(cTransport) }})
@@ -209,12 +209,12 @@ func headerCases() []Case {
 			}})
 	}
 	cs = append(cs, both("src-ip", "WRITE ONLY from another source IP than the connected peer's",
-		"IBA 9.6.1.5 / A17: a connected QP accepts only its peer; rxe check_addr", func(e *Env) {
+		"IBA ch. 9 / annex A17: a connected QP accepts only its peer; rxe check_addr", func(e *Env) {
 			writeOnly(e, func(f *wire.Fields) { f.SrcIP = e.Spoof })
 			e.Drops(cWrongPeer)
 		})...)
 	cs = append(cs, both("pad-count", "WRITE ONLY of 8 B with pad count 3 (payload reads as 5 B, DMA length 8)",
-		"IBA 9.7.4.1.4 length check (C9-?): Invalid Request; rxe check_rkey ERR_LENGTH", func(e *Env) {
+		"IBA ch. 9 length check: Invalid Request; rxe check_rkey ERR_LENGTH", func(e *Env) {
 			data := e.Data(8)
 			op := wire.RCWriteOnly
 			if e.kind == UC {
@@ -231,7 +231,7 @@ func headerCases() []Case {
 
 func psnCases() []Case {
 	cs := []Case{{ID: "rc-psn-duplicate-write", Desc: "WRITE ONLY, then the same PSN again with other data", QP: RC,
-		Spec: "IBA 9.7.5.1.2 (duplicate: ACK again, do not execute); rxe duplicate_request", Build: func(e *Env) {
+		Spec: "IBA ch. 9 (duplicate: ACK again, do not execute); rxe duplicate_request", Build: func(e *Env) {
 			data := writeOnly(e, nil)
 			e.Expect(Ack(e.P(0), 1))
 			e.Step()
@@ -242,7 +242,7 @@ func psnCases() []Case {
 			e.Drops(cDuplicate)
 		}},
 		{ID: "rc-psn-ahead", Desc: "WRITE ONLY at ePSN+5, then at ePSN+6", QP: RC,
-			Spec: "IBA 9.7.5.1.3 (one PSN sequence error NAK per gap); rxe check_psn", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (one PSN sequence error NAK per gap); rxe check_psn", Build: func(e *Env) {
 				f := e.Write(wire.RCWriteOnly, e.P(5), 0, 64, e.Data(64))
 				e.Send(f)
 				e.Expect(Nak(wire.NAKPSNSequenceError, e.P(0), 0))
@@ -252,19 +252,19 @@ func psnCases() []Case {
 				e.Drops(cPSN)
 			}},
 		{ID: "rc-psn-far-ahead", Desc: "WRITE ONLY at ePSN+2^23-1 (the far edge of the window ahead)", QP: RC,
-			Spec: "IBA 9.7.5.1.3", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (PSN sequence error: out of the duplicate half)", Build: func(e *Env) {
 				e.Send(e.Write(wire.RCWriteOnly, e.P(1<<23-1), 0, 64, e.Data(64)))
 				e.Expect(Nak(wire.NAKPSNSequenceError, e.P(0), 0))
 				e.Drops(cPSN)
 			}},
 		{ID: "rc-psn-old-duplicate", Desc: "WRITE ONLY at ePSN-2^23 (the oldest duplicate PSN)", QP: RC,
-			Spec: "IBA 9.7.5.1.2 (duplicate region is the 2^23 PSNs before ePSN)", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (duplicate region is the 2^23 PSNs before ePSN)", Build: func(e *Env) {
 				e.Send(e.Write(wire.RCWriteOnly, e.P(-1<<23), 0, 64, e.Data(64)))
 				e.Expect(Ack(e.P(-1), 0))
 				e.Drops(cDuplicate)
 			}},
 		{ID: "rc-psn-wrap", Desc: "zero-length WRITEs up to PSN 0xFFFFFD, then WRITE FIRST/MIDDLE/MIDDLE/LAST across 0xFFFFFF -> 0",
-			QP: RC, Spec: "IBA 9.7.1 (24-bit PSN modulo arithmetic)", Build: func(e *Env) {
+			QP: RC, Spec: "IBA ch. 9 (24-bit PSN modulo arithmetic)", Build: func(e *Env) {
 				k := e.PSN.Distance(0xFFFFFE)
 				if k < 0 || k > 64 {
 					e.Skip("the target's PSN is not within 64 of the wrap")
@@ -289,7 +289,7 @@ func psnCases() []Case {
 				e.Leaves(e.P(k+4), uint32(k+1))
 			}},
 		{ID: "uc-psn-gap", Desc: "UC WRITE FIRST at ePSN, LAST at ePSN+2 (MIDDLE lost)", QP: UC,
-			Spec: "IBA 9.7.5.2.x (UC: drop the rest of a message after a gap); rxe check_psn", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (UC: drop the rest of a message after a gap); rxe check_psn", Build: func(e *Env) {
 				data := e.Data(3 * e.MTU)
 				e.Send(e.Write(wire.UCWriteFirst, e.P(0), 0, len(data), data[:e.MTU]))
 				e.Send(e.Write(wire.UCWriteLast, e.P(2), 0, 0, data[2*e.MTU:]))
@@ -298,7 +298,7 @@ func psnCases() []Case {
 				e.Drops(cPSN)
 			}},
 		{ID: "uc-psn-resync", Desc: "UC WRITE ONLY at ePSN+1000 (a new message resynchronizes)", QP: UC,
-			Spec: "IBA 9.7.5.2.x (UC accepts FIRST/ONLY at any PSN); rxe check_psn", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (UC accepts FIRST/ONLY at any PSN); rxe check_psn", Build: func(e *Env) {
 				data := e.Data(64)
 				e.Send(e.Write(wire.UCWriteOnly, e.P(1000), 0, 64, data))
 				e.Wrote(0, data)
@@ -311,7 +311,7 @@ func psnCases() []Case {
 
 func boundsCases() []Case {
 	cs := both("write-first-past-end", "WRITE FIRST whose DMA length (2 x MTU) runs past the region's end, then its LAST",
-		"IBA 9.7.4.1.4 / C9-?: bounds of [VA, VA+DMA length) checked at FIRST; rxe check_rkey", func(e *Env) {
+		"IBA ch. 9: bounds of [VA, VA+DMA length) checked at FIRST; rxe check_rkey", func(e *Env) {
 			first, last := wire.RCWriteFirst, wire.RCWriteLast
 			if e.kind == UC {
 				first, last = wire.UCWriteFirst, wire.UCWriteLast
@@ -376,7 +376,7 @@ func sequenceCases() []Case {
 				e.Send(e.Write(wire.RCWriteMiddle, e.P(0), 0, 0, e.Data(e.MTU)))
 				refused(e, wire.NAKInvalidRequest, e.P(0), 0, cInvalid)
 			}},
-		{ID: "uc-write-middle-first", Desc: "UC WRITE MIDDLE and LAST without a FIRST", QP: UC, Spec: "IBA 9.7.5.2.x (class D: drop); rxe check_op_seq",
+		{ID: "uc-write-middle-first", Desc: "UC WRITE MIDDLE and LAST without a FIRST", QP: UC, Spec: "IBA ch. 9 (class D: drop); rxe check_op_seq",
 			Build: func(e *Env) {
 				e.Send(e.Write(wire.UCWriteMiddle, e.P(0), 0, 0, e.Data(e.MTU)))
 				e.Send(e.Write(wire.UCWriteLast, e.P(1), 0, 0, e.Data(e.MTU)))
@@ -392,7 +392,7 @@ func sequenceCases() []Case {
 				refused(e, wire.NAKInvalidRequest, e.P(1), 0, cInvalid)
 			}},
 		{ID: "rc-write-last-short", Desc: "WRITE FIRST with DMA length 3 x MTU, then its LAST after 2 x MTU", QP: RC,
-			Spec: "IBA 9.7.4.1.4 (the message must carry its DMA length): Invalid Request", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (the message must carry its DMA length): Invalid Request", Build: func(e *Env) {
 				data := e.Data(2 * e.MTU)
 				e.Send(e.Write(wire.RCWriteFirst, e.P(0), 0, 3*e.MTU, data[:e.MTU]))
 				e.Send(e.Write(wire.RCWriteLast, e.P(1), 0, 0, data[e.MTU:]))
@@ -400,7 +400,7 @@ func sequenceCases() []Case {
 				refused(e, wire.NAKInvalidRequest, e.P(1), 0, cInvalid)
 			}},
 		{ID: "rc-write-first-short", Desc: "WRITE FIRST carrying less than an MTU", QP: RC,
-			Spec: "IBA 9.7.4.1.4 (FIRST and MIDDLE carry exactly the MTU); rxe check_length", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (FIRST and MIDDLE carry exactly the MTU); rxe check_length", Build: func(e *Env) {
 				e.Send(e.Write(wire.RCWriteFirst, e.P(0), 0, 2*e.MTU, e.Data(e.MTU-64)))
 				refused(e, wire.NAKInvalidRequest, e.P(0), 0, cInvalid)
 			}},
@@ -413,17 +413,17 @@ func readAtomicCases() []Case {
 		return Reply{Opcode: wire.RCAtomicAck, PSN: psn, MSN: msn, Syndrome: wire.ACK(wire.CreditsInvalid), Orig: le.Uint64(e.Before[off:])}
 	}
 	return []Case{
-		{ID: "rc-read", Desc: "READ 100 B", QP: RC, Spec: "IBA 9.7.4.1.5", Build: func(e *Env) {
+		{ID: "rc-read", Desc: "READ 100 B", QP: RC, Spec: "IBA ch. 9 RDMA READ", Build: func(e *Env) {
 			e.Send(e.Read(e.P(0), 64, 100))
 			e.Expect(e.ReadResponses(e.P(0), 64, 100, 1)...)
 			e.Leaves(e.P(1), 1)
 		}},
-		{ID: "rc-read-multi", Desc: "READ 3000 B (FIRST/MIDDLE/LAST responses)", QP: RC, Spec: "IBA 9.7.4.1.5", Build: func(e *Env) {
+		{ID: "rc-read-multi", Desc: "READ 3000 B (FIRST/MIDDLE/LAST responses)", QP: RC, Spec: "IBA ch. 9 RDMA READ", Build: func(e *Env) {
 			e.Send(e.Read(e.P(0), 0, 3000))
 			e.Expect(e.ReadResponses(e.P(0), 0, 3000, 1)...)
 			e.Leaves(e.P(3), 1)
 		}},
-		{ID: "rc-read-zero-length", Desc: "zero-length READ naming a bad R_Key", QP: RC, Spec: "IBA 9.4.3; rxe check_rkey", Build: func(e *Env) {
+		{ID: "rc-read-zero-length", Desc: "zero-length READ naming a bad R_Key", QP: RC, Spec: "IBA ch. 9; rxe check_rkey", Build: func(e *Env) {
 			f := e.Read(e.P(0), 0, 0)
 			f.RETH.RKey ^= 0xFFFFFF00
 			e.Send(f)
@@ -431,7 +431,7 @@ func readAtomicCases() []Case {
 			e.Leaves(e.P(1), 1)
 		}},
 		{ID: "rc-read-duplicate", Desc: "READ 64 B, then the same request again", QP: RC,
-			Spec: "IBA 9.7.5.1.2 (a duplicate READ is executed again)", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (a duplicate READ is executed again)", Build: func(e *Env) {
 				e.Send(e.Read(e.P(0), 0, 64))
 				e.Expect(e.ReadResponses(e.P(0), 0, 64, 1)...)
 				e.Step()
@@ -454,30 +454,30 @@ func readAtomicCases() []Case {
 			refused(e, wire.NAKRemoteAccessError, e.P(0), 0, cBadKey)
 		}},
 		{ID: "rc-read-with-payload", Desc: "READ request carrying 16 B of payload", QP: RC,
-			Spec: "IBA 9.7.4.1.5 (READ requests carry no payload): Invalid Request", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (READ requests carry no payload): Invalid Request", Build: func(e *Env) {
 				e.Send(e.Read(e.P(0), 0, 64), AppendPayload(e.Data(16)))
 				refused(e, wire.NAKInvalidRequest, e.P(0), 0, cInvalid)
 			}},
-		{ID: "rc-fetch-add", Desc: "FETCH_ADD 5 at an aligned VA", QP: RC, Spec: "IBA 9.7.4.1.6", Build: func(e *Env) {
+		{ID: "rc-fetch-add", Desc: "FETCH_ADD 5 at an aligned VA", QP: RC, Spec: "IBA ch. 9 atomics", Build: func(e *Env) {
 			e.Send(e.Atomic(wire.RCFetchAdd, e.P(0), 8, 5, 0))
 			e.Expect(atomicAck(e, e.P(0), 1, 8))
 			e.Wrote(8, le.AppendUint64(nil, le.Uint64(e.Before[8:])+5))
 			e.Leaves(e.P(1), 1)
 		}},
-		{ID: "rc-cmp-swap-hit", Desc: "CMP_SWP whose compare value matches", QP: RC, Spec: "IBA 9.7.4.1.6", Build: func(e *Env) {
+		{ID: "rc-cmp-swap-hit", Desc: "CMP_SWP whose compare value matches", QP: RC, Spec: "IBA ch. 9 atomics", Build: func(e *Env) {
 			swap := le.Uint64(e.Data(8))
 			e.Send(e.Atomic(wire.RCCompareSwap, e.P(0), 16, swap, le.Uint64(e.Before[16:])))
 			e.Expect(atomicAck(e, e.P(0), 1, 16))
 			e.Wrote(16, le.AppendUint64(nil, swap))
 			e.Leaves(e.P(1), 1)
 		}},
-		{ID: "rc-cmp-swap-miss", Desc: "CMP_SWP whose compare value differs", QP: RC, Spec: "IBA 9.7.4.1.6", Build: func(e *Env) {
+		{ID: "rc-cmp-swap-miss", Desc: "CMP_SWP whose compare value differs", QP: RC, Spec: "IBA ch. 9 atomics", Build: func(e *Env) {
 			e.Send(e.Atomic(wire.RCCompareSwap, e.P(0), 16, 0x1111, ^le.Uint64(e.Before[16:])))
 			e.Expect(atomicAck(e, e.P(0), 1, 16))
 			e.Leaves(e.P(1), 1)
 		}},
 		{ID: "rc-fetch-add-duplicate", Desc: "FETCH_ADD, then the same request again", QP: RC,
-			Spec: "IBA 9.7.5.1.2 (a duplicate atomic returns the saved result, not executed twice)", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (a duplicate atomic returns the saved result, not executed twice)", Build: func(e *Env) {
 				e.Send(e.Atomic(wire.RCFetchAdd, e.P(0), 8, 7, 0))
 				e.Expect(atomicAck(e, e.P(0), 1, 8))
 				e.Step()
@@ -488,7 +488,7 @@ func readAtomicCases() []Case {
 				e.Drops(cDuplicate)
 			}},
 		{ID: "rc-atomic-misaligned", Desc: "FETCH_ADD at a VA 4 bytes off 8-byte alignment", QP: RC,
-			Spec: "IBA 9.7.4.1.6 (8-byte aligned): Invalid Request; rxe MISALIGNED_ATOMIC", Build: func(e *Env) {
+			Spec: "IBA ch. 9 (8-byte aligned): Invalid Request; rxe MISALIGNED_ATOMIC", Build: func(e *Env) {
 				e.Send(e.Atomic(wire.RCFetchAdd, e.P(0), 12, 1, 0))
 				refused(e, wire.NAKInvalidRequest, e.P(0), 0, cInvalid)
 			}},

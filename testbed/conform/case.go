@@ -131,6 +131,12 @@ type Outcome struct {
 	// (for in-process inspection; other targets count differently).
 	Drop string
 	CQEs []Completion
+
+	// The probe's part (see the package comment), added by the runner:
+	// the reply it draws (nil: none) and whether its marker lands.
+	probeReply  *Reply
+	probeWrote  bool
+	probeMarker write
 }
 
 type step struct {
@@ -329,7 +335,8 @@ func (e *Env) Alt(reason string, build func()) {
 // Skip marks the case as not applicable to this target.
 func (e *Env) Skip(reason string) { e.skip = reason }
 
-// describe summarizes an outcome for the report.
+// describe summarizes an outcome for the report: the case's replies and
+// memory effects, then what the probe must find.
 func (o *Outcome) describe(kind QPKind) string {
 	var parts []string
 	if len(o.Replies) == 0 {
@@ -339,14 +346,27 @@ func (o *Outcome) describe(kind QPKind) string {
 		parts = append(parts, r.String())
 	}
 	parts = append(parts, "mem: "+describeWrites(o.writes))
-	if kind == RC {
-		if o.Broken {
-			parts = append(parts, "QP to error")
-		} else {
-			parts = append(parts, fmt.Sprintf("then ePSN=%v MSN=%d", o.Next, o.MSN))
-		}
+	probe := "probe: no reply"
+	if o.probeReply != nil {
+		probe = "probe: " + o.probeReply.String()
 	}
-	return strings.Join(parts, "; ")
+	if o.probeWrote {
+		probe += ", marker written"
+	} else {
+		probe += ", marker not written"
+	}
+	if kind == RC && o.Broken {
+		probe = "QP to error (" + probe + ")"
+	}
+	return strings.Join(append(parts, probe), "; ")
+}
+
+// replies returns the case's and the probe's expected replies.
+func (o *Outcome) replies() []Reply {
+	if o.probeReply == nil {
+		return o.Replies
+	}
+	return append(append([]Reply{}, o.Replies...), *o.probeReply)
 }
 
 func describeWrites(ws []write) string {

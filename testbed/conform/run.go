@@ -442,17 +442,16 @@ func (r *runner) addProbe(e *Env) {
 	e.Step()
 	e.Send(e.Write(op, e.out.Next, e.probe, len(marker), marker))
 	probe := func(o *Outcome) {
-		if e.kind == UC || !o.Broken {
-			o.writes = append(o.writes, write{e.probe, marker})
-		}
+		o.probeWrote, o.probeMarker = e.kind == UC || !o.Broken, write{e.probe, marker}
 		if e.kind == RC && !o.Broken {
-			o.Replies = append(o.Replies, Ack(o.Next, o.MSN+1))
+			ack := Ack(o.Next, o.MSN+1)
+			o.probeReply = &ack
 		}
 	}
 	probe(&e.out)
-	if e.kind == RC && !e.out.Broken {
+	if e.out.probeReply != nil {
 		s := &e.steps[len(e.steps)-1]
-		s.want = append(s.want, e.out.Replies[len(e.out.Replies)-1])
+		s.want = append(s.want, *e.out.probeReply)
 	}
 	for i := range e.alts {
 		probe(&e.alts[i].out)
@@ -466,7 +465,7 @@ func (r *runner) addProbe(e *Env) {
 // 9.7.5.1.1; emunic ACKs per receive batch); an expected plain ACK may be
 // skipped when a later ACK covers it.
 func (r *runner) compare(o *Outcome, got []Reply, before, after []byte) (problems, tolerated []string) {
-	want := o.Replies
+	want := o.replies()
 	// PSNs answered otherwise (READ response, ATOMIC ACK, NAK): a plain
 	// ACK for them is redundant, not a tolerated coalesced ACK.
 	answered := map[wire.PSN]bool{}
@@ -511,6 +510,9 @@ func expectedMemory(before []byte, o *Outcome) []byte {
 	m := append([]byte{}, before...)
 	for _, w := range o.writes {
 		copy(m[w.off:], w.data)
+	}
+	if o.probeWrote {
+		copy(m[o.probeMarker.off:], o.probeMarker.data)
 	}
 	return m
 }
