@@ -30,6 +30,11 @@ func TestConformSelf(t *testing.T) {
 		t.Fatalf("exit %d, %v\n%s\n%s", code, err, stdout.String(), stderr.String())
 	}
 	if code != exitOK || rep.Fail != 0 || len(rep.Results) != len(conform.Battery()) {
+		for _, r := range rep.Results {
+			if r.Verdict == conform.Fail {
+				t.Errorf("%s: expected %s\n\tobserved %s\n\t%s", r.ID, r.Expected, r.Observed, strings.Join(r.Notes, "\n\t"))
+			}
+		}
 		t.Fatalf("exit %d, %d of %d cases failed\n%s", code, rep.Fail, len(rep.Results), stderr.String())
 	}
 	checkConformPcap(t, pcap, rep.Target)

@@ -123,6 +123,7 @@ type runner struct {
 	fencePSN wire.PSN
 	ipID     uint16
 	stray    []Reply // replies for other QPs than awaited, kept for the case
+	late     []Reply // replies that came after a case's closing fence
 }
 
 // Run sends the battery through port and returns the report. It fails
@@ -172,7 +173,16 @@ func Run(ctx context.Context, port Port, cfg Config) (*Report, error) {
 				return rep, fmt.Errorf("conform: case %s: %w", c.ID, err)
 			}
 		}
+		r.blameLate(rep)
 		rep.Results = append(rep.Results, res)
+	}
+	// A last fence catches late replies to the last case.
+	if _, err := r.fenceRead(ctx, cfg.Target.MR.VA, 8); err != nil {
+		return rep, fmt.Errorf("conform: closing fence: %w", err)
+	}
+	r.late = append(r.late, r.stray...)
+	r.blameLate(rep)
+	for _, res := range rep.Results {
 		switch res.Verdict {
 		case Pass:
 			rep.Pass++
@@ -185,6 +195,21 @@ func Run(ctx context.Context, port Port, cfg Config) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// blameLate fails the last case run with the replies that arrived after
+// its closing fence (a target that answers later than a READ it received
+// after the frames in question, or answers what it should have dropped).
+func (r *runner) blameLate(rep *Report) {
+	if len(r.late) == 0 || len(rep.Results) == 0 {
+		r.late = r.late[:0]
+		return
+	}
+	res := &rep.Results[len(rep.Results)-1]
+	res.Observed += "; after the fence: " + describeReplies(r.late)
+	res.Notes = append(res.Notes, "replies after the closing fence: "+describeReplies(r.late))
+	res.Verdict = Fail
+	r.late = r.late[:0]
 }
 
 // receive decodes every frame the port delivers until it is closed.
@@ -358,6 +383,7 @@ func (r *runner) runCase(ctx context.Context, c *Case, qpn uint32, index int) (R
 	if err != nil {
 		return res, err
 	}
+	r.late, r.stray = append(r.late, r.stray...), r.stray[:0]
 	e := newEnv(c, &r.cfg.Target, qpn, va, before, &r.cfg)
 	c.Build(e)
 	if e.skip != "" {
@@ -369,7 +395,6 @@ func (r *runner) runCase(ctx context.Context, c *Case, qpn uint32, index int) (R
 	if r.cfg.Inspector != nil {
 		r.cfg.Inspector.Begin(c, qpn)
 	}
-	r.stray = r.stray[:0]
 	var got []Reply
 	for _, s := range e.steps {
 		if err := r.send(s.frames); err != nil {
