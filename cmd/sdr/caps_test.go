@@ -27,12 +27,20 @@ import (
 // nobody is the unprivileged user the tests drop to.
 const nobody = 65534
 
+// sdrBinEnv hands the binary sdrForNobody built to the InPrivateMounts
+// child that runs the same test, which then builds none.
+const sdrBinEnv = "SDR_CAPS_TEST_SDR"
+
 // sdrForNobody builds the sdr binary from this package's sources into a
-// directory user nobody can reach, and returns its path and setpriv's.
+// directory user nobody can reach (once per test: an InPrivateMounts
+// child takes its parent's), and returns its path and setpriv's.
 func sdrForNobody(t *testing.T) (bin, setpriv string) {
 	t.Helper()
 	privileged.Require(t)
 	setpriv = privileged.RequireTool(t, "setpriv", "drops to user nobody with chosen capabilities")
+	if bin = os.Getenv(sdrBinEnv); bin != "" {
+		return bin, setpriv
+	}
 	goTool := privileged.RequireTool(t, "go", "builds the sdr binary")
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
@@ -44,6 +52,7 @@ func sdrForNobody(t *testing.T) (bin, setpriv string) {
 	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	t.Setenv(sdrBinEnv, bin)
 	return bin, setpriv
 }
 
@@ -265,11 +274,10 @@ func checkNetnsEmpty(t *testing.T, what string) {
 // leaves nothing behind either. A /run/netns nobody may not write is
 // reported as CAP_DAC_OVERRIDE missing.
 func TestCapsTestbed(t *testing.T) {
-	privileged.Require(t)
+	bin, setpriv := sdrForNobody(t)
 	if !testbedtest.InPrivateMounts(t, 2*time.Minute) {
 		return
 	}
-	bin, setpriv := sdrForNobody(t)
 	args := []string{"testbed", "-carrier", "netns", "-s", "64KiB", "-n", "1", "-schemes", "ec", "-o", "", "-json", "-q"}
 	for _, uid := range []int{0, nobody} { // ends with /run/netns nobody's
 		privateNetnsDir(t, uid)
@@ -311,11 +319,10 @@ func TestCapsTestbed(t *testing.T) {
 // CAP_SYS_ADMIN dropped it refuses and names it, and with the check off
 // the kernel refuses and the mounted ones stay.
 func TestCapsTestbedClean(t *testing.T) {
-	privileged.Require(t)
+	bin, setpriv := sdrForNobody(t)
 	if !testbedtest.InPrivateMounts(t, time.Minute) {
 		return
 	}
-	bin, setpriv := sdrForNobody(t)
 	privateNetnsDir(t, nobody)
 	planted := testbedtest.PlantLeftovers(t, testbed.NamePrefix+"capclean-")
 	for _, c := range caps.Clean {
