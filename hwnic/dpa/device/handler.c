@@ -12,6 +12,10 @@
  * merged immediate where the handler writes them (the SDK's bitmap);
  * the per-packet atomics are on those words.
  *
+ * A zero-length SEND-with-Imm on one of the channel's QPs is a fence
+ * marker (fence below): the handler publishes its immediate, so that the
+ * host knows how far it has got in its CQ.
+ *
  * Built with dpacc for the DPA (make dpa), and with gcc against
  * hostsim/, which implements exactly the flexio_dev_* calls used here.
  */
@@ -76,6 +80,33 @@ static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t by
 		notify(c, slot);
 }
 
+/*
+ * fence publishes fence marker seq: this thread has handled every CQE
+ * before it in its CQ. The host arms a receive by pointing the entry of
+ * (generation, message) at the buffer, then sends every channel's QP of
+ * that generation a marker from itself and waits until each channel's
+ * published number reaches its own before it activates the slot. That
+ * makes the activation safe on mlx5: a packet that reached the null
+ * mkey did so before the entry's UMR completed, so before the marker was
+ * posted; a QP executes its packets in order and writes their CQEs in
+ * the order they consumed receive WQEs, the CQ keeps that order, and
+ * this handler takes its CQ in order. So the packet's CQE is before the
+ * marker's, and was handled (dropped: the slot was inactive) by the time
+ * the marker is published. The store is release, after the engine's
+ * atomics of those CQEs, so the host sees their effects.
+ *
+ * Markers of a fence the host gave up on may be taken after a later one
+ * (another generation's QP, no order between QPs): the number only moves
+ * forward. This thread is the only writer.
+ */
+static void fence(struct sdr_rx_ctx *c, uint32_t seq)
+{
+	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
+	if ((int32_t)(seq - __atomic_load_n(&n->fence, __ATOMIC_RELAXED)) > 0)
+		__atomic_store_n(&n->fence, seq, __ATOMIC_RELEASE);
+	c->fences++;
+}
+
 /* generation returns the generation of this channel's QP qpn, or -1. */
 static int generation(const struct sdr_rx_ctx *c, uint32_t qpn)
 {
@@ -117,8 +148,11 @@ __dpa_global__ void sdr_rx_handler(uint64_t thread_arg)
 		if (gen < 0) {
 			c->unknown_qpn++;
 		} else {
-			if (sdr_cqe_opcode(op_own) == SDR_CQE_OPCODE_RESP_WR_IMM)
+			uint8_t op = sdr_cqe_opcode(op_own);
+			if (op == SDR_CQE_OPCODE_RESP_WR_IMM)
 				packet(c, (uint32_t)gen, sdr_cqe_imm(cqe), sdr_cqe_byte_cnt(cqe));
+			else if (op == SDR_CQE_OPCODE_RESP_SEND_IMM && sdr_cqe_byte_cnt(cqe) == 0)
+				fence(c, sdr_cqe_imm(cqe));
 			else
 				c->errors++;
 			repost(c, (uint32_t)gen);

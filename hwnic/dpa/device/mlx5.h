@@ -18,6 +18,7 @@
 #define SDR_CQE_OFF_WQE_CNT 60   /* wqe_counter, be16 */
 #define SDR_CQE_OFF_OP_OWN 63    /* opcode in bits 4..7, owner in bit 0 */
 #define SDR_CQE_OPCODE_RESP_WR_IMM 0x1 /* MLX5_CQE_RESP_WR_IMM */
+#define SDR_CQE_OPCODE_RESP_SEND_IMM 0x3 /* MLX5_CQE_RESP_SEND_IMM: a fence marker */
 #define SDR_CQE_OPCODE_RESP_ERR 0xe    /* MLX5_CQE_RESP_ERR */
 #define SDR_CQE_OPCODE_INVALID 0xf     /* MLX5_CQE_INVALID: never written by hardware */
 

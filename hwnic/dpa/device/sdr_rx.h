@@ -21,12 +21,22 @@
  * handler produces at pi, the host consumes at ci; when the ring is full
  * the handler sets overflow instead and the host must look at every
  * armed slot.
+ *
+ * fence is the handler's published progress: the sequence number of the
+ * latest fence marker it has taken from its CQ (a zero-length
+ * SEND-with-Imm whose immediate is the number, see handler.c), in serial
+ * number order (a later number is (int32_t)(a - b) > 0 ahead). Stored
+ * with release after everything the CQEs before the marker did, so a
+ * host that loads it with acquire and finds its number sees their
+ * effects, and no handler is still inside one of their packets.
  */
 struct sdr_rx_notify {
 	uint64_t pi;       /* handler: entries written */
 	uint64_t ci;       /* host: entries consumed */
 	uint32_t log_cap;  /* the ring holds 2^log_cap entries */
 	uint32_t overflow; /* set by the handler, cleared by the host */
+	uint32_t fence;    /* handler: the latest fence marker taken */
+	uint32_t pad0;
 	uint32_t slot[];
 };
 
@@ -61,10 +71,11 @@ struct sdr_rx_ctx {
 	/* Statistics, written by the handler thread only. */
 	uint64_t cqes;        /* CQEs consumed */
 	uint64_t stale;       /* packets of an inactive slot, another generation or message */
-	uint64_t errors;      /* CQEs that are not a responder WRITE-with-Imm */
+	uint64_t errors;      /* CQEs that are neither a responder WRITE-with-Imm nor a fence marker */
 	uint64_t unknown_qpn; /* CQEs of a QP this thread does not know */
 	uint64_t chunks;      /* chunks this thread completed */
 	uint64_t imms;        /* immediates this thread completed */
+	uint64_t fences;      /* fence markers taken */
 	uint64_t failures;    /* window set-up failed: the thread stops */
 };
 

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "b8ba07a3312a2c5f2d77caff8e4e93f77e965eefd629fc30a2ea8af7fb9046a3"
+const deviceSourceHash = "d027dc7066f4858caabf585e490c32b0c8b6d3316ce58e1b16ee59e9e0cf2d87"

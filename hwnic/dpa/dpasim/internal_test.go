@@ -3,12 +3,14 @@
 package dpasim
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/hostmem"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 	"github.com/sdr-rdma/sdr/wire"
@@ -120,5 +122,81 @@ func TestHandlerDoesTheWork(t *testing.T) {
 	recv.Fence()
 	if s := recv.stats(); s.stale != pkts || s.cqes != 2*pkts+2 {
 		t.Fatalf("after the late copy: %+v, want %d stale of %d CQEs", s, pkts, 2*pkts+2)
+	}
+}
+
+// TestFenceMarker sends fence markers over emunic as the BlueField host
+// side's Arm does (a zero-length SEND-with-Imm carrying the fence number
+// on every channel QP of a generation, from a QP of its own) right after
+// a packet of a message whose slot is not armed, on the same QP: each C
+// handler drops the packet, then publishes the number, and
+// hostmem.WaitFence, the wait the hardware Arm runs, returns.
+func TestFenceMarker(t *testing.T) {
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+	h := emunictest.NewHost(t, pa, netip.AddrFrom4([4]byte{10, 0, 5, 1}), [6]byte{2, 0, 0, 0, 5, 1}, nil)
+	d, err := New(h.Dev).Open(backend.DeviceAttr{Channels: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	sq, err := d.NewQP(testAttr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := sq.(*qp)
+	recv, _ := openQP(t, pb, 1, true)
+	is, _ := send.Info()
+	ir, _ := recv.Info()
+	if err := recv.Connect(is); err != nil {
+		t.Fatal(err)
+	}
+	if err := send.Connect(ir); err != nil {
+		t.Fatal(err)
+	}
+	const gen, seq = 1, 1 // the host numbers fences from 1: 0 is the handlers' initial word
+	if err := recv.mem.WaitFence(seq, time.Millisecond); !errors.Is(err, hostmem.ErrFenceTimeout) {
+		t.Fatalf("fence before any marker: %v", err)
+	}
+	l := testAttr.Layout
+	for c := range recv.channels {
+		fq, err := h.PD.CreateQP(emunic.QPConfig{Type: emunic.UC, SendCQ: h.SendCQ, RecvCQ: h.RecvCQ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(fq.Destroy)
+		for _, m := range []struct {
+			s emunic.QPState
+			a emunic.QPAttr
+		}{
+			{emunic.StateInit, emunic.QPAttr{}},
+			{emunic.StateRTR, emunic.QPAttr{DestQPN: recv.ChannelQP(gen, c).QPN(), DestGID: netip.AddrFrom4([4]byte{10, 0, 5, 2}),
+				DestMAC: [6]byte{2, 0, 0, 0, 5, 2}, PathMTU: testAttr.MTU}},
+			{emunic.StateRTS, emunic.QPAttr{SQPSN: 0x777}}, // not the PSN the receive QP expects: UC resynchronizes on ONLY packets
+		} {
+			if err := fq.Modify(m.s, m.a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Message 5's slot (1) is not armed: its packet is stale.
+		if err := fq.PostSend(emunic.SendWR{Op: emunic.OpWriteImm, Imm: l.Pack(5, uint32(c), 0), Unsignaled: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := fq.PostSend(emunic.SendWR{Op: emunic.OpSendImm, Imm: seq, Unsignaled: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := recv.mem.WaitFence(seq, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	recv.Fence()
+	s := recv.stats()
+	if s.fences != uint64(recv.channels) || s.stale != uint64(recv.channels) || s.cqes != 2*uint64(recv.channels) ||
+		s.errors != 0 || s.unknownQPN != 0 || s.chunks != 0 {
+		t.Fatalf("handler counters %+v, want a stale packet and a marker per channel", s)
+	}
+	for c := range recv.channels {
+		if got := recv.mem.Fence(c); got != seq {
+			t.Fatalf("channel %d published %#x", c, got)
+		}
 	}
 }

@@ -23,11 +23,12 @@ import (
 )
 
 const (
-	logNotify  = 12 // notification ring entries per channel, log2
-	batch      = 256
-	opRespWImm = 0x1 // MLX5_CQE_RESP_WR_IMM
-	opRespSend = 0x2 // MLX5_CQE_RESP_SEND: a completion that is not SDR's
-	opRespErr  = 0xe // MLX5_CQE_RESP_ERR
+	logNotify     = 12 // notification ring entries per channel, log2
+	batch         = 256
+	opRespWImm    = 0x1 // MLX5_CQE_RESP_WR_IMM
+	opRespSend    = 0x2 // MLX5_CQE_RESP_SEND: a completion that is not SDR's
+	opRespSendImm = 0x3 // MLX5_CQE_RESP_SEND_IMM: a fence marker when zero-length
+	opRespErr     = 0xe // MLX5_CQE_RESP_ERR
 )
 
 // logRecv is the log2 of the receive WQEs each channel QP keeps posted
@@ -211,6 +212,8 @@ func (w *worker) deliver(cqes []emunic.CQE) {
 			op = opRespErr
 		case e.Opcode == emunic.WCRecvWriteImm && e.HasImm:
 			op = opRespWImm
+		case e.Opcode == emunic.WCRecv && e.HasImm:
+			op = opRespSendImm
 		}
 		w.in[i] = C.struct_dpasim_cqe{qpn: C.uint32_t(e.QPN), imm: C.uint32_t(e.Imm), byte_cnt: C.uint32_t(e.ByteLen),
 			opcode: C.uint8_t(op)}
@@ -289,7 +292,7 @@ func (w *worker) publish(cqes []emunic.CQE) {
 
 // handlerStats are the handler threads' counters summed over channels.
 type handlerStats struct {
-	cqes, stale, errors, unknownQPN, chunks, imms uint64
+	cqes, stale, errors, unknownQPN, chunks, imms, fences uint64
 }
 
 // stats sums the handlers' counters. The handlers write them on the
@@ -305,6 +308,7 @@ func (q *qp) stats() handlerStats {
 		s.unknownQPN += uint64(x.unknown_qpn)
 		s.chunks += uint64(x.chunks)
 		s.imms += uint64(x.imms)
+		s.fences += uint64(x.fences)
 	}
 	return s
 }

@@ -16,8 +16,10 @@ package hostmem
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/sdr-rdma/sdr/sdr/engine"
@@ -25,8 +27,8 @@ import (
 )
 
 // notifyHeader is struct sdr_rx_notify's header in words: pi, ci, then
-// log_cap and overflow (32 bits each).
-const notifyHeader = 3
+// log_cap and overflow, then fence and padding (32 bits each).
+const notifyHeader = 4
 
 // inflightMask is the in-flight count of an engine slot's state word:
 // handlers inside a packet of the slot's message.
@@ -37,6 +39,7 @@ type Mem struct {
 	words     []uint64
 	pin       runtime.Pinner
 	slots     int
+	channels  int
 	slotWords int
 	logNotify int
 	layout    wire.ImmLayout
@@ -48,7 +51,7 @@ func New(slots, slotWords, channels, logNotify int, layout wire.ImmLayout) (*Mem
 	if slots < 1 || slotWords < 2 || channels < 1 || logNotify < 1 || logNotify > 20 {
 		return nil, errors.New("hostmem: bad geometry")
 	}
-	m := &Mem{slots: slots, slotWords: slotWords, logNotify: logNotify, layout: layout}
+	m := &Mem{slots: slots, channels: channels, slotWords: slotWords, logNotify: logNotify, layout: layout}
 	m.words = make([]uint64, slots*slotWords+slots+channels*m.ringWords())
 	m.pin.Pin(&m.words[0])
 	for c := range channels {
@@ -67,6 +70,7 @@ func (m *Mem) ring(c int) unsafe.Pointer {
 
 func (m *Mem) logCap(c int) *uint32   { return (*uint32)(unsafe.Add(m.ring(c), 16)) }
 func (m *Mem) overflow(c int) *uint32 { return (*uint32)(unsafe.Add(m.ring(c), 20)) }
+func (m *Mem) fence(c int) *uint32    { return (*uint32)(unsafe.Add(m.ring(c), 24)) }
 
 // Pointer and Len give the whole area, for a memory registration.
 func (m *Mem) Pointer() unsafe.Pointer { return unsafe.Pointer(&m.words[0]) }
@@ -127,6 +131,44 @@ func (m *Mem) Notifications(c int, out []uint32) (n int, overflow bool) {
 	}
 	atomic.StoreUint64(ciw, ci)
 	return n, atomic.SwapUint32(m.overflow(c), 0) != 0
+}
+
+// ErrFenceTimeout means a handler did not publish a fence marker in
+// time: it is stuck, stopped, or the marker was lost.
+var ErrFenceTimeout = errors.New("hostmem: fence: a handler did not reach the marker")
+
+// Fence returns the number of the latest fence marker channel c's
+// handler took (sdr_rx_notify.fence), loaded with acquire: everything
+// the CQEs before that marker did is visible.
+func (m *Mem) Fence(c int) uint32 { return atomic.LoadUint32(m.fence(c)) }
+
+// fenceSpins is how many times WaitFence yields before it sleeps: a
+// handler that is running takes a marker within microseconds.
+const fenceSpins = 64
+
+// WaitFence returns once every channel's handler has published fence
+// marker seq or a later one (serial number order, as the handler
+// compares), or ErrFenceTimeout after timeout. It yields, then sleeps
+// 10 µs between polls; no allocation while it waits.
+func (m *Mem) WaitFence(seq uint32, timeout time.Duration) error {
+	var deadline time.Time
+	for c := range m.channels {
+		for spins := 0; int32(m.Fence(c)-seq) < 0; spins++ {
+			if spins < fenceSpins {
+				runtime.Gosched()
+				continue
+			}
+			now := time.Now()
+			if deadline.IsZero() {
+				deadline = now.Add(timeout)
+			}
+			if now.After(deadline) {
+				return fmt.Errorf("channel %d published %d, waited for %d for %v: %w", c, m.Fence(c), seq, timeout, ErrFenceTimeout)
+			}
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	return nil
 }
 
 // Release unpins the memory; no handler may use it any more.

@@ -1,8 +1,11 @@
 package hostmem
 
 import (
+	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/sdr-rdma/sdr/sdr/engine"
@@ -97,5 +100,46 @@ func TestNewSlotLayout(t *testing.T) {
 	}
 	if _, err := New(0, 8, 1, 2, wire.DefaultImmLayout); err == nil {
 		t.Fatal("a memory of no slots")
+	}
+}
+
+// TestWaitFence publishes fence numbers as the handlers do (sdr_rx.h:
+// a release store of the marker's immediate) from other goroutines:
+// WaitFence returns only once every channel reached the number, in
+// serial number order across the wrap, and times out with
+// ErrFenceTimeout on a channel that never does.
+func TestWaitFence(t *testing.T) {
+	m, err := New(4, 8, 3, 2, wire.DefaultImmLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	publish := func(c int, seq uint32) { atomic.StoreUint32(m.fence(c), seq) }
+	for _, seq := range []uint32{1, 2, 0x7fffffff, 0x80000000, 0xffffffff, 0, 5} {
+		if err := m.WaitFence(seq, time.Millisecond); !errors.Is(err, ErrFenceTimeout) {
+			t.Fatalf("fence %#x before any channel published it: %v", seq, err)
+		}
+		for c := range 3 {
+			go publish(c, seq)
+		}
+		if err := m.WaitFence(seq, 10*time.Second); err != nil {
+			t.Fatalf("fence %#x: %v", seq, err)
+		}
+		for c := range 3 {
+			if m.Fence(c) != seq {
+				t.Fatalf("channel %d reads %#x", c, m.Fence(c))
+			}
+		}
+	}
+	// 5 is published everywhere: an older number is reached, a newer
+	// one across the wrap is not.
+	if err := m.WaitFence(0xfffffff0, time.Millisecond); err != nil {
+		t.Fatalf("an older fence: %v", err)
+	}
+	publish(0, 6)
+	publish(2, 6)
+	err = m.WaitFence(6, 20*time.Millisecond)
+	if !errors.Is(err, ErrFenceTimeout) || !strings.Contains(err.Error(), "channel 1") {
+		t.Fatalf("channel 1 stuck at 5: %v", err)
 	}
 }

@@ -2,7 +2,8 @@
  * handler_test — the RX handler (../handler.c) compiled through the
  * FlexIO shim (../hostsim) and driven like the NIC would: CQEs written
  * into the rings in the layout of rdma-core's struct mlx5_cqe64, owner
- * bit last. Run by handler_test.go under ThreadSanitizer. Prints "ok
+ * bit last; fence markers as the CQEs of zero-length SEND-with-Imm. Run
+ * by handler_test.go, also under ThreadSanitizer. Prints "ok
  * NAME" per test, "FAIL ..." and exits 1 on the first failure.
  */
 #include <endian.h>
@@ -39,7 +40,8 @@ _Static_assert(offsetof(struct mlx5_cqe64, wqe_counter) == SDR_CQE_OFF_WQE_CNT, 
 _Static_assert(offsetof(struct mlx5_cqe64, op_own) == SDR_CQE_OFF_OP_OWN, "op_own");
 _Static_assert(sizeof(struct mlx5_cqe64) == SDR_CQE_SIZE, "cqe size");
 _Static_assert(sizeof(struct mlx5_wqe_data_seg) == SDR_RWQE_SIZE, "data seg size");
-_Static_assert(MLX5_CQE_RESP_WR_IMM == SDR_CQE_OPCODE_RESP_WR_IMM && MLX5_CQE_RESP_ERR == SDR_CQE_OPCODE_RESP_ERR &&
+_Static_assert(MLX5_CQE_RESP_WR_IMM == SDR_CQE_OPCODE_RESP_WR_IMM && MLX5_CQE_RESP_SEND_IMM == SDR_CQE_OPCODE_RESP_SEND_IMM &&
+		       MLX5_CQE_RESP_ERR == SDR_CQE_OPCODE_RESP_ERR &&
 		       MLX5_CQE_INVALID == SDR_CQE_OPCODE_INVALID && MLX5_INVALID_LKEY == SDR_INVALID_LKEY,
 	       "constants");
 
@@ -148,14 +150,22 @@ static struct sdr_slot slot_of(struct rig *r, uint32_t slot, uint32_t length)
 	return s;
 }
 
-/* arm does what the host does for a posted receive: drain, length, activate. */
-static void arm(struct rig *r, uint32_t slot, uint32_t length, uint32_t msg_id, uint32_t gen)
+/* prepare does what the host does before a receive's entry is set:
+ * deactivate the slot, wait for handlers inside it, publish the length. */
+static struct sdr_slot prepare(struct rig *r, uint32_t slot, uint32_t length)
 {
 	struct sdr_slot s = slot_of(r, slot, length);
 	sdr_slot_deactivate(&s);
 	while (__atomic_load_n(&s.words[0], __ATOMIC_ACQUIRE) & SDR_INFLIGHT_MASK)
 		sched_yield();
 	__atomic_store_n(&r->lengths[slot], length, __ATOMIC_RELEASE);
+	return s;
+}
+
+/* arm does what the host does for a posted receive, without a fence. */
+static void arm(struct rig *r, uint32_t slot, uint32_t length, uint32_t msg_id, uint32_t gen)
+{
+	struct sdr_slot s = prepare(r, slot, length);
 	sdr_slot_activate(&s, msg_id, gen);
 }
 
@@ -183,6 +193,28 @@ static void produce(struct rig *r, uint32_t c, uint32_t qpn, uint8_t opcode, uin
 static void packet(struct rig *r, uint32_t c, uint32_t gen, uint32_t imm, uint32_t bytes)
 {
 	produce(r, c, qpn_of(gen, c), MLX5_CQE_RESP_WR_IMM, imm, bytes);
+}
+
+/* marker writes fence marker seq on channel c's QP of generation gen:
+ * the CQE of a zero-length SEND-with-Imm the host sent itself. */
+static void marker(struct rig *r, uint32_t c, uint32_t gen, uint32_t seq)
+{
+	produce(r, c, qpn_of(gen, c), MLX5_CQE_RESP_SEND_IMM, seq, 0);
+}
+
+/* published loads channel c's published fence number as the host does. */
+static uint32_t published(struct rig *r, uint32_t c) { return __atomic_load_n(&r->notify[c]->fence, __ATOMIC_ACQUIRE); }
+
+/* fence_wait waits, as the host's Arm does, until every channel's
+ * handler has published marker seq or a later one; the handlers run on
+ * their runner threads meanwhile. */
+static void fence_wait(struct rig *r, uint32_t seq)
+{
+	for (uint32_t c = 0; c < r->channels; c++)
+		for (long spins = 0; (int32_t)(published(r, c) - seq) < 0; spins++) {
+			CHECK(spins < 100000000, "channel %u never reached fence %u (published %u)", c, seq, published(r, c));
+			sched_yield();
+		}
 }
 
 /* drain runs channel c's handler as the NIC raises events: while it is
@@ -464,6 +496,141 @@ static void test_threads_on_shared_slots(void)
 	rig_free(r);
 }
 
+/* ---- fences ---- */
+
+/* A fence marker publishes its number once the CQEs before it are
+ * handled and re-posts its WQE; the number never moves back. */
+static void test_fence_marker(void)
+{
+	struct rig *r = rig_new(1, 2, 4, 8 * 1024, 1024, 1024, 4, L10);
+	struct channel *ch = &r->ch[0];
+	prepare(r, 2, 4096);                       /* slot 2 inactive: its entry is the null mkey */
+	packet(r, 0, 1, 6u << 22 | 0u << 4, 1024); /* a packet of message 6 that reached it */
+	marker(r, 0, 1, 1);
+	CHECK(published(r, 0) == 0, "published %u before the handler ran", published(r, 0));
+	drain(r, 0);
+	CHECK(published(r, 0) == 1 && ch->ctx.fences == 1, "published %u after marker 1", published(r, 0));
+	CHECK(ch->ctx.stale == 1 && ch->ctx.errors == 0 && ch->ctx.cqes == 2, "stale %lu errors %lu cqes %lu",
+	      (unsigned long)ch->ctx.stale, (unsigned long)ch->ctx.errors, (unsigned long)ch->ctx.cqes);
+	CHECK(be32toh(ch->rq_dbr[1]) == 2, "the marker's WQE not re-posted: rq doorbell %u", be32toh(ch->rq_dbr[1]));
+	struct mlx5_wqe_data_seg *w = (struct mlx5_wqe_data_seg *)(ch->rq[1] + SDR_RWQE_SIZE);
+	CHECK(be32toh(w->byte_count) == 0 && be32toh(w->lkey) == NULL_MKEY, "re-posted WQE");
+
+	/* Serial number order, across the wrap: older numbers (an abandoned
+	 * fence's markers, taken late) leave it, newer ones move it. */
+	const struct {
+		uint32_t seq, want;
+	} steps[] = {{0, 1}, {0x80000002u, 1}, {0x7fffffffu, 0x7fffffffu}, {0x80000005u, 0x80000005u},
+		     {0x7fffffffu, 0x80000005u}, {0xfffffff0u, 0xfffffff0u}, {3, 3}, {0xfffffff8u, 3}};
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		marker(r, 0, i % 2, steps[i].seq);
+		drain(r, 0);
+		CHECK(published(r, 0) == steps[i].want, "after marker %#x: %#x, want %#x", steps[i].seq, published(r, 0),
+		      steps[i].want);
+	}
+	CHECK(ch->ctx.fences == 9 && ch->ctx.errors == 0, "fences %lu", (unsigned long)ch->ctx.fences);
+
+	/* A SEND-with-Imm with bytes is no marker, nor one of a QP this
+	 * thread does not know. */
+	produce(r, 0, qpn_of(0, 0), MLX5_CQE_RESP_SEND_IMM, 100, 8);
+	produce(r, 0, 0x999, MLX5_CQE_RESP_SEND_IMM, 200, 0);
+	drain(r, 0);
+	CHECK(published(r, 0) == 3 && ch->ctx.fences == 9, "published %u", published(r, 0));
+	CHECK(ch->ctx.errors == 1 && ch->ctx.unknown_qpn == 1, "errors %lu unknown %lu", (unsigned long)ch->ctx.errors,
+	      (unsigned long)ch->ctx.unknown_qpn);
+	rig_free(r);
+}
+
+/* chunks_done counts slot s's complete chunks. */
+static uint32_t chunks_done(struct sdr_slot *s)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < s->geo.chunks; i++)
+		n += sdr_slot_chunk_done(s, i) != 0;
+	return n;
+}
+
+/*
+ * The race the fence closes. Packets of message (M, G) reached the null
+ * mkey before the host set the entry (one per channel, one-packet
+ * chunks); their CQEs still wait in the CQs. Armed without a fence, the
+ * handlers take them after the activation and their chunks read complete
+ * with no data. Armed with the fence (a marker on every channel's QP of
+ * G, wait for every handler to publish it, then activate) the handlers
+ * drop them; four handler threads run throughout, over rounds of slot
+ * reuse in both generations, and the message's own packets after the
+ * activation complete it.
+ */
+static void test_fence_closes_arm_race(void)
+{
+	enum { CH = 4, SLOTS = 4, ROUNDS = 8, PKTS = 8 };
+	const uint32_t user = 0x5eed1e55;
+
+	/* Without the fence; the handlers run late, after the activation. */
+	struct rig *r = rig_new(CH, 2, SLOTS, PKTS * 1024, 1024, 1024, 6, L10);
+	struct sdr_slot s = prepare(r, 1, PKTS * 1024);
+	for (uint32_t c = 0; c < CH; c++)
+		packet(r, c, 1, 5u << 22 | c << 4, 1024);
+	sdr_slot_activate(&s, 5, 1);
+	for (uint32_t c = 0; c < CH; c++)
+		drain(r, c);
+	CHECK(chunks_done(&s) == CH, "without the fence %u chunks complete with no data, want %d (the race)",
+	      chunks_done(&s), CH);
+	rig_free(r);
+
+	/* With it. */
+	r = rig_new(CH, 2, SLOTS, PKTS * 1024, 1024, 1024, 6, L10);
+	struct runner_arg args[CH];
+	for (uint32_t c = 0; c < CH; c++) {
+		args[c] = (struct runner_arg){r, c};
+		CHECK(pthread_create(&r->ch[c].runner, NULL, runner, &args[c]) == 0, "pthread");
+	}
+	uint32_t seq = 0;
+	for (uint32_t round = 0; round < ROUNDS; round++) {
+		uint32_t gen = round % 2;
+		for (uint32_t slot = 0; slot < SLOTS; slot++) {
+			uint32_t msg = round * SLOTS + slot;
+			struct sdr_slot sl = prepare(r, slot, PKTS * 1024);
+			for (uint32_t c = 0; c < CH; c++)
+				packet(r, c, gen, msg << 22 | c << 4, 1024);
+			/* Here the host's UMR points the entry at the buffer. */
+			seq++;
+			for (uint32_t c = 0; c < CH; c++)
+				marker(r, c, gen, seq);
+			fence_wait(r, seq);
+			sdr_slot_activate(&sl, msg, gen);
+			CHECK(chunks_done(&sl) == 0, "round %u slot %u: %u chunks counted from the null mkey", round, slot,
+			      chunks_done(&sl));
+			for (uint32_t k = 0; k < PKTS; k++)
+				packet(r, (k + slot) % CH, gen, msg << 22 | k << 4 | (user >> (4 * (k % 8)) & 0xf), 1024);
+			for (;;) {
+				uint64_t w = __atomic_load_n(&sl.words[1], __ATOMIC_ACQUIRE);
+				for (uint32_t c = 0; c < CH; c++)
+					notifications(r, c, NULL);
+				if (chunks_done(&sl) == PKTS && (w >> 32 & 0xff) == 0xff) {
+					CHECK((uint32_t)w == user, "round %u slot %u immediate %#x", round, slot, (uint32_t)w);
+					break;
+				}
+				sched_yield();
+			}
+		}
+	}
+	for (uint32_t c = 0; c < CH; c++) {
+		__atomic_store_n(&r->ch[c].done, 1, __ATOMIC_RELEASE);
+		pthread_join(r->ch[c].runner, NULL);
+	}
+	uint64_t stale = 0, chunks = 0, fences = 0;
+	for (uint32_t c = 0; c < CH; c++) {
+		stale += r->ch[c].ctx.stale, chunks += r->ch[c].ctx.chunks, fences += r->ch[c].ctx.fences;
+		CHECK(r->ch[c].ctx.errors == 0 && r->ch[c].ctx.unknown_qpn == 0, "errors");
+		CHECK(published(r, c) == seq, "channel %u published %u, want %u", c, published(r, c), seq);
+	}
+	CHECK(stale == ROUNDS * SLOTS * CH, "%lu stale, want every null-mkey packet", (unsigned long)stale);
+	CHECK(chunks == ROUNDS * SLOTS * PKTS, "%lu chunks, want %d", (unsigned long)chunks, ROUNDS * SLOTS * PKTS);
+	CHECK(fences == ROUNDS * SLOTS * CH, "%lu markers taken", (unsigned long)fences);
+	rig_free(r);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct {
@@ -476,6 +643,8 @@ int main(int argc, char **argv)
 		{"duplicates_and_last_packet", test_duplicates_and_last_packet},
 		{"immediate_from_nibbles", test_immediate_from_nibbles},
 		{"threads_on_shared_slots", test_threads_on_shared_slots},
+		{"fence_marker", test_fence_marker},
+		{"fence_closes_arm_race", test_fence_closes_arm_race},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
