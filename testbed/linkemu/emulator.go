@@ -78,9 +78,10 @@ func (d Dir) String() string {
 
 // Slots is how many frames each direction can hold at once (in flight
 // on the emulated wire, queued or waiting for their arrival time): 16384
-// of up to one UMEM chunk each, 62 MiB per direction. A frame arriving
-// when all are taken is dropped and counted (DroppedNoBuffer); 16384
-// covers 1 Gbit/s of 1500-byte frames over 150 ms.
+// of up to MaxMTU plus a header each, 60 MiB of address space per
+// direction, of which only what was once used takes memory. A frame
+// arriving when all are taken is dropped and counted (DroppedNoBuffer);
+// 16384 covers 1 Gbit/s of 1500-byte frames over 190 ms.
 const Slots = 16384
 
 // txRingSize is the size of each socket's rings.
