@@ -24,7 +24,7 @@ import (
 func TestConformSelf(t *testing.T) {
 	pcap := filepath.Join(t.TempDir(), "conform.pcap")
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"conform", "-self", "-json", "-timeout", "300ms", "-pcap", pcap}, &stdout, &stderr)
+	code := run([]string{"conform", "-self", "-json", "-timeout", "2s", "-pcap", pcap}, &stdout, &stderr)
 	var rep conform.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("exit %d, %v\n%s\n%s", code, err, stdout.String(), stderr.String())
@@ -109,7 +109,7 @@ func TestConformExternal(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := -1
 	pair.A.NS.Do(func() error {
-		code = run([]string{"conform", "-i", pair.A.IfName, "-timeout", "300ms", "-target", tgt.Target.String()}, &stdout, &stderr)
+		code = run([]string{"conform", "-i", pair.A.IfName, "-timeout", "2s", "-target", tgt.Target.String()}, &stdout, &stderr)
 		return nil
 	})
 	out := stdout.String()
@@ -124,7 +124,7 @@ func TestConformExternal(t *testing.T) {
 		t.Fatal(err)
 	}
 	var flagsOut bytes.Buffer
-	args := []string{"conform", "-i", pair.A.IfName, "-timeout", "300ms", "-run", "^[ru]c-write-only$",
+	args := []string{"conform", "-i", pair.A.IfName, "-timeout", "2s", "-run", "^[ru]c-write-only$",
 		"-dst-ip", pair.B.Addr.String(), "-qpn", fmt.Sprintf("%x,%x", tgt.Target.Fence, tgt.Target.RC[0]), "-uc-qpn", fmt.Sprintf("%x", tgt.Target.UC[0]),
 		"-rkey", fmt.Sprintf("%x", tgt.Target.MR.RKey), "-va", fmt.Sprintf("%x", tgt.Target.MR.VA), "-len", "1048576", "-psn", "fffff0"}
 	pair.A.NS.Do(func() error {

@@ -26,7 +26,7 @@ func runSelf(t *testing.T, namespaces bool, cases []conform.Case) *conform.Repor
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	rep, err := conform.RunSelf(ctx, conform.SelfConfig{Namespaces: namespaces,
-		Config: conform.Config{Cases: cases, Timeout: 300 * time.Millisecond}})
+		Config: conform.Config{Cases: cases, Timeout: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
