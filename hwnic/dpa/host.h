@@ -9,8 +9,10 @@
  *   - per generation and channel, a receive QP (UC, no send queue,
  *     created through DevX because FlexIO creates RC QPs only) whose RQ
  *     ring and doorbell record are in DPA memory, where the handler
- *     re-posts WQEs, and a send QP (UC, plain verbs, host CQ) on which
- *     host threads post WRITE-with-Imm;
+ *     re-posts WQEs, a send QP (UC, plain verbs, host CQ) on which
+ *     host threads post WRITE-with-Imm, and a fence QP (UC, plain verbs)
+ *     connected to that receive QP, on which Arm sends the handler its
+ *     fence markers (sdr_dpa_fence);
  *   - per generation, the zero-based indirect root mkey (DevX
  *     CREATE_MKEY, one KLM per message ID) whose entry i is an indirect
  *     "entry mkey" of SlotSize bytes, reconfigured by UMR when a receive
@@ -47,6 +49,8 @@ extern flexio_func_t sdr_rx_handler;
 #define SDR_DPA_LOG_MSG_MAX 30
 #define SDR_DPA_HOP_LIMIT 64
 #define SDR_DPA_UDP_SPORT 0xc000
+#define SDR_DPA_FENCE_DEPTH 16 /* a fence QP holds one marker at a time */
+#define SDR_DPA_FENCE_PSN 1
 
 struct sdr_dpa_dev {
 	struct ibv_context *ctx;
@@ -82,6 +86,7 @@ struct sdr_dpa_chan {
 	struct mlx5dv_devx_obj *rqp[SDR_RX_MAX_GENERATIONS];
 	uint32_t rqpn[SDR_RX_MAX_GENERATIONS];
 	struct ibv_qp *sqp[SDR_RX_MAX_GENERATIONS];
+	struct ibv_qp *fqp[SDR_RX_MAX_GENERATIONS]; /* fence markers to rqp[g] */
 	int running;
 };
 
@@ -90,6 +95,7 @@ struct sdr_dpa_qp {
 	uint32_t gens, chans, entries, log_rq, log_cq;
 	uint64_t slot_size;
 	struct ibv_cq *send_cq;
+	struct ibv_cq *fence_cq; /* the fence QPs' send completions */
 	struct ibv_mr *host_mr; /* the host words the handlers reach through the window */
 	struct sdr_dpa_chan *ch;
 	struct mlx5dv_devx_obj *root[SDR_RX_MAX_GENERATIONS];
@@ -415,7 +421,7 @@ static int sdr_dpa_dev_copy(struct sdr_dpa_dev *d, void *src, size_t len, flexio
 /* --- one SDR QP ----------------------------------------------------------- */
 
 /* sdr_dpa_qp_destroy releases everything in the reverse order of
- * creation: send QPs and CQ; receive QPs (to error, then destroyed); the
+ * creation: send and fence QPs and their CQs; receive QPs (to error, then destroyed); the
  * channels' CQs and event handlers; DPA memory; root mkeys, then the
  * entry mkeys they reference; the host memory registration. */
 static void sdr_dpa_qp_destroy(struct sdr_dpa_qp *q)
@@ -426,6 +432,8 @@ static void sdr_dpa_qp_destroy(struct sdr_dpa_qp *q)
 		for (uint32_t g = 0; g < q->gens; g++) {
 			if (ch->sqp[g])
 				ibv_destroy_qp(ch->sqp[g]);
+			if (ch->fqp[g])
+				ibv_destroy_qp(ch->fqp[g]);
 			if (ch->rqp[g]) {
 				sdr_dpa_rqp_err(ch->rqp[g], ch->rqpn[g]);
 				mlx5dv_devx_obj_destroy(ch->rqp[g]);
@@ -434,6 +442,8 @@ static void sdr_dpa_qp_destroy(struct sdr_dpa_qp *q)
 	}
 	if (q->send_cq)
 		ibv_destroy_cq(q->send_cq);
+	if (q->fence_cq)
+		ibv_destroy_cq(q->fence_cq);
 	for (uint32_t c = 0; q->ch && c < q->chans; c++) {
 		struct sdr_dpa_chan *ch = &q->ch[c];
 		if (ch->cq)
@@ -521,6 +531,10 @@ static struct sdr_dpa_qp *sdr_dpa_qp_create(struct sdr_dpa_dev *d, uint32_t gens
 		*step = "ibv_create_cq (send)";
 		goto fail;
 	}
+	if (!(q->fence_cq = ibv_create_cq(d->ctx, (int)(SDR_DPA_FENCE_DEPTH * gens * chans), NULL, NULL, 0))) {
+		*step = "ibv_create_cq (fence)";
+		goto fail;
+	}
 	for (uint32_t c = 0; c < chans; c++) {
 		struct sdr_dpa_chan *ch = &q->ch[c];
 		struct flexio_event_handler_attr ea = {.host_stub_func = sdr_rx_handler,
@@ -569,9 +583,17 @@ static struct sdr_dpa_qp *sdr_dpa_qp_create(struct sdr_dpa_dev *d, uint32_t gens
 				*step = "ibv_create_qp (UC send QP)";
 				goto fail;
 			}
+			struct ibv_qp_init_attr fa = {.send_cq = q->fence_cq, .recv_cq = q->fence_cq, .qp_type = IBV_QPT_UC,
+						      .cap = {.max_send_wr = SDR_DPA_FENCE_DEPTH, .max_recv_wr = 1,
+							      .max_recv_sge = 1}};
+			if (!(ch->fqp[g] = ibv_create_qp(d->pd, &fa))) {
+				*step = "ibv_create_qp (UC fence QP)";
+				goto fail;
+			}
 			struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = (uint8_t)d->port};
-			if (ibv_modify_qp(ch->sqp[g], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
-				*step = "ibv_modify_qp (send QP to INIT)";
+			if (ibv_modify_qp(ch->sqp[g], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) ||
+			    ibv_modify_qp(ch->fqp[g], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+				*step = "ibv_modify_qp (send and fence QPs to INIT)";
 				goto fail;
 			}
 		}
@@ -601,8 +623,28 @@ static int sdr_dpa_qp_start(struct sdr_dpa_qp *q)
 	return 0;
 }
 
+/* sdr_dpa_sqp_rts moves a UC send QP from INIT to RTS toward QP
+ * remote_qpn at GID rgid (the kernel resolves the MAC from the GID). */
+static int sdr_dpa_sqp_rts(struct sdr_dpa_dev *d, struct ibv_qp *qp, uint32_t remote_qpn, uint32_t rpsn, uint32_t spsn,
+			   enum ibv_mtu m, const uint8_t *rgid)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = m, .dest_qp_num = remote_qpn, .rq_psn = rpsn};
+	a.ah_attr.is_global = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, rgid, 16);
+	a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
+	a.ah_attr.grh.hop_limit = SDR_DPA_HOP_LIMIT;
+	a.ah_attr.port_num = (uint8_t)d->port;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = spsn;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
 /* sdr_dpa_connect connects channel QP (gen, c) to the peer's receive QP
- * remote_qpn: the receive QP to RTR, the send QP to RTS. */
+ * remote_qpn: the receive QP to RTR, the send QP to RTS, and the fence
+ * QP to RTS toward our own receive QP (a loopback through the NIC). */
 static int sdr_dpa_connect(struct sdr_dpa_qp *q, uint32_t gen, uint32_t c, uint32_t remote_qpn, uint32_t rpsn,
 			   uint32_t spsn, uint32_t mtu, const uint8_t *rgid, const uint8_t *rmac, const char **step)
 {
@@ -614,22 +656,49 @@ static int sdr_dpa_connect(struct sdr_dpa_qp *q, uint32_t gen, uint32_t c, uint3
 		*step = "DevX INIT2RTR_QP (receive QP)";
 		return -1;
 	}
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = m, .dest_qp_num = remote_qpn, .rq_psn = rpsn};
-	a.ah_attr.is_global = 1;
-	memcpy(a.ah_attr.grh.dgid.raw, rgid, 16);
-	a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
-	a.ah_attr.grh.hop_limit = SDR_DPA_HOP_LIMIT;
-	a.ah_attr.port_num = (uint8_t)d->port;
-	if (ibv_modify_qp(ch->sqp[gen], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN)) {
-		*step = "ibv_modify_qp (send QP to RTR)";
+	if (sdr_dpa_sqp_rts(d, ch->sqp[gen], remote_qpn, rpsn, spsn, m, rgid)) {
+		*step = "ibv_modify_qp (send QP to RTR, RTS)";
 		return -1;
 	}
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = spsn;
-	if (ibv_modify_qp(ch->sqp[gen], &a, IBV_QP_STATE | IBV_QP_SQ_PSN)) {
-		*step = "ibv_modify_qp (send QP to RTS)";
+	if (sdr_dpa_sqp_rts(d, ch->fqp[gen], ch->rqpn[gen], 0, SDR_DPA_FENCE_PSN, m, d->gid.raw)) {
+		*step = "ibv_modify_qp (fence QP to RTR, RTS toward our own receive QP)";
 		return -1;
+	}
+	return 0;
+}
+
+/*
+ * sdr_dpa_fence sends fence marker seq to every channel's receive QP of
+ * generation gen: a zero-length SEND-with-Imm from the channel's fence
+ * QP, which the NIC loops back; its CQE, after those of every packet
+ * that QP executed before, makes the channel's handler publish seq
+ * (handler.c, fence). It returns once the markers left (their send
+ * completions, within a second), or -1 when one failed: the fence QPs
+ * are then in error. The caller serializes fences on one QP.
+ */
+static int sdr_dpa_fence(struct sdr_dpa_qp *q, uint32_t gen, uint32_t seq)
+{
+	for (uint32_t c = 0; c < q->chans; c++) {
+		struct ibv_send_wr wr = {.wr_id = seq, .num_sge = 0, .opcode = IBV_WR_SEND_WITH_IMM,
+					 .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(seq)},
+				   *bad;
+		if (ibv_post_send(q->ch[c].fqp[gen], &wr, &bad))
+			return -1;
+	}
+	struct ibv_wc wc[16];
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (uint32_t done = 0; done < q->chans;) {
+		int n = ibv_poll_cq(q->fence_cq, 16, wc);
+		if (n < 0)
+			return -1;
+		for (int i = 0; i < n; i++)
+			if (wc[i].status != IBV_WC_SUCCESS)
+				return -1;
+		done += (uint32_t)n;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - start.tv_sec > 1)
+			return -1;
 	}
 	return 0;
 }

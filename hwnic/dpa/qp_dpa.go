@@ -34,11 +34,22 @@ const (
 	// notifyPoll is how long the notification poller sleeps when every
 	// ring was empty: the bound on a progress token's extra latency.
 	notifyPoll = 20 * time.Microsecond
+	// fenceTimeout bounds Arm's wait for the handlers to take its fence
+	// markers (a loopback and an event each: microseconds when they run).
+	fenceTimeout = time.Second
 )
 
 // ErrUnusable means a QP can no longer be used: its Connect failed
-// half-way, or a send request failed (a UC send QP then is in error).
+// half-way, or a send request failed (a UC send or fence QP then is in
+// error).
 var ErrUnusable = errors.New("dpa: QP unusable")
+
+// ErrFenceTimeout means Arm gave up waiting for a channel's DPA handler
+// to take its fence marker (the handler is stuck or stopped, or the
+// marker was lost); the slot was not activated and its entry points at
+// the null mkey again. It is hostmem's error, so errors.Is matches
+// either name.
+var ErrFenceTimeout = hostmem.ErrFenceTimeout
 
 // qp is one SDR QP on a BlueField-3. Ownership: the fields above slots
 // are set by NewQP and read-only afterwards; the C transport's receive
@@ -46,7 +57,7 @@ var ErrUnusable = errors.New("dpa: QP unusable")
 // sendMu, its entry mkeys to whoever holds the device's umrMu; mem's
 // slots follow hostmem's rules (the slots' lock for the host side);
 // slots are read by the notification poller through atomics; peer is
-// published once by Connect.
+// published once by Connect; fenceSeq belongs to whoever holds connMu.
 type qp struct {
 	dv      *device
 	attr    backend.QPAttr
@@ -61,9 +72,10 @@ type qp struct {
 
 	slots *sdrnic.Slots
 
-	connMu sync.Mutex
-	peer   atomic.Pointer[sdrnic.Peer]
-	broken atomic.Pointer[error]
+	connMu   sync.Mutex
+	peer     atomic.Pointer[sdrnic.Peer]
+	broken   atomic.Pointer[error]
+	fenceSeq uint32 // the last fence marker sent; the handlers start at 0
 
 	sendMu sync.Mutex
 	pkts   [][]C.struct_sdr_dpa_pkt // per channel, C memory of SDR_DPA_POST_BATCH
@@ -245,7 +257,9 @@ func (q *qp) usable() error {
 }
 
 // Arm clears the slot's words (hostmem), points the entry mkey of
-// (gen, msgID) at the buffer with a UMR and activates the slot.
+// (gen, msgID) at the buffer with a UMR, fences the DPA handlers (see
+// fence) and activates the slot. A fence that fails leaves the slot
+// inactive and the entry at the null mkey.
 func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error) {
 	if slot < 0 || slot >= q.slots.Len() || int(gen) >= q.attr.Generations || msgID >= uint32(q.entries) ||
 		length < 0 || length > q.attr.SlotSize {
@@ -269,12 +283,50 @@ func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length in
 		if err != nil || length == 0 {
 			return es, err
 		}
-		return es, q.setEntry(int(gen), int(msgID), uintptr(unsafe.Pointer(&m.buf[off])), length, uint32(m.mr.lkey))
+		if err := q.setEntry(int(gen), int(msgID), uintptr(unsafe.Pointer(&m.buf[off])), length, uint32(m.mr.lkey)); err != nil {
+			return nil, err
+		}
+		if err := q.fence(int(gen)); err != nil {
+			return nil, errors.Join(err, q.setEntry(int(gen), int(msgID), 0, 0, 0))
+		}
+		return es, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dpa: arm: %w", err)
 	}
 	return es, nil
+}
+
+// fence returns once every channel's handler has taken the CQEs of all
+// packets that reached generation gen's entries before the call, so
+// that a packet of the message being armed that went to the null mkey
+// (it arrived before the UMR) cannot count once the slot is live: the
+// chunk would read complete with no data. It sends each channel's
+// receive QP of gen a fence marker from its fence QP and waits until
+// every handler published the marker's number (hostmem.WaitFence).
+// handler.c's fence says why the marker's CQE comes after those packets'
+// on mlx5. A QP not yet connected has received nothing: no receive QP
+// leaves INIT before Connect, which holds connMu until all are RTR (or
+// marks the QP broken). The caller holds the slots' lock.
+func (q *qp) fence(gen int) error {
+	q.connMu.Lock()
+	defer q.connMu.Unlock()
+	if err := q.usable(); err != nil {
+		return err
+	}
+	if q.peer.Load() == nil {
+		return nil
+	}
+	q.fenceSeq++
+	if C.sdr_dpa_fence(q.c, C.uint32_t(gen), C.uint32_t(q.fenceSeq)) != 0 {
+		err := fmt.Errorf("dpa: arm: a fence marker on generation %d failed (the QP is unusable): %w", gen, ErrUnusable)
+		q.broken.CompareAndSwap(nil, &err)
+		return err
+	}
+	if err := q.mem.WaitFence(q.fenceSeq, fenceTimeout); err != nil {
+		return fmt.Errorf("dpa: arm: generation %d: %w", gen, err)
+	}
+	return nil
 }
 
 // setEntry reconfigures entry mkey (gen, entry) by UMR: [addr, +length)
