@@ -260,7 +260,7 @@ func openNetwork(carrier string, mtu int) (net scenario.Network, why string, err
 	}
 	// Name the capabilities a user lacks rather than fail on an EPERM
 	// half-way through building namespaces.
-	err = caps.Check(caps.Testbed, "sdr testbed -carrier netns", testbed.RunDir)
+	err = caps.Check(caps.Testbed, "-carrier netns", testbed.RunDir)
 	if err == nil {
 		net, err = scenario.NewNamespaces(mtu)
 	}
