@@ -567,8 +567,7 @@ func TestCNPCounted(t *testing.T) {
 // nothing else (no plain ACK for the same PSN after it).
 func TestFetchAddAnsweredOnce(t *testing.T) {
 	runOver(t, func(t *testing.T, n *refusalNet, port string) {
-		tg := n.target(t, emunic.RC)
-		binary.LittleEndian.PutUint64(tg.mem, 41)
+		tg := n.target(t, emunic.RC) // its first 8 bytes: 0xCACACACACACACACA
 		result := n.a.MR(t, make([]byte, 8))
 		if err := tg.qa.PostSend(emunic.SendWR{ID: 1, Op: emunic.OpFetchAdd, RemoteAddr: tg.mr.Addr(), RKey: tg.mr.RKey(),
 			CompareAdd: 1, SGL: []emunic.SGE{{Addr: result.Addr(), Length: 8, LKey: result.LKey()}}}); err != nil {
@@ -578,7 +577,7 @@ func TestFetchAddAnsweredOnce(t *testing.T) {
 			t.Fatalf("FETCH_ADD completion %+v", c)
 		}
 		n.fence(t)
-		if got := binary.LittleEndian.Uint64(result.Bytes()); got != 41 || binary.LittleEndian.Uint64(tg.mem) != 42 {
+		if got := binary.LittleEndian.Uint64(result.Bytes()); got != 0xCACACACACACACACA || binary.LittleEndian.Uint64(tg.mem) != 0xCACACACACACACACB {
 			t.Fatalf("FETCH_ADD fetched %d, left %d", got, binary.LittleEndian.Uint64(tg.mem))
 		}
 		want := []reply{{wire.RCAtomicAck, emunictest.PSNA, wire.ACK(wire.CreditsInvalid)}}
@@ -663,8 +662,7 @@ func TestThirdHostAttack(t *testing.T) {
 
 	n := &refusalNet{a: a, b: b}
 	uc, rc := n.target(t, emunic.UC), n.target(t, emunic.RC)
-	for _, tg := range []*target{uc, rc} {
-		binary.LittleEndian.PutUint64(tg.mem[4096:], 0xCACACACACACACACA)
+	for _, tg := range []*target{uc, rc} { // the atomic operand at 4096: 0xCACACACACACACACA
 		if err := tg.qb.PostRecv(emunic.RecvWR{ID: 1, SGL: []emunic.SGE{{Addr: tg.mr.Addr() + 6144, Length: 1024, LKey: tg.mr.LKey()}}}); err != nil {
 			t.Fatal(err)
 		}
