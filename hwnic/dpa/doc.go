@@ -13,9 +13,11 @@
 // MR, FlexIO process, window, UMR QP), RegisterMemory, NewQP (per
 // channel a DPA event handler with its CQ in DPA memory, per generation
 // and channel a UC receive QP created through DevX with its RQ in DPA
-// memory and a UC send QP, per generation the zero-based root mkey of
-// entry mkeys), Connect, Arm/Disarm (entry mkeys rewritten by UMR), the
-// send path on host threads, and Close. It type-checks in CI; it has not
+// memory, a UC send QP and a UC fence QP looped back to the receive QP,
+// per generation the zero-based root mkey of entry mkeys), Connect,
+// Arm/Disarm (entry mkeys rewritten by UMR; Arm then fences the
+// handlers with markers before it activates the slot), the send path on
+// host threads, and Close. It type-checks in CI; it has not
 // run on a BlueField (see the README's "unverified on hardware").
 //
 // Built without the dpa tag (every machine without DOCA), Open returns

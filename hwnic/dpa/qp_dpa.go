@@ -319,12 +319,12 @@ func (q *qp) fence(gen int) error {
 	}
 	q.fenceSeq++
 	if C.sdr_dpa_fence(q.c, C.uint32_t(gen), C.uint32_t(q.fenceSeq)) != 0 {
-		err := fmt.Errorf("dpa: arm: a fence marker on generation %d failed (the QP is unusable): %w", gen, ErrUnusable)
+		err := fmt.Errorf("dpa: fence: a marker on generation %d failed (the QP is unusable): %w", gen, ErrUnusable)
 		q.broken.CompareAndSwap(nil, &err)
 		return err
 	}
 	if err := q.mem.WaitFence(q.fenceSeq, fenceTimeout); err != nil {
-		return fmt.Errorf("dpa: arm: generation %d: %w", gen, err)
+		return fmt.Errorf("fence of generation %d: %w", gen, err)
 	}
 	return nil
 }
