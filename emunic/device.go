@@ -285,12 +285,10 @@ func (d *Device) decodeReadWithPayload(frame []byte) bool {
 func (d *Device) flushACKs() {
 	for _, qp := range d.ackQPs {
 		qp.mu.Lock()
-		if qp.ackPending {
-			qp.ackPending = false
-			if qp.state == StateRTR || qp.state == StateRTS {
-				qp.sendACK(wire.ACK(wire.CreditsInvalid), qp.rsp.ePSN.Add(-1))
-			}
+		if qp.state == StateRTR || qp.state == StateRTS {
+			qp.flushACK()
 		}
+		qp.ackPending = false
 		qp.mu.Unlock()
 	}
 	clear(d.ackQPs)

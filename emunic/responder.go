@@ -198,6 +198,7 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 		case wire.RCCompareSwap, wire.RCFetchAdd:
 			for _, a := range r.atomics {
 				if a.valid && a.psn == psn {
+					qp.flushACK()
 					qp.sendAtomicAck(psn, a.orig)
 				}
 			}
@@ -209,6 +210,7 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 		d.stats.inc(RxPSNError)
 		if !r.nakSent {
 			r.nakSent = true
+			qp.flushACK()
 			qp.sendACK(wire.NAK(wire.NAKPSNSequenceError), r.ePSN)
 		}
 		return
@@ -216,6 +218,7 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 	r.nakSent = false
 	if fault := qp.execute(p); fault != 0 {
 		d.stats.inc(fault)
+		qp.flushACK()
 		switch fault {
 		case RxNoRecvWQE:
 			qp.sendACK(wire.RNRNAK(rnrTimerCode(qp.attr.RNRTimer.Microseconds())), psn)
@@ -431,6 +434,7 @@ func (qp *QP) respondRead(p *wire.Packet, psn wire.PSN, first bool) Counter {
 	if discard && length > 0 {
 		return RxAccessDenied // the null MR cannot be read
 	}
+	qp.flushACK()
 	if first {
 		qp.rsp.msn = (qp.rsp.msn + 1) & 0xFFFFFF
 	}
@@ -468,6 +472,7 @@ func (qp *QP) executeAtomic(p *wire.Packet) Counter {
 	if discard {
 		return RxAccessDenied
 	}
+	qp.flushACK()
 	orig := binary.LittleEndian.Uint64(mem)
 	if p.Opcode() == wire.RCFetchAdd {
 		binary.LittleEndian.PutUint64(mem, orig+a.SwapAdd())
@@ -496,6 +501,17 @@ func (qp *QP) scheduleACK() {
 	if !qp.ackPending {
 		qp.ackPending = true
 		qp.dev.ackQPs = append(qp.dev.ackQPs, qp)
+	}
+}
+
+// flushACK sends the coalesced ACK the QP owes, if any, at once: before a
+// response for a later PSN (a NAK, READ response or ATOMIC ACK), so that
+// responses leave in PSN order and the ACK carries the MSN of the messages
+// it covers. Caller holds qp.mu; the QP is in RTR or RTS.
+func (qp *QP) flushACK() {
+	if qp.ackPending {
+		qp.ackPending = false
+		qp.sendACK(wire.ACK(wire.CreditsInvalid), qp.rsp.ePSN.Add(-1))
 	}
 }
 

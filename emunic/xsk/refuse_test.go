@@ -507,6 +507,37 @@ func TestRNRBeforeLength(t *testing.T) {
 	})
 }
 
+// TestResponsesInPSNOrder: a WRITE, a READ and a WRITE with immediate
+// that finds no receive WQE, arriving together, are answered in PSN order:
+// the WRITE's (coalesced) ACK goes out before the READ response and the
+// RNR NAK rather than after them.
+func TestResponsesInPSNOrder(t *testing.T) {
+	runOver(t, func(t *testing.T, n *refusalNet, port string) {
+		tg := n.target(t, emunic.RC)
+		frames := [][]byte{
+			tg.frame(t, n, wire.RCWriteOnly, 64, nil),
+			tg.frame(t, n, wire.RCReadRequest, 0, func(f *wire.Fields) { f.RETH.DMALength = 64 }),
+			tg.frame(t, n, wire.RCWriteOnlyImm, 64, nil),
+		}
+		if _, err := n.inject(frames); err != nil {
+			t.Fatal(err)
+		}
+		n.fence(t)
+		var got []string
+		for _, r := range n.replies(t, tg.qa.QPN()) {
+			got = append(got, fmt.Sprintf("%v/%v/%#x", r.op, r.syn.Kind(), uint32(r.psn)))
+		}
+		want := []string{
+			fmt.Sprintf("%v/%v/%#x", wire.RCAck, wire.SyndromeACK, uint32(emunictest.PSNA)),
+			fmt.Sprintf("%v/%v/%#x", wire.RCReadResponseOnly, wire.SyndromeACK, uint32(emunictest.PSNA.Add(1))),
+			fmt.Sprintf("%v/%v/%#x", wire.RCAck, wire.SyndromeRNRNAK, uint32(emunictest.PSNA.Add(2))),
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("replies %v, want %v", got, want)
+		}
+	})
+}
+
 // TestUCAbandonedLast: after a PSN gap cuts a UC message, the packet at
 // the gap counts as a PSN error and the LAST after it as abandoned; the
 // message completes nothing.
