@@ -10,6 +10,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/hwnic/dpa/dpasim"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/internal/armrace"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/sdrtest"
@@ -61,4 +62,14 @@ func TestConformanceXSK(t *testing.T) {
 		b := emunictest.NewXSKHost(t, pair.B, xsk.PortConfig{}, nil)
 		return dpasim.New(a.Dev), dpasim.New(b.Dev)
 	})
+}
+
+// TestArmRace sends messages right before their receives are armed, so
+// that packets reach the null entry, arrive during Arm and after it: a
+// chunk never reads complete without its data (hwnic/dpa/internal/armrace,
+// which the BlueField host side's hardware test runs too).
+func TestArmRace(t *testing.T) {
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+	a, b := backends(t, pa, pb, "10.0.2.1", "10.0.2.2")
+	armrace.Run(t, a, b)
 }
