@@ -80,6 +80,16 @@ func refused(e *Env, code wire.NAKCode, psn wire.PSN, msn uint32, counter string
 	e.Drops(counter)
 }
 
+// burst queues 32 frames with a bad ICRC ahead of the frames that follow,
+// so that a target that takes frames in batches (emunic) is likely to
+// take those in the same batch: the response-order cases are about what
+// a target does within one.
+func burst(e *Env) {
+	for range 32 {
+		e.Send(e.Write(wire.RCWriteOnly, e.P(0), 512, 8, e.Data(8)), BadICRC)
+	}
+}
+
 // both returns the case for RC and for UC.
 func both(id, desc, spec string, build func(e *Env)) []Case {
 	return []Case{{ID: "rc-" + id, Desc: desc, QP: RC, Spec: spec, Build: build},
@@ -118,6 +128,69 @@ func validCases() []Case {
 		executed(e, data)
 		e.Completes(Completion{WriteImm: true, ByteLen: 32, Imm: f.Imm})
 	})...)
+	cs = append(cs, both("write-imm-no-wqe", "five WRITE ONLY with immediate 16 B: the fifth finds no receive WQE (four are posted)",
+		"IBA ch. 9 (receiver not ready: RC RNR NAK, QP stays; UC drop); rxe check_resource", func(e *Env) {
+			op := wire.RCWriteOnlyImm
+			if e.kind == UC {
+				op = wire.UCWriteOnlyImm
+			}
+			for i := range RecvWQEs + 1 {
+				data := e.Data(16)
+				f := e.Write(op, e.P(i), 16*i, len(data), data)
+				f.Imm = 0xD0000000 | uint32(i)
+				e.Send(f)
+				if i < RecvWQEs {
+					e.Wrote(16*i, data)
+					e.Completes(Completion{WriteImm: true, ByteLen: 16, Imm: f.Imm})
+					if e.kind == RC {
+						e.Expect(Ack(e.P(i), uint32(i+1)))
+					}
+				}
+				if i == RecvWQEs-1 {
+					e.Step() // the fifth only once the four are acknowledged
+				}
+			}
+			if e.kind == RC {
+				e.Expect(RNRNak(e.P(RecvWQEs), RecvWQEs))
+				e.Leaves(e.P(RecvWQEs), RecvWQEs)
+			} else {
+				e.Leaves(e.P(RecvWQEs+1), 0)
+			}
+			e.Drops("rx_no_recv_wqe")
+		})...)
+	cs = append(cs, Case{ID: "rc-response-order", Desc: "four WRITE ONLY with immediate use up the receive WQEs; then at once a WRITE ONLY and a fifth WRITE with immediate: its ACK, then the RNR NAK",
+		QP: RC, Spec: "IBA ch. 9 (responses in PSN order; a later NAK may cover an ACK, an ACK may not follow it)", Build: func(e *Env) {
+			for i := range RecvWQEs {
+				f := e.Write(wire.RCWriteOnlyImm, e.P(i), 16*i, 16, e.Data(16))
+				f.Imm = uint32(i)
+				e.Send(f)
+				e.Wrote(16*i, f.Payload)
+				e.Completes(Completion{WriteImm: true, ByteLen: 16, Imm: f.Imm})
+				e.Expect(Ack(e.P(i), uint32(i+1)))
+			}
+			e.Step()
+			burst(e)
+			data := e.Data(64)
+			e.Send(e.Write(wire.RCWriteOnly, e.P(RecvWQEs), 128, 64, data))
+			f := e.Write(wire.RCWriteOnlyImm, e.P(RecvWQEs+1), 256, 16, e.Data(16))
+			e.Send(f)
+			e.Wrote(128, data)
+			e.Expect(Ack(e.P(RecvWQEs), RecvWQEs+1), RNRNak(e.P(RecvWQEs+1), RecvWQEs+1))
+			e.Leaves(e.P(RecvWQEs+1), RecvWQEs+1)
+			e.Drops(cBadICRC)
+		}})
+	cs = append(cs, Case{ID: "rc-response-order-read", Desc: "WRITE ONLY and at once a READ: the WRITE's ACK, then the READ response",
+		QP: RC, Spec: "IBA ch. 9 (responses in PSN order)", Build: func(e *Env) {
+			burst(e)
+			data := e.Data(64)
+			e.Send(e.Write(wire.RCWriteOnly, e.P(0), 0, 64, data))
+			e.Send(e.Read(e.P(1), 256, 32))
+			e.Drops(cBadICRC)
+			e.Expect(Ack(e.P(0), 1))
+			e.Expect(e.ReadResponses(e.P(1), 256, 32, 2)...)
+			e.Wrote(0, data)
+			e.Leaves(e.P(2), 2)
+		}})
 	cs = append(cs, Case{ID: "rc-write-zero-length", Desc: "zero-length WRITE ONLY naming a bad R_Key and a VA past the region",
 		QP: RC, Spec: "IBA ch. 9 (no memory access, no key check); rxe check_rkey", Build: func(e *Env) {
 			f := e.Write(wire.RCWriteOnly, e.P(0), 0, 0, nil)

@@ -63,6 +63,8 @@ type Reply struct {
 	// Fault describes a reply that is not a well-formed RoCEv2 packet
 	// with a good ICRC.
 	Fault string
+
+	anyTimer bool // expected RNR NAK: any timer value matches
 }
 
 func (r Reply) String() string {
@@ -73,6 +75,9 @@ func (r Reply) String() string {
 	case wire.RCAck:
 		if r.Syndrome.Kind() == wire.SyndromeACK {
 			return fmt.Sprintf("ACK psn=%v msn=%d", r.PSN, r.MSN)
+		}
+		if r.anyTimer {
+			return fmt.Sprintf("RNR_NAK(any timer) psn=%v msn=%d", r.PSN, r.MSN)
 		}
 		return fmt.Sprintf("%v psn=%v msn=%d", r.Syndrome, r.PSN, r.MSN)
 	case wire.RCAtomicAck:
@@ -90,8 +95,18 @@ func (r Reply) plainACK() bool {
 
 // matches compares everything but QPN.
 func (r Reply) matches(w Reply) bool {
+	syndrome := r.Syndrome == w.Syndrome
+	if w.anyTimer {
+		syndrome = r.Syndrome.Kind() == wire.SyndromeRNRNAK
+	}
 	return r.Fault == "" && r.Opcode == w.Opcode && r.PSN == w.PSN && r.MSN == w.MSN &&
-		r.Syndrome == w.Syndrome && r.Orig == w.Orig && string(r.Data) == string(w.Data)
+		syndrome && r.Orig == w.Orig && string(r.Data) == string(w.Data)
+}
+
+// RNRNak is an expected RNR NAK for psn with whatever RNR timer the
+// target's QP asks for (a QP attribute, not the battery's business).
+func RNRNak(psn wire.PSN, msn uint32) Reply {
+	return Reply{Opcode: wire.RCAck, PSN: psn, MSN: msn, Syndrome: wire.RNRNAK(0), anyTimer: true}
 }
 
 // Ack is an expected ACK of psn with msn.

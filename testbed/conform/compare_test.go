@@ -24,6 +24,8 @@ func TestCompare(t *testing.T) {
 		{"coalesced", []Reply{Ack(1, 1), Ack(2, 2)}, []Reply{Ack(2, 2)}, mem, 0},
 		{"unrequested ACK before the expected one", []Reply{Ack(3, 1)}, []Reply{Ack(2, 1), Ack(3, 1)}, mem, 0},
 		{"redundant ACK after an ATOMIC ACK", []Reply{atomicAck, Ack(6, 2)}, []Reply{atomicAck, Ack(5, 1), Ack(6, 2)}, mem, 1},
+		{"ACK covered by a later NAK", []Reply{Ack(1, 1), Nak(wire.NAKRemoteAccessError, 2, 1)}, []Reply{Nak(wire.NAKRemoteAccessError, 2, 1)}, mem, 0},
+		{"ACK after a later RNR NAK", []Reply{Ack(1, 1), RNRNak(2, 1)}, []Reply{{Opcode: wire.RCAck, PSN: 2, MSN: 1, Syndrome: wire.RNRNAK(14)}, Ack(1, 1)}, mem, 1},
 		{"missing", []Reply{Ack(1, 1)}, nil, mem, 1},
 		{"wrong MSN", []Reply{Ack(1, 1)}, []Reply{Ack(1, 2)}, mem, 2},
 		{"NAK instead of ACK", []Reply{Ack(1, 1)}, []Reply{Nak(wire.NAKRemoteAccessError, 1, 0)}, mem, 2},

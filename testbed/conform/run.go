@@ -500,23 +500,34 @@ func (r *runner) compare(o *Outcome, got []Reply, before, after []byte) (problem
 		}
 	}
 	j := 0
+	var last wire.PSN // of the last reply matched or tolerated
+	seen := false
 	for _, g := range got {
 		if j < len(want) && g.matches(want[j]) {
 			j++
+			last, seen = g.PSN, true
 			continue
 		}
-		// A coalesced ACK: the expected plain ACKs before a matching one.
+		// Coalesced: the expected plain ACKs before an ACK or NAK that
+		// covers them.
 		k := j
-		for k < len(want) && want[k].plainACK() && !g.matches(want[k]) && g.plainACK() && want[k].PSN.Before(g.PSN) {
+		for k < len(want) && want[k].plainACK() && !g.matches(want[k]) && g.Opcode == wire.RCAck && want[k].PSN.Before(g.PSN) {
 			k++
 		}
 		if k > j && k < len(want) && g.matches(want[k]) {
 			tolerated = append(tolerated, fmt.Sprintf("coalesced: %v covers %d earlier ACKs", g, k-j))
 			j = k + 1
+			last, seen = g.PSN, true
 			continue
 		}
-		if g.plainACK() && j < len(want) && g.PSN.Before(want[j].PSN) && g.MSN <= want[j].MSN && !answered[g.PSN] {
+		if g.plainACK() && j < len(want) && g.PSN.Before(want[j].PSN) && g.MSN <= want[j].MSN && !answered[g.PSN] &&
+			(!seen || !g.PSN.Before(last)) {
 			tolerated = append(tolerated, fmt.Sprintf("unrequested ACK tolerated: %v", g))
+			last, seen = g.PSN, true
+			continue
+		}
+		if seen && g.PSN.Before(last) {
+			problems = append(problems, fmt.Sprintf("unexpected %v (out of PSN order, after psn=%v)", g, last))
 			continue
 		}
 		problems = append(problems, fmt.Sprintf("unexpected %v", g))
