@@ -305,7 +305,7 @@ func (r *runner) await(ctx context.Context, qpn uint32, done func([]Reply) bool,
 func count(n int) func([]Reply) bool { return func(got []Reply) bool { return len(got) >= n } }
 
 // all is done once every wanted reply arrived (in any order, among
-// others): waiting for the replies themselves rather than for a number of
+// others; a plain ACK may be covered by a later one): waiting for the replies themselves rather than for a number of
 // them drains the ACKs a target coalesces or defers to the end of a
 // receive batch (emunic does) before the next step goes out.
 func all(want []Reply) func([]Reply) bool {
@@ -316,6 +316,12 @@ func all(want []Reply) func([]Reply) bool {
 			for i, g := range got {
 				if !used[i] && g.matches(w) {
 					used[i] = true
+					continue next
+				}
+			}
+			// A plain ACK is also had when a later ACK or NAK covers it.
+			for _, g := range got {
+				if w.plainACK() && g.Fault == "" && g.Opcode == wire.RCAck && w.PSN.Before(g.PSN) && g.MSN >= w.MSN {
 					continue next
 				}
 			}
