@@ -19,6 +19,7 @@ const (
 	UC
 )
 
+// String returns "RC" or "UC".
 func (k QPKind) String() string {
 	if k == RC {
 		return "RC"
