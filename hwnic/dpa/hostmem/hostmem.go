@@ -11,7 +11,8 @@
 // while the slot is inactive (NewSlot, under the caller's arming lock)
 // and otherwise by the handlers through atomics; a channel's ring is
 // produced by its handler and consumed by one host goroutine
-// (Notifications).
+// (Notifications); its fence word is written by its handler only and
+// read by any goroutine (Fence, WaitFence).
 package hostmem
 
 import (
