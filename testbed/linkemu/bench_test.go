@@ -16,8 +16,11 @@ import (
 // emunic/xsk's BenchmarkRawXSK measures its floor: an AF_XDP socket in
 // host A sends b.N frames of a fixed size as fast as it can, first to an
 // AF_XDP socket on the wan namespace's veth toward A (the hop every frame
-// takes into the emulator; no emulator running), then through the
-// emulator (a perfect link) to an AF_XDP socket in host B. The sender
+// takes into the emulator; no emulator running), then through a bare
+// forwarder (BareForward: the emulator's two AF_XDP sides, no link model,
+// no delay line — the floor of two copy-mode hops) and then through the
+// emulator (a perfect link) to an AF_XDP socket in host B; emu/bare is
+// what the emulator itself costs. The sender
 // runs at normal priority, the emulator and the receivers at real-time
 // priority (a real-time sender flooding one of this machine's two cores
 // leaves the emulator and the receiver one core, and starves them). It
@@ -39,6 +42,15 @@ func BenchmarkForward(b *testing.B) {
 			raw, _, rawCPU := flood(b, tx, wanA, b.N)
 			tx.setDstMAC(topo.B.MAC)
 
+			stop, err := linkemu.BareForward(topo.WAN, topo.WANIfA, topo.WANIfB)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bare, _, bareCPU := flood(b, tx, topo.B, b.N)
+			if err := stop(); err != nil {
+				b.Fatal(err)
+			}
+
 			emu, err := linkemu.Start(topo.WAN, topo.WANIfA, topo.WANIfB, link.Config{}, link.Config{})
 			if err != nil {
 				b.Fatal(err)
@@ -49,6 +61,9 @@ func BenchmarkForward(b *testing.B) {
 			b.ReportMetric(fwd, "emu-frames/s")
 			b.ReportMetric(fwd*float64(size*8)/1e9, "emu-Gbit/s")
 			b.ReportMetric(fwd/raw, "emu/raw")
+			b.ReportMetric(bare, "bare-frames/s")
+			b.ReportMetric(fwd/bare, "emu/bare")
+			b.ReportMetric(bareCPU, "bare-cpu-ns/frame")
 			b.ReportMetric(100*(1-float64(got)/float64(b.N)), "%emu-lost")
 			b.ReportMetric(rawCPU, "raw-cpu-ns/frame")
 			b.ReportMetric(emuCPU, "emu-cpu-ns/frame")
