@@ -31,6 +31,17 @@ type Config struct {
 	// key carries a random 8-bit tag, as a hardware key variant, so that a
 	// host on the same segment cannot guess them.
 	FixedKeys bool
+
+	// DisableCongestionControl turns RoCE congestion control off: data
+	// frames leave Not-ECT (as rxe sends them, for bit-for-bit
+	// comparisons with its captures) and CNPs do not slow the QPs down.
+	// By default data frames are ECN-capable (ECT(0)) and every connected
+	// QP is a DCQCN reaction point (see QP.CongestionStats).
+	DisableCongestionControl bool
+	// LineRate is the port's rate in bits per second: where a DCQCN
+	// reaction point starts and the most it recovers to (default 10e9,
+	// a 10 GbE port).
+	LineRate float64
 }
 
 // Device is one emulated RoCEv2 NIC port.
@@ -55,6 +66,7 @@ type Device struct {
 	// counter, incremented per packet (the ICRC covers it).
 	ipID atomic.Uint32
 
+	tx     txState // transmission: pacing scheduler, ECN, DCQCN parameters
 	stats  counters
 	closed atomic.Bool
 	done   chan struct{} // closed when the receive goroutine exits
@@ -88,6 +100,7 @@ func NewDevice(cfg Config) (*Device, error) {
 		fixedKeys: cfg.FixedKeys, nextQPN: 0x10, checkMAC: !l3, done: make(chan struct{}),
 		salvage: make([]byte, MaxFrameLen)}
 	d.keys.fixed = cfg.FixedKeys
+	d.tx.init(d, cfg)
 	d.nullMR = &MR{null: true, access: AccessRemoteWrite | AccessLocalWrite}
 	d.mu.Lock()
 	err := d.keys.install(d.nullMR)

@@ -311,7 +311,8 @@ func TestScatterGatherMTUsAndIPv6(t *testing.T) {
 }
 
 // TestRateLimit paces a QP on the fake clock: sending a message must take
-// its wire bits divided by the rate.
+// its wire bits divided by the rate. PostSend returns at once (the device's
+// TX scheduler paces); the send completes when the last packet leaves.
 func TestRateLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := newPipeHosts(t, emunic.PipeConfig{})
@@ -326,7 +327,11 @@ func TestRateLimit(t *testing.T) {
 			SGL: []emunic.SGE{{Addr: src.Addr(), Length: packets * 1024, LKey: src.LKey()}}}); err != nil {
 			t.Fatal(err)
 		}
+		if c := emunictest.WaitCQE(t, a.SendCQ); c.Status != emunic.StatusSuccess {
+			t.Fatalf("paced write: %+v", c)
+		}
 		elapsed := time.Since(start)
+		synctest.Wait() // the scheduler transmits the last frame after completing it
 		bits := float64(a.Dev.Stats().Get(emunic.TxBytes) * 8)
 		want := time.Duration(bits / rate * float64(time.Second))
 		perPacket := want / packets

@@ -296,7 +296,8 @@ func (qp *QP) Modify(state QPState, attr QPAttr) error {
 			qp.attr.RNRTimer = attr.RNRTimer
 		}
 		qp.req.retriesLeft, qp.req.rnrLeft = qp.attr.RetryCount, qp.attr.RNRRetry
-		qp.req.pacer = newPacer(attr.RateLimit)
+		qp.req.rateLimit = attr.RateLimit
+		qp.setRate()
 	default:
 		return fmt.Errorf("emunic: QP %#x: %v→%v: %w", qp.qpn, from, state, ErrInvalidState)
 	}
@@ -336,6 +337,7 @@ func (qp *QP) enterError() {
 		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn})
 	}
 	qp.req.outstanding = qp.req.outstanding[:0]
+	qp.flushQueued()
 	if qp.srq == nil {
 		for _, w := range qp.rq.drain() {
 			qp.recvCQ.push(CQE{WRID: w.id, Status: StatusWRFlushError, Opcode: WCRecv, QPN: qp.qpn})

@@ -61,6 +61,7 @@ type sendWQE struct {
 	// received counts READ response bytes placed so far (in order).
 	readNext int
 	done     bool
+	ud       UDDest // a queued UD request's copy of its destination
 }
 
 func (w *sendWQE) lastPSN() wire.PSN { return w.firstPSN.Add(w.packets - 1) }
@@ -94,7 +95,16 @@ type requester struct {
 	rnrLeft     int
 	timer       *time.Timer
 	timerArmed  bool
-	pacer       *pacer
+
+	// Pacing: the bucket holds the QP to the lower of its RateLimit and
+	// its DCQCN rate; while it limits, or while queued UC/UD work is left,
+	// packets leave through the device's TX scheduler (sched, guarded by
+	// txSched.mu) instead of from the poster.
+	rateLimit float64 // QPAttr.RateLimit, bits per second
+	bucket    tokenBucket
+	rp        dcqcnRP
+	sched     txEntry
+	queued    sendQueue // UC and UD requests waiting for the scheduler
 
 	scratch sendWQE // the WQE of UC and UD requests
 	frame   wire.Fields
@@ -106,6 +116,7 @@ type requester struct {
 const txBatchLen = 32
 
 func (r *requester) init() {
+	r.sched.index = -1
 	r.txBufs = make([][]byte, txBatchLen)
 	for i := range r.txBufs {
 		r.txBufs[i] = make([]byte, MaxFrameLen)
@@ -127,77 +138,99 @@ func (r *requester) stopTimer() {
 func (qp *QP) PostSend(wr SendWR) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
+	err := qp.postSend(&wr)
+	qp.flushTx()
+	return err
+}
+
+// postSend posts one request; caller holds qp.mu and calls flushTx
+// after its last post: unpaced UC and UD requests are encoded into the
+// QP's transmit batch (which flushes itself when full) and complete at
+// once.
+func (qp *QP) postSend(wr *SendWR) error {
 	if qp.state != StateRTS {
 		return fmt.Errorf("emunic: post send: QP %#x in %v: %w", qp.qpn, qp.state, ErrInvalidState)
 	}
-	w, err := qp.newSendWQE(wr)
-	if err != nil {
-		return err
-	}
-	if qp.typ == RC {
-		if len(qp.req.outstanding) >= qp.maxSQ {
+	r := &qp.req
+	var w *sendWQE
+	switch {
+	case qp.typ == RC:
+		if len(r.outstanding) >= qp.maxSQ {
 			return fmt.Errorf("emunic: post send: QP %#x has %d outstanding: %w", qp.qpn, qp.maxSQ, ErrQueueFull)
 		}
-		qp.req.outstanding = append(qp.req.outstanding, w)
+		w = new(sendWQE)
+	case r.paced():
+		if w = r.queued.slot(qp.maxSQ); w == nil {
+			return fmt.Errorf("emunic: post send: QP %#x has %d queued: %w", qp.qpn, qp.maxSQ, ErrQueueFull)
+		}
+	default:
+		w = &r.scratch
 	}
-	qp.req.nextPSN = qp.req.nextPSN.Add(w.packets)
-	if qp.typ == RC {
+	if err := qp.newSendWQE(wr, w); err != nil {
+		return err
+	}
+	r.nextPSN = r.nextPSN.Add(w.packets)
+	switch {
+	case qp.typ == RC:
+		r.outstanding = append(r.outstanding, w)
 		qp.pump()
 		qp.armTimer()
-		return nil
-	}
-	for i := range w.packets {
-		qp.queuePacket(w, i)
-	}
-	qp.flushTx()
-	if !wr.Unsignaled {
-		qp.sendCQ.push(CQE{WRID: wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn})
+	case w != &r.scratch:
+		if wr.UD != nil {
+			w.ud = *wr.UD // the caller may reuse its UDDest once PostSend returns
+			w.wr.UD = &w.ud
+		}
+		r.queued.push()
+		qp.dev.tx.sched.ready(qp, r.bucket.readyAt())
+	default:
+		for i := range w.packets {
+			qp.queuePacket(w, i)
+		}
+		if !wr.Unsignaled {
+			qp.sendCQ.push(CQE{WRID: wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn})
+		}
 	}
 	return nil
 }
 
-// allowedOps lists the operations each transport supports.
-var allowedOps = map[QPType]map[Op]bool{
-	UC: {OpSend: true, OpSendImm: true, OpWrite: true, OpWriteImm: true},
-	UD: {OpSend: true, OpSendImm: true},
-	RC: {OpSend: true, OpSendImm: true, OpWrite: true, OpWriteImm: true, OpRead: true, OpCompareSwap: true, OpFetchAdd: true},
+// allowedOps lists the operations each transport supports, one bit per Op.
+var allowedOps = [...]uint16{
+	UC: 1<<OpSend | 1<<OpSendImm | 1<<OpWrite | 1<<OpWriteImm,
+	UD: 1<<OpSend | 1<<OpSendImm,
+	RC: 1<<OpSend | 1<<OpSendImm | 1<<OpWrite | 1<<OpWriteImm | 1<<OpRead | 1<<OpCompareSwap | 1<<OpFetchAdd,
 }
 
-// newSendWQE validates wr and resolves its SGL. RC requests get their own
-// WQE, kept until acknowledged; UC and UD requests complete inside
-// PostSend and reuse the QP's scratch WQE, so the data path allocates
-// nothing per message.
-func (qp *QP) newSendWQE(wr SendWR) (*sendWQE, error) {
-	if !allowedOps[qp.typ][wr.Op] {
-		return nil, fmt.Errorf("emunic: post send: operation %d on %v: %w", wr.Op, qp.typ, ErrInvalidArgument)
+// newSendWQE validates wr, resolves its SGL and fills w: a new WQE for RC
+// (kept until acknowledged), a slot of the scheduler's queue for paced
+// UC and UD, else the QP's scratch WQE (complete inside PostSend), so that
+// the unpaced data path allocates nothing per message.
+func (qp *QP) newSendWQE(wr *SendWR, w *sendWQE) error {
+	if wr.Op > OpFetchAdd || allowedOps[qp.typ]&(1<<wr.Op) == 0 {
+		return fmt.Errorf("emunic: post send: operation %d on %v: %w", wr.Op, qp.typ, ErrInvalidArgument)
 	}
 	local := wr.Op == OpRead || wr.Op == OpCompareSwap || wr.Op == OpFetchAdd
-	w := &qp.req.scratch
-	if qp.typ == RC {
-		w = new(sendWQE)
-	}
-	*w = sendWQE{wr: wr, firstPSN: qp.req.nextPSN, sgl: w.sgl[:0]}
+	*w = sendWQE{wr: *wr, firstPSN: qp.req.nextPSN, sgl: w.sgl[:0]}
 	for _, e := range wr.SGL {
 		b, err := qp.dev.resolveLocal(qp.pd, e, local)
 		if err != nil {
-			return nil, fmt.Errorf("emunic: post send %d: %w", wr.ID, err)
+			return fmt.Errorf("emunic: post send %d: %w", wr.ID, err)
 		}
 		w.sgl = append(w.sgl, b)
 	}
 	w.length = w.sgl.length()
 	switch {
 	case w.length > 1<<31:
-		return nil, fmt.Errorf("emunic: post send: %d bytes: %w", w.length, ErrInvalidArgument)
+		return fmt.Errorf("emunic: post send: %d bytes: %w", w.length, ErrInvalidArgument)
 	case qp.typ == UD && (wr.UD == nil || !wr.UD.GID.IsValid() || w.length > qp.mtu):
-		return nil, fmt.Errorf("emunic: post send: UD needs a destination and at most one MTU (%d B): %w", qp.mtu, ErrInvalidArgument)
+		return fmt.Errorf("emunic: post send: UD needs a destination and at most one MTU (%d B): %w", qp.mtu, ErrInvalidArgument)
 	case (wr.Op == OpCompareSwap || wr.Op == OpFetchAdd) && (w.length != 8 || wr.RemoteAddr%8 != 0):
-		return nil, fmt.Errorf("emunic: post send: atomics take one 8-byte aligned operand: %w", ErrInvalidArgument)
+		return fmt.Errorf("emunic: post send: atomics take one 8-byte aligned operand: %w", ErrInvalidArgument)
 	}
 	w.packets = max(1, (w.length+qp.mtu-1)/qp.mtu)
 	if wr.Op == OpCompareSwap || wr.Op == OpFetchAdd {
 		w.packets = 1
 	}
-	return w, nil
+	return nil
 }
 
 // rcWindow is how many packets an RC requester keeps in flight beyond
@@ -209,55 +242,199 @@ const rcWindow = 128
 // when full. For READ the one request asks for responses i and later.
 func (qp *QP) queuePacket(w *sendWQE, i int) {
 	r := &qp.req
-	f := &r.frame
+	r.txBatch = append(r.txBatch, qp.encodePacket(w, i, r.txBufs[len(r.txBatch)]))
+	if len(r.txBatch) == txBatchLen {
+		qp.flushTx()
+	}
+}
+
+// encodePacket encodes packet i of w into buf and returns the frame.
+func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
+	f := &qp.req.frame
 	qp.fillPacket(f, w, i)
-	buf := r.txBufs[len(r.txBatch)]
 	n, err := wire.Encode(buf, f)
 	if err != nil {
 		// Every field was validated by PostSend: this is a bug.
 		panic(fmt.Sprintf("emunic: encode %v: %v", f.BTH.Opcode, err))
 	}
-	r.txBatch = append(r.txBatch, buf[:n])
-	if r.pacer != nil {
-		r.pacer.wait(n)
-		qp.flushTx()
-	} else if len(r.txBatch) == txBatchLen {
-		qp.flushTx()
+	return buf[:n]
+}
+
+// pump transmits RC packets from sendPSN on while the window allows; a
+// paced QP leaves that to the TX scheduler.
+func (qp *QP) pump() {
+	r := &qp.req
+	if r.bucket.limited() {
+		if _, _, _, ok := qp.rcPeek(); ok {
+			qp.dev.tx.sched.ready(qp, r.bucket.readyAt())
+		}
+		return
+	}
+	for {
+		w, i, next, ok := qp.rcPeek()
+		if !ok {
+			break
+		}
+		qp.rcAdvance(next)
+		qp.queuePacket(w, i)
+	}
+	qp.flushTx()
+}
+
+// rcPeek returns the next RC packet to send, packet i of w, and the PSN
+// after it, if the window allows one.
+func (qp *QP) rcPeek() (w *sendWQE, i int, next wire.PSN, ok bool) {
+	r := &qp.req
+	if len(r.outstanding) == 0 || r.ackPSN.Distance(r.sendPSN) >= rcWindow {
+		return nil, 0, 0, false
+	}
+	for _, o := range r.outstanding {
+		if !o.lastPSN().Before(r.sendPSN) {
+			w = o
+			break
+		}
+	}
+	if w == nil {
+		return nil, 0, 0, false // everything is sent
+	}
+	i = max(0, w.firstPSN.Distance(r.sendPSN))
+	next = r.sendPSN.Next()
+	if w.wr.Op == OpRead || w.wr.Op == OpCompareSwap || w.wr.Op == OpFetchAdd {
+		if w.wr.Op == OpRead {
+			i = max(i, w.readNext)
+		}
+		next = w.lastPSN().Next()
+	}
+	return w, i, next, true
+}
+
+// rcAdvance moves the send cursor past the packet rcPeek returned.
+func (qp *QP) rcAdvance(next wire.PSN) {
+	r := &qp.req
+	if r.sendPSN.Before(r.sentPSN) {
+		qp.dev.stats.inc(TxRetransmits)
+	}
+	r.sendPSN = next
+	if r.sentPSN.Before(next) {
+		r.sentPSN = next
 	}
 }
 
-// pump transmits RC packets from sendPSN on while the window allows.
-func (qp *QP) pump() {
+// buildPaced is a paced QP's turn at the TX scheduler: it encodes into
+// bufs, appending to out, the packets its token bucket allows at now (at
+// most len(bufs)), completing the UC and UD requests whose last packet it
+// built. It reports when the QP is due again if work remains. Caller
+// holds qp.mu; the caller transmits the frames after unlocking.
+func (qp *QP) buildPaced(bufs, out [][]byte, now time.Time) ([][]byte, time.Time, bool) {
+	if qp.state != StateRTS {
+		return out, time.Time{}, false
+	}
 	r := &qp.req
-	for len(r.outstanding) > 0 && r.ackPSN.Distance(r.sendPSN) < rcWindow {
-		var w *sendWQE
-		for _, o := range r.outstanding {
-			if !o.lastPSN().Before(r.sendPSN) {
-				w = o
-				break
+	if r.rp.active {
+		qp.rpAdvance(now)
+	}
+	r.bucket.refill(now)
+	for len(out) < len(bufs) && r.bucket.allows() {
+		var frame []byte
+		if qp.typ == RC {
+			w, i, next, ok := qp.rcPeek()
+			if !ok {
+				return out, time.Time{}, false
+			}
+			qp.rcAdvance(next)
+			frame = qp.encodePacket(w, i, bufs[len(out)])
+		} else {
+			w := r.queued.head()
+			if w == nil {
+				return out, time.Time{}, false
+			}
+			frame = qp.encodePacket(w, r.queued.packet, bufs[len(out)])
+			if r.queued.packet++; r.queued.packet == w.packets {
+				if !w.wr.Unsignaled {
+					qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn})
+				}
+				r.queued.pop()
 			}
 		}
-		if w == nil {
-			break // everything is sent
+		out = append(out, frame)
+		if r.bucket.limited() {
+			r.bucket.take(len(frame))
 		}
-		i := max(0, w.firstPSN.Distance(r.sendPSN))
-		next := r.sendPSN.Next()
-		if w.wr.Op == OpRead || w.wr.Op == OpCompareSwap || w.wr.Op == OpFetchAdd {
-			if w.wr.Op == OpRead {
-				i = max(i, w.readNext)
-			}
-			next = w.lastPSN().Next()
-		}
-		if r.sendPSN.Before(r.sentPSN) {
-			qp.dev.stats.inc(TxRetransmits)
-		}
-		qp.queuePacket(w, i)
-		r.sendPSN = next
-		if r.sentPSN.Before(next) {
-			r.sentPSN = next
+		if r.rp.active {
+			qp.rpSent(len(frame))
 		}
 	}
-	qp.flushTx()
+	if qp.typ == RC {
+		if _, _, _, ok := qp.rcPeek(); !ok {
+			return out, time.Time{}, false
+		}
+	} else if r.queued.len == 0 {
+		return out, time.Time{}, false
+	}
+	return out, r.bucket.readyAt(), true
+}
+
+// paced reports whether posts go through the TX scheduler: while the
+// bucket limits, and until the requests queued meanwhile have left.
+func (r *requester) paced() bool { return r.bucket.limited() || r.queued.len > 0 }
+
+// setRate sets the bucket to the lower of the QP's RateLimit and its
+// DCQCN rate (0: unlimited). Caller holds qp.mu.
+func (qp *QP) setRate() {
+	r := &qp.req
+	rate := r.rateLimit
+	if r.rp.active && (rate == 0 || r.rp.rate < rate) {
+		rate = r.rp.rate
+	}
+	r.bucket.setRate(rate, qp.mtu+frameOverhead)
+}
+
+// frameOverhead bounds a frame's bytes beyond its payload.
+const frameOverhead = MaxFrameLen - 4096
+
+// sendQueue is a ring of the UC and UD requests a paced QP has accepted
+// and not yet sent (the send queue a NIC's scheduler reads WQEs from);
+// guarded by the QP's mutex. Its slots are allocated on the first paced
+// post and reused.
+type sendQueue struct {
+	wqes   []sendWQE
+	first  int
+	len    int
+	packet int // next packet of the head request
+}
+
+// slot returns the free slot a new request is written to, or nil when
+// max requests wait already. push commits it.
+func (q *sendQueue) slot(max int) *sendWQE {
+	if q.wqes == nil {
+		q.wqes = make([]sendWQE, max)
+	}
+	if q.len == len(q.wqes) {
+		return nil
+	}
+	return &q.wqes[(q.first+q.len)%len(q.wqes)]
+}
+
+func (q *sendQueue) push() { q.len++ }
+
+func (q *sendQueue) head() *sendWQE {
+	if q.len == 0 {
+		return nil
+	}
+	return &q.wqes[q.first]
+}
+
+func (q *sendQueue) pop() {
+	q.first, q.len, q.packet = (q.first+1)%len(q.wqes), q.len-1, 0
+}
+
+// flush completes every queued request with StatusWRFlushError.
+func (qp *QP) flushQueued() {
+	q := &qp.req.queued
+	for w := q.head(); w != nil; w = q.head() {
+		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn})
+		q.pop()
+	}
 }
 
 func (qp *QP) flushTx() {
@@ -276,30 +453,22 @@ func (qp *QP) fillPacket(f *wire.Fields, w *sendWQE, i int) {
 	}
 	f.BTH.PSN = w.firstPSN.Add(i)
 	f.IPID = qp.dev.nextIPID()
+	f.TrafficClass = qp.dev.tx.tos
 	first, lastPkt := i == 0, i == w.packets-1
 	off := i * qp.mtu
 	n := min(qp.mtu, w.length-off)
-	var column wire.Opcode
+	pos := positionMiddle
+	switch {
+	case first && lastPkt:
+		pos = positionOnly
+	case first:
+		pos = positionFirst
+	case lastPkt:
+		pos = positionLast
+	}
+	f.BTH.Opcode = sendOpcodes[qp.typ][wr.Op][pos]
 	switch wr.Op {
 	case OpSend, OpSendImm, OpWrite, OpWriteImm:
-		base := map[Op]wire.Opcode{OpSend: 0x00, OpSendImm: 0x00, OpWrite: 0x06, OpWriteImm: 0x06}[wr.Op]
-		imm := wr.Op == OpSendImm || wr.Op == OpWriteImm
-		switch {
-		case first && lastPkt:
-			column = base + 4 // ONLY
-			if imm {
-				column++
-			}
-		case first:
-			column = base
-		case lastPkt:
-			column = base + 2 // LAST
-			if imm {
-				column++
-			}
-		default:
-			column = base + 1
-		}
 		if wr.Op == OpWrite || wr.Op == OpWriteImm {
 			f.RETH = wire.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALength: uint32(w.length)}
 		}
@@ -313,29 +482,51 @@ func (qp *QP) fillPacket(f *wire.Fields, w *sendWQE, i int) {
 			w.sgl.readAt(off, f.Payload)
 		}
 	case OpRead:
-		column = 0x0C
 		f.RETH = wire.RETHFields{VA: wr.RemoteAddr + uint64(off), RKey: wr.RKey, DMALength: uint32(w.length - off)}
 		if w.length == 0 {
 			f.RETH.DMALength = 0
 		}
 		f.BTH.AckReq = true
 	case OpCompareSwap, OpFetchAdd:
-		column = 0x13
 		f.AtomicETH = wire.AtomicETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.Swap, Compare: wr.CompareAdd}
 		if wr.Op == OpFetchAdd {
-			column = 0x14
 			f.AtomicETH.SwapAdd, f.AtomicETH.Compare = wr.CompareAdd, 0
 		}
 		f.BTH.AckReq = true
 	}
-	f.BTH.Opcode = wire.Opcode(qp.typ.transport()) | column
-	if qp.typ == UD {
-		f.BTH.Opcode = wire.UDSendOnly
-		if wr.Op == OpSendImm {
-			f.BTH.Opcode = wire.UDSendOnlyImm
-		}
-	}
 }
+
+// A packet's position in its message, indexing sendOpcodes.
+const (
+	positionFirst = iota
+	positionMiddle
+	positionLast
+	positionOnly
+)
+
+// sendOpcodes is the opcode of each request packet by transport,
+// operation and position: a table of package wire's names, so that
+// building a packet costs one load. Invalid combinations (refused by
+// newSendWQE) stay zero.
+var sendOpcodes = func() (t [UD + 1][OpFetchAdd + 1][positionOnly + 1]wire.Opcode) {
+	t[RC][OpSend] = [...]wire.Opcode{wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast, wire.RCSendOnly}
+	t[RC][OpSendImm] = [...]wire.Opcode{wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLastImm, wire.RCSendOnlyImm}
+	t[RC][OpWrite] = [...]wire.Opcode{wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast, wire.RCWriteOnly}
+	t[RC][OpWriteImm] = [...]wire.Opcode{wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLastImm, wire.RCWriteOnlyImm}
+	// A READ request or atomic is one packet whatever the message length.
+	for pos := range positionOnly + 1 {
+		t[RC][OpRead][pos] = wire.RCReadRequest
+		t[RC][OpCompareSwap][pos] = wire.RCCompareSwap
+		t[RC][OpFetchAdd][pos] = wire.RCFetchAdd
+	}
+	t[UC][OpSend] = [...]wire.Opcode{wire.UCSendFirst, wire.UCSendMiddle, wire.UCSendLast, wire.UCSendOnly}
+	t[UC][OpSendImm] = [...]wire.Opcode{wire.UCSendFirst, wire.UCSendMiddle, wire.UCSendLastImm, wire.UCSendOnlyImm}
+	t[UC][OpWrite] = [...]wire.Opcode{wire.UCWriteFirst, wire.UCWriteMiddle, wire.UCWriteLast, wire.UCWriteOnly}
+	t[UC][OpWriteImm] = [...]wire.Opcode{wire.UCWriteFirst, wire.UCWriteMiddle, wire.UCWriteLastImm, wire.UCWriteOnlyImm}
+	t[UD][OpSend][positionOnly] = wire.UDSendOnly
+	t[UD][OpSendImm][positionOnly] = wire.UDSendOnlyImm
+	return t
+}()
 
 // armTimer starts the retransmission timer if work is outstanding.
 func (qp *QP) armTimer() {
@@ -543,27 +734,4 @@ func (qp *QP) handleResponse(p *wire.Packet) {
 	if w.done {
 		qp.completeThrough(w.lastPSN())
 	}
-}
-
-// pacer spaces packets to a rate limit; it sleeps on the sender's
-// goroutine, as a NIC's rate limiter holds the send queue.
-type pacer struct {
-	bitsPerSec float64
-	next       time.Time
-}
-
-func newPacer(bitsPerSec float64) *pacer {
-	if bitsPerSec <= 0 {
-		return nil
-	}
-	return &pacer{bitsPerSec: bitsPerSec}
-}
-
-func (p *pacer) wait(frameLen int) {
-	now := time.Now()
-	if p.next.After(now) {
-		time.Sleep(p.next.Sub(now))
-		now = p.next
-	}
-	p.next = now.Add(time.Duration(float64(frameLen*8) / p.bitsPerSec * float64(time.Second)))
 }
