@@ -3,6 +3,7 @@ package interop
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,7 +49,8 @@ var rxeDeviations = map[string]string{
 // an AF_XDP port on the host side of the bridge. rxe must meet every
 // expectation but the known deviations above; the test then runs the same
 // battery at emunic (in-process) and logs every case where the two differ.
-// The table and the capture are written to $SDR_CONFORM_OUT when set.
+// The table, the report as JSON and the capture are written to
+// $SDR_CONFORM_OUT when set.
 func TestConform(t *testing.T) {
 	e := setupEnv(t, false)
 	buildProgram(t, e.guest, "conform_target")
@@ -107,6 +109,11 @@ func TestConform(t *testing.T) {
 	}
 	table := conformTable(rep, emu)
 	if err := os.WriteFile(filepath.Join(outDir, "conform-rxe.txt"), []byte(table), 0o644); err != nil {
+		t.Error(err)
+	}
+	if js, err := json.MarshalIndent(rep, "", "  "); err != nil {
+		t.Error(err)
+	} else if err := os.WriteFile(filepath.Join(outDir, "conform-rxe.json"), js, 0o644); err != nil {
 		t.Error(err)
 	}
 	t.Logf("rxe against the expectations, and emunic where it differs:\n%s", table)
