@@ -585,7 +585,17 @@ func readAtomicCases() []Case {
 }
 
 func framingCases() []Case {
-	var cs []Case
+	// UC only: the probe after it works whether the write was taken or
+	// not (on RC the two outcomes leave different PSNs expected).
+	cs := []Case{{ID: "uc-l2-multicast", Desc: "UC WRITE ONLY in an Ethernet frame to the all-hosts group 01:00:5e:00:00:01 (IP unicast to the target)",
+		QP: UC, Spec: "RFC 1122 3.3.6 leaves room; Linux delivers it (drop_unicast_in_l2_multicast=0), so rxe executes it", Build: func(e *Env) {
+			data := writeOnly(e, func(f *wire.Fields) { f.DstMAC = [6]byte{0x01, 0x00, 0x5e, 0, 0, 1} })
+			executed(e, data)
+			e.Alt("RFC 1122 3.3.6: a host SHOULD discard a unicast datagram that came in a link-layer broadcast or multicast", func() {
+				e.Leaves(e.P(1), 0)
+				e.Drops(cWrongMAC)
+			})
+		}}}
 	for _, fc := range []struct {
 		id, desc, counter string
 		mut               func(e *Env) Mutation

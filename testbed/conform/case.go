@@ -339,7 +339,9 @@ func (e *Env) Completes(c Completion) { e.outcome().CQEs = append(e.outcome().CQ
 
 // Alt describes an outcome the specification also allows (reported as
 // DIFF, not FAIL); build states it with Expect, Wrote, Leaves, ... as for
-// the main outcome, starting from "nothing happened".
+// the main outcome, starting from "nothing happened". The probe is sent
+// where the main outcome leaves the QP, so an RC alternative must leave
+// it expecting the same PSN (or broken).
 func (e *Env) Alt(reason string, build func()) {
 	o := Outcome{Next: e.PSN}
 	e.alt = &o
