@@ -191,6 +191,30 @@ func validCases() []Case {
 			e.Wrote(0, data)
 			e.Leaves(e.P(2), 2)
 		}})
+	cs = append(cs, both("send-empty", "SEND ONLY with immediate, no payload (into a posted zero-length receive)", "IBA ch. 9 SEND", func(e *Env) {
+		op := wire.RCSendOnlyImm
+		if e.kind == UC {
+			op = wire.UCSendOnlyImm
+		}
+		f := e.Base(op, e.P(0))
+		f.Imm = 0x5E0D0000 | e.QPN&0xFFFF
+		e.Send(f)
+		e.Completes(Completion{ByteLen: 0, Imm: f.Imm, HasImm: true})
+		if e.kind == RC {
+			e.Expect(Ack(e.P(0), 1))
+			e.Leaves(e.P(1), 1)
+		} else {
+			e.Leaves(e.P(1), 0)
+		}
+	})...)
+	cs = append(cs, Case{ID: "rc-send-too-long", Desc: "SEND ONLY of 16 B into a posted zero-length receive", QP: RC,
+		Spec: "IBA ch. 9 (message longer than the receive buffer): Invalid Request; rxe send_data_in ERR_LENGTH", Build: func(e *Env) {
+			f := e.Base(wire.RCSendOnly, e.P(0))
+			f.Payload = e.Data(16)
+			e.Send(f)
+			refused(e, wire.NAKInvalidRequest, e.P(0), 0, "rx_length_error")
+			e.Completes(Completion{Status: "local length error"})
+		}})
 	cs = append(cs, Case{ID: "rc-write-zero-length", Desc: "zero-length WRITE ONLY naming a bad R_Key and a VA past the region",
 		QP: RC, Spec: "IBA ch. 9 (no memory access, no key check); rxe check_rkey", Build: func(e *Env) {
 			f := e.Write(wire.RCWriteOnly, e.P(0), 0, 0, nil)

@@ -126,6 +126,10 @@ type Completion struct {
 	WriteImm bool // RDMA WRITE with immediate (else SEND)
 	ByteLen  uint32
 	Imm      uint32
+	HasImm   bool // SEND with immediate (a WRITE with immediate always has one)
+	// Status is "" for success, else the error the completion reports, in
+	// emunic's words (emunic.Status.String).
+	Status string
 }
 
 // write is a memory effect: data at a window offset.

@@ -164,12 +164,22 @@ func (t *EmunicTarget) End(c *Case, qpn uint32, window uint64, want []byte, out 
 	for n := t.recvCQ.Poll(buf[:]); n > 0; n = t.recvCQ.Poll(buf[:]) {
 		cqes = append(cqes, buf[:n]...)
 	}
-	completion := func(qpn uint32, writeImm bool, n, imm uint32) string {
-		return fmt.Sprintf("QP %#x write-imm=%v %dB imm=%#x", qpn, writeImm, n, imm)
+	completion := func(qpn uint32, c Completion) string {
+		if c.Status != "" {
+			return fmt.Sprintf("QP %#x %s", qpn, c.Status)
+		}
+		op := "recv"
+		if c.WriteImm {
+			op, c.HasImm = "recv-write-imm", true
+		}
+		if !c.HasImm {
+			return fmt.Sprintf("QP %#x %s %dB", qpn, op, c.ByteLen)
+		}
+		return fmt.Sprintf("QP %#x %s %dB imm=%#x", qpn, op, c.ByteLen, c.Imm)
 	}
 	var wantCQ, gotCQ []string
 	for _, w := range out.CQEs {
-		wantCQ = append(wantCQ, completion(qpn, w.WriteImm, w.ByteLen, w.Imm))
+		wantCQ = append(wantCQ, completion(qpn, w))
 	}
 	flushed := 0
 	for _, q := range cqes {
@@ -177,9 +187,10 @@ func (t *EmunicTarget) End(c *Case, qpn uint32, window uint64, want []byte, out 
 		case q.Status == emunic.StatusWRFlushError && q.QPN == qpn:
 			flushed++ // the QP went to the error state: its receive queue is flushed
 		case q.Status != emunic.StatusSuccess:
-			gotCQ = append(gotCQ, fmt.Sprintf("QP %#x %v", q.QPN, q.Status))
+			gotCQ = append(gotCQ, completion(q.QPN, Completion{Status: q.Status.String()}))
 		default:
-			gotCQ = append(gotCQ, completion(q.QPN, q.Opcode == emunic.WCRecvWriteImm, q.ByteLen, q.Imm))
+			gotCQ = append(gotCQ, completion(q.QPN, Completion{WriteImm: q.Opcode == emunic.WCRecvWriteImm, ByteLen: q.ByteLen,
+				Imm: q.Imm, HasImm: q.HasImm}))
 		}
 	}
 	if flushed > 0 && !out.Broken {
