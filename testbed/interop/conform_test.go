@@ -98,7 +98,7 @@ func TestConform(t *testing.T) {
 	stats, _, _ := e.guest.Run("rdma statistic show link rxe0/1", 10*time.Second)
 	t.Logf("rxe: %d cases in %v: %d PASS, %d DIFF, %d FAIL, %d SKIP; rxe counters: %s", len(rep.Results),
 		time.Since(start).Round(time.Second), rep.Pass, rep.Diff, rep.Fail, rep.Skip, strings.TrimSpace(stats))
-	checkWriteImmCQEs(t, rep, guestOut)
+	checkRecvCQEs(t, rep, guestOut)
 
 	emu, err := conform.RunSelf(ctx, conform.SelfConfig{Config: conform.Config{Timeout: 2 * time.Second}})
 	if err != nil {
@@ -154,19 +154,30 @@ func waitTarget(cmd *Command, timeout time.Duration) (conform.Target, error) {
 	}
 }
 
-// checkWriteImmCQEs expects rxe's receive completions for the WRITE with
-// immediate cases, which only the target sees: status success, opcode
-// IBV_WC_RECV_RDMA_WITH_IMM (129), 32 bytes, the immediate the case sent.
-func checkWriteImmCQEs(t *testing.T, rep *conform.Report, guestOut string) {
+// checkRecvCQEs expects rxe's receive completions for the cases that
+// consume a receive WQE, which only the target sees: status success, the
+// opcode (IBV_WC_RECV_RDMA_WITH_IMM 129, IBV_WC_RECV 128), length and the
+// immediate the case sent.
+func checkRecvCQEs(t *testing.T, rep *conform.Report, guestOut string) {
 	t.Helper()
-	for _, id := range []string{"rc-write-imm", "uc-write-imm"} {
-		r, ok := rep.ByID(id)
+	for _, c := range []struct {
+		id     string
+		opcode int
+		length int
+		imm    func(qpn uint32) uint32
+	}{
+		{"rc-write-imm", 129, 32, func(q uint32) uint32 { return 0xC0FFEE00 | q&0xFF }},
+		{"uc-write-imm", 129, 32, func(q uint32) uint32 { return 0xC0FFEE00 | q&0xFF }},
+		{"rc-send-empty", 128, 0, func(q uint32) uint32 { return 0x5E0D0000 | q&0xFFFF }},
+		{"uc-send-empty", 128, 0, func(q uint32) uint32 { return 0x5E0D0000 | q&0xFFFF }},
+	} {
+		r, ok := rep.ByID(c.id)
 		if !ok || r.Verdict != conform.Pass {
 			continue // reported with the case
 		}
-		want := fmt.Sprintf("CQE qpn=%x status=0 opcode=129 len=32 imm=%x", r.QPN, 0xC0FFEE00|r.QPN&0xFF)
+		want := fmt.Sprintf("CQE qpn=%x status=0 opcode=%d len=%d imm=%x", r.QPN, c.opcode, c.length, c.imm(r.QPN))
 		if !strings.Contains(guestOut, want) {
-			t.Errorf("%s: no %q among rxe's completions:\n%s", id, want, guestOut)
+			t.Errorf("%s: no %q among rxe's completions:\n%s", c.id, want, guestOut)
 		}
 	}
 }
