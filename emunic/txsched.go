@@ -137,9 +137,7 @@ func (s *txSched) run() {
 		select {
 		case <-timer.C:
 		case <-s.wake:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop() // no stale tick follows (Go 1.23 timers)
 		}
 	}
 }
@@ -194,16 +192,20 @@ type tokenBucket struct {
 	last   time.Time // zero until first used: a bucket starts empty
 }
 
-// bucketBurst is how long a bucket may save up for: enough to absorb the
-// scheduler's timer overshoot on a loaded host (a late turn spends what
-// accrued meanwhile), short enough to keep bursts small.
-const bucketBurst = 2 * time.Millisecond
+// A bucket saves up for bucketBurst or bucketBurstFrames frames, whichever
+// is more: enough to absorb the scheduler's timer overshoot on a loaded
+// host (a late turn spends what accrued meanwhile, so the long-run rate
+// holds), short enough to keep bursts small.
+const (
+	bucketBurst       = 2 * time.Millisecond
+	bucketBurstFrames = 8
+)
 
 // setRate sets the rate in bits per second (0: unlimited) and sizes the
-// burst so that at least two frames of maxFrame bytes fit.
+// burst for frames of up to maxFrame bytes.
 func (b *tokenBucket) setRate(bitsPerSec float64, maxFrame int) {
 	b.rate = bitsPerSec / 8
-	b.burst = max(b.rate*bucketBurst.Seconds(), float64(2*maxFrame))
+	b.burst = max(b.rate*bucketBurst.Seconds(), float64(bucketBurstFrames*maxFrame))
 	b.tokens = min(b.tokens, b.burst)
 	if b.rate == 0 {
 		b.tokens = 0
