@@ -77,18 +77,41 @@ type CQE struct {
 	HasImm  bool
 	QPN     uint32 // the local QP the work request belonged to
 	SrcQP   uint32 // UD: the sender's QP number
+	// QPContext is the QP's QPConfig.Context on receive completions
+	// (ibv_qp's qp_context): what a consumer needs of the QP without a
+	// lookup by QPN.
+	QPContext uint64
 }
 
 // CQ is a completion queue: a bounded ring that producers (the device's
 // receive goroutine, PostSend, timers) append to and consumers poll in
-// batches or wait on without spinning. Safe for concurrent use.
+// batches or wait on without spinning, or hand to a completion handler
+// (SetHandler). Safe for concurrent use: mu guards the ring; dispatchMu
+// serializes the handler's calls and guards handler and batch.
 type CQ struct {
-	mu       sync.Mutex
-	ring     []CQE
-	head     int // next to poll
-	count    int
-	overflow bool
-	notify   chan struct{} // holds a token while entries are waiting
+	mu        sync.Mutex
+	ring      []CQE
+	head      int // next to poll
+	count     int
+	overflow  bool
+	scheduled bool          // a receive goroutine will dispatch the CQ at the end of its batch
+	hasHandle bool          // handler != nil, for append (under mu)
+	notify    chan struct{} // holds a token while entries are waiting
+
+	dispatchMu sync.Mutex
+	handler    Handler
+	batch      []CQE
+}
+
+// Handler is a CQ's completion handler, the shape of a FlexIO event
+// handler: the device calls it with a batch of completions inline on its
+// receive goroutine, at the end of the receive batch that produced them,
+// so that per-packet work runs where the packet lands with no goroutine
+// hop. Its calls are serialized. It must not block for long (it holds up
+// the device's receive path) and may post receives and sends; the slice
+// is valid only during the call.
+type Handler interface {
+	Handle(cqes []CQE)
 }
 
 // NewCQ returns a completion queue holding up to depth entries. When it is
@@ -101,20 +124,34 @@ func NewCQ(depth int) (*CQ, error) {
 	return &CQ{ring: make([]CQE, depth), notify: make(chan struct{}, 1)}, nil
 }
 
-func (cq *CQ) push(e CQE) {
+// push appends a completion produced outside the receive path (flushes,
+// send completions): on a CQ with a handler it waits for the next
+// dispatch (the next receive batch with a completion for the CQ, or
+// Dispatch).
+func (cq *CQ) push(e CQE) { cq.append(e, false) }
+
+// pushRx appends a completion the device's receive goroutine produced
+// and reports whether the caller must dispatch the CQ at the end of its
+// batch (the CQ has a handler and was not scheduled yet).
+func (cq *CQ) pushRx(e CQE) bool { return cq.append(e, true) }
+
+func (cq *CQ) append(e CQE, rx bool) (schedule bool) {
 	cq.mu.Lock()
 	if cq.count == len(cq.ring) {
 		cq.overflow = true
 		cq.mu.Unlock()
-		return
+		return false
 	}
 	cq.ring[(cq.head+cq.count)%len(cq.ring)] = e
 	cq.count++
+	schedule = rx && cq.hasHandle && !cq.scheduled
+	cq.scheduled = cq.scheduled || schedule
 	cq.mu.Unlock()
 	select {
 	case cq.notify <- struct{}{}:
 	default:
 	}
+	return schedule
 }
 
 // Poll moves up to len(out) completions into out and returns how many. It
@@ -122,6 +159,10 @@ func (cq *CQ) push(e CQE) {
 func (cq *CQ) Poll(out []CQE) int {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
+	return cq.pollLocked(out)
+}
+
+func (cq *CQ) pollLocked(out []CQE) int {
 	n := min(len(out), cq.count)
 	for i := range n {
 		out[i] = cq.ring[(cq.head+i)%len(cq.ring)]
@@ -129,6 +170,50 @@ func (cq *CQ) Poll(out []CQE) int {
 	cq.head = (cq.head + n) % len(cq.ring)
 	cq.count -= n
 	return n
+}
+
+// SetHandler makes h the CQ's completion handler (nil: none, the CQ is
+// polled again) and hands it the completions already waiting. It returns
+// once no call of the previous handler runs, so that after SetHandler(nil)
+// the old handler's memory may be freed.
+func (cq *CQ) SetHandler(h Handler) {
+	cq.dispatchMu.Lock()
+	cq.handler = h
+	cq.mu.Lock()
+	cq.hasHandle = h != nil
+	cq.mu.Unlock()
+	cq.dispatchMu.Unlock()
+	if h != nil {
+		cq.Dispatch()
+	}
+}
+
+// Dispatch hands every completion the CQ holds to its handler, after any
+// dispatch in progress has finished: once it returns, the handler has
+// taken every completion pushed before the call. Without a handler it
+// does nothing. The device's receive goroutine calls it at the end of
+// each receive batch that completed work on the CQ; a consumer calls it
+// as a fence. One lock pair per batch of up to 256 completions; it
+// allocates nothing once the batch buffer exists.
+func (cq *CQ) Dispatch() {
+	cq.dispatchMu.Lock()
+	defer cq.dispatchMu.Unlock()
+	if cq.handler == nil {
+		return
+	}
+	if cq.batch == nil {
+		cq.batch = make([]CQE, min(256, len(cq.ring)))
+	}
+	for {
+		cq.mu.Lock()
+		cq.scheduled = false
+		n := cq.pollLocked(cq.batch)
+		cq.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		cq.handler.Handle(cq.batch[:n])
+	}
 }
 
 // Wait blocks until the CQ holds at least one completion or ctx ends.

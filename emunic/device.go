@@ -75,6 +75,7 @@ type Device struct {
 	rx       wire.Packet
 	salvage  []byte // a copy of a READ request carrying payload (see decodeReadWithPayload)
 	ackQPs   []*QP
+	rxCQs    []*CQ // CQs with a handler that this batch completed work on
 	ctlBufs  [][]byte
 	ctlBatch [][]byte
 }
@@ -213,6 +214,7 @@ func (d *Device) receiveLoop(batch int) {
 			d.receive(bufs[i][:sizes[i]])
 		}
 		d.flushACKs()
+		d.dispatchCQs()
 	}
 }
 
@@ -307,6 +309,17 @@ func (d *Device) flushACKs() {
 	clear(d.ackQPs)
 	d.ackQPs = d.ackQPs[:0]
 	d.flushCtl()
+}
+
+// dispatchCQs runs the completion handlers of the CQs the last receive
+// batch completed work on, after its ACKs left (a handler's work must
+// not delay the peer's window).
+func (d *Device) dispatchCQs() {
+	for _, cq := range d.rxCQs {
+		cq.Dispatch()
+	}
+	clear(d.rxCQs)
+	d.rxCQs = d.rxCQs[:0]
 }
 
 // ctlFrame returns a buffer for the next control frame the receive

@@ -61,6 +61,10 @@ type QPConfig struct {
 	MaxSendWR int
 	// MaxRecvWR bounds posted receive work requests (default 1024).
 	MaxRecvWR int
+	// Context is the consumer's value for the QP, carried in its receive
+	// completions (CQE.QPContext) so that a completion handler finds its
+	// state without a lookup.
+	Context uint64
 }
 
 // QPAttr carries the attributes of the state transitions, as
@@ -106,6 +110,7 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
+	ctx    uint64 // QPConfig.Context
 
 	mu    sync.Mutex
 	state QPState
@@ -140,7 +145,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	d := pd.dev
 	qp := &QP{dev: d, pd: pd, typ: cfg.Type, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ,
-		maxSQ: cfg.MaxSendWR, rq: recvQueue{max: cfg.MaxRecvWR}}
+		ctx: cfg.Context, maxSQ: cfg.MaxSendWR, rq: recvQueue{max: cfg.MaxRecvWR}}
 	qp.req.init()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -340,7 +345,7 @@ func (qp *QP) enterError() {
 	qp.flushQueued()
 	if qp.srq == nil {
 		for _, w := range qp.rq.drain() {
-			qp.recvCQ.push(CQE{WRID: w.id, Status: StatusWRFlushError, Opcode: WCRecv, QPN: qp.qpn})
+			qp.recvCQ.push(CQE{WRID: w.id, Status: StatusWRFlushError, Opcode: WCRecv, QPN: qp.qpn, QPContext: qp.ctx})
 		}
 	}
 }
@@ -405,22 +410,36 @@ func (d *Device) resolveRecv(pd *PD, wr RecvWR) (recvWQE, error) {
 // PostRecv posts a receive work request. Allowed from INIT on; QPs with
 // an SRQ take receives from it instead.
 func (qp *QP) PostRecv(wr RecvWR) error {
+	_, err := qp.PostRecvList([]RecvWR{wr})
+	return err
+}
+
+// PostRecvList posts receive work requests in order with one acquisition
+// of the QP's lock (ibv_post_recv's list of work requests): a completion
+// handler that replenishes what a batch consumed posts once per batch
+// rather than once per packet. It returns how many were posted; on an
+// error the rest of the list is not.
+func (qp *QP) PostRecvList(wrs []RecvWR) (int, error) {
 	if qp.srq != nil {
-		return fmt.Errorf("emunic: post recv: QP %#x uses an SRQ: %w", qp.qpn, ErrInvalidArgument)
-	}
-	w, err := qp.dev.resolveRecv(qp.pd, wr)
-	if err != nil {
-		return err
+		return 0, fmt.Errorf("emunic: post recv: QP %#x uses an SRQ: %w", qp.qpn, ErrInvalidArgument)
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.state == StateReset || qp.state == StateError {
-		return fmt.Errorf("emunic: post recv: QP %#x in %v: %w", qp.qpn, qp.state, ErrInvalidState)
+		return 0, fmt.Errorf("emunic: post recv: QP %#x in %v: %w", qp.qpn, qp.state, ErrInvalidState)
 	}
-	if !qp.rq.push(w) {
-		return fmt.Errorf("emunic: post recv: QP %#x: %w", qp.qpn, ErrQueueFull)
+	for i, wr := range wrs {
+		// Resolving under the QP's lock is safe: it takes the device's
+		// key table lock, never a QP's.
+		w, err := qp.dev.resolveRecv(qp.pd, wr)
+		if err != nil {
+			return i, err
+		}
+		if !qp.rq.push(w) {
+			return i, fmt.Errorf("emunic: post recv: QP %#x: %w", qp.qpn, ErrQueueFull)
+		}
 	}
-	return nil
+	return len(wrs), nil
 }
 
 // SRQ is a shared receive queue: QPs created with it take their receive

@@ -128,7 +128,7 @@ func (qp *QP) receiveUD(p *wire.Packet) {
 	if w.sgl.length() < grhLen+len(p.Payload) {
 		d.stats.inc(RxLengthError)
 		cqe.Status = StatusLocalLengthError
-		qp.recvCQ.push(cqe)
+		qp.completeRecv(cqe)
 		return
 	}
 	var grh [grhLen]byte
@@ -139,7 +139,7 @@ func (qp *QP) receiveUD(p *wire.Packet) {
 	}
 	w.sgl.copyAt(0, grh[:])
 	w.sgl.copyAt(grhLen, p.Payload)
-	qp.recvCQ.push(cqe)
+	qp.completeRecv(cqe)
 }
 
 // receiveUC applies IBA UC semantics: a PSN gap drops the rest of the
@@ -244,6 +244,16 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 	// Acknowledge once per receive batch rather than per A bit, so that
 	// the requester's window keeps moving inside long messages.
 	qp.scheduleACK()
+}
+
+// completeRecv reports a receive completion from the receive goroutine:
+// it carries the QP's context, and a CQ with a handler is dispatched at
+// the end of the receive batch.
+func (qp *QP) completeRecv(e CQE) {
+	e.QPContext = qp.ctx
+	if qp.recvCQ.pushRx(e) {
+		qp.dev.rxCQs = append(qp.dev.rxCQs, qp.recvCQ)
+	}
 }
 
 func readResponses(length, mtu int) int { return max(1, (length+mtu-1)/mtu) }
@@ -352,14 +362,14 @@ func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 		r.active, r.op, r.offset = true, wire.OpSend, 0
 	}
 	if r.offset+len(p.Payload) > r.recv.sgl.length() {
-		qp.recvCQ.push(CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv, QPN: qp.qpn})
+		qp.completeRecv(CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv, QPN: qp.qpn})
 		r.held, r.active = false, false
 		return RxLengthError
 	}
 	r.recv.sgl.copyAt(r.offset, p.Payload)
 	r.offset += len(p.Payload)
 	if pos == wire.PositionLast || pos == wire.PositionOnly {
-		qp.recvCQ.push(CQE{WRID: r.recv.id, Opcode: WCRecv, ByteLen: uint32(r.offset),
+		qp.completeRecv(CQE{WRID: r.recv.id, Opcode: WCRecv, ByteLen: uint32(r.offset),
 			Imm: p.Imm(), HasImm: p.ImmDt != nil, QPN: qp.qpn})
 		r.held, r.active = false, false
 		r.msn = (r.msn + 1) & 0xFFFFFF
@@ -416,7 +426,7 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 			} else {
 				w, _ = qp.takeRecv()
 			}
-			qp.recvCQ.push(CQE{WRID: w.id, Opcode: WCRecvWriteImm, ByteLen: uint32(r.dmaLen),
+			qp.completeRecv(CQE{WRID: w.id, Opcode: WCRecvWriteImm, ByteLen: uint32(r.dmaLen),
 				Imm: p.Imm(), HasImm: true, QPN: qp.qpn})
 		}
 	}

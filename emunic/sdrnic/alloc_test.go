@@ -11,8 +11,8 @@ import (
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-// TestReceivePathAllocatesNothing runs the worker's per-completion step
-// (engine, progress token, receive repost) on completions for an armed
+// TestReceivePathAllocatesNothing runs the completion handler (engine,
+// progress token, batched receive repost) on completions for an armed
 // slot and requires zero allocations per packet.
 func TestReceivePathAllocatesNothing(t *testing.T) {
 	pa, _ := emunic.NewPipe(emunic.PipeConfig{})
@@ -23,7 +23,7 @@ func TestReceivePathAllocatesNothing(t *testing.T) {
 	}
 	// A channel QP with room in its receive queue, as in steady state
 	// where every completion consumed the WQE the worker reposts.
-	ch, err := dev.AllocPD().CreateQP(emunic.QPConfig{Type: emunic.UC, SendCQ: cq, RecvCQ: cq, MaxRecvWR: 1 << 16})
+	ch, err := dev.AllocPD().CreateQP(emunic.QPConfig{Type: emunic.UC, SendCQ: cq, RecvCQ: cq, MaxRecvWR: 1 << 16, Context: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,17 +31,18 @@ func TestReceivePathAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, SlotSize: 64 << 10, Generations: 2, Layout: wire.DefaultImmLayout}
-	q := &Transport{attr: attr, byQPN: map[uint32]channelQP{ch.QPN(): {qp: ch, gen: 1}}, slots: NewSlots(4)}
+	q := &Transport{attr: attr, chans: [][]*emunic.QP{{ch}, {ch}}, slots: NewSlots(4)}
 	geo, _ := engine.NewGeometry(64<<10, 1024, 4096)
 	es, _ := engine.NewSlot(nil, geo, attr.Layout)
 	es.Activate(5, 1)
 	q.slots.s[1].Store(&Armed{Slot: es, progress: make(chan struct{}, 1), Gen: 1, Entry: 5})
-	h := engineHandler{t: q}
+	h := newEngineHandler(q, 0)
+	var batch [1]emunic.CQE
 	k := 0
 	allocs := testing.AllocsPerRun(1000, func() {
-		e := emunic.CQE{Status: emunic.StatusSuccess, HasImm: true, QPN: ch.QPN(), ByteLen: 1024,
-			Imm: attr.Layout.Pack(5, uint32(k%64), 0)}
-		h.process(&e)
+		batch[0] = emunic.CQE{Status: emunic.StatusSuccess, HasImm: true, QPN: ch.QPN(), ByteLen: 1024,
+			Imm: attr.Layout.Pack(5, uint32(k%64), 0), QPContext: 1}
+		h.Handle(batch[:])
 		k++
 	})
 	if allocs != 0 {

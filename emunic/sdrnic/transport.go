@@ -1,7 +1,6 @@
 package sdrnic
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,16 +13,18 @@ import (
 
 // Transport is the emulated-NIC half of one SDR QP, shared by the
 // backends on emunic: the channel QPs per generation, the root MRs, the
-// CQs, one worker goroutine per channel that hands its receive
-// completions to a Handler (the per-packet work: this package's Go
-// engine, or hwnic/dpa/dpasim's C handler), the slot table, the fences
-// that Arm needs, Connect, and the send path. It implements backend.QP.
+// CQs, one Handler per channel installed as its receive CQ's completion
+// handler (the per-packet work: this package's Go engine, or
+// hwnic/dpa/dpasim's C handler, run inline on the device's receive
+// goroutine as a FlexIO event handler runs where the CQE lands), the slot
+// table, the fences that Arm needs, Connect, and the send path. It
+// implements backend.QP.
 //
 // Ownership: the fields above slots are set by NewTransport and Start
 // and read-only afterwards; slots serializes Arm and Disarm and is read
 // by the handlers through atomics; peer is published once by Connect;
-// tx belongs to whoever holds sendMu; each worker owns its handler's
-// calls.
+// tx belongs to whoever holds sendMu; each CQ serializes its handler's
+// calls (emunic.CQ.Dispatch).
 type Transport struct {
 	d       *Device
 	cfg     TransportConfig
@@ -38,16 +39,9 @@ type Transport struct {
 	psn     wire.PSN
 	depth   int // RC send queue depth per channel QP
 	signal  int // RC: every signal-th request is signaled
-	stop    context.CancelFunc
-	wg      sync.WaitGroup
-	workers []*worker
+	started bool
 
 	slots *Slots
-
-	fenceSeq  atomic.Uint64
-	fenceMu   sync.Mutex // with fenceCond: workers report fences reached
-	fenceCond *sync.Cond
-	closing   atomic.Bool // a worker stopped: fences no longer wait
 
 	connMu sync.Mutex // serializes Connect
 	peer   atomic.Pointer[Peer]
@@ -74,11 +68,14 @@ type TransportConfig struct {
 	Release func()
 }
 
-// Handler is the per-packet work of one channel. Handle receives the
-// channel's receive completions in CQ order, on the channel's worker
-// goroutine, and returns once it has taken them. Each WRITE-with-Imm
-// consumed one receive WQE of its channel QP: the handler reposts it
-// (ChannelQP(gen, ch).PostRecv) or the queue runs dry.
+// Handler is the per-packet work of one channel: its receive CQ's
+// completion handler (emunic.Handler). Handle receives the channel's
+// receive completions in CQ order, in batches, inline on the device's
+// receive goroutine (or on Fence's caller, serialized with it), and
+// returns once it has taken them. Each completion's QPContext is the
+// generation of its channel QP. Each WRITE-with-Imm consumed one receive
+// WQE of its channel QP: the handler reposts it (ChannelQP(gen,
+// ch).PostRecvList, once per batch) or the queue runs dry.
 type Handler interface {
 	Handle(cqes []emunic.CQE)
 }
@@ -98,24 +95,10 @@ type txState struct {
 	cqes          [64]emunic.CQE
 }
 
-// worker polls one channel's receive CQ for its handler. Its goroutine
-// owns cqes and the handler's calls; acked and wake are its side of the
-// fence handshake with Arm (see Fence).
-type worker struct {
-	t    *Transport
-	cq   *emunic.CQ
-	h    Handler
-	cqes [256]emunic.CQE
-
-	acked  atomic.Uint64 // the last fence sequence seen with the CQ drained
-	wakeMu sync.Mutex
-	wake   context.CancelFunc // cancels the context the worker waits on
-}
-
 // NewTransport creates the transport of one SDR QP: Generations ×
 // Channels channel QPs (UC, or RC with Options.RC) with RecvDepth
 // receive WQEs posted each, a zero-based indirect root MR per generation
-// with an entry per message ID, and the CQs. No worker runs until Start;
+// with an entry per message ID, and the CQs. No handler runs until Start;
 // until then completions wait in the CQs. The device closes the
 // transport with itself.
 func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transport, error) {
@@ -129,7 +112,6 @@ func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transp
 	}
 	t := &Transport{d: d, cfg: cfg, attr: attr, typ: emunic.UC, entries: entries, byQPN: map[uint32]channelQP{},
 		slots: NewSlots(attr.MaxMessages), psn: 1}
-	t.fenceCond = sync.NewCond(&t.fenceMu)
 	if d.opts.RC {
 		t.typ = emunic.RC
 		// One message's packets and carriers must fit a channel's queue
@@ -168,7 +150,7 @@ func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transp
 		var row []*emunic.QP
 		for c := range d.channels {
 			q, err := d.pd.CreateQP(emunic.QPConfig{Type: t.typ, SendCQ: t.sendCQ, RecvCQ: t.recvCQs[c],
-				MaxSendWR: max(t.depth, 1<<16), MaxRecvWR: RecvDepth})
+				MaxSendWR: max(t.depth, 1<<16), MaxRecvWR: RecvDepth, Context: uint64(g)})
 			if err != nil {
 				return fail(err)
 			}
@@ -196,20 +178,16 @@ func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transp
 	return t, nil
 }
 
-// Start runs one worker goroutine per channel, handing channel c's
-// receive completions to handlers[c]. Call it once, before Connect.
+// Start installs handlers[c] as channel c's receive CQ handler and hands
+// it the completions already waiting. Call it once, before Connect.
 func (t *Transport) Start(handlers []Handler) error {
-	if len(handlers) != len(t.recvCQs) || t.stop != nil {
+	if len(handlers) != len(t.recvCQs) || t.started {
 		return fmt.Errorf("%s: start: %d handlers for %d channels, or started twice: %w",
 			t.cfg.Name, len(handlers), len(t.recvCQs), emunic.ErrInvalidArgument)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	t.stop = stop
+	t.started = true
 	for c, h := range handlers {
-		t.workers = append(t.workers, &worker{t: t, cq: t.recvCQs[c], h: h})
-	}
-	for _, w := range t.workers {
-		t.wg.Go(func() { w.run(ctx) })
+		t.recvCQs[c].SetHandler(h)
 	}
 	return nil
 }
@@ -368,71 +346,13 @@ func (t *Transport) quiesce() {
 	}
 }
 
-// Fence returns once every worker has handed its handler all completions
-// its CQ held when Fence was called: each worker acknowledges the new
-// sequence number after a poll that drained its CQ (waking from an idle
-// wait to do so). Costs a wake-up per worker; nothing per packet.
+// Fence returns once every channel's handler has taken all completions
+// its CQ held when Fence was called: a dispatch in progress (on the
+// device's receive goroutine) finishes, and what is left is dispatched
+// here. One lock pair per channel when the CQs are empty.
 func (t *Transport) Fence() {
-	seq := t.fenceSeq.Add(1)
-	for _, w := range t.workers {
-		w.kick()
-	}
-	t.fenceMu.Lock()
-	defer t.fenceMu.Unlock()
-	for _, w := range t.workers {
-		for w.acked.Load() < seq && !t.closing.Load() {
-			t.fenceCond.Wait()
-		}
-	}
-}
-
-// kick wakes the worker from an idle wait.
-func (w *worker) kick() {
-	w.wakeMu.Lock()
-	if w.wake != nil {
-		w.wake()
-		w.wake = nil
-	}
-	w.wakeMu.Unlock()
-}
-
-// waitContext returns the context the worker's next idle wait uses,
-// made before the worker reads the fence sequence so that a kick after
-// that read always interrupts the wait.
-func (w *worker) waitContext(parent, cur context.Context) context.Context {
-	w.wakeMu.Lock()
-	defer w.wakeMu.Unlock()
-	if w.wake == nil {
-		cur, w.wake = context.WithCancel(parent)
-	}
-	return cur
-}
-
-func (w *worker) run(ctx context.Context) {
-	t := w.t
-	defer func() {
-		t.fenceMu.Lock()
-		t.closing.Store(true)
-		t.fenceCond.Broadcast()
-		t.fenceMu.Unlock()
-	}()
-	var waitCtx context.Context
-	for {
-		waitCtx = w.waitContext(ctx, waitCtx)
-		seq := t.fenceSeq.Load()
-		n := w.cq.Poll(w.cqes[:])
-		if n > 0 {
-			w.h.Handle(w.cqes[:n])
-		}
-		if n < len(w.cqes) && w.acked.Load() < seq {
-			t.fenceMu.Lock()
-			w.acked.Store(seq)
-			t.fenceCond.Broadcast()
-			t.fenceMu.Unlock()
-		}
-		if n == 0 && w.cq.Wait(waitCtx) != nil && ctx.Err() != nil {
-			return
-		}
+	for _, cq := range t.recvCQs {
+		cq.Dispatch()
 	}
 }
 
@@ -553,7 +473,7 @@ func (t *Transport) reapSendCompletions() error {
 	}
 }
 
-// Close stops the workers and releases the channel QPs, the root
+// Close removes the handlers and releases the channel QPs, the root
 // entries and MRs, then what TransportConfig.Release frees.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(t.destroy)
@@ -561,9 +481,10 @@ func (t *Transport) Close() error {
 }
 
 func (t *Transport) destroy() {
-	if t.stop != nil {
-		t.stop()
-		t.wg.Wait()
+	// No handler call runs once SetHandler(nil) returns: Release may
+	// free their memory.
+	for _, cq := range t.recvCQs {
+		cq.SetHandler(nil)
 	}
 	for _, row := range t.chans {
 		for _, q := range row {
