@@ -7,6 +7,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/emunic/udp"
 )
 
 // BenchmarkUCWriteImm measures the SDR data path's transport, UC
@@ -20,11 +21,11 @@ func BenchmarkUCWriteImm(b *testing.B) {
 	}{
 		{"pipe", func(b *testing.B) (emunic.Port, emunic.Port) { return emunic.NewPipe(emunic.PipeConfig{}) }},
 		{"udp", func(b *testing.B) (emunic.Port, emunic.Port) {
-			pa, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.0.1"))
+			pa, err := udp.NewPort(netip.MustParseAddr("127.0.0.1"))
 			if err != nil {
 				b.Fatal(err)
 			}
-			pb, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.0.2"))
+			pb, err := udp.NewPort(netip.MustParseAddr("127.0.0.2"))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -26,6 +26,7 @@
 // segment cannot guess them; Config.FixedKeys makes both fixed for tests.
 //
 // Ports: Pipe (two devices in one process, with an optional link model that
-// delays, drops, reorders and duplicates frames) and UDPPort (a UDP socket on
-// port 4791, unprivileged). The AF_XDP port lives in emunic/xsk.
+// delays, drops, reorders and duplicates frames) here; the UDP port (a UDP
+// socket on port 4791, unprivileged) lives in emunic/udp and the AF_XDP
+// port in emunic/xsk.
 package emunic

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/emunic/udp"
 )
 
 // host is a test's device with its PD and CQs.
@@ -31,7 +32,7 @@ func newUDPHosts(t testing.TB) (*host, *host) {
 	t.Helper()
 	var hosts []*host
 	for i, addr := range []string{"127.0.0.1", "127.0.0.2"} {
-		port, err := emunic.NewUDPPort(netip.MustParseAddr(addr))
+		port, err := udp.NewPort(netip.MustParseAddr(addr))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,10 +29,15 @@ type QPSteering interface {
 	RemoveQP(qpn uint32) error
 }
 
-// l3Port is implemented by ports whose frames the kernel has already
-// received at layers 2 and 3 and that rebuild them without Ethernet
-// addresses (UDPPort): the device's MAC filter does not apply to them.
-type l3Port interface{ kernelReceived() }
+// KernelReceiver is implemented by ports whose frames the kernel has
+// already received at layers 2 and 3 and that rebuild them without
+// Ethernet addresses (the UDP port of package emunic/udp): the device's
+// MAC filter does not apply to them. KernelReceived is a marker: it does
+// nothing.
+type KernelReceiver interface{ KernelReceived() }
+
+// l3Port is the device's name for a KernelReceiver.
+type l3Port = KernelReceiver
 
 // MaxFrameLen is the largest frame a device sends or receives: a 4096-byte
 // MTU packet with every header (Ethernet, VLAN, IPv6, UDP, BTH, RETH,

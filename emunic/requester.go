@@ -113,15 +113,27 @@ type requester struct {
 	gather  []byte
 }
 
-const txBatchLen = 32
+// txBatchLen is how many frames a QP hands the port at once: a UDP
+// port's sendmmsg batch, twice the AF_XDP copy-mode kick.
+const txBatchLen = 64
 
 func (r *requester) init() {
 	r.sched.index = -1
-	r.txBufs = make([][]byte, txBatchLen)
-	for i := range r.txBufs {
-		r.txBufs[i] = make([]byte, MaxFrameLen)
-	}
 	r.gather = make([]byte, 4096)
+}
+
+// txBuf returns the buffer of the batch's next frame. The QP's frame
+// buffers are allocated on its first transmission, so that QPs that never
+// send cost no transmit memory.
+func (r *requester) txBuf() []byte {
+	if r.txBufs == nil {
+		slab := make([]byte, txBatchLen*MaxFrameLen)
+		r.txBufs = make([][]byte, txBatchLen)
+		for i := range r.txBufs {
+			r.txBufs[i] = slab[i*MaxFrameLen : (i+1)*MaxFrameLen : (i+1)*MaxFrameLen]
+		}
+	}
+	return r.txBufs[len(r.txBatch)]
 }
 
 func (r *requester) stopTimer() {
@@ -134,13 +146,37 @@ func (r *requester) stopTimer() {
 // PostSend posts a send work request: UC and UD requests are segmented and
 // transmitted before PostSend returns and complete (if signaled) at once;
 // RC requests complete when acknowledged. The data is read from the
-// registered memory when sent, and again if RC retransmits.
+// registered memory when sent, and again if RC retransmits. A paced QP
+// (QPAttr.RateLimit, or a DCQCN rate cut) queues UC and UD requests for
+// the device's TX scheduler instead, and they complete when their last
+// packet leaves; PostSend never waits for the pacer.
 func (qp *QP) PostSend(wr SendWR) error {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	err := qp.postSend(&wr)
 	qp.flushTx()
 	return err
+}
+
+// PostSendList posts wrs in order as one doorbell, as ibv_post_send takes
+// a linked list of work requests: the QP's lock is taken once, and the
+// frames of unpaced requests are handed to the port together, txBatchLen
+// frames per port call (one sendmmsg on a UDP port, one run of TX ring
+// descriptors on an AF_XDP port) instead of one call per request. Each
+// request behaves as with PostSend. It returns how many requests were
+// posted: on an error (that of the first request refused, as
+// ibv_post_send's bad_wr names it) the requests before it are posted and
+// those from it on are not. It allocates nothing for UC and UD requests.
+func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	defer qp.flushTx()
+	for i := range wrs {
+		if err := qp.postSend(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
 }
 
 // postSend posts one request; caller holds qp.mu and calls flushTx
@@ -242,7 +278,7 @@ const rcWindow = 128
 // when full. For READ the one request asks for responses i and later.
 func (qp *QP) queuePacket(w *sendWQE, i int) {
 	r := &qp.req
-	r.txBatch = append(r.txBatch, qp.encodePacket(w, i, r.txBufs[len(r.txBatch)]))
+	r.txBatch = append(r.txBatch, qp.encodePacket(w, i, r.txBuf()))
 	if len(r.txBatch) == txBatchLen {
 		qp.flushTx()
 	}

@@ -197,8 +197,8 @@ type tokenBucket struct {
 // host (a late turn spends what accrued meanwhile, so the long-run rate
 // holds), short enough to keep bursts small.
 const (
-	bucketBurst       = 2 * time.Millisecond
-	bucketBurstFrames = 8
+	bucketBurst       = time.Millisecond
+	bucketBurstFrames = 32
 )
 
 // setRate sets the rate in bits per second (0: unlimited) and sizes the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -340,11 +341,11 @@ func TestDriversOverUDP(t *testing.T) {
 	for _, cfg := range []reliability.Config{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			a, b := netip.MustParseAddr("127.0.3.1"), netip.MustParseAddr("127.0.3.2")
-			pa, err := emunic.NewUDPPort(a)
+			pa, err := udp.NewPort(a)
 			if err != nil {
 				t.Fatal(err)
 			}
-			pb, err := emunic.NewUDPPort(b)
+			pb, err := udp.NewPort(b)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/metrics"
@@ -197,7 +198,7 @@ func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("-a %q: %w", addr, err)
 		}
-		port, err := emunic.NewUDPPort(gid)
+		port, err := udp.NewPort(gid)
 		if err != nil {
 			return nil, "", err
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/sdr/backend"
@@ -32,11 +33,11 @@ func TestConformanceUDP(t *testing.T) {
 	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
 		// Loopback addresses of this package's own: go test runs the
 		// emunic package, which binds 127.0.0.1 and .2, in parallel.
-		pa, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.1.1"))
+		pa, err := udp.NewPort(netip.MustParseAddr("127.0.1.1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pb, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.1.2"))
+		pb, err := udp.NewPort(netip.MustParseAddr("127.0.1.2"))
 		if err != nil {
 			t.Fatal(err)
 		}

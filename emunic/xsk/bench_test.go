@@ -8,6 +8,7 @@ import (
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed"
@@ -131,7 +132,7 @@ func BenchmarkUCWriteImm(b *testing.B) {
 					}
 					var port emunic.Port
 					if err := h.NS.Do(func() (err error) {
-						port, err = emunic.NewUDPPort(h.Addr)
+						port, err = udp.NewPort(h.Addr)
 						return err
 					}); err != nil {
 						b.Fatal(err)

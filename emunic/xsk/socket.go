@@ -319,64 +319,107 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 // ring without asking the kernel to send them, so that several callers'
 // frames go out in one system call (Flush). Frames longer than a chunk
 // are split over several chunks (needs MultiBuffer). When the ring or the
-// free chunks run out it flushes to make room. It returns how many frames
-// it queued.
+// free chunks run out it has the kernel send to make room, and when the
+// kernel makes no progress it waits for the socket to become writable
+// without holding the TX lock (up to about a second, then it fails). It
+// returns how many frames it queued.
 func (s *Socket) Enqueue(frames [][]byte) (int, error) {
-	s.txMu.Lock()
-	defer s.txMu.Unlock()
-	if s.closed.Load() {
-		return 0, ErrClosed
-	}
 	sent := 0
-	for sent < len(frames) {
-		s.reclaim()
-		prod := atomic.LoadUint32(s.tx.producer)
-		room := s.tx.size - (prod - atomic.LoadUint32(s.tx.consumer))
-		queued := 0
-		for sent < len(frames) {
-			f := frames[sent]
-			chunks := max(1, (len(f)+int(s.frameSize)-1)/int(s.frameSize))
-			if uint32(chunks) > room || chunks > len(s.free) {
-				break
-			}
-			for c := range chunks {
-				addr := s.free[len(s.free)-1]
-				s.free = s.free[:len(s.free)-1]
-				part := f[c*int(s.frameSize) : min(len(f), (c+1)*int(s.frameSize))]
-				copy(s.umem[addr:], part)
-				d := s.tx.desc(prod)
-				d.Addr, d.Len, d.Options = addr, uint32(len(part)), 0
-				if c < chunks-1 {
-					d.Options = unix.XDP_PKT_CONTD
-				}
-				prod++
-				room--
-			}
-			sent++
-			queued++
+	for stalls := 0; ; {
+		n, progressed, err := s.enqueue(frames[sent:])
+		sent += n
+		if err != nil || sent == len(frames) {
+			return sent, err
 		}
-		atomic.StoreUint32(s.tx.producer, prod)
-		if sent < len(frames) {
-			// Out of room: let the kernel send and complete earlier frames.
-			if err := s.flushTx(prod); err != nil {
-				return sent, err
-			}
-			if queued == 0 {
-				unix.Poll([]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}, 1)
-			}
+		if n > 0 || progressed {
+			stalls = 0
+			continue
+		}
+		if err := s.stalled(&stalls); err != nil {
+			return sent, err
 		}
 	}
-	return sent, nil
 }
 
-// Flush has the kernel transmit every queued frame.
-func (s *Socket) Flush() error {
+// txStallPolls bounds how many 1 ms waits for a TX ring that makes no
+// progress (link down, device busy) Enqueue and Flush make before failing.
+const txStallPolls = 1000
+
+// stalled waits up to 1 ms for the socket to become writable, holding no
+// lock, or fails once the TX ring made no progress for txStallPolls waits.
+func (s *Socket) stalled(stalls *int) error {
+	if *stalls++; *stalls > txStallPolls {
+		return fmt.Errorf("xsk: TX stalled with %d descriptors pending", s.Pending())
+	}
+	// A Close meanwhile makes the poll return early (or wait on a closed
+	// descriptor for its 1 ms); the next locked step sees ErrClosed.
+	unix.Poll([]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}, 1)
+	return nil
+}
+
+// enqueue queues what fits of frames under the TX lock and, if not all
+// did, kicks the kernel once to make room. It reports how many it queued
+// and whether the kernel consumed descriptors.
+func (s *Socket) enqueue(frames [][]byte) (sent int, progressed bool, err error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	if s.closed.Load() {
-		return ErrClosed
+		return 0, false, ErrClosed
 	}
-	return s.flushTx(atomic.LoadUint32(s.tx.producer))
+	s.reclaim()
+	prod := atomic.LoadUint32(s.tx.producer)
+	room := s.tx.size - (prod - atomic.LoadUint32(s.tx.consumer))
+	for sent < len(frames) {
+		f := frames[sent]
+		chunks := max(1, (len(f)+int(s.frameSize)-1)/int(s.frameSize))
+		if uint32(chunks) > room || chunks > len(s.free) {
+			break
+		}
+		for c := range chunks {
+			addr := s.free[len(s.free)-1]
+			s.free = s.free[:len(s.free)-1]
+			part := f[c*int(s.frameSize) : min(len(f), (c+1)*int(s.frameSize))]
+			copy(s.umem[addr:], part)
+			d := s.tx.desc(prod)
+			d.Addr, d.Len, d.Options = addr, uint32(len(part)), 0
+			if c < chunks-1 {
+				d.Options = unix.XDP_PKT_CONTD
+			}
+			prod++
+			room--
+		}
+		sent++
+	}
+	atomic.StoreUint32(s.tx.producer, prod)
+	if sent < len(frames) {
+		// Out of room: let the kernel send and complete earlier frames.
+		_, progressed, err = s.kick(prod)
+	}
+	return sent, progressed, err
+}
+
+// Flush has the kernel transmit every queued frame. While the kernel makes
+// no progress it waits as Enqueue does, without holding the TX lock.
+func (s *Socket) Flush() error {
+	for stalls := 0; ; {
+		s.txMu.Lock()
+		if s.closed.Load() {
+			s.txMu.Unlock()
+			return ErrClosed
+		}
+		pending, progressed, err := s.kick(atomic.LoadUint32(s.tx.producer))
+		s.txMu.Unlock()
+		switch {
+		case err != nil || pending == 0:
+			return err
+		case progressed:
+			stalls = 0
+		default:
+			if err := s.stalled(&stalls); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // Pending returns how many TX descriptors the kernel has not consumed (0
@@ -391,36 +434,32 @@ func (s *Socket) Pending() int {
 	return int(atomic.LoadUint32(s.tx.producer) - atomic.LoadUint32(s.tx.consumer))
 }
 
-// flushTx kicks the kernel until it has consumed the TX ring up to prod.
-// In copy mode the kernel transmits inside sendto(), at most 32
-// descriptors per call (TX_BATCH_SIZE), so one kick is not enough for a
-// larger batch or for multi-buffer frames.
-func (s *Socket) flushTx(prod uint32) error {
-	last, stalls := atomic.LoadUint32(s.tx.consumer), 0
+// kick has the kernel consume the TX ring up to prod for as long as it
+// makes progress, never waiting: in copy mode the kernel transmits inside
+// sendto(), at most 32 descriptors per call (TX_BATCH_SIZE), so one kick
+// is not enough for a larger batch or for multi-buffer frames. It returns
+// how many descriptors remain and whether any was consumed. Caller holds
+// txMu.
+func (s *Socket) kick(prod uint32) (pending uint32, progressed bool, err error) {
+	last := atomic.LoadUint32(s.tx.consumer)
 	for {
 		if !s.zeroCopy || s.tx.needWakeup() {
 			_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 			switch errno {
 			case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
 			default:
-				return fmt.Errorf("xsk: kick TX: %w", errno)
+				return prod - last, progressed, fmt.Errorf("xsk: kick TX: %w", errno)
 			}
 		}
 		s.reclaim()
 		cons := atomic.LoadUint32(s.tx.consumer)
 		if s.zeroCopy || cons == prod {
-			return nil
+			return 0, progressed || cons != last, nil
 		}
-		if cons != last {
-			last, stalls = cons, 0
-			continue
+		if cons == last {
+			return prod - cons, progressed, nil
 		}
-		// No progress (link down, device busy): wait a little, give up
-		// after about a second rather than spin forever.
-		if stalls++; stalls > 1000 {
-			return fmt.Errorf("xsk: TX stalled with %d descriptors pending", prod-cons)
-		}
-		unix.Poll([]unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLOUT}}, 1)
+		last, progressed = cons, true
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/hwnic/dpa/dpasim"
 	"github.com/sdr-rdma/sdr/hwnic/dpa/internal/armrace"
@@ -37,11 +38,11 @@ func TestConformancePipe(t *testing.T) {
 // this package's own (go test runs packages in parallel).
 func TestConformanceUDP(t *testing.T) {
 	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
-		pa, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.7.1"))
+		pa, err := udp.NewPort(netip.MustParseAddr("127.0.7.1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pb, err := emunic.NewUDPPort(netip.MustParseAddr("127.0.7.2"))
+		pb, err := udp.NewPort(netip.MustParseAddr("127.0.7.2"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package emunic
+package udp
 
 import (
 	"encoding/binary"

@@ -1,4 +1,8 @@
-package emunic
+// Package udp is an emunic.Port on a UDP socket bound to port 4791 of the
+// device's address: unprivileged, through the kernel's IP stack, batched
+// with sendmmsg(2) and recvmmsg(2) so that a run of frames a QP hands the
+// port at once (emunic.QP.PostSendList) costs one system call per 64.
+package udp
 
 import (
 	"errors"
@@ -11,16 +15,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-// UDPPort carries a device's frames over a UDP socket bound to port 4791
+// Port carries a device's frames over a UDP socket bound to port 4791
 // of its GID: unprivileged, through the kernel's IP stack, batched with
 // sendmmsg/recvmmsg. The kernel owns the IP and UDP headers, so both ends
 // compute the ICRC over the headers as the socket sends them (IPv4 ID 0,
 // DF set, source port 4791) and the receiving port rebuilds the frame from
 // the datagram's addresses before the device checks it.
-type UDPPort struct {
+type Port struct {
 	conn   *net.UDPConn
 	raw    syscall.RawConn
 	local  netip.AddrPort
@@ -47,13 +52,20 @@ type UDPPort struct {
 	recvFn  func(fd uintptr) bool
 }
 
+var (
+	_ emunic.Port           = (*Port)(nil)
+	_ emunic.KernelReceiver = (*Port)(nil)
+)
+
 const (
 	udpBatch        = 64
 	udpSocketBuffer = 64 << 20
 )
 
-// NewUDPPort opens a UDP socket on addr:4791 (RoCEv2Port).
-func NewUDPPort(addr netip.Addr) (*UDPPort, error) {
+// NewPort opens a UDP socket on addr:4791 (wire.RoCEv2Port). It allocates
+// its send and receive batches (64 frames of emunic.MaxFrameLen each way)
+// once.
+func NewPort(addr netip.Addr) (*Port, error) {
 	addr = addr.Unmap()
 	network := "udp4"
 	if addr.Is6() {
@@ -61,12 +73,12 @@ func NewUDPPort(addr netip.Addr) (*UDPPort, error) {
 	}
 	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, wire.RoCEv2Port)))
 	if err != nil {
-		return nil, fmt.Errorf("emunic: UDP port on %v: %w", addr, err)
+		return nil, fmt.Errorf("udp: port on %v: %w", addr, err)
 	}
-	p := &UDPPort{conn: conn, local: netip.AddrPortFrom(addr, wire.RoCEv2Port)}
+	p := &Port{conn: conn, local: netip.AddrPortFrom(addr, wire.RoCEv2Port)}
 	if p.raw, err = conn.SyscallConn(); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("emunic: UDP port: %w", err)
+		return nil, fmt.Errorf("udp: port: %w", err)
 	}
 	if addr.Is4() {
 		err = setsockopt(conn, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
@@ -75,7 +87,7 @@ func NewUDPPort(addr netip.Addr) (*UDPPort, error) {
 	}
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("emunic: UDP port: set DF: %w", err)
+		return nil, fmt.Errorf("udp: port: set DF: %w", err)
 	}
 	// A NIC's receive ring absorbs bursts of thousands of packets; the
 	// default socket buffer (~200 KiB) would drop most of a multi-MB
@@ -87,8 +99,8 @@ func NewUDPPort(addr netip.Addr) (*UDPPort, error) {
 	}
 	p.sendBuf, p.recvBuf = make([][]byte, udpBatch), make([][]byte, udpBatch)
 	for i := range udpBatch {
-		p.sendBuf[i] = make([]byte, MaxFrameLen)
-		p.recvBuf[i] = make([]byte, MaxFrameLen)
+		p.sendBuf[i] = make([]byte, emunic.MaxFrameLen)
+		p.recvBuf[i] = make([]byte, emunic.MaxFrameLen)
 	}
 	p.send, p.recv = newMmsgBatch(udpBatch), newMmsgBatch(udpBatch)
 	p.sendFn = func(fd uintptr) bool {
@@ -117,11 +129,12 @@ func setsockopt(conn *net.UDPConn, level, opt, value int) error {
 }
 
 // LocalAddr returns the socket's address.
-func (p *UDPPort) LocalAddr() netip.AddrPort { return p.local }
+func (p *Port) LocalAddr() netip.AddrPort { return p.local }
 
-// Send transmits the RoCEv2 part of each frame to its destination IP.
-// Frames that are not RoCEv2 are skipped (not counted as sent).
-func (p *UDPPort) Send(frames [][]byte) (int, error) {
+// Send transmits the RoCEv2 part of each frame to its destination IP,
+// filling one sendmmsg batch per 64 frames. Frames that are not RoCEv2
+// are skipped (not counted as sent). It allocates nothing.
+func (p *Port) Send(frames [][]byte) (int, error) {
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	sent := 0
@@ -140,9 +153,9 @@ func (p *UDPPort) Send(frames [][]byte) (int, error) {
 			}
 			if err != nil {
 				if p.closed.Load() {
-					return sent, ErrClosed
+					return sent, emunic.ErrClosed
 				}
-				return sent, fmt.Errorf("emunic: UDP send: %w", err)
+				return sent, fmt.Errorf("udp: send: %w", err)
 			}
 			sent += p.sendN
 		}
@@ -152,7 +165,7 @@ func (p *UDPPort) Send(frames [][]byte) (int, error) {
 
 // prepare makes datagram i of the send batch the UDP payload of frame,
 // its ICRC recomputed for the headers the kernel will write.
-func (p *UDPPort) prepare(frame []byte, i int) bool {
+func (p *Port) prepare(frame []byte, i int) bool {
 	pkt := &p.sendPkt
 	if pkt.Decode(frame) != nil {
 		return false
@@ -170,13 +183,13 @@ func (p *UDPPort) prepare(frame []byte, i int) bool {
 	return true
 }
 
-// kernelReceived marks the port as one whose frames carry no Ethernet
-// addresses: the kernel filtered them at layer 2.
-func (p *UDPPort) kernelReceived() {}
+// KernelReceived marks the port as one whose frames carry no Ethernet
+// addresses (emunic.KernelReceiver): the kernel filtered them at layer 2.
+func (p *Port) KernelReceived() {}
 
 // Recv waits for datagrams and rebuilds each as the Ethernet frame the
 // sender's device encoded (MAC addresses zero).
-func (p *UDPPort) Recv(bufs [][]byte, sizes []int) (int, error) {
+func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {
 	p.recvTo = min(len(bufs), udpBatch)
 	p.recv.prepareRecv(p.recvBuf, p.recvTo)
 	err := p.raw.Read(p.recvFn)
@@ -185,9 +198,9 @@ func (p *UDPPort) Recv(bufs [][]byte, sizes []int) (int, error) {
 	}
 	if err != nil {
 		if p.closed.Load() || errors.Is(err, net.ErrClosed) {
-			return 0, ErrClosed
+			return 0, emunic.ErrClosed
 		}
-		return 0, fmt.Errorf("emunic: UDP receive: %w", err)
+		return 0, fmt.Errorf("udp: receive: %w", err)
 	}
 	out := 0
 	for i := range p.recvN {
@@ -211,7 +224,7 @@ func (p *UDPPort) Recv(bufs [][]byte, sizes []int) (int, error) {
 }
 
 // Close closes the socket; a blocked Recv returns ErrClosed.
-func (p *UDPPort) Close() error {
+func (p *Port) Close() error {
 	p.closed.Store(true)
 	return p.conn.Close()
 }
