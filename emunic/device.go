@@ -42,6 +42,13 @@ type Config struct {
 	// reaction point starts and the most it recovers to (default 10e9,
 	// a 10 GbE port).
 	LineRate float64
+
+	// RXBacklogThreshold is the fill level of the port's receive ring
+	// (RXBacklogPort, a fraction of the ring) above which arriving data
+	// frames count as CE-marked and draw CNPs, as a congested switch's
+	// marks do (default 0.5; negative: never). Ports that cannot tell
+	// are never over it.
+	RXBacklogThreshold float64
 }
 
 // Device is one emulated RoCEv2 NIC port.
@@ -78,6 +85,11 @@ type Device struct {
 	rxCQs    []*CQ // CQs with a handler that this batch completed work on
 	ctlBufs  [][]byte
 	ctlBatch [][]byte
+	// backlog is the port's receive ring level, if it reports one;
+	// rxBacklogged says the current batch arrived over the threshold.
+	backlog          RXBacklogPort
+	backlogThreshold float64
+	rxBacklogged     bool
 }
 
 // ctlBatchLen is how many control frames (ACKs, READ responses) the
@@ -101,6 +113,11 @@ func NewDevice(cfg Config) (*Device, error) {
 		fixedKeys: cfg.FixedKeys, nextQPN: 0x10, checkMAC: !l3, done: make(chan struct{}),
 		salvage: make([]byte, MaxFrameLen)}
 	d.keys.fixed = cfg.FixedKeys
+	d.backlog, _ = cfg.Port.(RXBacklogPort)
+	d.backlogThreshold = cfg.RXBacklogThreshold
+	if d.backlogThreshold == 0 {
+		d.backlogThreshold = defaultRXBacklogThreshold
+	}
 	d.tx.init(d, cfg)
 	d.nullMR = &MR{null: true, access: AccessRemoteWrite | AccessLocalWrite}
 	d.mu.Lock()
@@ -210,6 +227,9 @@ func (d *Device) receiveLoop(batch int) {
 			}
 			return
 		}
+		// The ring's level after this batch was taken: what still waits
+		// behind it.
+		d.rxBacklogged = d.backlog != nil && d.backlogThreshold >= 0 && d.backlog.RXBacklog() > d.backlogThreshold
 		for i := range n {
 			d.receive(bufs[i][:sizes[i]])
 		}

@@ -186,6 +186,20 @@ func (p *PipePort) deliverLate() {
 	}
 }
 
+// pipeRXRing is the receive ring a pipe end reports its queue against
+// (RXBacklog), in frames: the size of the AF_XDP port's default ring. The
+// queue itself is unbounded; a pipe never drops for lack of room.
+const pipeRXRing = 2048
+
+// RXBacklog returns the frames waiting for Recv as a fraction of a
+// 2048-frame ring (emunic.RXBacklogPort). One lock pair.
+func (p *PipePort) RXBacklog() float64 {
+	p.mu.Lock()
+	n := len(p.queue) - p.head
+	p.mu.Unlock()
+	return float64(n) / pipeRXRing
+}
+
 // Recv waits for queued frames and copies them out.
 func (p *PipePort) Recv(bufs [][]byte, sizes []int) (int, error) {
 	for {

@@ -3,6 +3,7 @@ package emunic
 import (
 	"encoding/binary"
 	"net/netip"
+	"time"
 
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -22,8 +23,9 @@ type responder struct {
 	va      uint64         // WRITE: RETH fields
 	rkey    uint32
 	dmaLen  int
-	resync  bool // UC: dropping until the next FIRST/ONLY packet
-	nakSent bool // RC: a sequence NAK is out for the current gap
+	resync  bool      // UC: dropping until the next FIRST/ONLY packet
+	nakSent bool      // RC: a sequence NAK is out for the current gap
+	lastCNP time.Time // when the QP last sent a CNP (see congested)
 
 	// atomics remembers recent atomic results so that a duplicate request
 	// gets the original answer instead of executing twice.
@@ -61,12 +63,15 @@ func (qp *QP) receive(p *wire.Packet) {
 	}
 	op := p.Opcode()
 	if op == wire.CNP {
-		d.stats.inc(RxCNPs) // no congestion control to notify: counted only
+		qp.cnpReceived()
 		return
 	}
 	if op.Transport() != qp.typ.transport() {
 		d.stats.inc(RxWrongTransport)
 		return
+	}
+	if qp.typ != UD {
+		qp.congested(p)
 	}
 	switch qp.typ {
 	case UD:

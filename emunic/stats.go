@@ -46,6 +46,9 @@ const (
 	RxRNRNAKs        // RC RNR NAKs received
 	Timeouts         // RC retransmission timeouts
 	PortErrors       // frames the port failed to send
+	TxCNPs           // RoCEv2 CNPs sent (DCQCN notification point)
+	RxCE             // RoCE frames of connected QPs that arrived CE-marked
+	RxBacklogCE      // RoCE frames of connected QPs treated as CE: the receive ring was over its threshold
 	numCounters
 )
 
@@ -57,7 +60,7 @@ var counterNames = [numCounters]string{
 	"rx_bad_key", "rx_out_of_bounds", "rx_access_denied", "rx_psn_error", "rx_duplicate",
 	"rx_no_recv_wqe", "rx_invalid_request", "rx_length_error", "rx_null_mr_writes",
 	"rx_qp_error", "tx_retransmits", "tx_acks", "tx_naks", "tx_rnr_naks", "rx_acks",
-	"rx_naks", "rx_rnr_naks", "timeouts", "port_errors",
+	"rx_naks", "rx_rnr_naks", "timeouts", "port_errors", "tx_cnps", "rx_ce", "rx_backlog_ce",
 }
 
 // String returns the counter's metric-style name, e.g. "rx_bad_icrc".
