@@ -142,6 +142,11 @@ func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {
 	return n, err
 }
 
+// RXBacklog returns the RX ring's fill level (emunic.RXBacklogPort): the
+// device treats frames arriving over its threshold as CE-marked, so that
+// CNPs slow the senders before the kernel drops for a full ring.
+func (p *Port) RXBacklog() float64 { return p.sock.RXBacklog() }
+
 // AddQP steers the frames of qpn to this port: from peer only, or from any
 // source when peer is the zero Addr (see ebpf.Program.AddQP).
 func (p *Port) AddQP(qpn uint32, peer netip.Addr) error { return p.prog.AddQP(qpn, peer) }

@@ -265,6 +265,17 @@ func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
 	}
 }
 
+// RXBacklog returns how full the RX ring is: the descriptors the kernel
+// produced that Receive has not taken yet, as a fraction of the ring. In
+// copy mode the kernel drops what finds the ring full (rx_ring_full), so
+// a level near 1 means frames are about to be lost. Two atomic loads; no
+// lock, so it may run beside Receive.
+func (s *Socket) RXBacklog() float64 {
+	cons := atomic.LoadUint32(s.rx.consumer)
+	prod := atomic.LoadUint32(s.rx.producer)
+	return float64(prod-cons) / float64(s.rx.size)
+}
+
 // drainRx takes complete frames off the RX ring and gives their chunks
 // back to the fill ring.
 func (s *Socket) drainRx(bufs [][]byte, sizes []int) int {
