@@ -13,6 +13,7 @@ package emunictest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -289,8 +290,18 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 	start := time.Now()
 	for i := range b.N {
 		wr.Imm = uint32(i)
-		if err := qa.PostSend(wr); err != nil {
-			b.Fatal(err)
+		for {
+			err := qa.PostSend(wr)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, emunic.ErrQueueFull) {
+				b.Fatal(err)
+			}
+			// Congestion control cut the QP's rate and its send queue is
+			// full: as a verbs application on ENOMEM, retry once the TX
+			// scheduler has drained some.
+			time.Sleep(20 * time.Microsecond)
 		}
 	}
 	close(stop)

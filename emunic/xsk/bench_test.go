@@ -144,3 +144,17 @@ func BenchmarkUCWriteImm(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWriteLat is ib_write_lat's measurement over AF_XDP between two
+// namespaces joined by a veth pair (see emunictest.BenchWriteLat).
+func BenchmarkWriteLat(b *testing.B) {
+	privileged.Require(b)
+	pair, err := testbed.NewPair(testbed.PairConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pair.Close() })
+	a := emunictest.NewXSKHost(b, pair.A, xsk.PortConfig{}, nil)
+	r := emunictest.NewXSKHost(b, pair.B, xsk.PortConfig{}, nil)
+	emunictest.BenchWriteLat(b, a, r)
+}
