@@ -40,7 +40,7 @@ a read-only one (-ro-*), connected QPs facing this host's address and MAC
 with remote QPN equal to their own, path MTU -mtu, all expecting PSN -psn:
 the first RC QP of -qpn is the fence (or -fence-qpn), every further RC QP
 and each -uc-qpn serves one case (cases beyond them are skipped), four
-receive WQEs posted on each. QP numbers are hexadecimal.
+receive WQEs of 8 bytes posted on each. QP numbers are hexadecimal.
 
 flags:
 `

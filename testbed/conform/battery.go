@@ -191,7 +191,7 @@ func validCases() []Case {
 			e.Wrote(0, data)
 			e.Leaves(e.P(2), 2)
 		}})
-	cs = append(cs, both("send-empty", "SEND ONLY with immediate, no payload (into a posted zero-length receive)", "IBA ch. 9 SEND", func(e *Env) {
+	cs = append(cs, both("send-empty", "SEND ONLY with immediate, no payload", "IBA ch. 9 SEND", func(e *Env) {
 		op := wire.RCSendOnlyImm
 		if e.kind == UC {
 			op = wire.UCSendOnlyImm
@@ -207,10 +207,19 @@ func validCases() []Case {
 			e.Leaves(e.P(1), 0)
 		}
 	})...)
-	cs = append(cs, Case{ID: "rc-send-too-long", Desc: "SEND ONLY of 16 B into a posted zero-length receive", QP: RC,
+	cs = append(cs, Case{ID: "rc-send-fits", Desc: "SEND ONLY of as many bytes as the posted receive holds", QP: RC,
+		Spec: "IBA ch. 9 SEND", Build: func(e *Env) {
+			f := e.Base(wire.RCSendOnly, e.P(0))
+			f.Payload = e.Data(RecvBufLen)
+			e.Send(f)
+			e.Completes(Completion{ByteLen: RecvBufLen})
+			e.Expect(Ack(e.P(0), 1))
+			e.Leaves(e.P(1), 1)
+		}})
+	cs = append(cs, Case{ID: "rc-send-too-long", Desc: "SEND ONLY of 16 B into an 8-byte posted receive", QP: RC,
 		Spec: "IBA ch. 9 (message longer than the receive buffer): Invalid Request; rxe send_data_in ERR_LENGTH", Build: func(e *Env) {
 			f := e.Base(wire.RCSendOnly, e.P(0))
-			f.Payload = e.Data(16)
+			f.Payload = e.Data(2 * RecvBufLen)
 			e.Send(f)
 			refused(e, wire.NAKInvalidRequest, e.P(0), 0, "rx_length_error")
 			e.Completes(Completion{Status: "local length error"})

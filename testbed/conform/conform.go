@@ -20,7 +20,8 @@
 //     counts them): cases that move a QP to the error state then cannot
 //     affect another case;
 //   - RC QPs with max_dest_rd_atomic of at least 4 and with remote write,
-//     read and atomic access, and four receive WQEs posted on each QP.
+//     read and atomic access, and four receive WQEs of 8 bytes each
+//     (RecvWQEs, RecvBufLen) posted on each QP.
 //
 // # Fences
 //

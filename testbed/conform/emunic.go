@@ -35,14 +35,18 @@ type EmunicTarget struct {
 	before map[string]uint64
 }
 
-// RecvWQEs is how many receive WQEs every QP of a target gets posted.
-const RecvWQEs = 4
+// RecvWQEs is how many receive WQEs every QP of a target gets posted,
+// each with a buffer of RecvBufLen bytes.
+const (
+	RecvWQEs   = 4
+	RecvBufLen = 8
+)
 
 // NewEmunicTarget sets up dev as a target for cases: a 1 MiB region
 // with every remote right (filled with a pattern), a 4 KiB read-only one,
 // the fence QP and one fresh QP per case, each connected to the battery
 // at peerIP/peerMAC with remote QPN equal to its own, path MTU mtu,
-// expecting psn. extra (may be nil) adds counters kept outside the
+// expecting psn, RecvWQEs receives of RecvBufLen bytes posted. extra (may be nil) adds counters kept outside the
 // device, by emunic counter name.
 func NewEmunicTarget(dev *emunic.Device, cases []Case, peerIP netip.Addr, peerMAC [6]byte, mtu int, psn wire.PSN,
 	extra func() map[string]uint64) (*EmunicTarget, error) {
@@ -69,6 +73,11 @@ func NewEmunicTarget(dev *emunic.Device, cases []Case, peerIP netip.Addr, peerMA
 	if err != nil {
 		return nil, fmt.Errorf("conform: target read-only region: %w", err)
 	}
+	recvBufs, err := pd.RegisterMR(make([]byte, (1+rcs+ucs)*RecvWQEs*RecvBufLen), emunic.AccessLocalWrite)
+	if err != nil {
+		return nil, fmt.Errorf("conform: target receive buffers: %w", err)
+	}
+	nextBuf := recvBufs.Addr()
 	t.Target = Target{MAC: dev.MAC(), IP: dev.GID(), PSN: psn,
 		MR: Region{RKey: t.mr.RKey(), VA: t.mr.Addr(), Len: t.mr.Len()},
 		RO: Region{RKey: ro.RKey(), VA: ro.Addr(), Len: ro.Len()}}
@@ -91,7 +100,9 @@ func NewEmunicTarget(dev *emunic.Device, cases []Case, peerIP netip.Addr, peerMA
 			}
 		}
 		for range RecvWQEs {
-			if err := qp.PostRecv(emunic.RecvWR{ID: uint64(qp.QPN())}); err != nil {
+			sge := emunic.SGE{Addr: nextBuf, Length: RecvBufLen, LKey: recvBufs.LKey()}
+			nextBuf += RecvBufLen
+			if err := qp.PostRecv(emunic.RecvWR{ID: uint64(qp.QPN()), SGL: []emunic.SGE{sge}}); err != nil {
 				return nil, err
 			}
 		}

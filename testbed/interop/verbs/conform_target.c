@@ -7,7 +7,8 @@
 //   - one RC fence QP, NRC more RC QPs and NUC UC QPs, each connected to
 //     the battery at PEER (remote QP number = its own QP number), path MTU
 //     1024, expecting PSN P first (and sending from it), max_dest_rd_atomic
-//     16, four receive WQEs posted (for WRITE with immediate);
+//     16, four receive WQEs of 8 bytes each posted (SEND, WRITE with
+//     immediate);
 //   - on stdout: "CONFORM mac=... ip=... psn=... rkey=... va=... len=...
 //     rorkey=... rova=... rolen=... fence=... rc=... uc=..." (hex numbers,
 //     decimal lengths), the line conform.ParseTarget reads.
@@ -29,6 +30,7 @@
 #define REGION (1 << 20)
 #define RO_REGION 4096
 #define RECV_WQES 4
+#define RECV_BUF 8
 #define MAX_QPS 512
 
 static void die(const char *what) {
@@ -38,7 +40,8 @@ static void die(const char *what) {
 
 // connect_qp brings qp from RESET to RTS facing the battery's QP of the
 // same number at gid.
-static void connect_qp(struct ibv_qp *qp, int rc, unsigned psn, int gidx, const union ibv_gid *gid) {
+static void connect_qp(struct ibv_qp *qp, int rc, unsigned psn, int gidx, const union ibv_gid *gid,
+		       unsigned char *bufs, struct ibv_mr *bufmr) {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
 		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | (rc ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0)};
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
@@ -75,7 +78,8 @@ static void connect_qp(struct ibv_qp *qp, int rc, unsigned psn, int gidx, const 
 	if (ibv_modify_qp(qp, &a, mask))
 		die("qp to RTS");
 	for (int i = 0; i < RECV_WQES; i++) {
-		struct ibv_recv_wr wr = {.wr_id = qp->qp_num}, *bad;
+		struct ibv_sge sge = {.addr = (uintptr_t)(bufs + i * RECV_BUF), .length = RECV_BUF, .lkey = bufmr->lkey};
+		struct ibv_recv_wr wr = {.wr_id = qp->qp_num, .sg_list = &sge, .num_sge = 1}, *bad;
 		if (ibv_post_recv(qp, &wr, &bad))
 			die("post recv");
 	}
@@ -113,7 +117,8 @@ int main(int argc, char **argv) {
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, MAX_QPS * (RECV_WQES + 1), NULL, NULL, 0);
 	unsigned char *region = aligned_alloc(4096, REGION), *ro = aligned_alloc(4096, RO_REGION);
-	if (!pd || !cq || !region || !ro)
+	unsigned char *bufs = calloc(MAX_QPS * RECV_WQES, RECV_BUF);
+	if (!pd || !cq || !region || !ro || !bufs)
 		die("verbs resources");
 	for (int i = 0; i < REGION; i++)
 		region[i] = (unsigned char)(i * 131 + (i >> 8) * 7 + 1);
@@ -121,7 +126,8 @@ int main(int argc, char **argv) {
 	struct ibv_mr *mr = ibv_reg_mr(pd, region, REGION, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 		IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 	struct ibv_mr *romr = ibv_reg_mr(pd, ro, RO_REGION, IBV_ACCESS_REMOTE_READ);
-	if (!mr || !romr)
+	struct ibv_mr *bufmr = ibv_reg_mr(pd, bufs, MAX_QPS * RECV_WQES * RECV_BUF, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr || !romr || !bufmr)
 		die("register memory");
 
 	struct ibv_qp *qps[MAX_QPS];
@@ -131,7 +137,7 @@ int main(int argc, char **argv) {
 			.cap = {.max_send_wr = 1, .max_recv_wr = RECV_WQES, .max_send_sge = 1, .max_recv_sge = 1}};
 		if (!(qps[i] = ibv_create_qp(pd, &qia)))
 			die("create qp");
-		connect_qp(qps[i], rc, psn, gidx, &peer);
+		connect_qp(qps[i], rc, psn, gidx, &peer, bufs + i * RECV_WQES * RECV_BUF, bufmr);
 	}
 
 	union ibv_gid gid;
