@@ -20,7 +20,8 @@ import (
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-const conformUsage = `usage: sdr conform -self [flags]
+const conformUsage = `usage: sdr conform -list [-run REGEXP]
+       sdr conform -self [flags]
        sdr conform -i IFACE -dst-ip IP -qpn QPN,... [-uc-qpn QPN,...] -rkey K -va VA -len N -psn P [flags]
        sdr conform -i IFACE -target 'CONFORM ...' [flags]
 
@@ -49,6 +50,7 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sdr conform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	self := fs.Bool("self", false, "run against an emunic target built here")
+	list := fs.Bool("list", false, "list the cases (those -run selects) and exit")
 	iface := fs.String("i", "", "network `interface` toward the target (AF_XDP, root)")
 	spec := fs.String("target", "", "target description: a 'CONFORM ...' `line` as testbed/interop's conform_target prints")
 	dstIP := fs.String("dst-ip", "", "target `address`")
@@ -83,10 +85,6 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sdr conform: "+format+"\n", a...)
 		return exitUsage
 	}
-	if fs.NArg() > 0 || *self == (*iface != "") {
-		fs.Usage()
-		return exitUsage
-	}
 	cfg := conform.Config{MTU: *mtu, Timeout: *timeout, Cases: conform.Battery()}
 	if *runRE != "" {
 		re, err := regexp.Compile(*runRE)
@@ -94,6 +92,18 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 			return usageErr("-run: %v", err)
 		}
 		cfg.Cases = filterCases(cfg.Cases, re)
+	}
+	if *list {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		for _, c := range cfg.Cases {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.ID, c.QP, c.Desc)
+		}
+		tw.Flush()
+		return exitOK
+	}
+	if fs.NArg() > 0 || *self == (*iface != "") {
+		fs.Usage()
+		return exitUsage
 	}
 	if *pcapPath != "" {
 		w, err := wire.CreatePcap(*pcapPath)

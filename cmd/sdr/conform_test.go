@@ -146,6 +146,11 @@ func TestConformUsage(t *testing.T) {
 			t.Errorf("%q: exit %d, want %d\n%s", args, code, exitUsage, stderr.String())
 		}
 	}
+	var list bytes.Buffer
+	if code := run([]string{"conform", "-list", "-run", "^rc-read"}, &list, &list); code != exitOK || !strings.HasPrefix(list.String(), "rc-read ") ||
+		strings.Contains(list.String(), "uc-") {
+		t.Errorf("-list -run ^rc-read: exit %d\n%s", code, list.String())
+	}
 	_, err := conform.ParseTarget("CONFORM ip=10.0.0.1 psn=0")
 	if !errors.Is(err, conform.ErrSpec) {
 		t.Errorf("incomplete description: %v", err)
