@@ -468,6 +468,18 @@ func boundsCases() []Case {
 		}
 	}
 	cs = append(cs, ro...)
+	huge := Case{ID: "rc-read-dma-over-2g", Desc: "READ with DMA length 2^31+1 (in the region's first byte)", QP: RC,
+		Spec: "IBA ch. 9 (DMA length at most 2^31): Invalid Request; rxe check_length", Build: func(e *Env) {
+			f := e.Read(e.P(0), 0, 0)
+			f.RETH.DMALength = 1<<31 + 1
+			e.Send(f)
+			refused(e, wire.NAKInvalidRequest, e.P(0), 0, cInvalid)
+		}}
+	cs = append(cs, huge, Case{ID: "rc-write-dma-over-2g", Desc: "WRITE FIRST with DMA length 2^31+1", QP: RC,
+		Spec: huge.Spec, Build: func(e *Env) {
+			e.Send(e.Write(wire.RCWriteFirst, e.P(0), 0, 1<<31+1, e.Data(e.MTU)))
+			refused(e, wire.NAKInvalidRequest, e.P(0), 0, cInvalid)
+		}})
 	cs = append(cs, refusal("write-longer-than-dma", "WRITE ONLY of 64 B with DMA length 32", OwnWindow, wire.NAKInvalidRequest, cInvalid,
 		func(e *Env, f *wire.Fields) { f.RETH.DMALength = 32 })...)
 	cs = append(cs, refusal("write-over-mtu", "WRITE ONLY of MTU+64 B", OwnWindow, wire.NAKInvalidRequest, cInvalid,
