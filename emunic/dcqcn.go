@@ -144,6 +144,7 @@ func (qp *QP) congestionNotified(now time.Time) {
 		return
 	}
 	if r.rp.notify(now, qp.lineRate()) {
+		qp.dev.stats.inc(TxRateCuts)
 		qp.setRate()
 	}
 }

@@ -148,6 +148,9 @@ func TestCongestionNotifiedPaces(t *testing.T) {
 		paced, tos := qp.req.paced(), qp.dev.tx.tos
 		qp.mu.Unlock()
 		s := qp.CongestionStats()
+		if cuts := d.Stats().Get(TxRateCuts); cuts != s.RateCuts {
+			t.Errorf("device counts %d rate cuts, the QP %d", cuts, s.RateCuts)
+		}
 		switch {
 		case off && (paced || s.CNPs != 1 || s.RateCuts != 0 || s.Rate != 0 || tos != 0):
 			t.Errorf("congestion control off: paced %v tos %#x stats %+v, want unpaced Not-ECT, one CNP, no cut", paced, tos, s)

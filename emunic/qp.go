@@ -291,6 +291,7 @@ func (qp *QP) Modify(state QPState, attr QPAttr) error {
 		if from == StateRTR {
 			psn := attr.SQPSN & wire.PSNMask
 			qp.req.nextPSN, qp.req.sendPSN, qp.req.sentPSN, qp.req.ackPSN = psn, psn, psn, psn
+			qp.req.rp, qp.req.bucket = dcqcnRP{}, tokenBucket{} // a new connection starts at line rate
 		}
 		qp.attr.SQPSN, qp.attr.Timeout, qp.attr.RetryCount, qp.attr.RNRRetry = attr.SQPSN, attr.Timeout, attr.RetryCount, attr.RNRRetry
 		qp.attr.RateLimit = attr.RateLimit

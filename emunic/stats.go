@@ -49,6 +49,7 @@ const (
 	TxCNPs           // RoCEv2 CNPs sent (DCQCN notification point)
 	RxCE             // RoCE frames of connected QPs that arrived CE-marked
 	RxBacklogCE      // RoCE frames of connected QPs treated as CE: the receive ring was over its threshold
+	TxRateCuts       // DCQCN rate cuts CNPs caused at this device's QPs (reaction point; see QP.CongestionStats)
 	numCounters
 )
 
@@ -61,6 +62,7 @@ var counterNames = [numCounters]string{
 	"rx_no_recv_wqe", "rx_invalid_request", "rx_length_error", "rx_null_mr_writes",
 	"rx_qp_error", "tx_retransmits", "tx_acks", "tx_naks", "tx_rnr_naks", "rx_acks",
 	"rx_naks", "rx_rnr_naks", "timeouts", "port_errors", "tx_cnps", "rx_ce", "rx_backlog_ce",
+	"tx_rate_cuts",
 }
 
 // String returns the counter's metric-style name, e.g. "rx_bad_icrc".
