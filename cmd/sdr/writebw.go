@@ -77,7 +77,33 @@ type writeBWResult struct {
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	Device         string  `json:"device"`
 	Transport      string  `json:"transport"`
+	// ServerNIC is what the server's NIC saw of congestion.
+	ServerNIC nicCounters `json:"server_nic"`
 	writeBWParams
+}
+
+// nicCounters are a NIC's congestion counters over a whole run, warm-up
+// included: frames that arrived CE-marked or over the RX ring's threshold
+// (emunic.RxCE + RxBacklogCE), the CNPs it sent back, and the frames the
+// kernel dropped for a full AF_XDP RX ring and for an empty fill ring.
+type nicCounters struct {
+	CEFrames      uint64 `json:"rx_ce_frames"`
+	CNPsSent      uint64 `json:"cnps_sent"`
+	RingFull      uint64 `json:"rx_ring_full"`
+	FillRingEmpty uint64 `json:"rx_fill_ring_empty"`
+}
+
+// readNIC returns dev's congestion counters; port, if not nil, adds its
+// socket's ring drops (one system call).
+func readNIC(dev *emunic.Device, port *xsk.Port) nicCounters {
+	st := dev.Stats()
+	c := nicCounters{CEFrames: st.Get(emunic.RxCE) + st.Get(emunic.RxBacklogCE), CNPsSent: st.Get(emunic.TxCNPs)}
+	if port != nil {
+		if x, err := port.Socket().Stats(); err == nil {
+			c.RingFull, c.FillRingEmpty = x.Rx_ring_full, x.Rx_fill_ring_empty_descs
+		}
+	}
+	return c
 }
 
 type writeBWFlags struct {
@@ -158,16 +184,23 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// openDevice opens this side's emulated NIC as f describes.
-func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
+// openDevice opens this side's emulated NIC as f describes; nic reads
+// its congestion counters.
+func openDevice(f *writeBWFlags, server bool) (dev *emunic.Device, desc string, nic func() nicCounters, err error) {
+	dev, desc, port, err := openPort(f, server)
+	return dev, desc, func() nicCounters { return readNIC(dev, port) }, err
+}
+
+// openPort is openDevice, returning the AF_XDP port if it made one.
+func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, error) {
 	switch f.dev {
 	case "xsk":
 		if f.iface == "" {
-			return nil, "", fmt.Errorf("-dev xsk needs -i IFACE: %w", errUsage)
+			return nil, "", nil, fmt.Errorf("-dev xsk needs -i IFACE: %w", errUsage)
 		}
 		iface, gid, err := interfaceIPv4(f.iface)
 		if err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		loss := 0.0
 		if server {
@@ -175,19 +208,19 @@ func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
 		}
 		port, err := xsk.NewPort(xsk.PortConfig{Interface: f.iface, DropProbability: loss})
 		if err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr)})
-		return dev, fmt.Sprintf("emunic/xsk on %s (%v)", f.iface, gid), err
+		return dev, fmt.Sprintf("emunic/xsk on %s (%v)", f.iface, gid), port, err
 	case "udp":
 		if server && f.params.Loss > 0 {
-			return nil, "", fmt.Errorf("-loss needs -dev xsk or -loopback: %w", errUsage)
+			return nil, "", nil, fmt.Errorf("-loss needs -dev xsk or -loopback: %w", errUsage)
 		}
 		addr := f.addr
 		if addr == "" && f.iface != "" {
 			_, gid, err := interfaceIPv4(f.iface)
 			if err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			addr = gid.String()
 		}
@@ -196,16 +229,16 @@ func openDevice(f *writeBWFlags, server bool) (*emunic.Device, string, error) {
 		}
 		gid, err := netip.ParseAddr(addr)
 		if err != nil {
-			return nil, "", fmt.Errorf("-a %q: %w", addr, err)
+			return nil, "", nil, fmt.Errorf("-a %q: %w", addr, err)
 		}
 		port, err := udp.NewPort(gid)
 		if err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid})
-		return dev, fmt.Sprintf("emunic/udp on %v", gid), err
+		return dev, fmt.Sprintf("emunic/udp on %v", gid), nil, err
 	}
-	return nil, "", fmt.Errorf("-dev %q: want xsk or udp: %w", f.dev, errUsage)
+	return nil, "", nil, fmt.Errorf("-dev %q: want xsk or udp: %w", f.dev, errUsage)
 }
 
 var errUsage = errors.New("usage")
@@ -283,7 +316,7 @@ func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, e
 	if err != nil {
 		return nil, err
 	}
-	dev, desc, err := openDevice(f, server)
+	dev, desc, nic, err := openDevice(f, server)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +328,7 @@ func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, e
 	defer stop()
 	b := sdrnic.New(dev, sdrnic.Options{RC: f.params.RC})
 	if server {
-		return serveWriteBW(bs, b, &f.params, desc)
+		return serveWriteBW(bs, b, &f.params, desc, nic)
 	}
 	return clientWriteBW(bs, b, &f.params)
 }
@@ -343,7 +376,8 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 		defer bs.Close()
 		var p writeBWParams
 		if serverErr = bs.RecvJSON(&p); serverErr == nil {
-			_, serverErr = serveWriteBW(bs, sdrnic.New(server, sdrnic.Options{RC: p.RC}), &p, "emunic/pipe (in-memory)")
+			_, serverErr = serveWriteBW(bs, sdrnic.New(server, sdrnic.Options{RC: p.RC}), &p, "emunic/pipe (in-memory)",
+				func() nicCounters { return readNIC(server, nil) })
 		}
 	})
 	conn, err := net.Dial("tcp", ln.Addr().String())
@@ -386,7 +420,7 @@ type credit struct {
 	Result  *writeBWResult `json:"result,omitempty"`
 }
 
-func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc string) (*writeBWResult, error) {
+func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc string, nic func() nicCounters) (*writeBWResult, error) {
 	timeout, err := p.messageTimeout()
 	if err != nil {
 		return nil, err
@@ -493,6 +527,7 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 	if peak, ok := rate.peak(peakWindow); ok {
 		res.BWPeakGbps = peak * 8 / 1e9
 	}
+	res.ServerNIC = nic()
 	if err := bs.SendJSON(credit{Result: res}); err != nil {
 		return nil, err
 	}
@@ -692,6 +727,8 @@ func printWriteBW(w io.Writer, f *writeBWFlags, r *writeBWResult) {
 	fmt.Fprintln(w, line)
 	fmt.Fprintf(w, " Packets: %.4f Mpps   Chunks delivered: %d/%d (%.2f%%)   Complete messages: %d/%d\n",
 		r.PacketRateMpps, r.ChunksDelivered, r.ChunksTotal, 100*float64(r.ChunksDelivered)/float64(max(1, r.ChunksTotal)), r.Complete, r.Iterations)
+	fmt.Fprintf(w, " Server NIC: %d frames CE-marked or over the RX ring threshold, %d CNPs sent; dropped: %d for a full RX ring, %d for an empty fill ring\n",
+		r.ServerNIC.CEFrames, r.ServerNIC.CNPsSent, r.ServerNIC.RingFull, r.ServerNIC.FillRingEmpty)
 	if r.Verify {
 		fmt.Fprintf(w, " Verified: %d chunks hold the client's bytes, %d do not; %d messages with a wrong immediate\n",
 			r.ChunksVerified, r.ChunksCorrupt, r.WrongImm)

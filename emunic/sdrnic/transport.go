@@ -88,7 +88,11 @@ type channelQP struct {
 
 // txState is the sender's bookkeeping, guarded by Transport.sendMu.
 type txState struct {
-	sge  [1]emunic.SGE
+	// Per channel, the work requests of the write being posted and the
+	// scatter entries they point into; kept for the next write, so that
+	// steady state allocates nothing.
+	wrs  [][]emunic.SendWR
+	sges [][]emunic.SGE
 	need []int // per channel, for the write being checked
 	// RC: requests posted and known complete per [generation][channel].
 	posted, acked [][]uint64
@@ -168,6 +172,8 @@ func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transp
 		t.chans = append(t.chans, row)
 	}
 	t.tx.need = make([]int, d.channels)
+	t.tx.wrs = make([][]emunic.SendWR, d.channels)
+	t.tx.sges = make([][]emunic.SGE, d.channels)
 	for range attr.Generations {
 		t.tx.posted = append(t.tx.posted, make([]uint64, d.channels))
 		t.tx.acked = append(t.tx.acked, make([]uint64, d.channels))
@@ -388,34 +394,63 @@ func (t *Transport) Write(w *backend.Write) error {
 	}
 	layout := t.attr.Layout
 	base := p.Base(w.Gen, w.MsgID, t.attr.SlotSize)
-	wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RKey: p.RKeys[w.Gen]}
-	send := func(pkt int) error {
+	wrs, sges := t.tx.wrs, t.tx.sges
+	for c := range wrs {
+		wrs[c], sges[c] = wrs[c][:0], sges[c][:0]
+	}
+	add := func(pkt int, sge emunic.SGE) {
 		c := pkt % len(row)
-		wr.RemoteAddr = base + uint64(pkt)*uint64(mtu)
-		wr.Imm = layout.Pack(w.MsgID, uint32(pkt), layout.NibbleOf(w.Imm, uint32(pkt)))
+		wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RKey: p.RKeys[w.Gen],
+			RemoteAddr: base + uint64(pkt)*uint64(mtu), Imm: layout.Pack(w.MsgID, uint32(pkt), layout.NibbleOf(w.Imm, uint32(pkt)))}
 		if t.typ == emunic.RC {
 			posted := &t.tx.posted[w.Gen][c]
 			*posted++
 			wr.ID, wr.Unsignaled = *posted, *posted%uint64(t.signal) != 0
 		}
-		return row[c].PostSend(wr)
+		if sge.Length > 0 {
+			sges[c] = append(sges[c], sge)
+		}
+		wrs[c] = append(wrs[c], wr)
 	}
 	for k := range packets {
 		done := k * mtu
-		t.tx.sge[0] = emunic.SGE{Addr: m.mr.Addr() + uint64(w.Off+done), Length: uint32(min(mtu, w.Length-done)), LKey: m.mr.LKey()}
-		wr.SGL = t.tx.sge[:]
-		if err := send(w.FirstPacket + k); err != nil {
-			return fmt.Errorf("%s: write: %w", t.cfg.Name, err)
-		}
+		add(w.FirstPacket+k, emunic.SGE{Addr: m.mr.Addr() + uint64(w.Off+done), Length: uint32(min(mtu, w.Length-done)), LKey: m.mr.LKey()})
 	}
-	wr.SGL = nil
 	for _, pkt := range w.Carriers {
-		if err := send(pkt); err != nil {
-			return fmt.Errorf("%s: write carrier: %w", t.cfg.Name, err)
+		add(pkt, emunic.SGE{})
+	}
+	// The scatter entries are in place (appending may have moved them):
+	// point each payload request at its own. A channel's payload requests
+	// come before its carriers.
+	for c := range wrs {
+		for i := range sges[c] {
+			wrs[c][i].SGL = sges[c][i : i+1 : i+1]
 		}
 	}
-	return nil
+	// Post the channels in turns of postBatch requests: one QP lock and
+	// one port batch each, and no channel holds its QP's lock for a whole
+	// message (a CNP for it waits for that lock on the receive path).
+	for off := 0; ; off += postBatch {
+		more := false
+		for c, list := range wrs {
+			if off >= len(list) {
+				continue
+			}
+			batch := list[off:min(off+postBatch, len(list))]
+			if _, err := row[c].PostSendList(batch); err != nil {
+				return fmt.Errorf("%s: write: %w", t.cfg.Name, err)
+			}
+			more = more || off+postBatch < len(list)
+		}
+		if !more {
+			return nil
+		}
+	}
 }
+
+// postBatch is how many work requests Write posts to a channel QP at
+// once: the port's transmit batch.
+const postBatch = 64
 
 // reserve checks, before anything of w is sent, that every channel QP of
 // its generation can take it: ready to send and, for RC, with room in its
