@@ -234,6 +234,9 @@ func (r *runner) receive() {
 			if errors.Is(err, wire.ErrNotRoCE) {
 				continue // ARP, ICMP: the kernel's business
 			}
+			if err == nil && p.Opcode() == wire.CNP {
+				continue // congestion notification (annex A17.9): a target's right, not a reply
+			}
 			var rep Reply
 			switch {
 			case err != nil:
