@@ -147,7 +147,7 @@ func TestConformUsage(t *testing.T) {
 		}
 	}
 	var list bytes.Buffer
-	if code := run([]string{"conform", "-list", "-run", "^rc-read"}, &list, &list); code != exitOK || !strings.HasPrefix(list.String(), "rc-read ") ||
+	if code := run([]string{"conform", "-list", "-run", "^rc-read"}, &list, &list); code != exitOK || !strings.Contains(list.String(), "\nrc-read ") ||
 		strings.Contains(list.String(), "uc-") {
 		t.Errorf("-list -run ^rc-read: exit %d\n%s", code, list.String())
 	}
