@@ -46,7 +46,7 @@ type Config struct {
 	// RXBacklogThreshold is the fill level of the port's receive ring
 	// (RXBacklogPort, a fraction of the ring) above which arriving data
 	// frames count as CE-marked and draw CNPs, as a congested switch's
-	// marks do (default 0.5; negative: never). Ports that cannot tell
+	// marks do (default 0.25; negative: never). Ports that cannot tell
 	// are never over it.
 	RXBacklogThreshold float64
 }
