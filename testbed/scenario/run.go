@@ -15,7 +15,11 @@ import (
 	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
-// Row is one link, size and scheme's result.
+// Row is one link, size and scheme's result. Completion times run from
+// the sender's first transmission to the receiver's completion: for the
+// reliability schemes from the sender's start (after the receiver's
+// clear-to-send), for the rc and uc baselines from the post of the send
+// (their receive is posted before, in this process).
 type Row struct {
 	Link      string  `json:"link"`
 	Size      int     `json:"size"`

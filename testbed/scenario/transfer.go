@@ -121,13 +121,22 @@ func (p *point) reliable(ctx context.Context, cfg reliability.Config) (m measure
 			delivered = true
 			m.completed++
 			m.plans[rr.stats.Plan.String()] = true
-			m.times = append(m.times, rr.stats.Duration())
+		}
+		// The sender's counts of what it sent, the receiver's of what it
+		// decoded and asked for; the time from the sender's start (once
+		// the receiver's clear-to-send arrived: the rendezvous the RC and
+		// UC baselines get for free, their receive posted in this process
+		// before the send) to the receiver's completion, as the models
+		// count it.
+		st := rr.stats
+		st.ChunksSent, st.Retransmitted, st.ParitySent, st.Probes = sent.ChunksSent, sent.Retransmitted, sent.ParitySent, sent.Probes
+		if !sent.Start.IsZero() {
+			st.Start = sent.Start
+		}
+		if delivered {
+			m.times = append(m.times, st.Duration())
 		}
 		if p.observe != nil {
-			// The sender's counts of what it sent, the receiver's of
-			// what it decoded and asked for, over the receiver's span.
-			st := rr.stats
-			st.ChunksSent, st.Retransmitted, st.ParitySent, st.Probes = sent.ChunksSent, sent.Retransmitted, sent.ParitySent, sent.Probes
 			p.observe(st, delivered)
 		}
 	}
