@@ -41,8 +41,11 @@ func NewPingPong(tb testing.TB, a, b *Host, size int) *PingPong {
 // Run times n round trips and returns them in order.
 func (p *PingPong) Run(tb testing.TB, n int) []time.Duration {
 	tb.Helper()
+	// Each side keeps pingDepth receives posted, reposting one per
+	// completion after it has answered or timed it.
+	const pingDepth = 64
 	for _, qp := range []*emunic.QP{p.qa, p.qb} {
-		for range n {
+		for range min(n, pingDepth) {
 			if err := qp.PostRecv(emunic.RecvWR{}); err != nil {
 				tb.Fatal(err)
 			}
@@ -58,6 +61,10 @@ func (p *PingPong) Run(tb testing.TB, n int) []time.Duration {
 				return
 			}
 			if err := p.qb.PostSend(p.pongWR); err != nil {
+				pongErr <- fmt.Errorf("emunictest: pong: %w", err)
+				return
+			}
+			if err := p.qb.PostRecv(emunic.RecvWR{}); err != nil {
 				pongErr <- fmt.Errorf("emunictest: pong: %w", err)
 				return
 			}
@@ -77,6 +84,9 @@ func (p *PingPong) Run(tb testing.TB, n int) []time.Duration {
 		rtts[i] = time.Since(start)
 		if c.Status != emunic.StatusSuccess {
 			tb.Fatalf("pong %d: %+v", i, c)
+		}
+		if err := p.qa.PostRecv(emunic.RecvWR{}); err != nil {
+			tb.Fatal(err)
 		}
 	}
 	if err := <-pongErr; err != nil {
