@@ -430,8 +430,9 @@ const frameOverhead = MaxFrameLen - 4096
 
 // sendQueue is a ring of the UC and UD requests a paced QP has accepted
 // and not yet sent (the send queue a NIC's scheduler reads WQEs from);
-// guarded by the QP's mutex. Its slots are allocated on the first paced
-// post and reused.
+// guarded by the QP's mutex. It grows by doubling up to the QP's
+// MaxSendWR as requests wait (a QP allowed 64 Ki requests holds room for
+// as many as it has had waiting at once), and its slots are reused.
 type sendQueue struct {
 	wqes   []sendWQE
 	first  int
@@ -439,16 +440,32 @@ type sendQueue struct {
 	packet int // next packet of the head request
 }
 
+// sendQueueMin is a send queue's first allocation.
+const sendQueueMin = 16
+
 // slot returns the free slot a new request is written to, or nil when
-// max requests wait already. push commits it.
-func (q *sendQueue) slot(max int) *sendWQE {
-	if q.wqes == nil {
-		q.wqes = make([]sendWQE, max)
-	}
+// limit requests wait already. push commits it.
+func (q *sendQueue) slot(limit int) *sendWQE {
 	if q.len == len(q.wqes) {
-		return nil
+		if q.len >= limit {
+			return nil
+		}
+		q.grow(min(limit, max(sendQueueMin, 2*len(q.wqes))))
 	}
 	return &q.wqes[(q.first+q.len)%len(q.wqes)]
+}
+
+// grow moves the ring into n slots, in order from the start.
+func (q *sendQueue) grow(n int) {
+	wqes := make([]sendWQE, n)
+	for i := range q.len {
+		w := &wqes[i]
+		*w = q.wqes[(q.first+i)%len(q.wqes)]
+		if w.wr.UD != nil {
+			w.wr.UD = &w.ud // the copy's own destination
+		}
+	}
+	q.wqes, q.first = wqes, 0
 }
 
 func (q *sendQueue) push() { q.len++ }
@@ -464,8 +481,11 @@ func (q *sendQueue) pop() {
 	q.first, q.len, q.packet = (q.first+1)%len(q.wqes), q.len-1, 0
 }
 
-// flush completes every queued request with StatusWRFlushError.
+// flushQueued completes every queued request with StatusWRFlushError and
+// takes the QP out of the TX scheduler (entering ERR, it sends nothing).
+// Caller holds qp.mu.
 func (qp *QP) flushQueued() {
+	qp.dev.tx.sched.remove(qp)
 	q := &qp.req.queued
 	for w := q.head(); w != nil; w = q.head() {
 		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn})

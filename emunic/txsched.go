@@ -103,6 +103,20 @@ func (s *txSched) ready(qp *QP, due time.Time) {
 	}
 }
 
+// remove takes qp out of the queue, so that a scheduler waiting for it
+// alone exits rather than wake for a QP with nothing to send.
+func (s *txSched) remove(qp *QP) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := qp.req.sched.index; i >= 0 {
+		heap.Remove(&s.queue, i)
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // run serves due QPs until none waits.
 func (s *txSched) run() {
 	var timer *time.Timer

@@ -1,6 +1,7 @@
 package emunic_test
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 	"testing"
@@ -114,4 +115,52 @@ func writeImmFrameLen(t *testing.T, payload int) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestPacedQueueFull paces a UC QP so slowly that its posts wait: the send
+// queue takes MaxSendWR of them, refuses the next with ErrQueueFull, and
+// flushes the waiting ones (StatusWRFlushError) when the QP enters ERR.
+func TestPacedQueueFull(t *testing.T) {
+	a, b := newPipeHosts(t, emunic.PipeConfig{})
+	const depth = 4
+	qa, err := a.PD.CreateQP(emunic.QPConfig{Type: emunic.UC, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, MaxSendWR: depth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Modify(emunic.StateInit, emunic.QPAttr{}); err != nil {
+		t.Fatal(err)
+	}
+	qb := b.QP(t, emunic.UC)
+	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{RateLimit: 1000}) // 1 kbit/s: a 1 KiB frame per 9 s
+	src, dst := a.MR(t, make([]byte, 1024)), b.MR(t, make([]byte, 1024))
+	wr := emunic.SendWR{Op: emunic.OpWrite, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
+		SGL: []emunic.SGE{{Addr: src.Addr(), Length: 1024, LKey: src.LKey()}}}
+	// The first frame leaves at once (the bucket starts empty, not
+	// negative), making room for one more; the next depth requests wait.
+	post := func(id int) error {
+		wr.ID = uint64(id)
+		return qa.PostSend(wr)
+	}
+	for i := range depth {
+		if err := post(i); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	if c := emunictest.WaitCQE(t, a.SendCQ); c.WRID != 0 || c.Status != emunic.StatusSuccess {
+		t.Fatalf("first paced write: %+v", c)
+	}
+	if err := post(depth); err != nil {
+		t.Fatalf("post %d: %v", depth, err)
+	}
+	if err := post(depth + 1); !errors.Is(err, emunic.ErrQueueFull) {
+		t.Fatalf("post beyond MaxSendWR: %v, want ErrQueueFull", err)
+	}
+	if err := qa.Modify(emunic.StateError, emunic.QPAttr{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= depth; i++ {
+		if c := emunictest.WaitCQE(t, a.SendCQ); c.WRID != uint64(i) || c.Status != emunic.StatusWRFlushError {
+			t.Fatalf("waiting write %d after ERR: %+v", i, c)
+		}
+	}
 }
