@@ -7,8 +7,13 @@
 // what Linux Soft-RoCE sends and Wireshark dissects.
 //
 // Concurrency: each Device runs one receive goroutine that drains its port
-// and runs the responder and the requester's ACK handling; PostSend runs the
-// requester on the caller's goroutine. A QP's state is guarded by its own
+// and runs the responder and the requester's ACK handling; PostSend (and
+// PostSendList, one doorbell for a list) runs the requester on the caller's
+// goroutine. A paced QP (a RateLimit, or a DCQCN rate cut) leaves its
+// packets to the device's TX scheduler instead (txsched.go): one goroutine
+// that builds them under the QP's lock as the QP's token bucket allows and
+// transmits them outside it, so that nothing sleeps under a lock and the
+// receive goroutine never waits for a pacer. A QP's state is guarded by its own
 // mutex; memory-region tables are copy-on-write snapshots read without
 // locks on the packet path; counters are atomics. Timers (RC retransmission,
 // RNR back-off, the pipe's link delays) use package time, so tests run them
@@ -24,6 +29,12 @@
 // bounds of the whole message at a WRITE's FIRST). QP numbers are random
 // and each memory key carries a random 8-bit tag, so a host on the same
 // segment cannot guess them; Config.FixedKeys makes both fixed for tests.
+//
+// Congestion control (on unless Config.DisableCongestionControl): data
+// frames leave ECN-capable (ECT(0)); a CE-marked frame, or any while the
+// port's receive ring is over its threshold, draws a CNP to the sending QP
+// (the notification point, cnp.go), whose reaction point cuts and recovers
+// its rate as DCQCN does (dcqcn.go, QP.CongestionStats).
 //
 // Ports: Pipe (two devices in one process, with an optional link model that
 // delays, drops, reorders and duplicates frames) here; the UDP port (a UDP
