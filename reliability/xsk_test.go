@@ -25,8 +25,8 @@ import (
 
 // xskQPAttr gives 4 slots of 64 MiB (two transfers in flight, each a data
 // and a parity message) with 4 KiB chunks of four 1 KiB packets. The
-// channels are not paced: emunic's pacer sleeps per packet in the sending
-// goroutine, which stalls the driver's loop.
+// channels set no rate limit: the transfers' loss is the injected one,
+// not a pacer's choice (DCQCN still reacts to a full receive ring).
 var xskQPAttr = sdr.QPAttr{MTU: 1024, ChunkSize: 4 << 10, MaxMessages: 4, MaxInFlightBytes: 256 << 20}
 
 // xskSocket gives each AF_XDP socket 4 times the default rings (16384
