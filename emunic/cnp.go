@@ -76,7 +76,7 @@ func (qp *QP) congested(p *wire.Packet) {
 	if !d.tx.dcqcn {
 		return
 	}
-	now := time.Now()
+	now := d.rxTime()
 	r := &qp.rsp
 	if !r.lastCNP.IsZero() && now.Sub(r.lastCNP) < npCNPInterval {
 		return

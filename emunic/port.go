@@ -12,7 +12,11 @@ type Port interface {
 	Send(frames [][]byte) (int, error)
 	// Recv blocks until frames arrive, copies up to len(bufs) of them into
 	// bufs (truncating frames longer than a buffer) and their lengths into
-	// sizes, and returns how many. After Close it returns ErrClosed.
+	// sizes, and returns how many. After Close it returns ErrClosed. A
+	// port may exchange a buffer of at least MaxFrameLen bytes for another
+	// of at least MaxFrameLen bytes holding the frame (the pipe hands over
+	// its own buffer instead of copying): the caller owns what bufs holds
+	// on return, and the port what it held before.
 	Recv(bufs [][]byte, sizes []int) (int, error)
 	// Close stops the port; a blocked Recv returns ErrClosed.
 	Close() error

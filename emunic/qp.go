@@ -145,7 +145,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	d := pd.dev
 	qp := &QP{dev: d, pd: pd, typ: cfg.Type, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ,
-		ctx: cfg.Context, maxSQ: cfg.MaxSendWR, rq: recvQueue{max: cfg.MaxRecvWR}}
+		ctx: cfg.Context, maxSQ: cfg.MaxSendWR, rq: newRecvQueue(cfg.MaxRecvWR)}
 	qp.req.init()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -362,36 +362,31 @@ type recvWQE struct {
 	sgl sgl
 }
 
-// recvQueue is a FIFO of posted receives; guarded by its owner's mutex.
+// recvQueue is a FIFO of posted receives, in a ring that grows up to max
+// slots: a queue that is never empty (a consumer reposting as it goes)
+// reuses its slots. Guarded by its owner's mutex.
 type recvQueue struct {
-	wqes []recvWQE
-	head int
+	wqes ring[recvWQE]
 	max  int
 }
 
-func (q *recvQueue) len() int { return len(q.wqes) - q.head }
+func newRecvQueue(max int) recvQueue { return recvQueue{wqes: ring[recvWQE]{limit: max}, max: max} }
+
+func (q *recvQueue) len() int { return q.wqes.len() }
 
 func (q *recvQueue) push(w recvWQE) bool {
-	if q.len() >= q.max {
+	if q.wqes.len() >= q.max {
 		return false
 	}
-	if q.head > 0 && q.head == len(q.wqes) {
-		q.wqes, q.head = q.wqes[:0], 0
-	}
-	q.wqes = append(q.wqes, w)
+	q.wqes.push(w)
 	return true
 }
 
-func (q *recvQueue) pop() recvWQE {
-	w := q.wqes[q.head]
-	q.wqes[q.head] = recvWQE{}
-	q.head++
-	return w
-}
+func (q *recvQueue) pop() recvWQE { return q.wqes.pop() }
 
 func (q *recvQueue) drain() []recvWQE {
-	out := append([]recvWQE(nil), q.wqes[q.head:]...)
-	q.wqes, q.head = q.wqes[:0], 0
+	out := q.wqes.appendTo(nil)
+	q.wqes.clear()
 	return out
 }
 
@@ -456,7 +451,7 @@ func (pd *PD) CreateSRQ(maxWR int) (*SRQ, error) {
 	if maxWR <= 0 {
 		return nil, fmt.Errorf("emunic: create SRQ: %d entries: %w", maxWR, ErrInvalidArgument)
 	}
-	return &SRQ{pd: pd, q: recvQueue{max: maxWR}}, nil
+	return &SRQ{pd: pd, q: newRecvQueue(maxWR)}, nil
 }
 
 // PostRecv posts a receive work request to the SRQ.

@@ -163,7 +163,10 @@ func (s *txSched) serve(qp *QP, now time.Time) {
 	frames, next, more := qp.buildPaced(s.bufs, s.batch[:0], now)
 	qp.mu.Unlock()
 	s.batch = frames
-	s.dev.transmit(frames)
+	s.dev.transmitOwned(frames)
+	for i, f := range frames {
+		s.bufs[i] = f[:cap(f)] // the port may have kept the frame's buffer and given another
+	}
 	clear(s.batch)
 	if more {
 		s.ready(qp, next)

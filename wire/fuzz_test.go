@@ -33,6 +33,10 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		valid := p.ICRCValid()
+		before := bytes.Clone(frame)
+		if p.ICRCValidInPlace() != valid || !bytes.Equal(frame, before) {
+			t.Fatalf("ICRCValidInPlace disagrees with ICRCValid (%v) or changed the frame", valid)
+		}
 		fields := p.Fields()
 		buf := make([]byte, fields.Len())
 		n, err := Encode(buf, &fields)
