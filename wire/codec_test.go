@@ -287,7 +287,7 @@ func TestICRCDetectsEveryBitFlip(t *testing.T) {
 			}
 			copy(mutated, frame)
 			mutated[bit/8] ^= 1 << (bit % 8)
-			if icrcInPlace(mutated[ipOff:end-ICRCLen], len(orig.ip)) == getICRC(mutated[end-ICRCLen:]) {
+			if icrcInPlace(mutated[:end-ICRCLen], ipOff, len(orig.ip)) == getICRC(mutated[end-ICRCLen:]) {
 				t.Fatalf("%v: flipping bit %d of the IB part left the ICRC valid", o, bit-ibOff*8)
 			}
 			var p Packet

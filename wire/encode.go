@@ -105,7 +105,7 @@ func Encode(b []byte, f *Fields) (int, error) {
 		ipLen = IPv4HeaderLen
 	}
 	ipStart := off - UDPHeaderLen - ipLen
-	putICRC(b[n-ICRCLen:], icrcInPlace(b[ipStart:n-ICRCLen], ipLen))
+	putICRC(b[n-ICRCLen:], icrcInPlace(b[:n-ICRCLen], ipStart, ipLen))
 	return n, nil
 }
 

@@ -30,7 +30,10 @@ import (
 // 40 bytes of options.
 const maxICRCHeaderLen = 60 + UDPHeaderLen + BTHLen
 
-var icrcSeed = crc32.Update(0, crc32.IEEETable, []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
+// pseudoLRH is the eight 0xFF bytes that stand for the LRH.
+var pseudoLRH = [...]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
+
+var icrcSeed = crc32.Update(0, crc32.IEEETable, pseudoLRH[:])
 
 // maskVariant sets the fields the ICRC does not cover to ones in h, which
 // starts at an IP header of ipLen bytes and runs through the BTH.
@@ -56,16 +59,35 @@ func icrcOf(maskedHeaders, rest []byte) uint32 {
 	return crc32.Update(crc, crc32.IEEETable, rest)
 }
 
-// icrcInPlace computes the ICRC of a packet held in b, from the IP header
-// (ipLen bytes) through the last pad byte, by masking b's headers in place
-// and restoring them. Only for frames the caller owns exclusively.
-func icrcInPlace(b []byte, ipLen int) uint32 {
+// lrhLen is the length of the pseudo-LRH.
+const lrhLen = len(pseudoLRH)
+
+// icrcInPlace computes the ICRC of a packet held in b, whose IP header
+// (ipLen bytes) starts at b[ipAt] and whose last pad byte ends b, by masking
+// b's headers in place and restoring them. Only for frames the caller owns
+// exclusively. When ipAt leaves room for the pseudo-LRH (the Ethernet
+// header's last 8 bytes) and that shortens the table-driven tail
+// hash/crc32 leaves after its carry-less multiply (length mod 16, bytes
+// taken one at a time), the ones are written there for the duration of the
+// call too and the CRC runs over them: the tail is then under 8 bytes.
+func icrcInPlace(b []byte, ipAt, ipLen int) uint32 {
 	n := ipLen + UDPHeaderLen + BTHLen
-	var saved [maxICRCHeaderLen]byte
-	copy(saved[:n], b)
-	maskVariant(b[:n], ipLen)
-	crc := crc32.Update(icrcSeed, crc32.IEEETable, b) // one call: one run of carry-less multiplies
-	copy(b, saved[:n])
+	var saved [lrhLen + maxICRCHeaderLen]byte
+	from := ipAt
+	if ipAt >= lrhLen && (len(b)-ipAt)%16 >= lrhLen {
+		from = ipAt - lrhLen
+	}
+	b = b[from:]
+	copy(saved[:], b[:ipAt-from+n])
+	maskVariant(b[ipAt-from:ipAt-from+n], ipLen)
+	var crc uint32
+	if from < ipAt {
+		copy(b, pseudoLRH[:])
+		crc = crc32.Update(0, crc32.IEEETable, b)
+	} else {
+		crc = crc32.Update(icrcSeed, crc32.IEEETable, b)
+	}
+	copy(b, saved[:ipAt-from+n])
 	return crc
 }
 

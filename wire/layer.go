@@ -81,7 +81,7 @@ func VerifyLayersICRC(pkt gopacket.Packet) error {
 		return fmt.Errorf("wire: verify ICRC: no IP, UDP and RoCEv2 layers: %w", ErrNotRoCE)
 	}
 	packet := append(append(append([]byte(nil), ip...), udp.Contents...), udp.Payload[:len(udp.Payload)-ICRCLen]...)
-	if icrcInPlace(packet, len(ip)) != roce.ICRC {
+	if icrcInPlace(packet, 0, len(ip)) != roce.ICRC {
 		return errBadICRC
 	}
 	return nil

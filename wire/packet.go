@@ -32,10 +32,11 @@ type Packet struct {
 	// frames, or garbage. It is not part of the RoCEv2 packet.
 	Trailer []byte
 
-	ip      []byte // IP header, for the ICRC
-	l4      []byte // UDP header through the last pad byte
-	covered []byte // ip and l4, contiguous in the frame: what the ICRC covers
-	scratch [maxICRCHeaderLen]byte
+	ip        []byte // IP header, for the ICRC
+	l4        []byte // UDP header through the last pad byte
+	covered   []byte // ip and l4, contiguous in the frame, after coveredIP bytes of the frame before them
+	coveredIP int
+	scratch   [maxICRCHeaderLen]byte
 }
 
 // Decode decodes an Ethernet frame. It fails with an error wrapping
@@ -60,7 +61,11 @@ func (p *Packet) Decode(frame []byte) error {
 	p.Ethernet = Ethernet(frame[:n])
 	switch etherType {
 	case EtherTypeIPv4, EtherTypeIPv6:
-		return p.decodeIP(frame[n:])
+		if err := p.decodeIP(frame[n:]); err != nil {
+			return err
+		}
+		p.covered, p.coveredIP = frame[:n+len(p.covered)], n
+		return nil
 	}
 	return errEtherType
 }
@@ -247,7 +252,9 @@ func (p *Packet) ICRCValid() bool { return p.ComputeICRC() == p.ICRC }
 // no copy of the headers (about a third cheaper than ICRCValid at 1 KiB).
 // No other goroutine may read or write the frame meanwhile. Call it only
 // after a successful Decode.
-func (p *Packet) ICRCValidInPlace() bool { return icrcInPlace(p.covered, len(p.ip)) == p.ICRC }
+func (p *Packet) ICRCValidInPlace() bool {
+	return icrcInPlace(p.covered, p.coveredIP, len(p.ip)) == p.ICRC
+}
 
 // VerifyICRC returns an error wrapping ErrBadICRC when the ICRC is wrong.
 func (p *Packet) VerifyICRC() error {
