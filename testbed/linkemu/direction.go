@@ -18,7 +18,7 @@ import (
 // kernel's copy-mode TX batch is 32, two of them per wakeup.
 const batch = 64
 
-// releaseSlack is how early the releaser sends a frame that is nearly due
+// releaseSlack is how early the forwarder sends a frame that is nearly due
 // with those that are: at 100 000 frames/s a wakeup per frame would cost
 // more than forwarding it, and 20 µs is nothing beside a 1 ms accuracy.
 const releaseSlack = 20 * time.Microsecond
@@ -27,12 +27,13 @@ const releaseSlack = 20 * time.Microsecond
 // its buffers until the link model's arrival time, then leave on out's
 // socket.
 //
-// Concurrency: two goroutines run it. The receiver (receive) owns the
-// receive side of in, the link model's Send calls and its reserved slots;
-// the releaser (release) owns the transmit side of out and its batch. The
-// delay line and the free list they share are guarded by mu, taken once
-// per batch. The model is safe for concurrent use (SetConfig comes from
-// anywhere); the counters are atomics that Counters reads from anywhere.
+// Concurrency: one goroutine, locked to a thread of its own, runs it
+// (run): it owns the receive side of in, the transmit side of out, the
+// delay line, the free list and the link model's Send calls, so none of
+// them needs a lock, and no frame waits for another thread to wake up to
+// be sent. The model is safe for concurrent use (SetConfig comes from
+// anywhere); the counters are atomics that Counters reads from anywhere;
+// stopped and the wake eventfd are how stop reaches the thread.
 type forwarder struct {
 	name    string
 	in, out *xsk.Socket
@@ -46,26 +47,23 @@ type forwarder struct {
 
 	model *link.Direction // safe for concurrent use: SetConfig from anywhere
 
-	mu   sync.Mutex
 	line link.Line[frameRef]
-	free []int32 // slots neither reserved by the receiver nor in the line
+	free []int32 // slots neither reserved for receiving nor in the line
 
-	// wake is an eventfd the releaser sleeps on: the receiver signals a
-	// frame due before the releaser's wakeup, stop the end.
+	// wake is an eventfd in the thread's ppoll set: stop signals it.
 	wake    int
 	stopped atomic.Bool
-	wg      sync.WaitGroup
-	// realtime records whether each goroutine's thread got SCHED_FIFO.
-	rtErr [2]error
+	done    sync.WaitGroup
+	// rtErr records whether the thread got SCHED_FIFO.
+	rtErr error
 
 	c counters
 }
 
-// frameRef is a frame in the delay line: its slot and length.
 type frameRef struct{ slot, size int32 }
 
 // counters are a direction's counters, atomic so that Snapshot can read
-// them while the goroutines run.
+// them while the thread runs.
 type counters struct {
 	framesIn, bytesIn                     atomic.Uint64
 	forwarded, bytesForwarded             atomic.Uint64
@@ -103,43 +101,34 @@ func (f *forwarder) slot(i int32) []byte {
 	return f.slab[int(i)*f.slotLen : (int(i)+1)*f.slotLen]
 }
 
-// start runs the receiver and the releaser, each on a thread of its own
-// at real-time priority (see realtime) when the process may have it.
+// start runs the forwarder on a thread of its own at real-time priority
+// (see realtime) when the process may have it.
 func (f *forwarder) start() {
-	ready := make(chan struct{}, 2)
-	for i, run := range []func(){f.receive, f.release} {
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			// Never unlocked: the runtime ends the thread, and its
-			// scheduling policy with it, when the goroutine returns.
-			runtime.LockOSThread()
-			f.rtErr[i] = realtime()
-			ready <- struct{}{}
-			run()
-		}()
-	}
-	<-ready
+	ready := make(chan struct{})
+	f.done.Add(1)
+	go func() {
+		defer f.done.Done()
+		// Never unlocked: the runtime ends the thread, and its
+		// scheduling policy with it, when the goroutine returns.
+		runtime.LockOSThread()
+		f.rtErr = realtime()
+		close(ready)
+		f.run()
+	}()
 	<-ready
 }
 
-// signal wakes the releaser.
-func (f *forwarder) signal() {
+// stop ends the forwarder's thread. Call wait afterwards, and close the
+// sockets only then: the thread reads their rings.
+func (f *forwarder) stop() {
+	f.stopped.Store(true)
 	one := [8]byte{1}
 	unix.Write(f.wake, one[:])
 }
 
-// stop ends the releaser; the receiver ends when its socket closes. Call
-// wait afterwards.
-func (f *forwarder) stop() {
-	f.stopped.Store(true)
-	f.signal()
-}
-
-// wait waits for both goroutines, then releases the eventfd and the
-// buffers.
+// wait waits for the thread, then releases the eventfd and the buffers.
 func (f *forwarder) wait() {
-	f.wg.Wait()
+	f.done.Wait()
 	unix.Close(f.wake)
 	unix.Munmap(f.slab)
 }
@@ -160,151 +149,145 @@ func (f *forwarder) drop(r link.DropReason) bool {
 }
 
 // duplicate queues a copy of frame due at arrive in a free slot (dropped
-// and counted when there is none), under f.mu; it reports whether the
-// copy became the head of the line.
-func (f *forwarder) duplicate(frame []byte, arrive time.Time) bool {
+// and counted when there is none).
+func (f *forwarder) duplicate(frame []byte, arrive time.Time) {
 	if len(f.free) == 0 {
 		f.c.droppedNoBuffer.Add(1)
-		return false
+		return
 	}
 	s := f.free[len(f.free)-1]
 	f.free = f.free[:len(f.free)-1]
 	copy(f.slot(s), frame)
 	f.c.duplicated.Add(1)
-	return f.push(arrive, s, len(frame))
+	f.line.Push(arrive, frameRef{slot: s, size: int32(len(frame))})
 }
 
-// push queues slot s holding size bytes, due at due, under f.mu; it
-// reports whether the frame became the head of the line (the releaser
-// then sleeps too long).
-func (f *forwarder) push(due time.Time, s int32, size int) bool {
-	next, ok := f.line.Next()
-	f.line.Push(due, frameRef{slot: s, size: int32(size)})
-	return !ok || due.Before(next)
+// rxBatch is the receive side's state between turns: the slots reserved
+// for the next receive.
+type rxBatch struct {
+	reserved [batch]int32 // slot of each bufs entry, -1: scratch
+	bufs     [batch][]byte
+	sizes    [batch]int
+	scratch  []byte // receives what no slot can take
 }
 
-// receive takes frames off in's RX ring straight into reserved slots,
-// asks the link model for each frame's fate and queues the survivors in
-// the delay line. It returns when in is closed.
-func (f *forwarder) receive() {
-	var (
-		reserved [batch]int32 // slot of each bufs entry, -1: scratch
-		bufs     [batch][]byte
-		sizes    [batch]int
-		scratch  = make([]byte, f.slotLen) // receives what no slot can take
-	)
-	for i := range reserved {
-		reserved[i] = -1
+// txBatch is the transmit side's buffers for one turn.
+type txBatch struct {
+	slots  [batch]int32
+	frames [batch][]byte
+}
+
+// run forwards until stop: each turn it takes what waits on in's RX ring
+// (one batch, no system call when the ring is empty) and sends what is due
+// (one batch), so neither side starves the other under load; when there
+// was nothing to do it sleeps in ppoll on in's socket until a frame
+// arrives, the head of the delay line is due, or stop. A frame due while
+// frames arrive goes out in the same turn, without waking anyone.
+func (f *forwarder) run() {
+	rx := &rxBatch{scratch: make([]byte, f.slotLen)}
+	for i := range rx.reserved {
+		rx.reserved[i] = -1
 	}
-	for {
-		f.mu.Lock()
-		for i := range reserved {
-			if reserved[i] < 0 && len(f.free) > 0 {
-				reserved[i] = f.free[len(f.free)-1]
-				f.free = f.free[:len(f.free)-1]
-			}
-		}
-		f.mu.Unlock()
-		for i, s := range reserved {
-			if s < 0 {
-				bufs[i] = scratch
-			} else {
-				bufs[i] = f.slot(s)
-			}
-		}
-		n, err := f.in.Receive(bufs[:], sizes[:])
-		if err != nil {
-			// Closed (or broken beyond use): hand the reserved slots back.
-			f.mu.Lock()
-			for _, s := range reserved {
-				if s >= 0 {
-					f.free = append(f.free, s)
-				}
-			}
-			f.mu.Unlock()
-			return
-		}
-		now := time.Now()
-		wake := false
-		f.mu.Lock()
-		for i := range n {
-			size := sizes[i]
-			f.c.framesIn.Add(1)
-			f.c.bytesIn.Add(uint64(size))
-			s := reserved[i]
-			switch {
-			case s < 0:
-				f.c.droppedNoBuffer.Add(1)
-				continue
-			case size >= f.slotLen:
-				f.c.droppedOversize.Add(1)
-				continue
-			}
-			fate := f.model.Send(now, size)
-			if f.drop(fate.Drop) {
-				continue
-			}
-			frame := f.slot(s)[:size]
-			if fate.CorruptBit >= 0 {
-				link.FlipBit(frame, fate.CorruptBit)
-				f.c.corrupted.Add(1)
-			}
-			if fate.CE && wire.MarkCE(frame) {
-				f.c.ceMarked.Add(1)
-			}
-			wake = f.push(fate.Arrive, s, size) || wake
-			reserved[i] = -1
-			if fate.Duplicate {
-				wake = f.duplicate(frame, fate.DupArrive) || wake
-			}
-		}
-		f.mu.Unlock()
-		if wake {
-			f.signal()
-		}
-	}
-}
-
-// release sends every frame whose time has come on out's TX ring, a
-// batch per system call, and sleeps in ppoll until the next one is due or
-// the receiver queues an earlier one (the wake eventfd).
-func (f *forwarder) release() {
-	var (
-		slots  [batch]int32
-		frames [batch][]byte
-		ts     unix.Timespec
-		drain  [8]byte
-	)
-	fds := []unix.PollFd{{Fd: int32(f.wake), Events: unix.POLLIN}}
+	tx := &txBatch{}
+	fds := []unix.PollFd{{Fd: int32(f.in.FD()), Events: unix.POLLIN}, {Fd: int32(f.wake), Events: unix.POLLIN}}
+	var ts unix.Timespec
 	for !f.stopped.Load() {
-		f.mu.Lock()
-		horizon := time.Now().Add(releaseSlack)
-		n := 0
-		for ; n < batch; n++ {
-			e, ok := f.line.Pop(horizon)
-			if !ok {
-				break
+		received := false
+		if f.in.RXBacklog() > 0 {
+			if !f.receive(rx) {
+				return
 			}
-			slots[n], frames[n] = e.slot, f.slot(e.slot)[:e.size]
+			received = true
 		}
-		timeout := (*unix.Timespec)(nil) // nothing waits: until woken
-		if next, ok := f.line.Next(); ok {
-			ts = unix.NsecToTimespec(int64(next.Sub(horizon)))
-			timeout = &ts
-		}
-		f.mu.Unlock()
-		if n > 0 {
-			f.transmit(frames[:n])
-			f.mu.Lock()
-			f.free = append(f.free, slots[:n]...)
-			f.mu.Unlock()
+		sent, next, waiting := f.release(tx)
+		if received || sent {
 			continue
 		}
-		fds[0].Revents = 0
-		if k, _ := unix.Ppoll(fds, timeout, nil); k > 0 {
-			unix.Read(f.wake, drain[:])
+		timeout := (*unix.Timespec)(nil) // nothing waits: until a frame arrives
+		if waiting {
+			ts = unix.NsecToTimespec(int64(max(0, time.Until(next)-releaseSlack)))
+			timeout = &ts
+		}
+		fds[0].Revents, fds[1].Revents = 0, 0
+		unix.Ppoll(fds, timeout, nil)
+	}
+}
+
+// receive takes one batch of frames off in's RX ring straight into
+// reserved slots, asks the link model for each frame's fate and queues the
+// survivors in the delay line. It reports false when in is closed.
+func (f *forwarder) receive(rx *rxBatch) bool {
+	for i := range rx.reserved {
+		if rx.reserved[i] < 0 && len(f.free) > 0 {
+			rx.reserved[i] = f.free[len(f.free)-1]
+			f.free = f.free[:len(f.free)-1]
+		}
+		if s := rx.reserved[i]; s < 0 {
+			rx.bufs[i] = rx.scratch
+		} else {
+			rx.bufs[i] = f.slot(s)
 		}
 	}
+	n, err := f.in.Receive(rx.bufs[:], rx.sizes[:])
+	if err != nil {
+		return false // closed, or broken beyond use
+	}
+	now := time.Now()
+	var bytes uint64
+	for i := range n {
+		size := rx.sizes[i]
+		bytes += uint64(size)
+		s := rx.reserved[i]
+		switch {
+		case s < 0:
+			f.c.droppedNoBuffer.Add(1)
+			continue
+		case size >= f.slotLen:
+			f.c.droppedOversize.Add(1)
+			continue
+		}
+		fate := f.model.Send(now, size)
+		if f.drop(fate.Drop) {
+			continue
+		}
+		frame := f.slot(s)[:size]
+		if fate.CorruptBit >= 0 {
+			link.FlipBit(frame, fate.CorruptBit)
+			f.c.corrupted.Add(1)
+		}
+		if fate.CE && wire.MarkCE(frame) {
+			f.c.ceMarked.Add(1)
+		}
+		f.line.Push(fate.Arrive, frameRef{slot: s, size: int32(size)})
+		rx.reserved[i] = -1
+		if fate.Duplicate {
+			f.duplicate(frame, fate.DupArrive)
+		}
+	}
+	f.c.framesIn.Add(uint64(n))
+	f.c.bytesIn.Add(bytes)
+	return true
+}
+
+// release sends up to a batch of the frames due (within releaseSlack) on
+// out's TX ring and reports whether it sent any, and when the next frame
+// is due if one waits.
+func (f *forwarder) release(tx *txBatch) (sent bool, next time.Time, waiting bool) {
+	horizon := time.Now().Add(releaseSlack)
+	n := 0
+	for ; n < batch; n++ {
+		e, ok := f.line.Pop(horizon)
+		if !ok {
+			break
+		}
+		tx.slots[n], tx.frames[n] = e.slot, f.slot(e.slot)[:e.size]
+	}
+	if n > 0 {
+		f.transmit(tx.frames[:n])
+		f.free = append(f.free, tx.slots[:n]...)
+	}
+	next, waiting = f.line.Next()
+	return n > 0, next, waiting
 }
 
 // transmit queues frames on out's TX ring and has the kernel send them.

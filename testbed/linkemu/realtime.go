@@ -28,7 +28,7 @@ func realtime() error {
 }
 
 // threadsPerEmulator is how many threads an emulator keeps locked.
-const threadsPerEmulator = 4
+const threadsPerEmulator = 2
 
 // procsMu serializes the GOMAXPROCS changes of emulators starting and
 // closing at once.
