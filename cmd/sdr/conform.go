@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -47,8 +45,7 @@ flags:
 `
 
 func runConform(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sdr conform", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("sdr conform", conformUsage, stderr)
 	self := fs.Bool("self", false, "run against an emunic target built here")
 	list := fs.Bool("list", false, "list the cases (those -run selects) and exit")
 	iface := fs.String("i", "", "network `interface` toward the target (AF_XDP, root)")
@@ -71,15 +68,8 @@ func runConform(args []string, stdout, stderr io.Writer) int {
 	runRE := fs.String("run", "", "run only the cases whose ID matches this `regexp`")
 	jsonOut := fs.Bool("json", false, "print the report as JSON")
 	pcapPath := fs.String("pcap", "", "write every frame sent and received to this pcap `file`")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, conformUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "sdr conform: "+format+"\n", a...)

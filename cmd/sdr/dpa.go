@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -29,17 +28,12 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("sdr dpa plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, dpaUsage); fs.PrintDefaults() }
+	fs := newFlagSet("sdr dpa plan", dpaUsage, stderr)
 	gbps := fs.Float64("gbps", 400, "target payload rate, Gbit/s")
 	mtu := fs.String("mtu", "4KiB", "payload bytes per packet (the path MTU)")
 	chunk := fs.String("chunk", "64KiB", "chunk size (a multiple of -mtu, at most 64 packets)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args[1:]); !ok {
+		return code
 	}
 	m, errM := parseDPASize(*mtu)
 	c, errC := parseDPASize(*chunk)

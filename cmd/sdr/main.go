@@ -12,6 +12,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -38,6 +40,30 @@ var commands = map[string]command{
 	"sim":      {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},
 	"testbed":  {"RC vs SDR reliability over an emulated long-haul link between namespaces; report with plots (clean: delete leftovers)", runTestbed},
 	"write-bw": {"SDR write bandwidth test, like perftest's ib_write_bw", runWriteBW},
+}
+
+// newFlagSet returns a subcommand's flag set: errors and -h print usage,
+// then the flags, to stderr.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs; when it fails (or -h asked for the
+// usage) ok is false and code is the exit status to return.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return exitOK, true
 }
 
 func main() {

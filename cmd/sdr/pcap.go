@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -101,20 +100,12 @@ type pcapSummary struct {
 }
 
 func runPcap(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sdr pcap", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("sdr pcap", pcapUsage, stderr)
 	jsonOut := fs.Bool("json", false, "print JSON Lines instead of text")
 	quiet := fs.Bool("q", false, "print only the summaries and the faulty packets")
 	sdrLayout := fs.String("sdr", "", "split WRITE-with-Imm immediates by this SDR `layout` (e.g. 10/18/4)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, pcapUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()

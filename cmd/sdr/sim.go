@@ -4,7 +4,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"image/color"
 	"io"
@@ -130,12 +129,7 @@ type simSummary struct {
 
 func runSim(args []string, stdout, stderr io.Writer) int {
 	var f simFlags
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, simUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("sim", simUsage, stderr)
 	fs.StringVar(&f.sizes, "sizes", "128KiB,512KiB,2MiB,8MiB,32MiB,128MiB,512MiB,2GiB,8GiB", "message sizes")
 	fs.StringVar(&f.drops, "drops", "1e-6,1e-5,1e-4,1e-3,1e-2", "drop rates (per chunk = per packet)")
 	fs.StringVar(&f.schemes, "schemes", "sr-rto,sr-nack,ec-xor(32,8),ec-mds(32,8),auto", "schemes")
@@ -160,11 +154,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.report, "report", "", "write the reproduction report (Markdown) to this file; plots go to -out")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of the Markdown table")
 	fs.BoolVar(&f.backoff, "backoff", false, "let the engines double repeated timeouts (their default on real links; the paper and the models repeat one RTO)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sdr sim: unexpected arguments %q\n", fs.Args())

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -69,8 +68,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && args[0] == "clean" {
 		return testbedClean(stdout, stderr)
 	}
-	fs := flag.NewFlagSet("sdr testbed", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("sdr testbed", testbedUsage, stderr)
 	var f testbedFlags
 	fs.StringVar(&f.scenarioFile, "scenario", "", "scenario `file` (JSON; see testbed/scenario); flags override its fields")
 	fs.StringVar(&f.carrier, "carrier", "auto", "what carries the link: netns (namespaces + AF_XDP link emulator, root), pipe (in-process), auto (netns when permitted)")
@@ -91,15 +89,8 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON instead of the table")
 	fs.BoolVar(&f.quiet, "q", false, "no progress lines")
 	fs.StringVar(&f.metrics, "metrics", "", "serve metrics for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, testbedUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 0 || !slices.Contains([]string{"auto", "netns", "pipe"}, f.carrier) {
 		fs.Usage()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -120,8 +119,7 @@ type writeBWFlags struct {
 }
 
 func runWriteBW(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("sdr write-bw", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("sdr write-bw", writeBWUsage, stderr)
 	f := writeBWFlags{stderr: stderr, command: shellCommand(append([]string{"sdr", "write-bw"}, args...))}
 	p := &f.params
 	fs.IntVar(&p.Size, "s", 65536, "message `size` in bytes")
@@ -143,15 +141,8 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.loopback, "loopback", false, "run server and client in this process over an in-memory link")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
 	fs.StringVar(&f.metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, writeBWUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if p.ChunkSize == 0 {
 		p.ChunkSize = 64 * p.MTU
