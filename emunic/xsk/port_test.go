@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -170,29 +170,7 @@ func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 	stop := startTcpdump(t, pair, filepath.Join(dir, "wire.pcap"))
 
 	// Kernel traffic alongside: a TCP echo and a ping.
-	var ln net.Listener
-	if err := b.Net.NS.Do(func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(b.Net.Addr.String(), "0"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			io.Copy(c, c)
-			c.Close()
-		}
-	}()
-	var tcp net.Conn
-	if err := a.Net.NS.Do(func() (err error) {
-		tcp, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
+	tcp := testbedtest.EchoConn(t, a.Net, b.Net)
 	var wg sync.WaitGroup
 	var pingOut []byte
 	var pingErr error

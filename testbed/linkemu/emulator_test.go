@@ -3,7 +3,6 @@ package linkemu_test
 import (
 	"errors"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
+	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
 // newTopology builds a topology for the test and closes it when the test
@@ -54,29 +54,7 @@ func TestPingAndTCP(t *testing.T) {
 		t.Errorf("ping's minimum RTT %.3f ms, want 20–22 ms (two 10 ms delays)", minRTT)
 	}
 
-	var ln net.Listener
-	if err := topo.B.NS.Do(func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(topo.B.Addr.String(), "0"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			io.Copy(c, c)
-			c.Close()
-		}
-	}()
-	var c net.Conn
-	if err := topo.A.NS.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := testbedtest.EchoConn(t, topo.A, topo.B)
 	msg := make([]byte, 256<<10)
 	for i := range msg {
 		msg[i] = byte(i * 7)

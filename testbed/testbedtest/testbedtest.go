@@ -6,6 +6,8 @@ package testbedtest
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -200,4 +202,36 @@ func ipNetns(t testing.TB, args ...string) {
 	if out, err := exec.Command("ip", append([]string{"netns"}, args...)...).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns %v: %v\n%s", args, err, out)
 	}
+}
+
+// EchoConn starts a TCP echo server in to's namespace on its address and
+// returns a connection to it dialled from from's namespace (5 s to
+// connect): TCP across whatever joins the two hosts. Both are closed when
+// the test ends.
+func EchoConn(tb testing.TB, from, to *testbed.Host) net.Conn {
+	tb.Helper()
+	var ln net.Listener
+	if err := to.NS.Do(func() (err error) {
+		ln, err = net.Listen("tcp", net.JoinHostPort(to.Addr.String(), "0"))
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	var c net.Conn
+	if err := from.NS.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
 }
