@@ -159,20 +159,7 @@ func flagArgs() []string {
 // not one nobody owns, nor a missing one under it.
 func TestCheckAsNobody(t *testing.T) {
 	privileged.Require(t)
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} { // nobody must reach the copy
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "caps.test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin, dir := privileged.TestBinaryForNobody(t)
 	owned := filepath.Join(dir, "owned")
 	if err := os.Mkdir(owned, 0o755); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ package privileged
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -72,4 +73,27 @@ func unavailable(t testing.TB, reason string) {
 		t.Fatalf("%s (%s=1: this test must run, not skip)", reason, RequireEnv)
 	}
 	t.Skip(reason)
+}
+
+// TestBinaryForNobody copies the running test binary into a fresh
+// directory that user nobody can reach and returns the copy's path and
+// the directory: the way a privileged test reruns itself as an
+// unprivileged user (the original usually sits where nobody may not go).
+func TestBinaryForNobody(t testing.TB) (bin, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(dir, filepath.Base(os.Args[0]))
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin, dir
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -93,20 +92,7 @@ func TestMain(m *testing.M) {
 // user nobody: it skips the test, and fails it under RequireEnv=1.
 func TestRequireWithoutRoot(t *testing.T) {
 	Require(t) // to switch to another user
-	dir := t.TempDir()
-	for _, d := range []string{filepath.Dir(dir), dir} { // nobody must reach the copy
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "privileged.test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin, dir := TestBinaryForNobody(t)
 	for _, c := range []struct{ env, want string }{{"", `skipped: "needs root`}, {"1", `failed: "needs root`}} {
 		cmd := exec.Command(bin)
 		cmd.Dir = dir
