@@ -253,8 +253,14 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 
 // completeRecv reports a receive completion from the receive goroutine:
 // it carries the QP's context, and a CQ with a handler is dispatched at
-// the end of the receive batch.
+// the end of the receive batch. Control frames (NAKs, READ responses)
+// queued for earlier packets of the batch leave first, so that whoever
+// sees the completion finds the replies to what preceded it sent; this
+// costs nothing while none is queued.
 func (qp *QP) completeRecv(e CQE) {
+	if len(qp.dev.ctlBatch) > 0 {
+		qp.dev.flushCtl()
+	}
 	e.QPContext = qp.ctx
 	if qp.recvCQ.pushRx(e) {
 		qp.dev.rxCQs = append(qp.dev.rxCQs, qp.recvCQ)
