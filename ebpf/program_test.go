@@ -88,12 +88,7 @@ func TestSteering(t *testing.T) {
 	fragment[14+6] |= 0x20 // MF
 	tcp := append([]byte(nil), ipv4...)
 	tcp[14+9] = 6
-	cases := []struct {
-		name    string
-		frame   []byte
-		action  uint32
-		counter func(c ebpf.Counters) uint64
-	}{
+	cases := []steerCase{
 		{"IPv4 RoCE for our QP", ipv4, xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
 		{"IPv6 RoCE for our QP", roceFrame(t, true, ours, false), xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
 		{"VLAN-tagged RoCE", roceFrame(t, false, ours, true), xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
@@ -108,23 +103,7 @@ func TestSteering(t *testing.T) {
 		// header, so the shortest case is a bare Ethernet header.
 		{"Ethernet header only", ipv4[:14], xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},
 	}
-	for _, c := range cases {
-		before, err := p.Counters()
-		if err != nil {
-			t.Fatal(err)
-		}
-		action, err := p.Run(c.frame, 1)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		after, _ := p.Counters()
-		if action != c.action {
-			t.Errorf("%s: action %d, want %d", c.name, action, c.action)
-		}
-		if c.counter(after) != c.counter(before)+1 || after.Seen != before.Seen+1 {
-			t.Errorf("%s: counters %+v -> %+v", c.name, before, after)
-		}
-	}
+	runCases(t, p, cases)
 	// Removing the QP stops the steering; all-RoCE mode steers any QP.
 	if err := p.RemoveQP(ours); err != nil {
 		t.Fatal(err)
@@ -212,12 +191,7 @@ func TestFilters(t *testing.T) {
 	redirected := func(c ebpf.Counters) uint64 { return c.Redirected }
 	wrongMAC := func(c ebpf.Counters) uint64 { return c.WrongMAC }
 	wrongPeer := func(c ebpf.Counters) uint64 { return c.WrongPeer }
-	cases := []struct {
-		name    string
-		frame   []byte
-		action  uint32
-		counter func(c ebpf.Counters) uint64
-	}{
+	cases := []steerCase{
 		{"from the peer", frame(peer, mac, rc), xdpRedirect, redirected},
 		{"from the IPv6 peer", frame(peer6, mac, rc6), xdpRedirect, redirected},
 		{"broadcast from the peer", frame(peer, broadcast, rc), xdpRedirect, redirected},
@@ -229,6 +203,29 @@ func TestFilters(t *testing.T) {
 		{"to a multicast MAC", frame(peer, multicast, ud), xdpDrop, wrongMAC},
 		{"another QP to another MAC", frame(peer, other, theirs), xdpPass, func(c ebpf.Counters) uint64 { return c.NotOurs }},
 	}
+	runCases(t, p, cases)
+	// Re-adding a QP replaces its peer.
+	if err := p.AddQP(rc, stranger); err != nil {
+		t.Fatal(err)
+	}
+	if action, _ := p.Run(frame(stranger, mac, rc), 1); action != xdpRedirect {
+		t.Errorf("after the peer changed: action %d, want redirect", action)
+	}
+}
+
+// steerCase is a frame, the XDP action it must get, and the counter that
+// action must move by one.
+type steerCase struct {
+	name    string
+	frame   []byte
+	action  uint32
+	counter func(c ebpf.Counters) uint64
+}
+
+// runCases runs each case's frame through p once and checks its action,
+// its counter and Seen.
+func runCases(t *testing.T, p *ebpf.Program, cases []steerCase) {
+	t.Helper()
 	for _, c := range cases {
 		before, err := p.Counters()
 		if err != nil {
@@ -245,12 +242,5 @@ func TestFilters(t *testing.T) {
 		if c.counter(after) != c.counter(before)+1 || after.Seen != before.Seen+1 {
 			t.Errorf("%s: counters %+v -> %+v", c.name, before, after)
 		}
-	}
-	// Re-adding a QP replaces its peer.
-	if err := p.AddQP(rc, stranger); err != nil {
-		t.Fatal(err)
-	}
-	if action, _ := p.Run(frame(stranger, mac, rc), 1); action != xdpRedirect {
-		t.Errorf("after the peer changed: action %d, want redirect", action)
 	}
 }
