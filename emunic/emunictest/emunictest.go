@@ -102,6 +102,19 @@ func NewXSKHost(tb testing.TB, th *testbed.Host, cfg xsk.PortConfig, tap *wire.P
 	return h
 }
 
+// NewXSKPair creates two host namespaces joined by a veth pair and an
+// emulated NIC on an AF_XDP port in each (NewXSKHost); the namespaces are
+// deleted when the test ends. It needs root.
+func NewXSKPair(tb testing.TB, cfg xsk.PortConfig) (a, b *Host) {
+	tb.Helper()
+	pair, err := testbed.NewPair(testbed.PairConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pair.Close() })
+	return NewXSKHost(tb, pair.A, cfg, nil), NewXSKHost(tb, pair.B, cfg, nil)
+}
+
 // NewQP creates a QP of typ on the host's CQs, room for maxRecvWR
 // receives, and moves it to INIT with every remote access right and Q_Key
 // QKey. The caller destroys it (or lets the device's Close do so).

@@ -12,7 +12,6 @@ import (
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/sdrtest"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 func devices(t *testing.T, pa, pb emunic.Port, gidA, gidB string, opts sdrnic.Options) (backend.Backend, backend.Backend) {
@@ -48,13 +47,7 @@ func TestConformanceUDP(t *testing.T) {
 func TestConformanceXSK(t *testing.T) {
 	privileged.Require(t)
 	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
-		pair, err := testbed.NewPair(testbed.PairConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pair.Close() })
-		a := emunictest.NewXSKHost(t, pair.A, xsk.PortConfig{}, nil)
-		b := emunictest.NewXSKHost(t, pair.B, xsk.PortConfig{}, nil)
+		a, b := emunictest.NewXSKPair(t, xsk.PortConfig{})
 		out := []backend.Backend{sdrnic.New(a.Dev, sdrnic.Options{}), sdrnic.New(b.Dev, sdrnic.Options{})}
 		return out[0], out[1]
 	})

@@ -15,7 +15,6 @@ import (
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/sdrtest"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 func backends(t *testing.T, pa, pb emunic.Port, gidA, gidB string) (backend.Backend, backend.Backend) {
@@ -54,13 +53,7 @@ func TestConformanceUDP(t *testing.T) {
 func TestConformanceXSK(t *testing.T) {
 	privileged.Require(t)
 	sdrtest.Run(t, func(t *testing.T) (backend.Backend, backend.Backend) {
-		pair, err := testbed.NewPair(testbed.PairConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pair.Close() })
-		a := emunictest.NewXSKHost(t, pair.A, xsk.PortConfig{}, nil)
-		b := emunictest.NewXSKHost(t, pair.B, xsk.PortConfig{}, nil)
+		a, b := emunictest.NewXSKPair(t, xsk.PortConfig{})
 		return dpasim.New(a.Dev), dpasim.New(b.Dev)
 	})
 }
