@@ -197,7 +197,7 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 		hooks.Devices(a, b)
 	}
 	rtt := forward.Delay + reverse.Delay
-	p := point{sc: sc, a: a, b: b, size: size, scheme: scheme, rtt: rtt, count: sc.Count,
+	p := point{sc: sc, a: a, b: b, size: size, rtt: rtt, count: sc.Count,
 		timeout: time.Duration(sc.Timeout), bitsPerS: lr.RateMbps * 1e6}
 	if hooks.Transfer != nil {
 		p.observe = func(st reliability.Stats, delivered bool) { hooks.Transfer(scheme, st, delivered) }

@@ -32,11 +32,10 @@ type point struct {
 	sc       *Scenario
 	a, b     *emunic.Device
 	size     int
-	scheme   string
 	rtt      time.Duration
 	count    int
 	timeout  time.Duration
-	bitsPerS float64 // the link's configured rate, 0 when unlimited
+	bitsPerS float64 // the rate the link sustained (or is configured to), for the sender's injection clock; 0: the default
 	// observe, when set, sees every transfer's statistics and outcome.
 	observe func(st reliability.Stats, delivered bool)
 }
@@ -45,9 +44,9 @@ func (p *point) qpAttr() sdr.QPAttr {
 	return sdr.QPAttr{MTU: p.sc.MTU, ChunkSize: p.sc.ChunkSize, MaxMessages: 16, MaxInFlightBytes: max(256<<20, 32*p.size)}
 }
 
-// Payload returns transfer i's bytes: pseudo-random, so that a misplaced
+// payload returns transfer i's bytes: pseudo-random, so that a misplaced
 // chunk cannot go unnoticed.
-func Payload(size, i int) []byte {
+func payload(size, i int) []byte {
 	p := make([]byte, size)
 	rng := rand.New(rand.NewPCG(uint64(i), 0x5D12))
 	for j := range p {
@@ -93,7 +92,7 @@ func (p *point) reliable(ctx context.Context, cfg reliability.Config) (m measure
 		if ctx.Err() != nil {
 			return m, ctx.Err()
 		}
-		src, dst := Payload(p.size, i), make([]byte, p.size)
+		src, dst := payload(p.size, i), make([]byte, p.size)
 		tctx, cancel := context.WithTimeout(ctx, p.timeout)
 		type read struct {
 			imm   uint32
@@ -191,7 +190,7 @@ func (p *point) raw(ctx context.Context, rc bool) (m measurement, err error) {
 }
 
 func (p *point) rawTransfer(ctx context.Context, ctxs [2]*sdr.Context, qps [2]*sdr.QP, i int, m *measurement) error {
-	src, dst := Payload(p.size, i), make([]byte, p.size)
+	src, dst := payload(p.size, i), make([]byte, p.size)
 	smr, err := ctxs[0].RegisterMemory(src)
 	if err != nil {
 		return err
