@@ -49,17 +49,14 @@ var _ prometheus.Collector = (*Devices)(nil)
 func NewDevices() *Devices {
 	d := &Devices{current: map[string]*emunic.Device{}, retired: map[string]emunic.Stats{},
 		counters: map[emunic.Counter]*prometheus.Desc{}}
-	var st emunic.Stats
-	i := 0
-	st.Each(func(name string, _ uint64) {
+	for i := range len(emunic.Stats{}) {
 		c := emunic.Counter(i)
-		i++
 		if slices.Contains(emunic.DropReasons, c) {
-			return
+			continue
 		}
-		d.counters[c] = prometheus.NewDesc("emunic_"+name+"_total",
-			"emulated NIC counter "+name+" (see emunic.Counter)", []string{"device"}, nil)
-	})
+		d.counters[c] = prometheus.NewDesc("emunic_"+c.String()+"_total",
+			"emulated NIC counter "+c.String()+" (see emunic.Counter)", []string{"device"}, nil)
+	}
 	d.drops = prometheus.NewDesc("emunic_rx_drops_total",
 		"received frames the emulated NIC refused, by reason (each refused frame counts once)", []string{"device", "reason"}, nil)
 	return d
