@@ -52,7 +52,7 @@ func TestRXBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ring := float64(4096) // the port's default ring
+	ring := float64(xsk.DefaultRingSize)
 	deadline := time.Now().Add(5 * time.Second)
 	for port.RXBacklog() < frames/ring && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

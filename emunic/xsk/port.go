@@ -41,8 +41,10 @@ type PortConfig struct {
 //
 // Transmission is coalesced like a NIC's doorbell: Send queues frames on
 // the TX ring, and a flusher goroutine has the kernel send whatever has
-// accumulated, so that many small PostSends share one system call. Send
-// flushes itself once a full batch is pending.
+// accumulated, so that many small PostSends share one system call. Once a
+// full kernel batch is pending Send flushes itself: streaming needs no
+// goroutine handoff, and the ring (the wire's queue, in front of every
+// QP's ACKs and CNPs) holds little more than one posted list.
 type Port struct {
 	sock *Socket
 	prog *ebpf.Program

@@ -13,8 +13,10 @@ package xsk
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -44,13 +46,20 @@ type Config struct {
 	// NumFrames is the UMEM size in chunks (default 16384: 64 MiB of
 	// 4 KiB chunks); half serve reception, half transmission.
 	NumFrames int
-	// RingSize is the size of each ring, a power of two (default 4096):
-	// the RX ring absorbs bursts while the receiver catches up.
+	// RingSize is the size of each ring, a power of two (default
+	// DefaultRingSize): the RX ring absorbs bursts while the receiver
+	// catches up.
 	RingSize int
 	// MultiBuffer lets frames span several chunks (XDP_USE_SG): needed for
 	// MTU 4096; the XDP program must be the frags variant.
 	MultiBuffer bool
 }
+
+// DefaultRingSize is Config.RingSize's default: 8192 descriptors, the
+// most an mlx5 NIC's receive ring takes, so that with the default UMEM
+// every receive chunk waits in the fill ring, and a receiver the host
+// does not schedule for a few milliseconds loses nothing at veth's rate.
+const DefaultRingSize = 8192
 
 // ErrPermission means the process lacks the capabilities AF_XDP needs
 // (CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF, and CAP_IPC_LOCK beyond the
@@ -61,8 +70,14 @@ var ErrPermission = errors.New("xsk: AF_XDP needs CAP_NET_ADMIN, CAP_NET_RAW, CA
 var ErrClosed = errors.New("xsk: socket closed")
 
 // Socket is one AF_XDP socket bound to an interface queue. Receive and
-// Send may run concurrently with each other (each side has its own lock);
-// each side is serialized.
+// the transmit side may run concurrently (each has its own lock). The
+// transmit side has two: txMu guards the producer's state (TX ring
+// producer, free chunks, completion ring consumer) and is held only to
+// copy frames in or take completions; kickMu serializes the system calls
+// that have the kernel transmit, held without txMu, so that one goroutine
+// queues frames while another is in the kernel sending earlier ones (in
+// copy mode the kernel's work per frame is several times the queuing's).
+// Lock order: rxMu, kickMu, txMu.
 type Socket struct {
 	fd        int
 	wake      int // eventfd that interrupts a blocked Receive on Close
@@ -75,10 +90,11 @@ type Socket struct {
 	rx   ring // descriptors
 	fill ring // addresses
 
-	txMu sync.Mutex
-	tx   ring // descriptors
-	comp ring // addresses
-	free []uint64
+	kickMu sync.Mutex
+	txMu   sync.Mutex
+	tx     ring // descriptors
+	comp   ring // addresses
+	free   []uint64
 }
 
 // ring is one of the four single-producer single-consumer rings.
@@ -111,7 +127,7 @@ func Open(cfg Config) (*Socket, error) {
 		cfg.NumFrames = 16384
 	}
 	if cfg.RingSize == 0 {
-		cfg.RingSize = 4096
+		cfg.RingSize = DefaultRingSize
 	}
 	if cfg.FrameSize != 2048 && cfg.FrameSize != 4096 || cfg.RingSize&(cfg.RingSize-1) != 0 || cfg.NumFrames < 2*cfg.RingSize {
 		return nil, fmt.Errorf("xsk: frame size %d (2048 or 4096), ring size %d (power of two), %d frames (at least two rings' worth): invalid",
@@ -258,11 +274,45 @@ func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
 		if n := s.drainRx(bufs, sizes); n > 0 {
 			return n, nil
 		}
+		if s.spinRx() {
+			continue
+		}
 		fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.wake), Events: unix.POLLIN}}
 		if _, err := unix.Poll(fds, -1); err != nil && !errors.Is(err, unix.EINTR) {
 			return 0, fmt.Errorf("xsk: poll: %w", err)
 		}
 	}
+}
+
+// rxSpin is how long Receive watches an empty RX ring before it sleeps in
+// poll(2), as NAPI busy polling does (net.core.busy_poll, 50 µs): a
+// receiver that keeps up with a stream then never sleeps, so the sending
+// side's kernel never has to wake it. On veth the sender's system call
+// runs the receive path too, and a wakeup there (an interprocessor
+// interrupt to an idle CPU, a VM exit in a guest) costs more than the
+// frame's own work.
+const rxSpin = 50 * time.Microsecond
+
+// spinRx waits up to rxSpin for the kernel to produce an RX descriptor
+// and reports whether it did (false also when the socket closed). It
+// looks at the ring in runs of rxSpinRun loads and between runs reads the
+// clock (not a vDSO call on every VM) and lets other goroutines run (a
+// yield per load would contend for the scheduler's lock with them).
+func (s *Socket) spinRx() bool {
+	const rxSpinRun = 256
+	deadline := time.Now().Add(rxSpin)
+	for !s.closed.Load() {
+		for range rxSpinRun {
+			if atomic.LoadUint32(s.rx.producer) != atomic.LoadUint32(s.rx.consumer) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+	return false
 }
 
 // RXBacklog returns how full the RX ring is: the descriptors the kernel
@@ -330,16 +380,21 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 // ring without asking the kernel to send them, so that several callers'
 // frames go out in one system call (Flush). Frames longer than a chunk
 // are split over several chunks (needs MultiBuffer). When the ring or the
-// free chunks run out it has the kernel send to make room, and when the
+// free chunks run out it kicks the kernel to make room, and when the
 // kernel makes no progress it waits for the socket to become writable
-// without holding the TX lock (up to about a second, then it fails). It
+// without holding a lock (up to about a second, then it fails). It
 // returns how many frames it queued.
 func (s *Socket) Enqueue(frames [][]byte) (int, error) {
 	sent := 0
 	for stalls := 0; ; {
-		n, progressed, err := s.enqueue(frames[sent:])
+		n, err := s.enqueue(frames[sent:])
 		sent += n
 		if err != nil || sent == len(frames) {
+			return sent, err
+		}
+		// Out of room: let the kernel send and complete earlier frames.
+		_, progressed, err := s.Kick()
+		if err != nil {
 			return sent, err
 		}
 		if n > 0 || progressed {
@@ -368,14 +423,13 @@ func (s *Socket) stalled(stalls *int) error {
 	return nil
 }
 
-// enqueue queues what fits of frames under the TX lock and, if not all
-// did, kicks the kernel once to make room. It reports how many it queued
-// and whether the kernel consumed descriptors.
-func (s *Socket) enqueue(frames [][]byte) (sent int, progressed bool, err error) {
+// enqueue queues what fits of frames under the TX lock and reports how
+// many it queued.
+func (s *Socket) enqueue(frames [][]byte) (sent int, err error) {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	if s.closed.Load() {
-		return 0, false, ErrClosed
+		return 0, ErrClosed
 	}
 	s.reclaim()
 	prod := atomic.LoadUint32(s.tx.producer)
@@ -402,24 +456,15 @@ func (s *Socket) enqueue(frames [][]byte) (sent int, progressed bool, err error)
 		sent++
 	}
 	atomic.StoreUint32(s.tx.producer, prod)
-	if sent < len(frames) {
-		// Out of room: let the kernel send and complete earlier frames.
-		_, progressed, err = s.kick(prod)
-	}
-	return sent, progressed, err
+	return sent, nil
 }
 
-// Flush has the kernel transmit every queued frame. While the kernel makes
-// no progress it waits as Enqueue does, without holding the TX lock.
+// Flush has the kernel transmit every queued frame, including frames
+// other goroutines queue meanwhile. While the kernel makes no progress it
+// waits as Enqueue does, without holding a lock.
 func (s *Socket) Flush() error {
 	for stalls := 0; ; {
-		s.txMu.Lock()
-		if s.closed.Load() {
-			s.txMu.Unlock()
-			return ErrClosed
-		}
-		pending, progressed, err := s.kick(atomic.LoadUint32(s.tx.producer))
-		s.txMu.Unlock()
+		pending, progressed, err := s.Kick()
 		switch {
 		case err != nil || pending == 0:
 			return err
@@ -445,36 +490,39 @@ func (s *Socket) Pending() int {
 	return int(atomic.LoadUint32(s.tx.producer) - atomic.LoadUint32(s.tx.consumer))
 }
 
-// kick has the kernel consume the TX ring up to prod for as long as it
-// makes progress, never waiting: in copy mode the kernel transmits inside
-// sendto(), at most 32 descriptors per call (TX_BATCH_SIZE), so one kick
-// is not enough for a larger batch or for multi-buffer frames. It returns
-// how many descriptors remain and whether any was consumed. Caller holds
-// txMu.
-func (s *Socket) kick(prod uint32) (pending uint32, progressed bool, err error) {
-	last := atomic.LoadUint32(s.tx.consumer)
-	for {
-		if !s.zeroCopy || s.tx.needWakeup() {
-			_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-			switch errno {
-			case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
-			default:
-				return prod - last, progressed, fmt.Errorf("xsk: kick TX: %w", errno)
-			}
-		}
-		s.reclaim()
-		cons := atomic.LoadUint32(s.tx.consumer)
-		if s.zeroCopy || cons == prod {
-			return 0, progressed || cons != last, nil
-		}
-		if cons == last {
-			return prod - cons, progressed, nil
-		}
-		last, progressed = cons, true
+// Kick has the kernel transmit once, never waiting: in copy mode the
+// kernel transmits inside sendto(), at most 32 descriptors per call
+// (TX_BATCH_SIZE), so a larger batch takes several kicks (Flush loops).
+// Kicks are serialized among themselves but not with Enqueue, so that
+// frames are queued while the kernel sends. It returns how many
+// descriptors remain and whether the kernel consumed any.
+func (s *Socket) Kick() (pending int, progressed bool, err error) {
+	s.kickMu.Lock()
+	defer s.kickMu.Unlock()
+	if s.closed.Load() {
+		return 0, false, ErrClosed
 	}
+	last := atomic.LoadUint32(s.tx.consumer)
+	if !s.zeroCopy || s.tx.needWakeup() {
+		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		switch errno {
+		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
+		default:
+			err = fmt.Errorf("xsk: kick TX: %w", errno)
+		}
+	}
+	s.txMu.Lock()
+	s.reclaim()
+	s.txMu.Unlock()
+	cons := atomic.LoadUint32(s.tx.consumer)
+	if s.zeroCopy {
+		// The driver consumes asynchronously: nothing to wait for here.
+		return 0, cons != last, err
+	}
+	return int(atomic.LoadUint32(s.tx.producer) - cons), cons != last, err
 }
 
-// reclaim returns completed TX chunks to the free list.
+// reclaim returns completed TX chunks to the free list. Caller holds txMu.
 func (s *Socket) reclaim() {
 	cons := atomic.LoadUint32(s.comp.consumer)
 	prod := atomic.LoadUint32(s.comp.producer)
@@ -509,8 +557,10 @@ func (s *Socket) Close() error {
 		unix.Write(s.wake, one[:])
 	}
 	s.rxMu.Lock()
+	s.kickMu.Lock()
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
+	defer s.kickMu.Unlock()
 	defer s.rxMu.Unlock()
 	for _, r := range []*ring{&s.rx, &s.tx, &s.fill, &s.comp} {
 		if r.mem != nil {
