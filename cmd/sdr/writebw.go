@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,8 +143,17 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.loopback, "loopback", false, "run server and client in this process over an in-memory link")
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
 	fs.StringVar(&f.metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
+	cpuProfile := fs.String("cpuprofile", "", "write this side's CPU profile to `file` (go tool pprof)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr write-bw: %v\n", err)
+			return exitFault
+		}
+		defer stop()
 	}
 	if p.ChunkSize == 0 {
 		p.ChunkSize = 64 * p.MTU
@@ -173,6 +184,22 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	}
 	printWriteBW(stdout, &f, res)
 	return exitOK
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		out.Close()
+	}, nil
 }
 
 // openDevice opens this side's emulated NIC as f describes; nic reads

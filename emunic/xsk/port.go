@@ -41,10 +41,11 @@ type PortConfig struct {
 //
 // Transmission is coalesced like a NIC's doorbell: Send queues frames on
 // the TX ring, and a flusher goroutine has the kernel send whatever has
-// accumulated, so that many small PostSends share one system call. Once a
-// full kernel batch is pending Send flushes itself: streaming needs no
-// goroutine handoff, and the ring (the wire's queue, in front of every
-// QP's ACKs and CNPs) holds little more than one posted list.
+// accumulated, so that many single-frame PostSends share one system call.
+// A Send of a list (listBatch frames or more), or one that leaves a full
+// kernel batch pending, flushes itself: streaming needs no goroutine
+// handoff, and the ring (the wire's queue, in front of every QP's ACKs
+// and CNPs) holds little more than one posted list.
 type Port struct {
 	sock *Socket
 	prog *ebpf.Program
@@ -58,8 +59,14 @@ type Port struct {
 }
 
 // flushBatch is how many pending TX descriptors make Send flush itself
-// (the kernel's copy-mode batch).
-const flushBatch = 32
+// (the kernel's copy-mode batch), and listBatch how many frames in one
+// Send do: a posted list has all its frames ready, so waiting for the
+// flusher would only add a goroutine handoff (sdrnic posts a 64 KiB
+// message as one list of 16 frames per channel).
+const (
+	flushBatch = 32
+	listBatch  = 8
+)
 
 var (
 	_ emunic.QPSteering = (*Port)(nil)
@@ -108,7 +115,7 @@ func NewPort(cfg PortConfig) (*Port, error) {
 func (p *Port) Send(frames [][]byte) (int, error) {
 	n, err := p.sock.Enqueue(frames)
 	if err == nil {
-		if p.sock.Pending() >= flushBatch {
+		if len(frames) >= listBatch || p.sock.Pending() >= flushBatch {
 			err = p.sock.Flush()
 		} else {
 			select {

@@ -295,19 +295,23 @@ const rxSpin = 50 * time.Microsecond
 
 // spinRx waits up to rxSpin for the kernel to produce an RX descriptor
 // and reports whether it did (false also when the socket closed). It
-// looks at the ring in runs of rxSpinRun loads and between runs reads the
-// clock (not a vDSO call on every VM) and lets other goroutines run (a
-// yield per load would contend for the scheduler's lock with them).
+// looks at the ring in runs of rxSpinRun loads; between runs it reads the
+// clock (the first run, which usually ends the wait in a stream, reads
+// none) and lets other goroutines run (a yield per load would contend for
+// the scheduler's lock with them).
 func (s *Socket) spinRx() bool {
 	const rxSpinRun = 256
-	deadline := time.Now().Add(rxSpin)
+	var deadline time.Time
 	for !s.closed.Load() {
 		for range rxSpinRun {
 			if atomic.LoadUint32(s.rx.producer) != atomic.LoadUint32(s.rx.consumer) {
 				return true
 			}
 		}
-		if time.Now().After(deadline) {
+		switch now := time.Now(); {
+		case deadline.IsZero():
+			deadline = now.Add(rxSpin)
+		case now.After(deadline):
 			return false
 		}
 		runtime.Gosched()

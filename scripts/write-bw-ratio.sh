@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# usage: scripts/write-bw-ratio.sh [ROUNDS]   (default 5)
+#
+# sdr write-bw over AF_XDP against emunic's own UC write rate, measured
+# side by side: each round runs BenchmarkUCWriteImm/xsk/65536B (emunic's
+# raw UC WRITE-with-Imm rate between two namespaces), then
+# scripts/write-bw-netns.sh at 64 KiB, 1 MiB and 8 MiB messages (4
+# channels, MTU 1024, 16 in flight, 20 warm-up messages; 20000, 1000 and
+# 100 measured). It prints each round's packet rates, write-bw's ratio to
+# the UC rate, the chunks delivered, and the 1 MiB/64 KiB bandwidth ratio,
+# then the medians. Needs root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-5}
+dir=$(mktemp -d)
+go test -c -o "$dir/xsk.test" ./emunic/xsk/
+go build -o "$dir/sdr" ./cmd/sdr
+uc() {
+	(cd emunic/xsk && "$dir/xsk.test" -test.run '^$' -test.bench 'BenchmarkUCWriteImm/xsk/65536B$' -test.benchtime 12500x) |
+		awk '/pkts\/s/ { for (i = 2; i <= NF; i++) if ($i == "pkts/s") print $(i-1) / 1e6 }'
+}
+field() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -1 | sed 's/.*: *//'; }
+writebw() { # size iterations -> "mpps gbps delivered/total"
+	SDR="$dir/sdr" scripts/write-bw-netns.sh "$1" "$2" 16 -w 20 >"$dir/out.json" 2>/dev/null
+	echo "$(field packet_rate_mpps "$dir/out.json") $(field bw_average_gbps "$dir/out.json")" \
+		"$(field chunks_delivered "$dir/out.json")/$(field chunks_total "$dir/out.json")"
+}
+printf "%-5s %8s | %-26s | %-26s | %-26s | %s\n" round UC-Mpps "64KiB Mpps ratio chunks" "1MiB Mpps ratio chunks" "8MiB Mpps ratio chunks" "1MiB/64KiB Gbit/s"
+declare -A ratios
+for i in $(seq "$rounds"); do
+	u=$(uc)
+	line=$(printf "%-5s %8.3f" "$i" "$u")
+	declare -A gbps
+	for s in 65536:20000 1048576:1000 8388608:100; do
+		size=${s%:*}
+		read -r mpps bw chunks <<<"$(writebw "$size" "${s#*:}")"
+		r=$(awk "BEGIN { print $mpps / $u }")
+		ratios[$size]+="$r "
+		gbps[$size]=$bw
+		line+=$(printf " | %6.3f %5.2f %13s" "$mpps" "$r" "$chunks")
+	done
+	bwr=$(awk "BEGIN { print ${gbps[1048576]} / ${gbps[65536]} }")
+	ratios[bw]+="$bwr "
+	echo "$line | $(printf %.2f "$bwr")"
+done
+median() { printf "%s\n" $1 | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
+printf "median write-bw/UC: 64KiB %.2f, 1MiB %.2f, 8MiB %.2f; 1MiB/64KiB bandwidth %.2f (%d rounds)\n" \
+	"$(median "${ratios[65536]}")" "$(median "${ratios[1048576]}")" "$(median "${ratios[8388608]}")" "$(median "${ratios[bw]}")" "$rounds"
