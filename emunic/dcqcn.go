@@ -5,35 +5,45 @@ import (
 	"time"
 )
 
-// DCQCN reaction point parameters (Zhu et al., "Congestion Control for
-// Large-Scale RDMA Deployments", SIGCOMM 2015, and the defaults of mlx5's
-// congestion parameters, named after them).
+// DCQCN reaction point parameters: the algorithm of Zhu et al.,
+// "Congestion Control for Large-Scale RDMA Deployments" (SIGCOMM 2015),
+// with the paper's values for its own constants (g, K, F) and NVIDIA
+// ConnectX's defaults for the rest, under their mlx5 names. The ConnectX
+// values were checked against NVIDIA's "DCQCN CC Parameters" page (DOCA
+// 3.4 archive: alpha update and rate decrease) and, for rate increase,
+// against firmware default dumps (mlxconfig), which that page's stored
+// copy lacks. Where ConnectX differs from the paper it is noted; emunic
+// keeps the paper's dynamics there.
 const (
 	// rpReduceMonitorPeriod is the least time between two rate cuts
-	// (mlx5 rate_reduce_monitor_period, 4 µs): CNPs within it are counted
-	// but cut nothing.
+	// (rate_reduce_monitor_period, 4 µs): CNPs within it are counted but
+	// cut nothing.
 	rpReduceMonitorPeriod = 4 * time.Microsecond
-	// rpInitialAlpha is α before the first CNP (mlx5 initial_alpha_value
-	// 1023 of 1024): the first cut halves the rate.
+	// rpInitialAlpha is α before the first CNP (initial_alpha_value 1023
+	// of 1024): the first cut halves the rate. A cut takes α/2 of the
+	// rate, as ConnectX's does (rpg_gd = 11 divides α, held in units of
+	// 2^-10, by 2^11; rpg_min_dec_fac = 50 % bounds a cut the same way).
 	rpInitialAlpha = 1023.0 / 1024
-	// rpG is the gain of α's moving average (the paper's g = 1/256).
+	// rpG is the gain of α's moving average: the paper's g = 1/256
+	// (ConnectX: dce_tcp_g 1019, a gain of 5/1024).
 	rpG = 1.0 / 256
-	// rpAlphaPeriod is how often α decays while no CNP arrives (the
-	// paper's K = 55 µs, mlx5 dce_tcp_rtt).
+	// rpAlphaPeriod is how often α is updated: the paper's K = 55 µs
+	// (ConnectX: dce_tcp_rtt 1 µs, with CNPs up to every 4 µs).
 	rpAlphaPeriod = 55 * time.Microsecond
-	// rpTimeReset is the rate-increase timer (mlx5 rpg_time_reset, 300 µs).
+	// rpTimeReset is the rate-increase timer (rpg_time_reset, 300 µs).
 	rpTimeReset = 300 * time.Microsecond
-	// rpByteReset is the rate-increase byte counter (mlx5 rpg_byte_reset,
+	// rpByteReset is the rate-increase byte counter (rpg_byte_reset,
 	// 32767 bytes).
 	rpByteReset = 32767
 	// rpThreshold is F, how many timer or byte-counter events recover
-	// fast before the increase turns additive (the paper's and QCN's F = 5).
+	// fast before the increase turns additive: the paper's and QCN's F = 5
+	// (ConnectX: rpg_threshold 1).
 	rpThreshold = 5
-	// rpAIRate is the additive increase step (mlx5 rpg_ai_rate, 5 Mbit/s).
+	// rpAIRate is the additive increase step (rpg_ai_rate, 5 Mbit/s).
 	rpAIRate = 5e6
-	// rpHAIRate is the hyper increase step (mlx5 rpg_hai_rate, 50 Mbit/s).
+	// rpHAIRate is the hyper increase step (rpg_hai_rate, 50 Mbit/s).
 	rpHAIRate = 50e6
-	// rpMinRate is the lowest rate a cut leaves (mlx5 rpg_min_rate, 1 Mbit/s).
+	// rpMinRate is the lowest rate a cut leaves (rpg_min_rate, 1 Mbit/s).
 	rpMinRate = 1e6
 )
 

@@ -30,8 +30,13 @@ type PortConfig struct {
 	AllRoCE bool
 	// DropProbability injects loss at ingress (see ebpf.Options).
 	DropProbability float64
+	// BusyPoll is how long the device's receive goroutine busy-polls an
+	// empty RX ring before it sleeps (see Config.BusyPoll; default
+	// DefaultBusyPoll, negative: never), as a NIC's receive engine never
+	// sleeps while traffic flows.
+	BusyPoll time.Duration
 	// Socket overrides the socket's UMEM and ring sizes; Ifindex, Queue,
-	// Mode and MultiBuffer are taken from the fields above.
+	// Mode, MultiBuffer and BusyPoll are taken from the fields above.
 	Socket Config
 }
 
@@ -95,7 +100,10 @@ func NewPort(cfg PortConfig) (*Port, error) {
 		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
 	}
 	sc := cfg.Socket
-	sc.Ifindex, sc.Queue, sc.Mode, sc.MultiBuffer = iface.Index, cfg.Queue, cfg.Mode, cfg.MultiBuffer
+	sc.Ifindex, sc.Queue, sc.Mode, sc.MultiBuffer, sc.BusyPoll = iface.Index, cfg.Queue, cfg.Mode, cfg.MultiBuffer, cfg.BusyPoll
+	if sc.BusyPoll == 0 {
+		sc.BusyPoll = DefaultBusyPoll
+	}
 	sock, err := Open(sc)
 	if err != nil {
 		prog.Close()

@@ -53,6 +53,16 @@ type Config struct {
 	// MultiBuffer lets frames span several chunks (XDP_USE_SG): needed for
 	// MTU 4096; the XDP program must be the frags variant.
 	MultiBuffer bool
+	// BusyPoll is how long Receive watches an empty RX ring before it
+	// sleeps in poll(2) (0: not at all), as NAPI busy polling does: a
+	// receiver that keeps up with a stream then never sleeps, so the
+	// sending side's kernel never has to wake it. On veth the sender's
+	// system call runs the receive path too, and a wakeup there (an
+	// interprocessor interrupt to an idle CPU, a VM exit in a guest)
+	// costs more than the frame's own work. The price is a CPU kept busy
+	// while frames keep coming; never set it on a real-time thread, whose
+	// spin would starve its CPU's other threads.
+	BusyPoll time.Duration
 }
 
 // DefaultRingSize is Config.RingSize's default: 8192 descriptors, the
@@ -81,6 +91,7 @@ var ErrClosed = errors.New("xsk: socket closed")
 type Socket struct {
 	fd        int
 	wake      int // eventfd that interrupts a blocked Receive on Close
+	busyPoll  time.Duration
 	umem      []byte
 	frameSize uint64
 	zeroCopy  bool
@@ -141,7 +152,7 @@ func Open(cfg Config) (*Socket, error) {
 	if err != nil {
 		return nil, permission("socket", err)
 	}
-	s := &Socket{fd: fd, wake: -1, frameSize: uint64(cfg.FrameSize)}
+	s := &Socket{fd: fd, wake: -1, frameSize: uint64(cfg.FrameSize), busyPoll: max(0, cfg.BusyPoll)}
 	if err := s.setup(cfg); err != nil {
 		s.Close()
 		return nil, err
@@ -274,7 +285,7 @@ func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
 		if n := s.drainRx(bufs, sizes); n > 0 {
 			return n, nil
 		}
-		if s.spinRx() {
+		if s.busyPoll > 0 && s.spinRx() {
 			continue
 		}
 		fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.wake), Events: unix.POLLIN}}
@@ -284,16 +295,11 @@ func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
 	}
 }
 
-// rxSpin is how long Receive watches an empty RX ring before it sleeps in
-// poll(2), as NAPI busy polling does (net.core.busy_poll, 50 µs): a
-// receiver that keeps up with a stream then never sleeps, so the sending
-// side's kernel never has to wake it. On veth the sender's system call
-// runs the receive path too, and a wakeup there (an interprocessor
-// interrupt to an idle CPU, a VM exit in a guest) costs more than the
-// frame's own work.
-const rxSpin = 50 * time.Microsecond
+// DefaultBusyPoll is the AF_XDP port's Config.BusyPoll: 50 µs, the value
+// Linux documents for net.core.busy_poll.
+const DefaultBusyPoll = 50 * time.Microsecond
 
-// spinRx waits up to rxSpin for the kernel to produce an RX descriptor
+// spinRx waits up to Config.BusyPoll for the kernel to produce an RX descriptor
 // and reports whether it did (false also when the socket closed). It
 // looks at the ring in runs of rxSpinRun loads; between runs it reads the
 // clock (the first run, which usually ends the wait in a stream, reads
@@ -310,7 +316,7 @@ func (s *Socket) spinRx() bool {
 		}
 		switch now := time.Now(); {
 		case deadline.IsZero():
-			deadline = now.Add(rxSpin)
+			deadline = now.Add(s.busyPoll)
 		case now.After(deadline):
 			return false
 		}

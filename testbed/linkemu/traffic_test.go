@@ -186,7 +186,8 @@ func newXSKReceiver(t testing.TB, at *testbed.Host, n int, fwd func() uint64) *x
 	r := &xskReceiver{received: received{seen: make([]int, n), batches: make([]batchArrival, 0, n)},
 		done: make(chan struct{}), fwd: fwd}
 	if err := at.NS.Do(func() (err error) {
-		r.port, err = xsk.NewPort(xsk.PortConfig{Interface: at.IfName, Mode: xsk.Copy, AllRoCE: true})
+		// No busy polling: the receiver runs at real-time priority.
+		r.port, err = xsk.NewPort(xsk.PortConfig{Interface: at.IfName, Mode: xsk.Copy, AllRoCE: true, BusyPoll: -1})
 		return err
 	}); err != nil {
 		t.Fatal(err)
