@@ -77,9 +77,8 @@ type CQE struct {
 	HasImm  bool
 	QPN     uint32 // the local QP the work request belonged to
 	SrcQP   uint32 // UD: the sender's QP number
-	// QPContext is the QP's QPConfig.Context on receive completions
-	// (ibv_qp's qp_context): what a consumer needs of the QP without a
-	// lookup by QPN.
+	// QPContext is the QP's QPConfig.Context (ibv_qp's qp_context): what
+	// a consumer needs of the QP without a lookup by QPN.
 	QPContext uint64
 }
 
@@ -94,7 +93,7 @@ type CQ struct {
 	head      int // next to poll
 	count     int
 	overflow  bool
-	scheduled bool          // a receive goroutine will dispatch the CQ at the end of its batch
+	scheduled bool          // a dispatch is due (the receive goroutine's at the end of its batch, or push's)
 	hasHandle bool          // handler != nil, for append (under mu)
 	notify    chan struct{} // holds a token while entries are waiting
 
@@ -124,18 +123,26 @@ func NewCQ(depth int) (*CQ, error) {
 	return &CQ{ring: make([]CQE, depth), notify: make(chan struct{}, 1)}, nil
 }
 
-// push appends a completion produced outside the receive path (flushes,
-// send completions): on a CQ with a handler it waits for the next
-// dispatch (the next receive batch with a completion for the CQ, or
-// Dispatch).
-func (cq *CQ) push(e CQE) { cq.append(e, false) }
+// push appends a completion produced outside the receive path (send
+// completions, flushes, timeouts). On a CQ with a handler it starts a
+// dispatch on a goroutine of its own unless one is already due: the
+// producer may hold a QP's lock, which the handler may want. Such
+// completions are rarer than a packet's, so the goroutine's cost (about a
+// microsecond and a stack) is not on the per-packet path.
+func (cq *CQ) push(e CQE) {
+	if cq.append(e) {
+		go cq.Dispatch()
+	}
+}
 
 // pushRx appends a completion the device's receive goroutine produced
 // and reports whether the caller must dispatch the CQ at the end of its
-// batch (the CQ has a handler and was not scheduled yet).
-func (cq *CQ) pushRx(e CQE) bool { return cq.append(e, true) }
+// batch (the CQ has a handler and no dispatch is due yet).
+func (cq *CQ) pushRx(e CQE) bool { return cq.append(e) }
 
-func (cq *CQ) append(e CQE, rx bool) (schedule bool) {
+// append adds e to the ring and reports whether the CQ has a handler and
+// no dispatch was due: the caller must then see to one.
+func (cq *CQ) append(e CQE) (schedule bool) {
 	cq.mu.Lock()
 	if cq.count == len(cq.ring) {
 		cq.overflow = true
@@ -144,7 +151,7 @@ func (cq *CQ) append(e CQE, rx bool) (schedule bool) {
 	}
 	cq.ring[(cq.head+cq.count)%len(cq.ring)] = e
 	cq.count++
-	schedule = rx && cq.hasHandle && !cq.scheduled
+	schedule = cq.hasHandle && !cq.scheduled
 	cq.scheduled = cq.scheduled || schedule
 	cq.mu.Unlock()
 	select {

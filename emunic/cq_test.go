@@ -94,3 +94,75 @@ func TestCQHandler(t *testing.T) {
 	}
 	t.Logf("%d completions in %d handler calls", len(h.got), h.batches)
 }
+
+// collector is a completion handler that hands each batch to a channel.
+type collector chan []emunic.CQE
+
+func (c collector) Handle(cqes []emunic.CQE) { c <- append([]emunic.CQE(nil), cqes...) }
+
+// TestCQHandlerOutOfBand checks that completions produced off the receive
+// path reach a CQ's handler by themselves, with the QP's context, as a
+// FlexIO event handler sees every CQE: a signaled UC send completes at
+// post time, and moving the QP to ERR flushes its posted receives. No
+// packet arrives at the QP afterwards and nobody calls Dispatch, so a
+// completion left for "the next receive batch" would never come (each
+// wait below fails after emunictest.WaitTimeout).
+func TestCQHandlerOutOfBand(t *testing.T) {
+	a, b := newPipeHosts(t, emunic.PipeConfig{})
+	sendCQ, err := emunic.NewCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvCQ, err := emunic.NewCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ctx = 0xFEED
+	qa, err := a.PD.CreateQP(emunic.QPConfig{Type: emunic.UC, SendCQ: sendCQ, RecvCQ: recvCQ, Context: ctx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Modify(emunic.StateInit, emunic.QPAttr{}); err != nil {
+		t.Fatal(err)
+	}
+	qb := b.QP(t, emunic.UC)
+	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
+	sent, flushed := make(collector, 4), make(collector, 4)
+	sendCQ.SetHandler(sent)
+	recvCQ.SetHandler(flushed)
+	t.Cleanup(func() { sendCQ.SetHandler(nil); recvCQ.SetHandler(nil) })
+	wait := func(c collector, want int) []emunic.CQE {
+		t.Helper()
+		var got []emunic.CQE
+		for len(got) < want {
+			select {
+			case batch := <-c:
+				got = append(got, batch...)
+			case <-time.After(emunictest.WaitTimeout):
+				t.Fatalf("the handler got %d of %d completions", len(got), want)
+			}
+		}
+		return got
+	}
+
+	dst := b.MR(t, make([]byte, 64))
+	if err := qa.PostSend(emunic.SendWR{ID: 7, Op: emunic.OpWrite, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if e := wait(sent, 1)[0]; e.WRID != 7 || e.Status != emunic.StatusSuccess || e.QPContext != ctx {
+		t.Errorf("send completion %+v, want WRID 7, success, context %#x", e, ctx)
+	}
+
+	const receives = 3
+	if _, err := qa.PostRecvList(make([]emunic.RecvWR, receives)); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.Modify(emunic.StateError, emunic.QPAttr{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range wait(flushed, receives) {
+		if e.Status != emunic.StatusWRFlushError || e.QPContext != ctx {
+			t.Errorf("flushed receive %+v, want a flush error with context %#x", e, ctx)
+		}
+	}
+}

@@ -61,9 +61,9 @@ type QPConfig struct {
 	MaxSendWR int
 	// MaxRecvWR bounds posted receive work requests (default 1024).
 	MaxRecvWR int
-	// Context is the consumer's value for the QP, carried in its receive
-	// completions (CQE.QPContext) so that a completion handler finds its
-	// state without a lookup.
+	// Context is the consumer's value for the QP, carried in its send and
+	// receive completions (CQE.QPContext) so that a completion handler
+	// finds its state without a lookup.
 	Context uint64
 }
 
@@ -340,7 +340,7 @@ func (qp *QP) enterError() {
 	qp.state = StateError
 	qp.req.stopTimer()
 	for _, w := range qp.req.outstanding {
-		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn})
+		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn, QPContext: qp.ctx})
 	}
 	qp.req.outstanding = qp.req.outstanding[:0]
 	qp.flushQueued()

@@ -3,6 +3,7 @@ package emunic
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 
@@ -179,6 +180,26 @@ func (qp *QP) PostSendList(wrs []SendWR) (int, error) {
 	return len(wrs), nil
 }
 
+// SendQueueRoom returns how many more send work requests PostSend takes
+// now without ErrQueueFull: MaxSendWR less those that wait, an RC QP's
+// unacknowledged ones or a paced QP's queued ones. An unpaced UC or UD QP
+// sends at post time and has no bound (math.MaxInt) until a rate cut
+// paces it, with an empty queue. A consumer that must post a set of
+// requests whole checks it first, under its own serialization of posts.
+// It takes the QP's lock.
+func (qp *QP) SendQueueRoom() int {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	r := &qp.req
+	switch {
+	case qp.typ == RC:
+		return qp.maxSQ - len(r.outstanding)
+	case r.paced():
+		return qp.maxSQ - r.queued.len
+	}
+	return math.MaxInt
+}
+
 // postSend posts one request; caller holds qp.mu and calls flushTx
 // after its last post: unpaced UC and UD requests are encoded into the
 // QP's transmit batch (which flushes itself when full) and complete at
@@ -223,7 +244,7 @@ func (qp *QP) postSend(wr *SendWR) error {
 			qp.queuePacket(w, i)
 		}
 		if !wr.Unsignaled {
-			qp.sendCQ.push(CQE{WRID: wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn})
+			qp.sendCQ.push(CQE{WRID: wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn, QPContext: qp.ctx})
 		}
 	}
 	return nil
@@ -387,7 +408,7 @@ func (qp *QP) buildPaced(bufs, out [][]byte, now time.Time) ([][]byte, time.Time
 			frame = qp.encodePacket(w, r.queued.packet, bufs[len(out)])
 			if r.queued.packet++; r.queued.packet == w.packets {
 				if !w.wr.Unsignaled {
-					qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn})
+					qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn, QPContext: qp.ctx})
 				}
 				r.queued.pop()
 			}
@@ -488,7 +509,7 @@ func (qp *QP) flushQueued() {
 	qp.dev.tx.sched.remove(qp)
 	q := &qp.req.queued
 	for w := q.head(); w != nil; w = q.head() {
-		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn})
+		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn, QPContext: qp.ctx})
 		q.pop()
 	}
 }
@@ -641,14 +662,15 @@ func (qp *QP) retransmitFrom(psn wire.PSN) {
 // the rest, and moves the QP to ERR.
 func (qp *QP) failOldest(status Status) {
 	w := qp.req.outstanding[0]
-	qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: status, Opcode: w.wcOpcode(), QPN: qp.qpn})
+	qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: status, Opcode: w.wcOpcode(), QPN: qp.qpn, QPContext: qp.ctx})
 	qp.req.outstanding = qp.req.outstanding[1:]
 	qp.enterError()
 }
 
 // completeThrough completes outstanding requests acknowledged through psn.
 // READs and atomics complete only with their responses: an ACK beyond an
-// unfinished one stops there (it will be retransmitted).
+// unfinished one stops there (it will be retransmitted). It runs on the
+// receive goroutine (handleResponse).
 func (qp *QP) completeThrough(psn wire.PSN) {
 	r := &qp.req
 	progressed := false
@@ -665,7 +687,7 @@ func (qp *QP) completeThrough(psn wire.PSN) {
 			break
 		}
 		if !w.wr.Unsignaled {
-			qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn})
+			qp.completeOnRx(qp.sendCQ, CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn, QPContext: qp.ctx})
 		}
 		r.outstanding[0] = nil
 		r.outstanding = r.outstanding[1:]

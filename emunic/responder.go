@@ -262,8 +262,15 @@ func (qp *QP) completeRecv(e CQE) {
 		qp.dev.flushCtl()
 	}
 	e.QPContext = qp.ctx
-	if qp.recvCQ.pushRx(e) {
-		qp.dev.rxCQs = append(qp.dev.rxCQs, qp.recvCQ)
+	qp.completeOnRx(qp.recvCQ, e)
+}
+
+// completeOnRx appends a completion the device's receive goroutine
+// produced to cq; a CQ with a handler is dispatched at the end of the
+// receive batch. Caller holds qp.mu, on the receive goroutine.
+func (qp *QP) completeOnRx(cq *CQ, e CQE) {
+	if cq.pushRx(e) {
+		qp.dev.rxCQs = append(qp.dev.rxCQs, cq)
 	}
 }
 

@@ -259,15 +259,16 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 				continue
 			}
 			cs := x.plan.ChunkSize
-			if a.Part == Data {
-				off := a.First * cs
-				err = x.data.Continue(x.dataMR, off, min(a.Count*cs, x.plan.Length-off), a.First)
-			} else {
-				err = x.parity.Continue(x.parityMR, a.First*cs, a.Count*cs, a.First)
-			}
+			err = waitOutRetry(func() error {
+				if a.Part == Data {
+					off := a.First * cs
+					return x.data.Continue(x.dataMR, off, min(a.Count*cs, x.plan.Length-off), a.First)
+				}
+				return x.parity.Continue(x.parityMR, a.First*cs, a.Count*cs, a.First)
+			})
 		case ActSendImm:
 			if x != nil {
-				err = x.data.SendImmCarriers()
+				err = waitOutRetry(x.data.SendImmCarriers)
 			}
 		case ActControl:
 			s.l.sendControl(a.Datagram)
@@ -338,13 +339,28 @@ func (s *Sender) open(a Action, req *sendReq) (*sendIO, error) {
 
 // startStream opens the next message, waiting out a transient ErrRetry
 // (the window keeps it rare: another transfer's stream is still ending).
-func (s *Sender) startStream(req sdr.StreamRequest) (*sdr.Stream, error) {
-	for wait := time.Millisecond; ; wait *= 2 {
-		st, err := s.qp.StartStream(req)
-		if !errors.Is(err, sdr.ErrRetry) || wait > time.Second {
-			return st, err
+func (s *Sender) startStream(req sdr.StreamRequest) (st *sdr.Stream, err error) {
+	err = waitOutRetry(func() error {
+		st, err = s.qp.StartStream(req)
+		return err
+	})
+	return st, err
+}
+
+// waitOutRetry calls try until it does not fail with sdr.ErrRetry, waiting
+// between calls from 50 µs up, doubling, for about two seconds in all;
+// then it returns the ErrRetry. Sends meet it when the NIC's congestion
+// control paces a channel below what the transfer offers and its send
+// queue is full: it drains at the paced rate.
+func waitOutRetry(try func() error) error {
+	var waited time.Duration
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		err := try()
+		if !errors.Is(err, sdr.ErrRetry) || waited > 2*time.Second {
+			return err
 		}
 		time.Sleep(wait)
+		waited += wait
 	}
 }
 

@@ -75,9 +75,9 @@ func (h *engineHandler) process(e *emunic.CQE) {
 		return
 	}
 	if e.Status == emunic.StatusSuccess && e.HasImm {
-		msgID, _, _ := t.attr.Layout.Unpack(e.Imm)
+		msgID, off, nibble := t.attr.Layout.Unpack(e.Imm)
 		if a := t.slots.Get(int(msgID) % t.attr.MaxMessages); a != nil {
-			r, immDone := a.Slot.Process(uint32(gen), e.Imm, e.ByteLen)
+			r, immDone := a.Slot.ProcessFields(uint32(gen), msgID, off, nibble, e.ByteLen)
 			if r == engine.ChunkComplete || r == engine.OutOfRange || immDone {
 				a.Notify()
 			}

@@ -453,8 +453,13 @@ func (t *Transport) Write(w *backend.Write) error {
 const postBatch = 64
 
 // reserve checks, before anything of w is sent, that every channel QP of
-// its generation can take it: ready to send and, for RC, with room in its
-// send queue (ErrRetry otherwise). The caller holds sendMu.
+// its generation can take it: ready to send and with room in its send
+// queue (ErrRetry otherwise): for RC, unacknowledged requests within the
+// depth; for UC, room in a queue that pacing (a RateLimit, DCQCN) holds
+// back. The transport posts on its channel QPs only in Write, under
+// sendMu, which the caller holds: the room cannot shrink before the posts
+// (a rate cut meanwhile paces an empty queue of MaxSendWR, which a
+// message of more packets per channel could still overflow).
 func (t *Transport) reserve(w *backend.Write, packets int) error {
 	row := t.chans[w.Gen]
 	for _, q := range row {
@@ -462,11 +467,10 @@ func (t *Transport) reserve(w *backend.Write, packets int) error {
 			return fmt.Errorf("%s: write: channel QP %#x is %v: %w", t.cfg.Name, q.QPN(), s, emunic.ErrInvalidState)
 		}
 	}
-	if t.typ != emunic.RC {
-		return nil
-	}
-	if err := t.reapSendCompletions(); err != nil {
-		return err
+	if t.typ == emunic.RC {
+		if err := t.reapSendCompletions(); err != nil {
+			return err
+		}
 	}
 	need := t.tx.need
 	clear(need)
@@ -477,9 +481,17 @@ func (t *Transport) reserve(w *backend.Write, packets int) error {
 		need[c%len(row)]++
 	}
 	for c, n := range need {
-		if t.tx.posted[w.Gen][c]-t.tx.acked[w.Gen][c]+uint64(n) > uint64(t.depth) {
-			return fmt.Errorf("%s: write: channel %d has %d unacknowledged requests of %d: %w",
-				t.cfg.Name, c, t.tx.posted[w.Gen][c]-t.tx.acked[w.Gen][c], t.depth, backend.ErrRetry)
+		if n == 0 {
+			continue
+		}
+		if t.typ == emunic.RC {
+			if t.tx.posted[w.Gen][c]-t.tx.acked[w.Gen][c]+uint64(n) > uint64(t.depth) {
+				return fmt.Errorf("%s: write: channel %d has %d unacknowledged requests of %d: %w",
+					t.cfg.Name, c, t.tx.posted[w.Gen][c]-t.tx.acked[w.Gen][c], t.depth, backend.ErrRetry)
+			}
+		} else if room := row[c].SendQueueRoom(); n > room {
+			return fmt.Errorf("%s: write: channel %d's paced send queue has room for %d of %d requests: %w",
+				t.cfg.Name, c, room, n, backend.ErrRetry)
 		}
 	}
 	return nil

@@ -208,6 +208,13 @@ func (s *Slot) Deactivate() {
 // a few atomic operations and allocates nothing.
 func (s *Slot) Process(gen, imm uint32, byteCount uint32) (r Result, immDone bool) {
 	msgID, off, nibble := s.layout.Unpack(imm)
+	return s.ProcessFields(gen, msgID, off, nibble, byteCount)
+}
+
+// ProcessFields is Process for an immediate the caller already split with
+// the slot's layout (wire.ImmLayout.Unpack), as a receive path does to
+// find the slot by message ID: the immediate is decoded once per packet.
+func (s *Slot) ProcessFields(gen, msgID, off, nibble, byteCount uint32) (r Result, immDone bool) {
 	want := key(msgID, gen)
 	for {
 		st := atomic.LoadUint64(&s.words[stateWord])
