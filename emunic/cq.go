@@ -106,9 +106,12 @@ type CQ struct {
 // handler: the device calls it with a batch of completions inline on its
 // receive goroutine, at the end of the receive batch that produced them,
 // so that per-packet work runs where the packet lands with no goroutine
-// hop. Its calls are serialized. It must not block for long (it holds up
-// the device's receive path) and may post receives and sends; the slice
-// is valid only during the call.
+// hop. Completions produced elsewhere (send completions, flushes of a QP
+// entering ERR, also during Device.Close) reach it from a goroutine the
+// CQ starts, and Dispatch's caller runs it too. Its calls are serialized
+// and none runs once SetHandler(nil) returned. It must not block for long
+// (it holds up the device's receive path) and may post receives and
+// sends; the slice is valid only during the call.
 type Handler interface {
 	Handle(cqes []CQE)
 }
@@ -125,10 +128,12 @@ func NewCQ(depth int) (*CQ, error) {
 
 // push appends a completion produced outside the receive path (send
 // completions, flushes, timeouts). On a CQ with a handler it starts a
-// dispatch on a goroutine of its own unless one is already due: the
-// producer may hold a QP's lock, which the handler may want. Such
-// completions are rarer than a packet's, so the goroutine's cost (about a
-// microsecond and a stack) is not on the per-packet path.
+// dispatch on a goroutine of its own unless one is already due (that one
+// takes this completion too): the producer may hold a QP's lock, which
+// the handler may want. A goroutine costs about a microsecond and a
+// stack, per burst of such completions rather than per completion; the
+// data path's completions (receives, RC ACKs) take the receive
+// goroutine's dispatch instead.
 func (cq *CQ) push(e CQE) {
 	if cq.append(e) {
 		go cq.Dispatch()

@@ -259,7 +259,7 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 				continue
 			}
 			cs := x.plan.ChunkSize
-			err = waitOutRetry(func() error {
+			err = s.waitOutRetry(func() error {
 				if a.Part == Data {
 					off := a.First * cs
 					return x.data.Continue(x.dataMR, off, min(a.Count*cs, x.plan.Length-off), a.First)
@@ -268,7 +268,7 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			})
 		case ActSendImm:
 			if x != nil {
-				err = waitOutRetry(x.data.SendImmCarriers)
+				err = s.waitOutRetry(x.data.SendImmCarriers)
 			}
 		case ActControl:
 			s.l.sendControl(a.Datagram)
@@ -340,7 +340,7 @@ func (s *Sender) open(a Action, req *sendReq) (*sendIO, error) {
 // startStream opens the next message, waiting out a transient ErrRetry
 // (the window keeps it rare: another transfer's stream is still ending).
 func (s *Sender) startStream(req sdr.StreamRequest) (st *sdr.Stream, err error) {
-	err = waitOutRetry(func() error {
+	err = s.waitOutRetry(func() error {
 		st, err = s.qp.StartStream(req)
 		return err
 	})
@@ -348,21 +348,29 @@ func (s *Sender) startStream(req sdr.StreamRequest) (st *sdr.Stream, err error) 
 }
 
 // waitOutRetry calls try until it does not fail with sdr.ErrRetry, waiting
-// between calls from 50 µs up, doubling, for about two seconds in all;
-// then it returns the ErrRetry. Sends meet it when the NIC's congestion
-// control paces a channel below what the transfer offers and its send
-// queue is full: it drains at the paced rate.
-func waitOutRetry(try func() error) error {
-	var waited time.Duration
+// between calls from 50 µs up, doubling to 10 ms, for up to retryFor;
+// then, or when the sender closes, it returns the last error. Sends meet
+// ErrRetry when the NIC's congestion control paces a channel below what
+// the transfer offers and the channel's send queue is full: it drains at
+// the paced rate, and the sender's loop waits for it (the engine's timers
+// meanwhile fire on the loop's next turn).
+func (s *Sender) waitOutRetry(try func() error) error {
+	deadline := time.Now().Add(retryFor)
 	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
 		err := try()
-		if !errors.Is(err, sdr.ErrRetry) || waited > 2*time.Second {
+		if !errors.Is(err, sdr.ErrRetry) || time.Now().After(deadline) {
 			return err
 		}
-		time.Sleep(wait)
-		waited += wait
+		select {
+		case <-time.After(wait):
+		case <-s.l.ctx.Done():
+			return err
+		}
 	}
 }
+
+// retryFor bounds how long waitOutRetry waits for room.
+const retryFor = 2 * time.Second
 
 // close ends the transfer's messages and releases its parity buffer.
 func (x *sendIO) close() {

@@ -278,7 +278,7 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 	before := CPUTime()
 	b.ReportAllocs()
 	b.ResetTimer()
-	start := time.Now()
+	start := time.Since(epoch)
 	for i := range b.N {
 		wr.Imm = uint32(i)
 		for {
@@ -307,7 +307,7 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 		seen = now
 	}
 	n := counter.delivered.Load()
-	elapsed := time.Unix(0, counter.last.Load()).Sub(start)
+	elapsed := time.Duration(counter.last.Load()) - start
 	b.StopTimer()
 	cpu := CPUTime() - before
 	if n == 0 {
@@ -333,8 +333,11 @@ type deliveryCounter struct {
 	qp        *emunic.QP
 	reposts   []emunic.RecvWR
 	delivered atomic.Int64
-	last      atomic.Int64 // UnixNano of the latest completion
+	last      atomic.Int64 // the latest completion: time.Since(epoch)
 }
+
+// epoch is the origin of deliveryCounter's monotonic timestamps.
+var epoch = time.Now()
 
 func (c *deliveryCounter) Handle(cqes []emunic.CQE) {
 	ok := 0
@@ -349,7 +352,7 @@ func (c *deliveryCounter) Handle(cqes []emunic.CQE) {
 		rest -= k
 	}
 	c.delivered.Add(int64(ok))
-	c.last.Store(time.Now().UnixNano())
+	c.last.Store(int64(time.Since(epoch)))
 }
 
 // CPUTime returns the process's user and system CPU time.

@@ -71,7 +71,8 @@ type TransportConfig struct {
 // Handler is the per-packet work of one channel: its receive CQ's
 // completion handler (emunic.Handler). Handle receives the channel's
 // receive completions in CQ order, in batches, inline on the device's
-// receive goroutine (or on Fence's caller, serialized with it), and
+// receive goroutine (flushes from elsewhere, Fence on its caller; see
+// emunic.Handler), serialized, and
 // returns once it has taken them. Each completion's QPContext is the
 // generation of its channel QP. Each WRITE-with-Imm consumed one receive
 // WQE of its channel QP: the handler reposts it (ChannelQP(gen,

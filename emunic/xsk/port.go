@@ -122,14 +122,13 @@ func NewPort(cfg PortConfig) (*Port, error) {
 // Send queues frames for transmission on the interface.
 func (p *Port) Send(frames [][]byte) (int, error) {
 	n, err := p.sock.Enqueue(frames)
-	if err == nil {
-		if len(frames) >= listBatch || p.sock.Pending() >= flushBatch {
-			err = p.sock.Flush()
-		} else {
-			select {
-			case p.kick <- struct{}{}:
-			default:
-			}
+	if err == nil && (len(frames) >= listBatch || p.sock.Pending() >= flushBatch) {
+		err = p.sock.Flush()
+	} else if n > 0 {
+		// Also after a failure: what was queued still goes out.
+		select {
+		case p.kick <- struct{}{}:
+		default:
 		}
 	}
 	if errors.Is(err, ErrClosed) {

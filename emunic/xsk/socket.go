@@ -282,10 +282,11 @@ func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
 		if s.closed.Load() {
 			return 0, ErrClosed
 		}
+		seen := atomic.LoadUint32(s.rx.producer)
 		if n := s.drainRx(bufs, sizes); n > 0 {
 			return n, nil
 		}
-		if s.busyPoll > 0 && s.spinRx() {
+		if s.busyPoll > 0 && s.spinRx(seen) {
 			continue
 		}
 		fds := []unix.PollFd{{Fd: int32(s.fd), Events: unix.POLLIN}, {Fd: int32(s.wake), Events: unix.POLLIN}}
@@ -299,18 +300,21 @@ func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
 // Linux documents for net.core.busy_poll.
 const DefaultBusyPoll = 50 * time.Microsecond
 
-// spinRx waits up to Config.BusyPoll for the kernel to produce an RX descriptor
-// and reports whether it did (false also when the socket closed). It
+// spinRx waits up to Config.BusyPoll for the kernel to produce an RX
+// descriptor beyond seen, the producer index drainRx found nothing
+// complete at (a frame's first chunks without its last keep the ring
+// non-empty), and reports whether it did (false also when the socket
+// closed). It
 // looks at the ring in runs of rxSpinRun loads; between runs it reads the
 // clock (the first run, which usually ends the wait in a stream, reads
 // none) and lets other goroutines run (a yield per load would contend for
 // the scheduler's lock with them).
-func (s *Socket) spinRx() bool {
+func (s *Socket) spinRx(seen uint32) bool {
 	const rxSpinRun = 256
 	var deadline time.Time
 	for !s.closed.Load() {
 		for range rxSpinRun {
-			if atomic.LoadUint32(s.rx.producer) != atomic.LoadUint32(s.rx.consumer) {
+			if atomic.LoadUint32(s.rx.producer) != seen {
 				return true
 			}
 		}
@@ -326,11 +330,18 @@ func (s *Socket) spinRx() bool {
 }
 
 // RXBacklog returns how full the RX ring is: the descriptors the kernel
-// produced that Receive has not taken yet, as a fraction of the ring. In
-// copy mode the kernel drops what finds the ring full (rx_ring_full), so
-// a level near 1 means frames are about to be lost. Two atomic loads; no
-// lock, so it may run beside Receive.
+// produced that Receive has not taken yet, as a fraction of the ring (0
+// once the socket is closed). In copy mode the kernel drops what finds
+// the ring full (rx_ring_full), so a level near 1 means frames are about
+// to be lost. It takes the receive lock, so that Close cannot unmap the
+// ring under it: call it between Receives (a blocked Receive holds the
+// lock), as the receiving goroutine does. Two atomic loads besides.
 func (s *Socket) RXBacklog() float64 {
+	s.rxMu.Lock()
+	defer s.rxMu.Unlock()
+	if s.closed.Load() {
+		return 0
+	}
 	cons := atomic.LoadUint32(s.rx.consumer)
 	prod := atomic.LoadUint32(s.rx.producer)
 	return float64(prod-cons) / float64(s.rx.size)
@@ -403,7 +414,7 @@ func (s *Socket) Enqueue(frames [][]byte) (int, error) {
 			return sent, err
 		}
 		// Out of room: let the kernel send and complete earlier frames.
-		_, progressed, err := s.Kick()
+		_, progressed, err := s.kick()
 		if err != nil {
 			return sent, err
 		}
@@ -469,14 +480,22 @@ func (s *Socket) enqueue(frames [][]byte) (sent int, err error) {
 	return sent, nil
 }
 
-// Flush has the kernel transmit every queued frame, including frames
-// other goroutines queue meanwhile. While the kernel makes no progress it
-// waits as Enqueue does, without holding a lock.
+// Flush has the kernel transmit every frame queued before the call
+// (frames other goroutines queue meanwhile are theirs to flush, so a
+// Flush under a caller's lock ends). While the kernel makes no progress
+// it waits as Enqueue does, without holding a lock.
 func (s *Socket) Flush() error {
+	s.txMu.Lock()
+	if s.closed.Load() {
+		s.txMu.Unlock()
+		return ErrClosed
+	}
+	target := atomic.LoadUint32(s.tx.producer)
+	s.txMu.Unlock()
 	for stalls := 0; ; {
-		pending, progressed, err := s.Kick()
+		cons, progressed, err := s.kick()
 		switch {
-		case err != nil || pending == 0:
+		case err != nil || int32(cons-target) >= 0:
 			return err
 		case progressed:
 			stalls = 0
@@ -500,13 +519,15 @@ func (s *Socket) Pending() int {
 	return int(atomic.LoadUint32(s.tx.producer) - atomic.LoadUint32(s.tx.consumer))
 }
 
-// Kick has the kernel transmit once, never waiting: in copy mode the
+// kick has the kernel transmit once, never waiting: in copy mode the
 // kernel transmits inside sendto(), at most 32 descriptors per call
 // (TX_BATCH_SIZE), so a larger batch takes several kicks (Flush loops).
 // Kicks are serialized among themselves but not with Enqueue, so that
-// frames are queued while the kernel sends. It returns how many
-// descriptors remain and whether the kernel consumed any.
-func (s *Socket) Kick() (pending int, progressed bool, err error) {
+// frames are queued while the kernel sends. It returns the TX consumer
+// index after the kick (in zero-copy mode, where the driver consumes
+// asynchronously, the producer's: nothing to wait for) and whether the
+// kernel consumed descriptors.
+func (s *Socket) kick() (consumer uint32, progressed bool, err error) {
 	s.kickMu.Lock()
 	defer s.kickMu.Unlock()
 	if s.closed.Load() {
@@ -526,10 +547,9 @@ func (s *Socket) Kick() (pending int, progressed bool, err error) {
 	s.txMu.Unlock()
 	cons := atomic.LoadUint32(s.tx.consumer)
 	if s.zeroCopy {
-		// The driver consumes asynchronously: nothing to wait for here.
-		return 0, cons != last, err
+		return atomic.LoadUint32(s.tx.producer), cons != last, err
 	}
-	return int(atomic.LoadUint32(s.tx.producer) - cons), cons != last, err
+	return cons, cons != last, err
 }
 
 // reclaim returns completed TX chunks to the free list. Caller holds txMu.

@@ -214,6 +214,7 @@ func (s *Slot) Process(gen, imm uint32, byteCount uint32) (r Result, immDone boo
 // ProcessFields is Process for an immediate the caller already split with
 // the slot's layout (wire.ImmLayout.Unpack), as a receive path does to
 // find the slot by message ID: the immediate is decoded once per packet.
+// The fields must be Unpack's (off and nibble within their bit widths).
 func (s *Slot) ProcessFields(gen, msgID, off, nibble, byteCount uint32) (r Result, immDone bool) {
 	want := key(msgID, gen)
 	for {
