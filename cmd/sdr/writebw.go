@@ -116,6 +116,7 @@ type writeBWFlags struct {
 	loopback bool
 	json     bool
 	metrics  string
+	noCC     bool      // emunic.Config.DisableCongestionControl on this side's NICs
 	stderr   io.Writer // where the metrics address is announced
 	command  string    // the command line, printed so a run can be repeated
 }
@@ -144,9 +145,11 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
 	fs.StringVar(&f.metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
 	cpuProfile := fs.String("cpuprofile", "", "write this side's CPU profile to `file` (go tool pprof)")
+	cc := fs.Bool("cc", true, "RoCE congestion control on this side's emulated NIC: ECN marks, CNPs, DCQCN (-cc=false for experiments)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	f.noCC = !*cc
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {
@@ -228,7 +231,7 @@ func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, 
 		if err != nil {
 			return nil, "", nil, err
 		}
-		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr)})
+		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr), DisableCongestionControl: f.noCC})
 		return dev, fmt.Sprintf("emunic/xsk on %s (%v)", f.iface, gid), port, err
 	case "udp":
 		if server && f.params.Loss > 0 {
@@ -253,7 +256,7 @@ func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, 
 		if err != nil {
 			return nil, "", nil, err
 		}
-		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid})
+		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, DisableCongestionControl: f.noCC})
 		return dev, fmt.Sprintf("emunic/udp on %v", gid), nil, err
 	}
 	return nil, "", nil, fmt.Errorf("-dev %q: want xsk or udp: %w", f.dev, errUsage)
@@ -362,12 +365,12 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 		}
 	}
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: toServer})
-	client, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}})
+	client, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, DisableCongestionControl: f.noCC})
 	if err != nil {
 		return nil, err
 	}
 	defer client.Close()
-	server, err := emunic.NewDevice(emunic.Config{Port: pb, GID: netip.MustParseAddr("10.0.0.2"), MAC: [6]byte{2, 0, 0, 0, 0, 2}})
+	server, err := emunic.NewDevice(emunic.Config{Port: pb, GID: netip.MustParseAddr("10.0.0.2"), MAC: [6]byte{2, 0, 0, 0, 0, 2}, DisableCongestionControl: f.noCC})
 	if err != nil {
 		return nil, err
 	}
