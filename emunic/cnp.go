@@ -39,7 +39,8 @@ const cnpDSCP = 48
 const defaultRXBacklogThreshold = 0.25
 
 // RXBacklogPort is implemented by ports that can tell how full their
-// receive ring is (the AF_XDP port's RX ring, the pipe's queue). The
+// receive ring is, and drop for a full one (the AF_XDP port's RX ring;
+// the pipe, which blocks instead, is not one). The
 // device reads it once per receive batch; above
 // Config.RXBacklogThreshold it treats the batch's RoCE data frames as
 // CE-marked, so that the senders slow down before the ring overflows.

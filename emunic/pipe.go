@@ -59,7 +59,7 @@ type PipePort struct {
 	ready  chan struct{} // holds a token while queue is non-empty
 	space  chan struct{} // holds a token when a waiting sender may find room
 	closed bool
-	queued atomic.Int32 // queue.len(), for the peer's deadlock check and RXBacklog
+	queued atomic.Int32 // queue.len(), for the peer's deadlock check
 
 	// Frames not yet due wait in a delay line for one goroutine that
 	// moves them to queue when due: one timer per port rather than one
@@ -86,8 +86,10 @@ func newPipePort(l *link.Direction) *PipePort {
 	}
 }
 
-// pipeRXRing is the bound of a pipe end's receive queue, in frames: the
-// size of the AF_XDP port's default ring, against which RXBacklog reports.
+// pipeRXRing is the bound of a pipe end's receive queue, in frames. A
+// full queue blocks the sender (as a PFC pause stops a lossless link), so
+// the pipe loses nothing and is no RXBacklogPort: congestion on a pipe
+// shows as CE marks from its link model's queue, as a switch's would.
 const pipeRXRing = 2048
 
 // pipeFreeMax bounds a pipe end's free list: buffers beyond it (more than
@@ -285,12 +287,6 @@ func (p *PipePort) deliverLate() {
 			timer.Stop()
 		}
 	}
-}
-
-// RXBacklog returns the frames waiting for Recv as a fraction of the
-// 2048-frame queue bound (emunic.RXBacklogPort). One atomic load.
-func (p *PipePort) RXBacklog() float64 {
-	return float64(p.queued.Load()) / pipeRXRing
 }
 
 // Recv waits for queued frames and returns them: a buffer of at least

@@ -106,16 +106,16 @@ func TestPipeBackpressure(t *testing.T) {
 			sent.Store(true)
 		}()
 		synctest.Wait()
-		if sent.Load() || pb.RXBacklog() != 1 {
-			t.Fatalf("a Send into a full queue returned (%v) or the backlog is %v, want 1", sent.Load(), pb.RXBacklog())
+		if sent.Load() || pb.queued.Load() != pipeRXRing {
+			t.Fatalf("a Send into a full queue returned (%v) or %d frames are queued, want %d", sent.Load(), pb.queued.Load(), pipeRXRing)
 		}
 		bufs, sizes := recvBufs(1)
 		if _, err := pb.Recv(bufs, sizes); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if !sent.Load() || pb.RXBacklog() != 1 {
-			t.Fatalf("after Recv made room: sent %v, backlog %v, want true, 1", sent.Load(), pb.RXBacklog())
+		if !sent.Load() || pb.queued.Load() != pipeRXRing {
+			t.Fatalf("after Recv made room: sent %v, %d frames queued, want true, %d", sent.Load(), pb.queued.Load(), pipeRXRing)
 		}
 	})
 }

@@ -307,8 +307,8 @@ const DefaultBusyPoll = 50 * time.Microsecond
 // closed). It
 // looks at the ring in runs of rxSpinRun loads; between runs it reads the
 // clock (the first run, which usually ends the wait in a stream, reads
-// none) and lets other goroutines run (a yield per load would contend for
-// the scheduler's lock with them).
+// none) and yields to other goroutines and threads (a yield per load
+// would contend for the scheduler's lock with them).
 func (s *Socket) spinRx(seen uint32) bool {
 	const rxSpinRun = 256
 	var deadline time.Time
@@ -324,7 +324,11 @@ func (s *Socket) spinRx(seen uint32) bool {
 		case now.After(deadline):
 			return false
 		}
+		// Let this P's other goroutines and this CPU's other threads
+		// (the kernel's softirq thread among them) run: the spin only
+		// takes what nobody else wants.
 		runtime.Gosched()
+		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 	return false
 }
