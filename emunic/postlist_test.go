@@ -2,7 +2,6 @@ package emunic_test
 
 import (
 	"errors"
-	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -80,50 +79,4 @@ func TestPostSendList(t *testing.T) {
 		}
 	}
 	emunictest.Verify(t, "written", dst.Bytes(), src.Bytes())
-}
-
-// TestSendQueueRoom: an unpaced UC QP has no bound; a paced one has room
-// for MaxSendWR requests less those its rate holds back, ErrQueueFull
-// comes exactly when the room is 0, and a refused request leaves the room
-// as it was (what sdrnic's all-or-nothing Write relies on).
-func TestSendQueueRoom(t *testing.T) {
-	a, b := newPipeHosts(t, emunic.PipeConfig{})
-	dst := b.MR(t, make([]byte, 64))
-	wr := emunic.SendWR{Op: emunic.OpWrite, Unsignaled: true, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
-
-	unpaced := a.QP(t, emunic.UC)
-	emunictest.Connect(t, a, unpaced, b, b.QP(t, emunic.UC), 1024, emunic.QPAttr{})
-	if room := unpaced.SendQueueRoom(); room != math.MaxInt {
-		t.Errorf("unpaced UC QP: room %d, want no bound", room)
-	}
-
-	const depth = 4
-	paced, err := a.PD.CreateQP(emunic.QPConfig{Type: emunic.UC, SendCQ: a.SendCQ, RecvCQ: a.RecvCQ, MaxSendWR: depth})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := paced.Modify(emunic.StateInit, emunic.QPAttr{}); err != nil {
-		t.Fatal(err)
-	}
-	// 8 kbit/s: after the bucket's first burst, a frame a second.
-	emunictest.Connect(t, a, paced, b, b.QP(t, emunic.UC), 1024, emunic.QPAttr{RateLimit: 8000})
-	var err2 error
-	for posted := 0; posted < 100; posted++ {
-		room := paced.SendQueueRoom()
-		if err2 = paced.PostSend(wr); err2 != nil {
-			if !errors.Is(err2, emunic.ErrQueueFull) || room != 0 {
-				t.Fatalf("post %d refused with room %d: %v, want ErrQueueFull at room 0", posted, room, err2)
-			}
-			break
-		}
-		if room < 1 || room > depth {
-			t.Fatalf("post %d accepted with room %d of %d", posted, room, depth)
-		}
-	}
-	if err2 == nil {
-		t.Fatal("100 posts at 8 kbit/s: the send queue never filled")
-	}
-	if room := paced.SendQueueRoom(); room != 0 {
-		t.Errorf("room %d after the refused post, want 0", room)
-	}
 }

@@ -2,6 +2,7 @@ package emunic_test
 
 import (
 	"errors"
+	"math"
 	"net/netip"
 	"slices"
 	"testing"
@@ -118,8 +119,11 @@ func writeImmFrameLen(t *testing.T, payload int) int {
 }
 
 // TestPacedQueueFull paces a UC QP so slowly that its posts wait: the send
-// queue takes MaxSendWR of them, refuses the next with ErrQueueFull, and
-// flushes the waiting ones (StatusWRFlushError) when the QP enters ERR.
+// queue takes MaxSendWR of them, refuses the next with ErrQueueFull (while
+// SendQueueRoom says 0, and still 0 after the refusal: what sdrnic's
+// all-or-nothing Write relies on), and flushes the waiting ones
+// (StatusWRFlushError) when the QP enters ERR. An unpaced UC QP's room
+// has no bound.
 func TestPacedQueueFull(t *testing.T) {
 	a, b := newPipeHosts(t, emunic.PipeConfig{})
 	const depth = 4
@@ -129,6 +133,11 @@ func TestPacedQueueFull(t *testing.T) {
 	}
 	if err := qa.Modify(emunic.StateInit, emunic.QPAttr{}); err != nil {
 		t.Fatal(err)
+	}
+	unpaced := a.QP(t, emunic.UC)
+	emunictest.Connect(t, a, unpaced, b, b.QP(t, emunic.UC), 1024, emunic.QPAttr{})
+	if room := unpaced.SendQueueRoom(); room != math.MaxInt {
+		t.Errorf("unpaced UC QP: room %d, want no bound", room)
 	}
 	qb := b.QP(t, emunic.UC)
 	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{RateLimit: 1000}) // 1 kbit/s: a 1 KiB frame per 9 s
@@ -149,11 +158,20 @@ func TestPacedQueueFull(t *testing.T) {
 	if c := emunictest.WaitCQE(t, a.SendCQ); c.WRID != 0 || c.Status != emunic.StatusSuccess {
 		t.Fatalf("first paced write: %+v", c)
 	}
+	if room := qa.SendQueueRoom(); room != 1 {
+		t.Fatalf("room %d with %d of %d waiting, want 1", room, depth-1, depth)
+	}
 	if err := post(depth); err != nil {
 		t.Fatalf("post %d: %v", depth, err)
 	}
+	if room := qa.SendQueueRoom(); room != 0 {
+		t.Fatalf("room %d with the queue full, want 0", room)
+	}
 	if err := post(depth + 1); !errors.Is(err, emunic.ErrQueueFull) {
 		t.Fatalf("post beyond MaxSendWR: %v, want ErrQueueFull", err)
+	}
+	if room := qa.SendQueueRoom(); room != 0 {
+		t.Fatalf("room %d after the refused post, want 0", room)
 	}
 	if err := qa.Modify(emunic.StateError, emunic.QPAttr{}); err != nil {
 		t.Fatal(err)
