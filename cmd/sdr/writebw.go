@@ -116,9 +116,10 @@ type writeBWFlags struct {
 	loopback bool
 	json     bool
 	metrics  string
-	noCC     bool      // emunic.Config.DisableCongestionControl on this side's NICs
-	stderr   io.Writer // where the metrics address is announced
-	command  string    // the command line, printed so a run can be repeated
+	noCC     bool          // emunic.Config.DisableCongestionControl on this side's NICs
+	busyPoll time.Duration // xsk.PortConfig.BusyPoll of -dev xsk (0: none)
+	stderr   io.Writer     // where the metrics address is announced
+	command  string        // the command line, printed so a run can be repeated
 }
 
 func runWriteBW(args []string, stdout, stderr io.Writer) int {
@@ -146,6 +147,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
 	cpuProfile := fs.String("cpuprofile", "", "write this side's CPU profile to `file` (go tool pprof)")
 	cc := fs.Bool("cc", true, "RoCE congestion control on this side's emulated NIC: ECN marks, CNPs, DCQCN (-cc=false for experiments)")
+	fs.DurationVar(&f.busyPoll, "busy-poll", xsk.DefaultBusyPoll, "how long -dev xsk polls an empty receive ring before it sleeps (0: never polls)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -227,7 +229,11 @@ func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, 
 		if server {
 			loss = f.params.Loss
 		}
-		port, err := xsk.NewPort(xsk.PortConfig{Interface: f.iface, DropProbability: loss, Socket: writeBWRings})
+		busyPoll := f.busyPoll
+		if busyPoll <= 0 {
+			busyPoll = -1 // PortConfig's "never"
+		}
+		port, err := xsk.NewPort(xsk.PortConfig{Interface: f.iface, DropProbability: loss, BusyPoll: busyPoll, Socket: writeBWRings})
 		if err != nil {
 			return nil, "", nil, err
 		}
