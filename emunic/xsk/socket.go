@@ -127,6 +127,10 @@ func (r *ring) addr(i uint32) *uint64 {
 	return (*uint64)(unsafe.Add(r.descs, uintptr(i&r.mask)*8))
 }
 
+// filled returns how many entries the producer published that the
+// consumer has not taken.
+func (r *ring) filled() uint32 { return atomic.LoadUint32(r.producer) - atomic.LoadUint32(r.consumer) }
+
 func (r *ring) needWakeup() bool { return atomic.LoadUint32(r.flags)&unix.XDP_RING_NEED_WAKEUP != 0 }
 
 // Open creates, maps and binds an AF_XDP socket.
@@ -339,16 +343,14 @@ func (s *Socket) spinRx(seen uint32) bool {
 // the ring full (rx_ring_full), so a level near 1 means frames are about
 // to be lost. It takes the receive lock, so that Close cannot unmap the
 // ring under it: call it between Receives (a blocked Receive holds the
-// lock), as the receiving goroutine does. Two atomic loads besides.
+// lock), as the receiving goroutine does.
 func (s *Socket) RXBacklog() float64 {
 	s.rxMu.Lock()
 	defer s.rxMu.Unlock()
 	if s.closed.Load() {
 		return 0
 	}
-	cons := atomic.LoadUint32(s.rx.consumer)
-	prod := atomic.LoadUint32(s.rx.producer)
-	return float64(prod-cons) / float64(s.rx.size)
+	return float64(s.rx.filled()) / float64(s.rx.size)
 }
 
 // drainRx takes complete frames off the RX ring and gives their chunks
@@ -458,7 +460,7 @@ func (s *Socket) enqueue(frames [][]byte) (sent int, err error) {
 	}
 	s.reclaim()
 	prod := atomic.LoadUint32(s.tx.producer)
-	room := s.tx.size - (prod - atomic.LoadUint32(s.tx.consumer))
+	room := s.tx.size - s.tx.filled()
 	for sent < len(frames) {
 		f := frames[sent]
 		chunks := max(1, (len(f)+int(s.frameSize)-1)/int(s.frameSize))
@@ -520,7 +522,7 @@ func (s *Socket) Pending() int {
 	if s.closed.Load() {
 		return 0
 	}
-	return int(atomic.LoadUint32(s.tx.producer) - atomic.LoadUint32(s.tx.consumer))
+	return int(s.tx.filled())
 }
 
 // kick has the kernel transmit once, never waiting: in copy mode the
