@@ -62,11 +62,18 @@ func writeOnly(e *Env, edit func(*wire.Fields), muts ...Mutation) []byte {
 // executed states the outcome of writeOnly done right.
 func executed(e *Env, data []byte) {
 	e.Wrote(0, data)
+	messageEnded(e, 0)
+}
+
+// messageEnded states what the QP's first message, ending at packet last,
+// leaves behind: an RC QP acknowledges it (MSN 1) and expects the next
+// PSN; a UC QP only expects the next PSN.
+func messageEnded(e *Env, last int) {
 	if e.kind == RC {
-		e.Expect(Ack(e.P(0), 1))
-		e.Leaves(e.P(1), 1)
+		e.Expect(Ack(e.P(last), 1))
+		e.Leaves(e.P(last+1), 1)
 	} else {
-		e.Leaves(e.P(1), 0)
+		e.Leaves(e.P(last+1), 0)
 	}
 }
 
@@ -109,12 +116,7 @@ func validCases() []Case {
 		e.Send(e.Write(middle, e.P(1), 0, 0, data[e.MTU:2*e.MTU]))
 		e.Send(e.Write(last, e.P(2), 0, 0, data[2*e.MTU:]))
 		e.Wrote(0, data)
-		if e.kind == RC {
-			e.Expect(Ack(e.P(2), 1))
-			e.Leaves(e.P(3), 1)
-		} else {
-			e.Leaves(e.P(3), 0)
-		}
+		messageEnded(e, 2)
 	})...)
 	cs = append(cs, both("write-imm", "WRITE ONLY with immediate 32 B (consumes a receive WQE)", "IBA ch. 9 RDMA WRITE with immediate", func(e *Env) {
 		op := wire.RCWriteOnlyImm
@@ -200,12 +202,7 @@ func validCases() []Case {
 		f.Imm = 0x5E0D0000 | e.QPN&0xFFFF
 		e.Send(f)
 		e.Completes(Completion{ByteLen: 0, Imm: f.Imm, HasImm: true})
-		if e.kind == RC {
-			e.Expect(Ack(e.P(0), 1))
-			e.Leaves(e.P(1), 1)
-		} else {
-			e.Leaves(e.P(1), 0)
-		}
+		messageEnded(e, 0)
 	})...)
 	cs = append(cs, Case{ID: "rc-send-fits", Desc: "SEND ONLY of as many bytes as the posted receive holds", QP: RC,
 		Spec: "IBA ch. 9 SEND", Build: func(e *Env) {
