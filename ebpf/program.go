@@ -151,7 +151,7 @@ func (p *Program) Detach() error {
 func (p *Program) AddQP(qpn uint32, peer netip.Addr) error {
 	v := steerQpPeer{AnySource: 1}
 	if peer.IsValid() {
-		v = steerQpPeer{Addr: netip.AddrFrom16(peer.As16()).As16()}
+		v = steerQpPeer{Addr: peer.As16()}
 	}
 	if err := p.objs.Qps.Put(qpn, v); err != nil {
 		return fmt.Errorf("ebpf: add QP %#x: %w", qpn, err)

@@ -65,13 +65,14 @@ type frameRef struct{ slot, size int32 }
 // counters are a direction's counters, atomic so that Snapshot can read
 // them while the thread runs.
 type counters struct {
-	framesIn, bytesIn                     atomic.Uint64
-	forwarded, bytesForwarded             atomic.Uint64
-	droppedLoss, droppedQueue, droppedMTU atomic.Uint64
-	droppedNoBuffer, droppedOversize      atomic.Uint64
-	droppedTX                             atomic.Uint64
-	duplicated, corrupted, ceMarked       atomic.Uint64
-	txRingFull, txErrors                  atomic.Uint64
+	framesIn, bytesIn                atomic.Uint64
+	forwarded, bytesForwarded        atomic.Uint64
+	droppedNoBuffer, droppedOversize atomic.Uint64
+	droppedTX                        atomic.Uint64
+	duplicated, ceMarked             atomic.Uint64
+	txRingFull, txErrors             atomic.Uint64
+	// Losses, queue and MTU drops and corruptions are the model's own
+	// counters (link.Direction.Counters).
 }
 
 func newForwarder(name string, in, out *xsk.Socket, cfg link.Config, slots int) (*forwarder, error) {
@@ -131,21 +132,6 @@ func (f *forwarder) wait() {
 	f.done.Wait()
 	unix.Close(f.wake)
 	unix.Munmap(f.slab)
-}
-
-// drop counts a frame the model dropped and reports whether it did.
-func (f *forwarder) drop(r link.DropReason) bool {
-	switch r {
-	case link.NotDropped:
-		return false
-	case link.DroppedQueue:
-		f.c.droppedQueue.Add(1)
-	case link.DroppedMTU:
-		f.c.droppedMTU.Add(1)
-	default: // DroppedLoss (DroppedRule needs SendFrame, unused here)
-		f.c.droppedLoss.Add(1)
-	}
-	return true
 }
 
 // duplicate queues a copy of frame due at arrive in a free slot (dropped
@@ -247,13 +233,12 @@ func (f *forwarder) receive(rx *rxBatch) bool {
 			continue
 		}
 		fate := f.model.Send(now, size)
-		if f.drop(fate.Drop) {
-			continue
+		if fate.Drop != link.NotDropped {
+			continue // counted by the model
 		}
 		frame := f.slot(s)[:size]
 		if fate.CorruptBit >= 0 {
 			link.FlipBit(frame, fate.CorruptBit)
-			f.c.corrupted.Add(1)
 		}
 		if fate.CE && wire.MarkCE(frame) {
 			f.c.ceMarked.Add(1)

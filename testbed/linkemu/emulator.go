@@ -283,12 +283,13 @@ func (e *Emulator) Counters(d Dir) Counters {
 	if f == nil {
 		return Counters{}
 	}
+	m := f.model.Counters()
 	c := Counters{
 		FramesIn: f.c.framesIn.Load(), BytesIn: f.c.bytesIn.Load(),
 		Forwarded: f.c.forwarded.Load(), BytesForwarded: f.c.bytesForwarded.Load(),
-		DroppedLoss: f.c.droppedLoss.Load(), DroppedQueue: f.c.droppedQueue.Load(), DroppedMTU: f.c.droppedMTU.Load(),
+		DroppedLoss: uint64(m.Lost), DroppedQueue: uint64(m.QueueDrops), DroppedMTU: uint64(m.MTUDrops),
 		DroppedNoBuffer: f.c.droppedNoBuffer.Load(), DroppedOversize: f.c.droppedOversize.Load(),
-		DroppedTX: f.c.droppedTX.Load(), Duplicated: f.c.duplicated.Load(), Corrupted: f.c.corrupted.Load(),
+		DroppedTX: f.c.droppedTX.Load(), Duplicated: f.c.duplicated.Load(), Corrupted: uint64(m.Corrupted),
 		CEMarked: f.c.ceMarked.Load(), TXRingFull: f.c.txRingFull.Load(), TXErrors: f.c.txErrors.Load(),
 	}
 	select {
