@@ -135,19 +135,16 @@ func NewCQ(depth int) (*CQ, error) {
 // data path's completions (receives, RC ACKs) take the receive
 // goroutine's dispatch instead.
 func (cq *CQ) push(e CQE) {
-	if cq.append(e) {
+	if cq.pushRx(e) {
 		go cq.Dispatch()
 	}
 }
 
 // pushRx appends a completion the device's receive goroutine produced
-// and reports whether the caller must dispatch the CQ at the end of its
-// batch (the CQ has a handler and no dispatch is due yet).
-func (cq *CQ) pushRx(e CQE) bool { return cq.append(e) }
-
-// append adds e to the ring and reports whether the CQ has a handler and
-// no dispatch was due: the caller must then see to one.
-func (cq *CQ) append(e CQE) (schedule bool) {
+// (push for the others) and reports whether the CQ has a handler and no
+// dispatch was due: the caller must then see to one (the receive
+// goroutine dispatches at the end of its batch).
+func (cq *CQ) pushRx(e CQE) (schedule bool) {
 	cq.mu.Lock()
 	if cq.count == len(cq.ring) {
 		cq.overflow = true

@@ -112,7 +112,7 @@ func NewDevice(cfg Config) (*Device, error) {
 	if batch <= 0 {
 		batch = 64
 	}
-	_, l3 := cfg.Port.(l3Port)
+	_, l3 := cfg.Port.(KernelReceiver)
 	d := &Device{port: cfg.Port, mac: cfg.MAC, gid: cfg.GID.Unmap(), tap: cfg.Tap,
 		fixedKeys: cfg.FixedKeys, nextQPN: 0x10, checkMAC: !l3, done: make(chan struct{}),
 		salvage: make([]byte, MaxFrameLen)}

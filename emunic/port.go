@@ -40,9 +40,6 @@ type QPSteering interface {
 // nothing.
 type KernelReceiver interface{ KernelReceived() }
 
-// l3Port is the device's name for a KernelReceiver.
-type l3Port = KernelReceiver
-
 // MaxFrameLen is the largest frame a device sends or receives: a 4096-byte
 // MTU packet with every header (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
 // ImmDt, ICRC) fits.

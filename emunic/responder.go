@@ -398,17 +398,22 @@ func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 	r := &qp.rsp
 	n := len(p.Payload)
+	var mem []byte
+	var discard, resolved bool
 	if pos == wire.PositionFirst || pos == wire.PositionOnly {
 		r.va, r.rkey, r.dmaLen, r.offset = p.RETH.VA(), p.RETH.RKey(), int(p.RETH.DMALength()), 0
 		// The whole message, [VA, VA+DMA length), must lie in the region
 		// with the right, checked before its first byte is written (IBA
 		// 9.7.5.1.3, rxe's check_rkey): a refused message writes nothing.
-		if _, _, fault := qp.dev.resolveRemote(qp.pd, r.rkey, r.va, r.dmaLen, AccessRemoteWrite); fault != 0 {
+		var fault remoteFault
+		if mem, discard, fault = qp.dev.resolveRemote(qp.pd, r.rkey, r.va, r.dmaLen, AccessRemoteWrite); fault != 0 {
 			return fault
 		}
 		if pos == wire.PositionOnly && n != r.dmaLen || pos == wire.PositionFirst && r.dmaLen <= n {
 			return RxInvalidRequest
 		}
+		// An ONLY packet is the whole message: its bytes are resolved.
+		resolved = pos == wire.PositionOnly
 		r.active, r.op = true, wire.OpWrite
 	}
 	if r.offset+n > r.dmaLen || pos == wire.PositionLast && r.offset+n != r.dmaLen {
@@ -424,9 +429,11 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 		return RxInvalidRequest
 	}
 	withImm := p.ImmDt != nil
-	mem, discard, fault := qp.dev.resolveRemote(qp.pd, r.rkey, r.va+uint64(r.offset), n, AccessRemoteWrite)
-	if fault != 0 {
-		return fault
+	if !resolved {
+		var fault remoteFault
+		if mem, discard, fault = qp.dev.resolveRemote(qp.pd, r.rkey, r.va+uint64(r.offset), n, AccessRemoteWrite); fault != 0 {
+			return fault
+		}
 	}
 	if discard {
 		qp.dev.stats.add(RxNullMRWrites, uint64(n))

@@ -218,7 +218,7 @@ func runExternal(ctx context.Context, iface, srcIP string, cfg conform.Config) (
 			return nil, fmt.Errorf("-src-ip: %w", err)
 		}
 	} else if cfg.SrcIP, err = firstIPv4(ifc); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (give -src-ip)", err)
 	}
 	if cfg.Target.MAC == ([6]byte{}) {
 		if cfg.Target.MAC, err = xsk.ResolveMAC(iface, cfg.Target.IP, 3*time.Second); err != nil {
@@ -231,21 +231,6 @@ func runExternal(ctx context.Context, iface, srcIP string, cfg conform.Config) (
 	}
 	defer port.Close()
 	return conform.Run(ctx, port, cfg)
-}
-
-func firstIPv4(ifc *net.Interface) (netip.Addr, error) {
-	addrs, err := ifc.Addrs()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
-				return ip.Unmap(), nil
-			}
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address (give -src-ip)", ifc.Name)
 }
 
 // printConform writes the report as a table, notes under their rows.

@@ -276,18 +276,27 @@ func interfaceIPv4(name string) (*net.Interface, netip.Addr, error) {
 	if err != nil {
 		return nil, netip.Addr{}, err
 	}
-	addrs, err := iface.Addrs()
+	ip, err := firstIPv4(iface)
 	if err != nil {
 		return nil, netip.Addr{}, err
+	}
+	return iface, ip, nil
+}
+
+// firstIPv4 returns the first IPv4 address of ifc.
+func firstIPv4(ifc *net.Interface) (netip.Addr, error) {
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return netip.Addr{}, err
 	}
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
 			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
-				return iface, ip.Unmap(), nil
+				return ip.Unmap(), nil
 			}
 		}
 	}
-	return nil, netip.Addr{}, fmt.Errorf("%s has no IPv4 address", name)
+	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", ifc.Name)
 }
 
 func (p *writeBWParams) qpAttr(send bool) sdr.QPAttr {

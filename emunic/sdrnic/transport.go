@@ -77,9 +77,7 @@ type TransportConfig struct {
 // generation of its channel QP. Each WRITE-with-Imm consumed one receive
 // WQE of its channel QP: the handler reposts it (ChannelQP(gen,
 // ch).PostRecvList, once per batch) or the queue runs dry.
-type Handler interface {
-	Handle(cqes []emunic.CQE)
-}
+type Handler = emunic.Handler
 
 // channelQP is a transport QP, its generation and its channel.
 type channelQP struct {
@@ -164,10 +162,8 @@ func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transp
 			if err := q.Modify(emunic.StateInit, emunic.QPAttr{Access: emunic.AccessRemoteWrite}); err != nil {
 				return fail(err)
 			}
-			for range RecvDepth {
-				if err := q.PostRecv(emunic.RecvWR{}); err != nil {
-					return fail(err)
-				}
+			if _, err := q.PostRecvList(emptyRecvs[:]); err != nil {
+				return fail(err)
 			}
 		}
 		t.chans = append(t.chans, row)

@@ -183,14 +183,6 @@ func (s State) Missing(need ...Cap) []Cap {
 	return miss
 }
 
-// Missing returns the members of need this process lacks (see
-// State.Granted). If the process's capabilities cannot be read, which
-// Linux does not refuse, all of need is missing.
-func Missing(need ...Cap) []Cap {
-	s, _ := Current()
-	return s.Missing(need...)
-}
-
 // MissingError is Check's error: a command lacks capabilities it needs.
 type MissingError struct {
 	// Command names what needs them, e.g. "sdr testbed -carrier netns".
