@@ -106,6 +106,10 @@ type requester struct {
 	rp        dcqcnRP
 	sched     txEntry
 	queued    sendQueue // UC and UD requests waiting for the scheduler
+	// enqueued: this post call queued requests; flushTx hands the QP to
+	// the scheduler once (one scheduler lock per post call, not per
+	// request).
+	enqueued bool
 
 	scratch sendWQE // the WQE of UC and UD requests
 	frame   wire.Fields
@@ -238,7 +242,7 @@ func (qp *QP) postSend(wr *SendWR) error {
 			w.wr.UD = &w.ud
 		}
 		r.queued.push()
-		qp.dev.tx.sched.ready(qp, r.bucket.readyAt())
+		r.enqueued = true
 	default:
 		for i := range w.packets {
 			qp.queuePacket(w, i)
@@ -515,8 +519,13 @@ func (qp *QP) flushQueued() {
 }
 
 func (qp *QP) flushTx() {
-	qp.dev.transmit(qp.req.txBatch)
-	qp.req.txBatch = qp.req.txBatch[:0]
+	r := &qp.req
+	qp.dev.transmit(r.txBatch)
+	r.txBatch = r.txBatch[:0]
+	if r.enqueued {
+		r.enqueued = false
+		qp.dev.tx.sched.ready(qp, r.bucket.readyAt())
+	}
 }
 
 // fillPacket sets f to packet i of w.
