@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
 dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
 go test -c -o "$dir/xsk.test" ./emunic/xsk/
 go build -o "$dir/sdr" ./cmd/sdr
 uc() {

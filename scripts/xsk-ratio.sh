@@ -12,7 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-7}
-bin=$(mktemp -d)/xsk.test
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+bin=$dir/xsk.test
 go test -c -o "$bin" ./emunic/xsk/
 cd emunic/xsk
 rate() { # benchmark-regexp iterations -> pkts/s
