@@ -179,21 +179,7 @@ func (q *qp) pollNotifications() {
 	for {
 		busy := false
 		for c := range q.dv.channels {
-			for {
-				n, overflow := q.mem.Notifications(c, out[:])
-				busy = busy || n > 0 || overflow
-				for _, s := range out[:n] {
-					q.slots.Notify(int(s))
-				}
-				if overflow {
-					for s := range q.slots.Len() {
-						q.slots.Notify(s)
-					}
-				}
-				if n < len(out) {
-					break
-				}
-			}
+			busy = q.mem.Drain(c, out[:], q.slots.Notify) || busy
 		}
 		if !busy {
 			select {

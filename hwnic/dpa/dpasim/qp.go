@@ -244,22 +244,7 @@ func (w *worker) replenish() {
 
 // wakeNotified gives a progress token to every receive the handler
 // notified.
-func (w *worker) wakeNotified() {
-	for {
-		k, overflow := w.q.mem.Notifications(w.c, w.out[:])
-		for _, s := range w.out[:k] {
-			w.q.Notify(int(s))
-		}
-		if overflow {
-			for s := range w.q.attr.MaxMessages {
-				w.q.Notify(s)
-			}
-		}
-		if k < batch {
-			return
-		}
-	}
-}
+func (w *worker) wakeNotified() { w.q.mem.Drain(w.c, w.out[:], w.q.Notify) }
 
 // publish makes what the worker has seen (the payload writes emunic
 // finished before it reported these completions) visible through the

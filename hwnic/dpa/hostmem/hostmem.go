@@ -134,6 +134,27 @@ func (m *Mem) Notifications(c int, out []uint32) (n int, overflow bool) {
 	return n, atomic.SwapUint32(m.overflow(c), 0) != 0
 }
 
+// Drain hands notify every slot channel c's handler notified, in batches
+// of len(out), and every slot when the ring overflowed; it reports whether
+// there was anything. Only one goroutine may consume a ring.
+func (m *Mem) Drain(c int, out []uint32, notify func(slot int)) (busy bool) {
+	for {
+		n, overflow := m.Notifications(c, out)
+		busy = busy || n > 0 || overflow
+		for _, s := range out[:n] {
+			notify(int(s))
+		}
+		if overflow {
+			for s := range m.slots {
+				notify(s)
+			}
+		}
+		if n < len(out) {
+			return busy
+		}
+	}
+}
+
 // ErrFenceTimeout means a handler did not publish a fence marker in
 // time: it is stuck, stopped, or the marker was lost.
 var ErrFenceTimeout = errors.New("hostmem: fence: a handler did not reach the marker")

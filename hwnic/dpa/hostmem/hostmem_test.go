@@ -2,6 +2,7 @@ package hostmem
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -65,6 +66,39 @@ func TestNotificationsWrapAndOverflow(t *testing.T) {
 	}
 	if n, _ := m.Notifications(0, out[:]); n != 0 {
 		t.Fatalf("channel 0 got %d entries of channel 1", n)
+	}
+}
+
+// TestDrain hands every notified slot on in batches smaller than the
+// ring's content, every slot after an overflow, and reports an empty
+// ring as idle.
+func TestDrain(t *testing.T) {
+	m, err := New(4, 8, 2, 2, wire.DefaultImmLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	var got []int
+	notify := func(s int) { got = append(got, s) }
+	var out [2]uint32
+	if m.Drain(1, out[:], notify) || len(got) != 0 {
+		t.Fatalf("empty ring: busy, or notified %v", got)
+	}
+	for _, s := range []uint32{3, 1, 2} {
+		produce(m, 1, s)
+	}
+	if !m.Drain(1, out[:], notify) || !slices.Equal(got, []int{3, 1, 2}) {
+		t.Fatalf("three notifications in batches of two: notified %v, want [3 1 2]", got)
+	}
+	got = nil
+	for range 5 { // one more than the ring holds
+		produce(m, 1, 0)
+	}
+	m.Drain(1, out[:], notify)
+	// The first batch reports the overflow: every slot follows it, then
+	// the rest of the ring (the fifth notification found it full).
+	if want := []int{0, 0, 0, 1, 2, 3, 0, 0}; !slices.Equal(got, want) {
+		t.Fatalf("after an overflow: notified %v, want %v", got, want)
 	}
 }
 
