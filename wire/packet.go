@@ -32,11 +32,10 @@ type Packet struct {
 	// frames, or garbage. It is not part of the RoCEv2 packet.
 	Trailer []byte
 
-	ip        []byte // IP header, for the ICRC
-	l4        []byte // UDP header through the last pad byte
-	covered   []byte // ip and l4, contiguous in the frame, after coveredIP bytes of the frame before them
-	coveredIP int
-	scratch   [maxICRCHeaderLen]byte
+	ip      []byte // IP header, for the ICRC
+	l4      []byte // UDP header through the last pad byte
+	covered []byte // Ethernet (if any), ip and l4: contiguous in the frame
+	scratch [maxICRCHeaderLen]byte
 }
 
 // Decode decodes an Ethernet frame. It fails with an error wrapping
@@ -64,7 +63,7 @@ func (p *Packet) Decode(frame []byte) error {
 		if err := p.decodeIP(frame[n:]); err != nil {
 			return err
 		}
-		p.covered, p.coveredIP = frame[:n+len(p.covered)], n
+		p.covered = frame[:n+len(p.covered)]
 		return nil
 	}
 	return errEtherType
@@ -253,7 +252,7 @@ func (p *Packet) ICRCValid() bool { return p.ComputeICRC() == p.ICRC }
 // No other goroutine may read or write the frame meanwhile. Call it only
 // after a successful Decode.
 func (p *Packet) ICRCValidInPlace() bool {
-	return icrcInPlace(p.covered, p.coveredIP, len(p.ip)) == p.ICRC
+	return icrcInPlace(p.covered, len(p.Ethernet), len(p.ip)) == p.ICRC
 }
 
 // VerifyICRC returns an error wrapping ErrBadICRC when the ICRC is wrong.
