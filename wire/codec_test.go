@@ -508,3 +508,40 @@ func TestIPv4ChecksumWordSums(t *testing.T) {
 		}
 	}
 }
+
+// TestSetICRC clears a frame's ICRC and has SetICRC restore Encode's
+// value; an ICRC it computed while the BTH held a reserved opcode (a frame
+// the decoder refuses) covers that opcode: invalid once the opcode is
+// back, valid after SetICRC runs again.
+func TestSetICRC(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		f := randomFields(rand.New(rand.NewPCG(7, 8)), UCWriteOnlyImm, v6, false)
+		frame := encodeFrame(t, &f)
+		ipLen := IPv4HeaderLen
+		if v6 {
+			ipLen = IPv6HeaderLen
+		}
+		want := bytes.Clone(frame[len(frame)-ICRCLen:])
+		clear(frame[len(frame)-ICRCLen:])
+		SetICRC(frame, EthernetHeaderLen, ipLen)
+		if !bytes.Equal(frame[len(frame)-ICRCLen:], want) {
+			t.Errorf("v6=%v: SetICRC %x, Encode %x", v6, frame[len(frame)-ICRCLen:], want)
+		}
+		bth := EthernetHeaderLen + ipLen + UDPHeaderLen
+		op := frame[bth]
+		frame[bth] = 0x1F // reserved: the decoder refuses it
+		SetICRC(frame, EthernetHeaderLen, ipLen)
+		frame[bth] = op
+		var p Packet
+		if err := p.Decode(frame); err != nil {
+			t.Fatal(err)
+		}
+		if p.ICRCValid() {
+			t.Errorf("v6=%v: the ICRC SetICRC computed with another opcode is valid", v6)
+		}
+		SetICRC(frame, EthernetHeaderLen, ipLen)
+		if err := p.Decode(frame); err != nil || !p.ICRCValid() {
+			t.Errorf("v6=%v: after SetICRC: %v, ICRC valid %v", v6, err, p.ICRCValid())
+		}
+	}
+}

@@ -202,11 +202,10 @@ func (f *Fields) putIPv4(h []byte, total int) {
 	}
 	h[8] = f.TTL
 	h[9] = IPProtocolUDP
-	h[10], h[11] = 0, 0
 	src, dst := f.SrcIP.As4(), f.DstIP.As4()
 	copy(h[12:16], src[:])
 	copy(h[16:20], dst[:])
-	binary.BigEndian.PutUint16(h[10:], ipv4Checksum(h))
+	SetIPv4Checksum(h)
 }
 
 func (f *Fields) putIPv6(h []byte, payloadLen int) {

@@ -52,6 +52,16 @@ func maskVariant(h []byte, ipLen int) {
 	udp[UDPHeaderLen+4] = 0xFF  // BTH byte 4
 }
 
+// SetICRC stores the ICRC in the last four bytes of frame, a RoCEv2
+// packet whose IP header of ipLen bytes starts at frame[ipAt]: for tools
+// that build frames the decoder refuses (reserved opcodes, bad header
+// fields), which Packet's ICRC methods cannot see. It masks frame's
+// headers in place for the duration of the call.
+func SetICRC(frame []byte, ipAt, ipLen int) {
+	end := len(frame) - ICRCLen
+	binary.LittleEndian.PutUint32(frame[end:], icrcInPlace(frame[:end], ipAt, ipLen))
+}
+
 // icrcOf returns the ICRC given the masked IP | UDP | BTH run and the rest
 // of the packet through the last pad byte.
 func icrcOf(maskedHeaders, rest []byte) uint32 {

@@ -2,7 +2,6 @@ package conform
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -21,43 +20,15 @@ const (
 	restOff = bthOff + wire.BTHLen
 )
 
-// icrcSeed is the CRC of the eight 0xFF bytes that stand for the LRH.
-var icrcSeed = crc32.Update(0, crc32.IEEETable, []byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
-
-// icrc computes the RoCEv2 ICRC of frame (Ethernet | IPv4 | UDP | BTH ...
-// | ICRC), over the masked pseudo-header and the rest through the pad, as
-// IBA annex A17.4.2 defines it. package wire computes it only for frames
-// its decoder accepts; the battery also needs it for frames that decoder
-// refuses (reserved opcodes, a TVer or pad count the codec rejects).
-func icrc(frame []byte) uint32 {
-	var h [wire.IPv4HeaderLen + wire.UDPHeaderLen + wire.BTHLen]byte
-	copy(h[:], frame[ipOff:restOff])
-	h[1], h[8], h[10], h[11] = 0xFF, 0xFF, 0xFF, 0xFF // TOS, TTL, header checksum
-	u := h[wire.IPv4HeaderLen:]
-	u[6], u[7] = 0xFF, 0xFF       // UDP checksum
-	u[wire.UDPHeaderLen+4] = 0xFF // BTH byte 4 (FECN, BECN, reserved)
-	crc := crc32.Update(icrcSeed, crc32.IEEETable, h[:])
-	return crc32.Update(crc, crc32.IEEETable, frame[restOff:len(frame)-wire.ICRCLen])
-}
-
 // fixICRC stores the right ICRC in the last four bytes of frame.
 func fixICRC(frame []byte) []byte {
-	binary.LittleEndian.PutUint32(frame[len(frame)-wire.ICRCLen:], icrc(frame))
+	wire.SetICRC(frame, ipOff, wire.IPv4HeaderLen)
 	return frame
 }
 
-// fixIPChecksum recomputes the IPv4 header checksum (RFC 791).
+// fixIPChecksum recomputes the IPv4 header checksum.
 func fixIPChecksum(frame []byte) []byte {
-	h := frame[ipOff:udpOff]
-	h[10], h[11] = 0, 0
-	var sum uint32
-	for i := 0; i < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xFFFF {
-		sum = sum&0xFFFF + sum>>16
-	}
-	binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+	wire.SetIPv4Checksum(frame[ipOff:udpOff])
 	return frame
 }
 
