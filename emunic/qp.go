@@ -340,7 +340,7 @@ func (qp *QP) enterError() {
 	qp.state = StateError
 	qp.req.stopTimer()
 	for _, w := range qp.req.outstanding {
-		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn, QPContext: qp.ctx})
+		qp.sendCQ.push(qp.sendCompletion(w, StatusWRFlushError))
 	}
 	qp.req.outstanding = qp.req.outstanding[:0]
 	qp.flushQueued()

@@ -204,6 +204,16 @@ func (qp *QP) SendQueueRoom() int {
 	return math.MaxInt
 }
 
+// sendCompletion is w's completion with status, carrying on success the
+// bytes w moved.
+func (qp *QP) sendCompletion(w *sendWQE, status Status) CQE {
+	e := CQE{WRID: w.wr.ID, Status: status, Opcode: w.wcOpcode(), QPN: qp.qpn, QPContext: qp.ctx}
+	if status == StatusSuccess {
+		e.ByteLen = uint32(w.length)
+	}
+	return e
+}
+
 // postSend posts one request; caller holds qp.mu and calls flushTx
 // after its last post: unpaced UC and UD requests are encoded into the
 // QP's transmit batch (which flushes itself when full) and complete at
@@ -248,7 +258,7 @@ func (qp *QP) postSend(wr *SendWR) error {
 			qp.queuePacket(w, i)
 		}
 		if !wr.Unsignaled {
-			qp.sendCQ.push(CQE{WRID: wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn, QPContext: qp.ctx})
+			qp.sendCQ.push(qp.sendCompletion(w, StatusSuccess))
 		}
 	}
 	return nil
@@ -412,7 +422,7 @@ func (qp *QP) buildPaced(bufs, out [][]byte, now time.Time) ([][]byte, time.Time
 			frame = qp.encodePacket(w, r.queued.packet, bufs[len(out)])
 			if r.queued.packet++; r.queued.packet == w.packets {
 				if !w.wr.Unsignaled {
-					qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn, QPContext: qp.ctx})
+					qp.sendCQ.push(qp.sendCompletion(w, StatusSuccess))
 				}
 				r.queued.pop()
 			}
@@ -513,7 +523,7 @@ func (qp *QP) flushQueued() {
 	qp.dev.tx.sched.remove(qp)
 	q := &qp.req.queued
 	for w := q.head(); w != nil; w = q.head() {
-		qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: StatusWRFlushError, Opcode: w.wcOpcode(), QPN: qp.qpn, QPContext: qp.ctx})
+		qp.sendCQ.push(qp.sendCompletion(w, StatusWRFlushError))
 		q.pop()
 	}
 }
@@ -671,7 +681,7 @@ func (qp *QP) retransmitFrom(psn wire.PSN) {
 // the rest, and moves the QP to ERR.
 func (qp *QP) failOldest(status Status) {
 	w := qp.req.outstanding[0]
-	qp.sendCQ.push(CQE{WRID: w.wr.ID, Status: status, Opcode: w.wcOpcode(), QPN: qp.qpn, QPContext: qp.ctx})
+	qp.sendCQ.push(qp.sendCompletion(w, status))
 	qp.req.outstanding = qp.req.outstanding[1:]
 	qp.enterError()
 }
@@ -696,7 +706,7 @@ func (qp *QP) completeThrough(psn wire.PSN) {
 			break
 		}
 		if !w.wr.Unsignaled {
-			qp.completeOnRx(qp.sendCQ, CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: w.wcOpcode(), ByteLen: uint32(w.length), QPN: qp.qpn, QPContext: qp.ctx})
+			qp.completeOnRx(qp.sendCQ, qp.sendCompletion(w, StatusSuccess))
 		}
 		r.outstanding[0] = nil
 		r.outstanding = r.outstanding[1:]

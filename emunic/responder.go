@@ -128,7 +128,7 @@ func (qp *QP) receiveUD(p *wire.Packet) {
 	// UD receive buffers start with the 40-byte GRH; for RoCEv2 over IPv4
 	// its last 20 bytes hold the IPv4 header (verbs convention).
 	const grhLen = 40
-	cqe := CQE{WRID: w.id, Opcode: WCRecv, QPN: qp.qpn, SrcQP: p.DETH.SrcQP(),
+	cqe := CQE{WRID: w.id, Opcode: WCRecv, SrcQP: p.DETH.SrcQP(),
 		ByteLen: uint32(grhLen + len(p.Payload)), Imm: p.Imm(), HasImm: p.ImmDt != nil}
 	if w.sgl.length() < grhLen+len(p.Payload) {
 		d.stats.inc(RxLengthError)
@@ -252,8 +252,8 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 }
 
 // completeRecv reports a receive completion from the receive goroutine:
-// it carries the QP's context, and a CQ with a handler is dispatched at
-// the end of the receive batch. Control frames (NAKs, READ responses)
+// it gets the QP's number and context, and a CQ with a handler is
+// dispatched at the end of the receive batch. Control frames (NAKs, READ responses)
 // queued for earlier packets of the batch leave first, so that whoever
 // sees the completion finds the replies to what preceded it sent; this
 // costs nothing while none is queued.
@@ -261,7 +261,7 @@ func (qp *QP) completeRecv(e CQE) {
 	if len(qp.dev.ctlBatch) > 0 {
 		qp.dev.flushCtl()
 	}
-	e.QPContext = qp.ctx
+	e.QPN, e.QPContext = qp.qpn, qp.ctx
 	qp.completeOnRx(qp.recvCQ, e)
 }
 
@@ -380,7 +380,7 @@ func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 		r.active, r.op, r.offset = true, wire.OpSend, 0
 	}
 	if r.offset+len(p.Payload) > r.recv.sgl.length() {
-		qp.completeRecv(CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv, QPN: qp.qpn})
+		qp.completeRecv(CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv})
 		r.held, r.active = false, false
 		return RxLengthError
 	}
@@ -388,7 +388,7 @@ func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 	r.offset += len(p.Payload)
 	if pos == wire.PositionLast || pos == wire.PositionOnly {
 		qp.completeRecv(CQE{WRID: r.recv.id, Opcode: WCRecv, ByteLen: uint32(r.offset),
-			Imm: p.Imm(), HasImm: p.ImmDt != nil, QPN: qp.qpn})
+			Imm: p.Imm(), HasImm: p.ImmDt != nil})
 		r.held, r.active = false, false
 		r.msn = (r.msn + 1) & 0xFFFFFF
 	}
@@ -452,7 +452,7 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 				w, _ = qp.takeRecv()
 			}
 			qp.completeRecv(CQE{WRID: w.id, Opcode: WCRecvWriteImm, ByteLen: uint32(r.dmaLen),
-				Imm: p.Imm(), HasImm: true, QPN: qp.qpn})
+				Imm: p.Imm(), HasImm: true})
 		}
 	}
 	return 0
