@@ -366,16 +366,15 @@ type recvWQE struct {
 // slots: a queue that is never empty (a consumer reposting as it goes)
 // reuses its slots. Guarded by its owner's mutex.
 type recvQueue struct {
-	wqes ring[recvWQE]
-	max  int
+	wqes ring[recvWQE] // its limit is the queue's bound
 }
 
-func newRecvQueue(max int) recvQueue { return recvQueue{wqes: ring[recvWQE]{limit: max}, max: max} }
+func newRecvQueue(max int) recvQueue { return recvQueue{wqes: ring[recvWQE]{limit: max}} }
 
 func (q *recvQueue) len() int { return q.wqes.len() }
 
 func (q *recvQueue) push(w recvWQE) bool {
-	if q.wqes.len() >= q.max {
+	if q.wqes.len() >= q.wqes.limit {
 		return false
 	}
 	q.wqes.push(w)
