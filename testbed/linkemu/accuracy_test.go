@@ -186,10 +186,10 @@ func TestDelayUnderLoad(t *testing.T) {
 	}
 }
 
-// TestThroughput offers 1.1 times a link's bandwidth in 1500-byte frames
-// for 0.6 s and measures the frame bytes per second the receiver gets, in
-// 25 ms windows while the link is busy: the median window is within 5 %
-// of the setting. (A window's median, not the whole run's mean: on a
+// TestThroughput offers a link three queues' worth of 1500-byte frames
+// beyond its bandwidth over 0.6 s and measures the frame bytes per second
+// the receiver gets, in 25 ms windows while the link is busy: the median
+// window is within 5 % of the setting. (A window's median, not the whole run's mean: on a
 // machine busy with other work the kernel's softirq thread, which moves
 // the frames between the veths, may stall for tens of milliseconds, and
 // the emulated link, like a real one, idles while nothing comes in.)
@@ -199,12 +199,14 @@ func TestThroughput(t *testing.T) {
 			if raceDetector && bw > 500e6 {
 				t.Skip("the race detector slows the emulator tenfold, below 1 Gbit/s of 1500-byte frames on this machine: run without -race")
 			}
-			const size = 1500
-			rate := 1.1 * bw / 8 / size // frames/s offered
-			n := int(rate * 0.6)        // 0.6 s of traffic
-			// A queue of 200 frames: the 10 % excess over 0.6 s (1100 frames
-			// at 200 Mbit/s) overflows it even when the sender runs 8 % slow.
-			r := carry(t, link.Config{Bandwidth: bw, Delay: 5 * time.Millisecond, QueueBytes: 200 * size}, n, size, 0, rate)
+			const size, queue, run = 1500, 1000, 0.6 // bytes, frames, seconds
+			// Three queues' worth of frames beyond the link's rate over the
+			// run overflow the queue even from a sender running well short
+			// of its pace (at 200 Mbit/s 1.3 times the rate, at 1 Gbit/s
+			// 1.06); the queue absorbs a bursty sender's bursts.
+			rate := bw/8/size + 3*queue/run // frames/s offered
+			n := int(rate * run)
+			r := carry(t, link.Config{Bandwidth: bw, Delay: 5 * time.Millisecond, QueueBytes: queue * size}, n, size, 0, rate)
 			if r.emu.DroppedQueue == 0 {
 				t.Errorf("no tail drop: the link was not saturated")
 			}
