@@ -115,10 +115,12 @@ func benchRawXSK(b *testing.B, size int) {
 
 // BenchmarkUCWriteImm runs emunictest.BenchUCWriteImm between two
 // namespaces joined by a veth pair, once over AF_XDP ports and once over
-// UDP ports on the same addresses, for the emunic/raw and xsk/udp ratios.
+// UDP ports on the same addresses, for the emunic/raw and xsk/udp ratios;
+// over AF_XDP also at the large messages sdr write-bw is compared at.
 func BenchmarkUCWriteImm(b *testing.B) {
+	sizes := map[string][]int{"xsk": {1024, 64 << 10, 1 << 20, 8 << 20}, "udp": {1024, 64 << 10}}
 	for _, kind := range []string{"xsk", "udp"} {
-		for _, size := range []int{1024, 64 << 10} {
+		for _, size := range sizes[kind] {
 			b.Run(fmt.Sprintf("%s/%dB", kind, size), func(b *testing.B) {
 				privileged.Require(b)
 				pair, err := testbed.NewPair(testbed.PairConfig{})
