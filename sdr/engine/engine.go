@@ -149,7 +149,11 @@ type Slot struct {
 }
 
 // NewSlot lays a slot over words (Geometry.Words of them; allocated when
-// nil) and clears it, inactive. Words must not be in use by another slot.
+// nil) and clears it, inactive. Words that held another slot (a receive
+// buffer's place in shared memory, reused) must hold it inactive
+// (Deactivate): NewSlot first waits, as Activate does, until no packet
+// of the old slot's message is still being processed, so that none of
+// them writes into the cleared words.
 func NewSlot(words []uint64, geo Geometry, layout wire.ImmLayout) (*Slot, error) {
 	if words == nil {
 		words = make([]uint64, geo.Words())
@@ -161,10 +165,19 @@ func NewSlot(words []uint64, geo Geometry, layout wire.ImmLayout) (*Slot, error)
 		return nil, fmt.Errorf("engine: slot: %w", err)
 	}
 	s := &Slot{words: words[:geo.Words()], geo: geo, layout: layout}
+	s.drain()
 	for i := range s.words {
 		atomic.StoreUint64(&s.words[i], 0)
 	}
 	return s, nil
+}
+
+// drain waits until no packet is inside the slot's words: on an inactive
+// slot the in-flight count only falls, within one Process call.
+func (s *Slot) drain() {
+	for atomic.LoadUint64(&s.words[stateWord])&inflightMask != 0 {
+		runtime.Gosched()
+	}
 }
 
 // Geometry returns the slot's geometry.
@@ -179,10 +192,7 @@ func (s *Slot) Geometry() Geometry { return s.geo }
 // Process call at most.
 func (s *Slot) Activate(msgID, gen uint32) {
 	s.Deactivate()
-	// No packet enters an inactive slot: the count only drains.
-	for atomic.LoadUint64(&s.words[stateWord])&inflightMask != 0 {
-		runtime.Gosched()
-	}
+	s.drain()
 	for i := 1; i < len(s.words); i++ {
 		atomic.StoreUint64(&s.words[i], 0)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -135,6 +136,39 @@ func TestActivateWaitsForPacketInFlight(t *testing.T) {
 	<-activated
 	if r, _ := s.Process(1, wire.DefaultImmLayout.Pack(2, 0, 0), 1024); r != ChunkComplete {
 		t.Errorf("packet of the new message: %v", r)
+	}
+}
+
+// TestNewSlotWaitsForPacketInFlight reuses the words of a deactivated
+// slot that a packet is still inside (its count taken): NewSlot must not
+// clear them before the packet leaves, or the packet's bitmap update and
+// its count's release land in the new slot. The packet writes once
+// NewSlot returned, or after 20 ms of it not returning; the words must
+// be clear afterwards either way, which they are only if NewSlot waited.
+func TestNewSlotWaitsForPacketInFlight(t *testing.T) {
+	geo, _ := NewGeometry(1024, 1024, 1024)
+	words := make([]uint64, geo.Words())
+	old, _ := NewSlot(words, geo, wire.DefaultImmLayout)
+	old.Activate(1, 0)
+	atomic.AddUint64(&words[stateWord], 1) // a packet past its check
+	old.Deactivate()
+	created := make(chan struct{})
+	go func() {
+		if _, err := NewSlot(words, geo, wire.DefaultImmLayout); err != nil {
+			t.Error(err)
+		}
+		close(created)
+	}()
+	select {
+	case <-created:
+	case <-time.After(20 * time.Millisecond):
+	}
+	bitmap := &words[len(words)-1]
+	atomic.OrUint64(bitmap, 1)                      // the packet's chunk bit
+	atomic.AddUint64(&words[stateWord], ^uint64(0)) // it leaves
+	<-created
+	if st, b := atomic.LoadUint64(&words[stateWord]), atomic.LoadUint64(bitmap); st != 0 || b != 0 {
+		t.Fatalf("new slot's state word %#x, bitmap %#x: cleared under a packet in flight", st, b)
 	}
 }
 

@@ -31,10 +31,6 @@ import (
 // log_cap and overflow, then fence and padding (32 bits each).
 const notifyHeader = 4
 
-// inflightMask is the in-flight count of an engine slot's state word:
-// handlers inside a packet of the slot's message.
-const inflightMask = 1<<24 - 1
-
 // Mem is the shared memory of one SDR QP.
 type Mem struct {
 	words     []uint64
@@ -99,14 +95,11 @@ func (m *Mem) Length(slot int) int { return int(atomic.LoadUint64(&m.words[m.slo
 
 // NewSlot makes slot's engine slot for a message of geo on its words
 // and publishes its length. The slot must be inactive and stay so until
-// the caller activates it; NewSlot first waits for handlers still inside
-// a packet of the previous message to leave (a few instructions each).
+// the caller activates it; engine.NewSlot first waits for handlers still
+// inside a packet of the previous message to leave (a few instructions
+// each).
 func (m *Mem) NewSlot(slot int, geo engine.Geometry) (*engine.Slot, error) {
-	words := m.Words(slot)
-	for atomic.LoadUint64(&words[0])&inflightMask != 0 {
-		runtime.Gosched()
-	}
-	es, err := engine.NewSlot(words, geo, m.layout)
+	es, err := engine.NewSlot(m.Words(slot), geo, m.layout)
 	if err != nil {
 		return nil, err
 	}
