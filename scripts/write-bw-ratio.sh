@@ -17,9 +17,13 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 go test -c -o "$dir/xsk.test" ./emunic/xsk/
 go build -o "$dir/sdr" ./cmd/sdr
-uc() { # size iterations -> Mpps
-	(cd emunic/xsk && "$dir/xsk.test" -test.run '^$' -test.bench "BenchmarkUCWriteImm/xsk/${1}B\$" -test.benchtime "${2}x") |
-		awk '/pkts\/s/ { for (i = 2; i <= NF; i++) if ($i == "pkts/s") print $(i-1) / 1e6 }'
+uc() { # size iterations -> Mpps (a failed run's output goes to stderr)
+	if ! (cd emunic/xsk && "$dir/xsk.test" -test.run '^$' -test.bench "BenchmarkUCWriteImm/xsk/${1}B\$" -test.benchtime "${2}x") >"$dir/uc.out" 2>&1; then
+		echo "write-bw-ratio: UC at $1 B failed:" >&2
+		cat "$dir/uc.out" >&2
+		return 1
+	fi
+	awk '/pkts\/s/ { for (i = 2; i <= NF; i++) if ($i == "pkts/s") print $(i-1) / 1e6 }' "$dir/uc.out"
 }
 field() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -1 | sed 's/.*: *//'; }
 writebw() { # size iterations -> "mpps gbps delivered/total"

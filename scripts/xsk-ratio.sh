@@ -17,9 +17,13 @@ trap 'rm -rf "$dir"' EXIT
 bin=$dir/xsk.test
 go test -c -o "$bin" ./emunic/xsk/
 cd emunic/xsk
-rate() { # benchmark-regexp iterations -> pkts/s
-	"$bin" -test.run '^$' -test.bench "$1" -test.benchtime "$2" -test.count 1 |
-		awk '/pkts\/s/ { for (i = 2; i <= NF; i++) if ($i == "pkts/s") print $(i-1) }'
+rate() { # benchmark-regexp iterations -> pkts/s (a failed run's output goes to stderr)
+	if ! "$bin" -test.run '^$' -test.bench "$1" -test.benchtime "$2" -test.count 1 >"$dir/out" 2>&1; then
+		echo "xsk-ratio: $1 failed:" >&2
+		cat "$dir/out" >&2
+		return 1
+	fi
+	awk '/pkts\/s/ { for (i = 2; i <= NF; i++) if ($i == "pkts/s") print $(i-1) }' "$dir/out"
 }
 printf "%-6s %10s %10s %10s %8s %8s\n" round raw/s 1KiB/s 64KiB/s 1KiB/raw 64KiB/raw
 r1=() r64=()
