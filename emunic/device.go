@@ -54,9 +54,12 @@ type Config struct {
 // Device is one emulated RoCEv2 NIC port.
 type Device struct {
 	port Port
-	mac  [6]byte
-	gid  netip.Addr
-	tap  *wire.PcapWriter
+	// lender is port as a TxBufferLender, if it is one: QPs encode
+	// their frames in its buffers.
+	lender TxBufferLender
+	mac    [6]byte
+	gid    netip.Addr
+	tap    *wire.PcapWriter
 
 	mu        sync.Mutex // guards registration: keys, nextPD, nextQPN, qps writes
 	keys      keyTable
@@ -118,6 +121,7 @@ func NewDevice(cfg Config) (*Device, error) {
 		salvage: make([]byte, MaxFrameLen)}
 	d.keys.fixed = cfg.FixedKeys
 	d.backlog, _ = cfg.Port.(RXBacklogPort)
+	d.lender, _ = cfg.Port.(TxBufferLender)
 	d.backlogThreshold = cfg.RXBacklogThreshold
 	if d.backlogThreshold == 0 {
 		d.backlogThreshold = defaultRXBacklogThreshold

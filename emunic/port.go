@@ -33,6 +33,25 @@ type QPSteering interface {
 	RemoveQP(qpn uint32) error
 }
 
+// TxBufferLender is implemented by ports that transmit from memory of
+// their own (the AF_XDP port's UMEM): a QP encodes its frames straight
+// into buffers the port lends it, and Send queues a frame that starts a
+// lent buffer without copying it, as a NIC reads a work request's data
+// where it lies. Lending lasts one post call: every lent buffer goes back
+// to the port before the call returns, through Send (which takes back the
+// buffers of the frames it is given, sent or not) or ReturnTx.
+type TxBufferLender interface {
+	// LendTx fills bufs with free transmit buffers of TxBufferSize bytes
+	// and returns how many: fewer when the port is short of them, none
+	// once it is closed.
+	LendTx(bufs [][]byte) int
+	// ReturnTx takes back lent buffers that carry no frame.
+	ReturnTx(bufs [][]byte)
+	// TxBufferSize is the size of a lent buffer: the longest frame it
+	// holds.
+	TxBufferSize() int
+}
+
 // KernelReceiver is implemented by ports whose frames the kernel has
 // already received at layers 2 and 3 and that rebuild them without
 // Ethernet addresses (the UDP port of package emunic/udp): the device's

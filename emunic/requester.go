@@ -115,7 +115,10 @@ type requester struct {
 	frame   wire.Fields
 	txBufs  [][]byte
 	txBatch [][]byte
-	gather  []byte
+	// lent holds the buffers the port lent (TxBufferLender) for the
+	// batch's next frames; flushTx gives back what is left.
+	lent   [][]byte
+	gather []byte
 }
 
 // txBatchLen is how many frames a QP hands the port at once: a UDP
@@ -127,10 +130,32 @@ func (r *requester) init() {
 	r.gather = make([]byte, 4096)
 }
 
-// txBuf returns the buffer of the batch's next frame. The QP's frame
-// buffers are allocated on its first transmission, so that QPs that never
-// send cost no transmit memory.
-func (r *requester) txBuf() []byte {
+// txBuf returns the buffer for the batch's next frame, packet i of w:
+// one the port lends (TxBufferLender) when its buffers hold the QP's
+// frames, which saves the port a copy, else one of the QP's own. It
+// borrows for the rest of w's packets that fit the batch at once (one
+// port lock per batch); flushTx gives back what is left. The QP's own
+// buffers are allocated on first use, so that QPs that never send, or
+// send in lent buffers only, cost no transmit memory.
+func (qp *QP) txBuf(w *sendWQE, i int) []byte {
+	r := &qp.req
+	if l := qp.dev.lender; l != nil && qp.mtu+frameOverhead <= l.TxBufferSize() {
+		if len(r.lent) == 0 {
+			if r.lent == nil {
+				r.lent = make([][]byte, 0, txBatchLen)
+			}
+			want := min(txBatchLen-len(r.txBatch), w.packets-i)
+			if op := w.wr.Op; op == OpRead || op == OpCompareSwap || op == OpFetchAdd {
+				want = 1 // one request packet
+			}
+			r.lent = r.lent[:l.LendTx(r.lent[:want])]
+		}
+		if n := len(r.lent); n > 0 {
+			b := r.lent[n-1]
+			r.lent = r.lent[:n-1]
+			return b
+		}
+	}
 	if r.txBufs == nil {
 		slab := make([]byte, txBatchLen*MaxFrameLen)
 		r.txBufs = make([][]byte, txBatchLen)
@@ -313,7 +338,7 @@ const rcWindow = 128
 // when full. For READ the one request asks for responses i and later.
 func (qp *QP) queuePacket(w *sendWQE, i int) {
 	r := &qp.req
-	r.txBatch = append(r.txBatch, qp.encodePacket(w, i, r.txBuf()))
+	r.txBatch = append(r.txBatch, qp.encodePacket(w, i, qp.txBuf(w, i)))
 	if len(r.txBatch) == txBatchLen {
 		qp.flushTx()
 	}
@@ -528,10 +553,17 @@ func (qp *QP) flushQueued() {
 	}
 }
 
+// flushTx transmits the batch, gives the port back the buffers it lent
+// that the batch did not use, and hands the QP to the TX scheduler if the
+// post queued requests. Caller holds qp.mu.
 func (qp *QP) flushTx() {
 	r := &qp.req
 	qp.dev.transmit(r.txBatch)
 	r.txBatch = r.txBatch[:0]
+	if len(r.lent) > 0 {
+		qp.dev.lender.ReturnTx(r.lent)
+		r.lent = r.lent[:0]
+	}
 	if r.enqueued {
 		r.enqueued = false
 		qp.dev.tx.sched.ready(qp, r.bucket.readyAt())

@@ -74,8 +74,9 @@ const (
 )
 
 var (
-	_ emunic.QPSteering = (*Port)(nil)
-	_ emunic.PortFilter = (*Port)(nil)
+	_ emunic.QPSteering     = (*Port)(nil)
+	_ emunic.PortFilter     = (*Port)(nil)
+	_ emunic.TxBufferLender = (*Port)(nil)
 )
 
 // NewPort loads and attaches the steering program to the interface and
@@ -148,6 +149,16 @@ func (p *Port) flusher() {
 		}
 	}
 }
+
+// LendTx lends free UMEM chunks (emunic.TxBufferLender): the device
+// encodes its frames in them, and Send queues those without a copy.
+func (p *Port) LendTx(bufs [][]byte) int { return p.sock.Lend(bufs) }
+
+// ReturnTx takes back lent chunks that carry no frame.
+func (p *Port) ReturnTx(bufs [][]byte) { p.sock.Return(bufs) }
+
+// TxBufferSize returns the size of a lent chunk.
+func (p *Port) TxBufferSize() int { return p.sock.TxBufferSize() }
 
 // Recv receives the frames the XDP program steered to the socket.
 func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {

@@ -114,6 +114,10 @@ type Socket struct {
 	tx     ring // descriptors
 	comp   ring // addresses
 	free   []uint64
+	// lent marks the chunks Lend handed out (by chunk index), lentCount
+	// counts them.
+	lent      []bool
+	lentCount int
 }
 
 // ring is one of the four single-producer single-consumer rings.
@@ -243,6 +247,7 @@ func (s *Socket) setup(cfg Config) error {
 	for i := half; i < cfg.NumFrames; i++ {
 		s.free = append(s.free, uint64(i)*s.frameSize)
 	}
+	s.lent = make([]bool, cfg.NumFrames)
 
 	flags := uint16(unix.XDP_USE_NEED_WAKEUP)
 	if cfg.MultiBuffer {
@@ -427,7 +432,10 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 // Enqueue copies frames into free UMEM chunks and publishes them on the TX
 // ring without asking the kernel to send them, so that several callers'
 // frames go out in one system call (Flush). Frames longer than a chunk
-// are split over several chunks (needs MultiBuffer). When the ring or the
+// are split over several chunks (needs MultiBuffer). A frame at the
+// start of a lent chunk (Lend) is queued where it lies; Enqueue takes
+// back the lent chunks of all the frames it is given, also of those it
+// fails to queue. When the ring or the
 // free chunks run out it kicks the kernel to make room, and when the
 // kernel makes no progress it waits for the socket to become writable
 // without holding a lock (up to about a second, then it fails). It
@@ -437,19 +445,20 @@ func (s *Socket) Enqueue(frames [][]byte) (int, error) {
 	for stalls := 0; ; {
 		n, err := s.enqueue(frames[sent:])
 		sent += n
-		if err != nil || sent == len(frames) {
+		if sent == len(frames) {
 			return sent, err
 		}
-		// Out of room: let the kernel send and complete earlier frames.
-		_, progressed, err := s.kick()
+		if err == nil {
+			// Out of room: let the kernel send and complete earlier frames.
+			var progressed bool
+			if _, progressed, err = s.kick(); err == nil && n == 0 && !progressed {
+				err = s.stalled(&stalls)
+			} else if err == nil {
+				stalls = 0
+			}
+		}
 		if err != nil {
-			return sent, err
-		}
-		if n > 0 || progressed {
-			stalls = 0
-			continue
-		}
-		if err := s.stalled(&stalls); err != nil {
+			s.Return(frames[sent:]) // the lent chunks of frames not queued
 			return sent, err
 		}
 	}
@@ -484,6 +493,17 @@ func (s *Socket) enqueue(frames [][]byte) (sent int, err error) {
 	room := s.tx.size - s.tx.filled()
 	for sent < len(frames) {
 		f := frames[sent]
+		if addr, ok := s.lentChunk(f); ok {
+			// Built in place: queued as it lies.
+			if room == 0 {
+				break
+			}
+			s.unlend(addr)
+			d := s.tx.desc(prod)
+			d.Addr, d.Len, d.Options = addr, uint32(len(f)), 0
+			prod, room, sent = prod+1, room-1, sent+1
+			continue
+		}
 		chunks := max(1, (len(f)+int(s.frameSize)-1)/int(s.frameSize))
 		if uint32(chunks) > room || chunks > len(s.free) {
 			break
@@ -505,6 +525,66 @@ func (s *Socket) enqueue(frames [][]byte) (sent int, err error) {
 	}
 	atomic.StoreUint32(s.tx.producer, prod)
 	return sent, nil
+}
+
+// TxBufferSize returns the size of the buffers Lend hands out: a chunk.
+func (s *Socket) TxBufferSize() int { return int(s.frameSize) }
+
+// Lend hands out up to len(bufs) free transmit chunks as buffers of
+// TxBufferSize bytes and returns how many (none once closed): a frame the
+// caller builds at the start of one is queued by Enqueue without a copy.
+// Every lent chunk must come back, through Enqueue (which takes back the
+// chunks of the frames it is given, queued or not) or Return; Close waits
+// for them before it unmaps the UMEM.
+func (s *Socket) Lend(bufs [][]byte) int {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	if s.closed.Load() {
+		return 0
+	}
+	s.reclaim()
+	n := min(len(bufs), len(s.free))
+	for i := range n {
+		addr := s.free[len(s.free)-1]
+		s.free = s.free[:len(s.free)-1]
+		s.lent[addr/s.frameSize] = true
+		bufs[i] = s.umem[addr : addr+s.frameSize : addr+s.frameSize]
+	}
+	s.lentCount += n
+	return n
+}
+
+// Return takes back lent chunks that carry no frame to send; buffers
+// that are not lent chunks are ignored.
+func (s *Socket) Return(bufs [][]byte) {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	for _, b := range bufs {
+		if addr, ok := s.lentChunk(b); ok {
+			s.unlend(addr)
+			s.free = append(s.free, addr)
+		}
+	}
+}
+
+// lentChunk returns the UMEM address of the lent chunk that b starts, if
+// it starts one. Caller holds txMu.
+func (s *Socket) lentChunk(b []byte) (uint64, bool) {
+	if cap(b) == 0 || s.umem == nil {
+		return 0, false
+	}
+	// Below the UMEM the difference wraps around to beyond it.
+	off := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(s.umem))))
+	if off >= uint64(len(s.umem)) || off%s.frameSize != 0 || !s.lent[off/s.frameSize] {
+		return 0, false
+	}
+	return off, true
+}
+
+// unlend marks the chunk at addr as the socket's again. Caller holds txMu.
+func (s *Socket) unlend(addr uint64) {
+	s.lent[addr/s.frameSize] = false
+	s.lentCount--
 }
 
 // Flush has the kernel transmit every frame queued before the call
@@ -614,8 +694,8 @@ func statistics(fd int) (Stats, error) {
 	return st, nil
 }
 
-// Close wakes a blocked Receive, then unmaps the rings and UMEM and closes
-// the socket.
+// Close wakes a blocked Receive, waits for lent chunks (see Lend), then
+// unmaps the rings and UMEM and closes the socket.
 func (s *Socket) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -624,6 +704,7 @@ func (s *Socket) Close() error {
 		var one = [8]byte{1}
 		unix.Write(s.wake, one[:])
 	}
+	lentOut := s.awaitLent(time.Second)
 	s.rxMu.Lock()
 	s.kickMu.Lock()
 	s.txMu.Lock()
@@ -644,9 +725,27 @@ func (s *Socket) Close() error {
 	if s.wake >= 0 {
 		unix.Close(s.wake)
 	}
-	if s.umem != nil {
+	if s.umem != nil && lentOut == 0 {
 		unix.Munmap(s.umem)
 		s.umem = nil
 	}
 	return err
+}
+
+// awaitLent waits up to timeout for the lent chunks to come back and
+// returns how many are still out. Their holders give them back within
+// the post call that borrowed them (its Enqueue now fails with ErrClosed
+// and takes them back); unmapping the UMEM under a frame being built
+// would fault it, so Close leaves the UMEM mapped while any is out.
+func (s *Socket) awaitLent(timeout time.Duration) int {
+	deadline := time.Now().Add(timeout)
+	for {
+		s.txMu.Lock()
+		n := s.lentCount
+		s.txMu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }

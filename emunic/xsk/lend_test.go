@@ -1,0 +1,123 @@
+package xsk_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/sdr-rdma/sdr/ebpf"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/wire"
+)
+
+// TestLendSendsInPlace builds frames in lent TX chunks and one in a
+// buffer of its own, queues them together and checks that the receiving
+// socket gets all three, byte for byte and in order; that Return takes
+// back an unused lent chunk and ignores other buffers; that every TX
+// chunk can be lent again afterwards (none leaked); and that after Close
+// a lent frame Enqueue can no longer queue still comes back.
+func TestLendSendsInPlace(t *testing.T) {
+	privileged.Require(t)
+	pair, err := testbed.NewPair(testbed.PairConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	const numFrames = 1024 // 512 TX chunks
+	var tx, rx *xsk.Socket
+	if err := pair.A.NS.Do(func() (err error) {
+		tx, err = xsk.Open(xsk.Config{Ifindex: pair.A.Ifindex, Mode: xsk.Copy, NumFrames: numFrames, RingSize: 256})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	var prog *ebpf.Program
+	if err := pair.B.NS.Do(func() error {
+		var err error
+		if prog, err = ebpf.Load(ebpf.Options{AllRoCE: true}); err != nil {
+			return err
+		}
+		if err = prog.Attach(pair.B.Ifindex); err != nil {
+			return err
+		}
+		if rx, err = xsk.Open(xsk.Config{Ifindex: pair.B.Ifindex, Mode: xsk.Copy}); err != nil {
+			return err
+		}
+		return prog.SetSocket(0, rx.FD())
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	defer rx.Close()
+
+	encode := func(buf []byte, fill byte) []byte {
+		f := wire.Fields{SrcMAC: pair.A.MAC, DstMAC: pair.B.MAC, SrcIP: pair.A.Addr, DstIP: pair.B.Addr, TTL: 64, SrcPort: 0xC000}
+		f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
+		f.Payload = bytes.Repeat([]byte{fill}, 512)
+		n, err := wire.Encode(buf, &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf[:n]
+	}
+	lent := make([][]byte, 3)
+	if n := tx.Lend(lent); n != 3 || len(lent[0]) != tx.TxBufferSize() {
+		t.Fatalf("Lend gave %d chunks of %d bytes, want 3 of %d", n, len(lent[0]), tx.TxBufferSize())
+	}
+	own := make([]byte, 2048)
+	frames := [][]byte{encode(lent[0], 1), encode(own, 2), encode(lent[1], 3)}
+	want := make([][]byte, len(frames))
+	for i, f := range frames {
+		want[i] = bytes.Clone(f)
+	}
+	if n, err := tx.Send(frames); n != 3 || err != nil {
+		t.Fatalf("Send: %d, %v", n, err)
+	}
+	tx.Return([][]byte{lent[2], own}) // own is no lent chunk: ignored
+	if n := xsk.LentCount(tx); n != 0 {
+		t.Fatalf("%d chunks still lent after Send and Return", n)
+	}
+	bufs, sizes := [][]byte{make([]byte, 2048), make([]byte, 2048), make([]byte, 2048)}, make([]int, 3)
+	for got := 0; got < 3; {
+		n, err := rx.Receive(bufs[got:], sizes[got:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	for i := range want {
+		if !bytes.Equal(bufs[i][:sizes[i]], want[i]) {
+			t.Errorf("frame %d arrived as %d bytes differing from the %d sent", i, sizes[i], len(want[i]))
+		}
+	}
+
+	// Every TX chunk is free again (the kernel completed the sent ones).
+	all := make([][]byte, numFrames)
+	if n := tx.Lend(all); n != numFrames/2 {
+		t.Errorf("Lend of every free chunk gave %d, want the %d TX chunks", n, numFrames/2)
+	}
+	tx.Return(all)
+
+	// A chunk lent when Close runs comes back through a failing Enqueue.
+	one := make([][]byte, 1)
+	if tx.Lend(one) != 1 {
+		t.Fatal("Lend gave nothing")
+	}
+	closed := make(chan error)
+	go func() { closed <- tx.Close() }()
+	for probe := make([][]byte, 1); tx.Lend(probe) != 0; { // fence: Close has begun
+		tx.Return(probe)
+	}
+	if n, err := tx.Enqueue([][]byte{encode(one[0], 4)}); n != 0 || !errors.Is(err, xsk.ErrClosed) {
+		t.Fatalf("Enqueue after Close: %d, %v", n, err)
+	}
+	if n := xsk.LentCount(tx); n != 0 {
+		t.Fatalf("%d chunks still lent after a failed Enqueue", n)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
