@@ -120,29 +120,7 @@ func TestDCQCNReactionPoint(t *testing.T) {
 // and its stats show it; with congestion control off a CNP is counted only.
 func TestCongestionNotifiedPaces(t *testing.T) {
 	for _, off := range []bool{false, true} {
-		pa, pb := NewPipe(PipeConfig{})
-		defer pb.Close()
-		d, err := NewDevice(Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), DisableCongestionControl: off, LineRate: 1e9})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		cq, err := NewCQ(16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		qp, err := d.AllocPD().CreateQP(QPConfig{Type: UC, SendCQ: cq, RecvCQ: cq})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, step := range []struct {
-			state QPState
-			attr  QPAttr
-		}{{StateInit, QPAttr{}}, {StateRTR, QPAttr{DestQPN: 2, DestGID: netip.MustParseAddr("10.0.0.2"), PathMTU: 1024}}, {StateRTS, QPAttr{}}} {
-			if err := qp.Modify(step.state, step.attr); err != nil {
-				t.Fatal(err)
-			}
-		}
+		qp, d := newCutTestQP(t, off)
 		qp.mu.Lock()
 		qp.congestionNotified(time.Now())
 		paced, tos := qp.req.paced(), qp.dev.tx.tos
@@ -156,6 +134,87 @@ func TestCongestionNotifiedPaces(t *testing.T) {
 			t.Errorf("congestion control off: paced %v tos %#x stats %+v, want unpaced Not-ECT, one CNP, no cut", paced, tos, s)
 		case !off && (!paced || s.CNPs != 1 || s.RateCuts != 1 || s.Rate != 1e9*(1-rpInitialAlpha/2) || tos != 0b10):
 			t.Errorf("congestion control on: paced %v tos %#x stats %+v, want paced ECT(0), one CNP, one cut to %v", paced, tos, s, 1e9*(1-rpInitialAlpha/2))
+		}
+	}
+}
+
+// newCutTestQP returns a UC QP in RTS on a device with a 1 Gbit/s line
+// rate (congestion control off if off), over a pipe nobody reads.
+func newCutTestQP(t *testing.T, off bool) (*QP, *Device) {
+	t.Helper()
+	pa, pb := NewPipe(PipeConfig{})
+	t.Cleanup(func() { pb.Close() })
+	d, err := NewDevice(Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), DisableCongestionControl: off, LineRate: 1e9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	cq, err := NewCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := d.AllocPD().CreateQP(QPConfig{Type: UC, SendCQ: cq, RecvCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		state QPState
+		attr  QPAttr
+	}{{StateInit, QPAttr{}}, {StateRTR, QPAttr{DestQPN: 2, DestGID: netip.MustParseAddr("10.0.0.2"), PathMTU: 1024}}, {StateRTS, QPAttr{}}} {
+		if err := qp.Modify(step.state, step.attr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return qp, d
+}
+
+// TestPacedPostSendsOnTokens: a QP paced by a DCQCN cut sends a UC write
+// at post time while its bucket holds tokens for all of it, taking them
+// (no scheduler turn); it queues the write for the scheduler when the
+// tokens fall short, and also while a scheduler turn's frames are on
+// their way to the port, so that a post never overtakes them.
+func TestPacedPostSendsOnTokens(t *testing.T) {
+	qp, d := newCutTestQP(t, false)
+	mr, err := qp.pd.RegisterMR(make([]byte, 4096), AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr := SendWR{Op: OpWrite, Unsignaled: true, RemoteAddr: 0, RKey: 1, SGL: []SGE{{Addr: mr.Addr(), Length: 4096, LKey: mr.LKey()}}}
+	qp.mu.Lock()
+	qp.congestionNotified(time.Now()) // 0.5 Gbit/s: a burst of 62.5 kB
+	qp.mu.Unlock()
+	for _, c := range []struct {
+		name         string
+		tokens       float64
+		transmitting bool
+		direct       bool
+	}{
+		{"tokens for all", 1e6, false, true},
+		{"tokens short", -1e9, false, false}, // and no scheduler turn before the test ends
+		{"turn in flight", 1e6, true, false},
+	} {
+		qp.mu.Lock()
+		qp.req.queued = sendQueue{}
+		qp.req.bucket.refill(time.Now())
+		qp.req.bucket.tokens = min(c.tokens, qp.req.bucket.burst)
+		qp.req.transmitting.Store(c.transmitting)
+		before, sent := qp.req.bucket.tokens, d.Stats().Get(TxPackets)
+		err := qp.postSend(&wr)
+		qp.flushTx()
+		// Read under the lock: a scheduler turn transmits only what it
+		// built holding it.
+		queued, after, frames := qp.req.queued.len, qp.req.bucket.tokens, d.Stats().Get(TxPackets)-sent
+		qp.dev.tx.sched.remove(qp)
+		qp.req.transmitting.Store(false)
+		qp.mu.Unlock()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		switch {
+		case c.direct && (frames != 4 || queued != 0 || after >= before-4*1024):
+			t.Errorf("%s: %d frames sent at post time, %d requests queued, tokens %.0f -> %.0f; want 4, 0, 4 frames' worth fewer", c.name, frames, queued, before, after)
+		case !c.direct && (frames != 0 || queued != 1):
+			t.Errorf("%s: %d frames sent at post time, %d requests queued; want 0 and 1", c.name, frames, queued)
 		}
 	}
 }

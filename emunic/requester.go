@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/sdr-rdma/sdr/wire"
@@ -110,6 +111,10 @@ type requester struct {
 	// the scheduler once (one scheduler lock per post call, not per
 	// request).
 	enqueued bool
+	// transmitting: a scheduler turn built frames of the QP that the
+	// port has not taken yet (serve sets it under qp.mu and clears it
+	// after transmitting); a post must not overtake them.
+	transmitting atomic.Bool
 
 	scratch sendWQE // the WQE of UC and UD requests
 	frame   wire.Fields
@@ -255,7 +260,7 @@ func (qp *QP) postSend(wr *SendWR) error {
 			return fmt.Errorf("emunic: post send: QP %#x has %d outstanding: %w", qp.qpn, qp.maxSQ, ErrQueueFull)
 		}
 		w = new(sendWQE)
-	case r.paced():
+	case r.paced() && !qp.sendsNow(wr):
 		if w = r.queued.slot(qp.maxSQ); w == nil {
 			return fmt.Errorf("emunic: post send: QP %#x has %d queued: %w", qp.qpn, qp.maxSQ, ErrQueueFull)
 		}
@@ -279,8 +284,15 @@ func (qp *QP) postSend(wr *SendWR) error {
 		r.queued.push()
 		r.enqueued = true
 	default:
+		bytes := 0
 		for i := range w.packets {
-			qp.queuePacket(w, i)
+			bytes += qp.queuePacket(w, i)
+		}
+		if r.bucket.limited() { // sent at once on a paced QP's tokens
+			r.bucket.take(bytes)
+			if r.rp.active {
+				qp.rpSent(bytes)
+			}
 		}
 		if !wr.Unsignaled {
 			qp.sendCQ.push(qp.sendCompletion(w, StatusSuccess))
@@ -335,13 +347,16 @@ func (qp *QP) newSendWQE(wr *SendWR, w *sendWQE) error {
 const rcWindow = 128
 
 // queuePacket encodes packet i of w into the transmit batch, flushing it
-// when full. For READ the one request asks for responses i and later.
-func (qp *QP) queuePacket(w *sendWQE, i int) {
+// when full, and returns the frame's length. For READ the one request
+// asks for responses i and later.
+func (qp *QP) queuePacket(w *sendWQE, i int) int {
 	r := &qp.req
-	r.txBatch = append(r.txBatch, qp.encodePacket(w, i, qp.txBuf(w, i)))
+	frame := qp.encodePacket(w, i, qp.txBuf(w, i))
+	r.txBatch = append(r.txBatch, frame)
 	if len(r.txBatch) == txBatchLen {
 		qp.flushTx()
 	}
+	return len(frame)
 }
 
 // encodePacket encodes packet i of w into buf and returns the frame.
@@ -473,6 +488,31 @@ func (qp *QP) buildPaced(bufs, out [][]byte, now time.Time) ([][]byte, time.Time
 // paced reports whether posts go through the TX scheduler: while the
 // bucket limits, and until the requests queued meanwhile have left.
 func (r *requester) paced() bool { return r.bucket.limited() || r.queued.len > 0 }
+
+// sendsNow reports whether a UC or UD request on a paced QP may leave at
+// post time as on an unpaced one, as a NIC's rate limiter lets packets go
+// at once while it has tokens: nothing of the QP waits for the scheduler
+// or is on its way to the port, and the bucket holds tokens for every
+// frame of the request (counted at the most header bytes a frame has).
+// A DCQCN cut that leaves the rate above what the QP sends then costs no
+// scheduler turns. It reads the clock. Caller holds qp.mu.
+func (qp *QP) sendsNow(wr *SendWR) bool {
+	r := &qp.req
+	if r.queued.len > 0 || r.transmitting.Load() {
+		return false
+	}
+	now := time.Now()
+	if r.rp.active {
+		qp.rpAdvance(now)
+	}
+	r.bucket.refill(now)
+	length := 0
+	for _, e := range wr.SGL {
+		length += int(e.Length)
+	}
+	packets := max(1, (length+qp.mtu-1)/qp.mtu)
+	return r.bucket.holds(length + packets*frameOverhead)
+}
 
 // setRate sets the bucket to the lower of the QP's RateLimit and its
 // DCQCN rate (0: unlimited). Caller holds qp.mu.

@@ -161,9 +161,11 @@ func (s *txSched) run() {
 func (s *txSched) serve(qp *QP, now time.Time) {
 	qp.mu.Lock()
 	frames, next, more := qp.buildPaced(s.bufs, s.batch[:0], now)
+	qp.req.transmitting.Store(len(frames) > 0)
 	qp.mu.Unlock()
 	s.batch = frames
 	s.dev.transmitOwned(frames)
+	qp.req.transmitting.Store(false)
 	for i, f := range frames {
 		s.bufs[i] = f[:cap(f)] // the port may have kept the frame's buffer and given another
 	}
@@ -247,6 +249,9 @@ func (b *tokenBucket) take(n int) { b.tokens -= float64(n) }
 
 // allows reports whether a packet may leave now.
 func (b *tokenBucket) allows() bool { return b.rate == 0 || b.tokens >= 0 }
+
+// holds reports whether n bytes may leave now, all of them.
+func (b *tokenBucket) holds(n int) bool { return b.rate == 0 || b.tokens >= float64(n) }
 
 // readyAt returns when the bucket allows the next packet.
 func (b *tokenBucket) readyAt() time.Time {
