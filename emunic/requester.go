@@ -135,6 +135,13 @@ func (r *requester) init() {
 	r.gather = make([]byte, 4096)
 }
 
+// lendsTx reports whether the QP encodes its frames in buffers the port
+// lends: the port is a TxBufferLender whose buffers hold the QP's
+// longest frame. Caller holds qp.mu.
+func (qp *QP) lendsTx() bool {
+	return qp.dev.lender != nil && qp.mtu+frameOverhead <= qp.dev.lender.TxBufferSize()
+}
+
 // txBuf returns the buffer for the batch's next frame, packet i of w:
 // one the port lends (TxBufferLender) when its buffers hold the QP's
 // frames, which saves the port a copy, else one of the QP's own. It
@@ -144,7 +151,7 @@ func (r *requester) init() {
 // send in lent buffers only, cost no transmit memory.
 func (qp *QP) txBuf(w *sendWQE, i int) []byte {
 	r := &qp.req
-	if l := qp.dev.lender; l != nil && qp.mtu+frameOverhead <= l.TxBufferSize() {
+	if l := qp.dev.lender; qp.lendsTx() {
 		if len(r.lent) == 0 {
 			if r.lent == nil {
 				r.lent = make([][]byte, 0, txBatchLen)

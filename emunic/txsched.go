@@ -47,8 +47,9 @@ func (t *txState) init(d *Device, cfg Config) {
 // The goroutine runs while QPs wait and exits when none do (so it lives
 // in a testing/synctest bubble with the poster that started it, and a
 // closed device needs no stop: its QPs are in ERR, and a turn of a QP not
-// in RTS drops it). Its frame buffers are its own. The heap is guarded by
-// mu; a QP's entry fields (txEntry) by mu as well.
+// in RTS drops it). Its frame buffers are its own, or the port's for a
+// turn (TxBufferLender). The heap is guarded by mu; a QP's entry fields
+// (txEntry) by mu as well.
 type txSched struct {
 	dev     *Device
 	mu      sync.Mutex
@@ -56,6 +57,7 @@ type txSched struct {
 	running bool
 	wake    chan struct{} // an earlier deadline was queued
 	bufs    [][]byte      // owned by the running goroutine
+	lent    [][]byte      // a turn's buffers lent by the port (TxBufferLender)
 	batch   [][]byte
 }
 
@@ -90,6 +92,7 @@ func (s *txSched) ready(qp *QP, due time.Time) {
 		for i := range s.bufs {
 			s.bufs[i] = make([]byte, MaxFrameLen)
 		}
+		s.lent = make([][]byte, txBatchLen)
 	}
 	s.mu.Unlock()
 	switch {
@@ -157,19 +160,33 @@ func (s *txSched) run() {
 }
 
 // serve gives qp one turn: frames built under its lock as its bucket
-// allows, transmitted after, and the QP queued again if work remains.
+// allows (in buffers the port lends for the turn when it lends them, as
+// a post's frames are), transmitted after, and the QP queued again if
+// work remains.
 func (s *txSched) serve(qp *QP, now time.Time) {
 	qp.mu.Lock()
-	frames, next, more := qp.buildPaced(s.bufs, s.batch[:0], now)
+	bufs, lent := s.bufs, 0
+	if qp.lendsTx() {
+		if lent = s.dev.lender.LendTx(s.lent); lent > 0 {
+			bufs = s.lent[:lent]
+		}
+	}
+	frames, next, more := qp.buildPaced(bufs, s.batch[:0], now)
 	qp.req.transmitting.Store(len(frames) > 0)
 	qp.mu.Unlock()
 	s.batch = frames
+	if lent > len(frames) {
+		s.dev.lender.ReturnTx(bufs[len(frames):]) // frames fill bufs from the start
+	}
 	s.dev.transmitOwned(frames)
 	qp.req.transmitting.Store(false)
-	for i, f := range frames {
-		s.bufs[i] = f[:cap(f)] // the port may have kept the frame's buffer and given another
+	if lent == 0 {
+		for i, f := range frames {
+			s.bufs[i] = f[:cap(f)] // the port may have kept the frame's buffer and given another
+		}
 	}
 	clear(s.batch)
+	clear(s.lent)
 	if more {
 		s.ready(qp, next)
 	}
