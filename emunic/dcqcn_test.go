@@ -169,10 +169,13 @@ func newCutTestQP(t *testing.T, off bool) (*QP, *Device) {
 }
 
 // TestPacedPostSendsOnTokens: a QP paced by a DCQCN cut sends a UC write
-// at post time while its bucket holds tokens for all of it, taking them
-// (no scheduler turn); it queues the write for the scheduler when the
-// tokens fall short, and also while a scheduler turn's frames are on
-// their way to the port, so that a post never overtakes them.
+// at post time while its bucket holds tokens for all of it, taking the
+// frames' bytes (no scheduler turn); it queues the write for the
+// scheduler when the tokens fall short, and also, paced or not, while a
+// scheduler turn's frames are on their way to the port, so that a post
+// never overtakes them. The bucket's clock and the rate-increase timer
+// are set ahead so that no refill, recovery or scheduler turn happens
+// while the cases run.
 func TestPacedPostSendsOnTokens(t *testing.T) {
 	qp, d := newCutTestQP(t, false)
 	mr, err := qp.pd.RegisterMR(make([]byte, 4096), AccessLocalWrite)
@@ -180,39 +183,47 @@ func TestPacedPostSendsOnTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	wr := SendWR{Op: OpWrite, Unsignaled: true, RemoteAddr: 0, RKey: 1, SGL: []SGE{{Addr: mr.Addr(), Length: 4096, LKey: mr.LKey()}}}
-	qp.mu.Lock()
-	qp.congestionNotified(time.Now()) // 0.5 Gbit/s: a burst of 62.5 kB
-	qp.mu.Unlock()
 	for _, c := range []struct {
-		name         string
-		tokens       float64
-		transmitting bool
-		direct       bool
+		name                  string
+		tokens                float64
+		unpaced, transmitting bool
+		direct                bool
 	}{
-		{"tokens for all", 1e6, false, true},
-		{"tokens short", -1e9, false, false}, // and no scheduler turn before the test ends
-		{"turn in flight", 1e6, true, false},
+		{"tokens for all", 1e5, false, false, true},
+		{"tokens short", 2000, false, false, false},
+		{"turn in flight", 1e5, false, true, false},
+		{"turn in flight, unpaced since", 0, true, true, false},
 	} {
 		qp.mu.Lock()
-		qp.req.queued = sendQueue{}
-		qp.req.bucket.refill(time.Now())
-		qp.req.bucket.tokens = min(c.tokens, qp.req.bucket.burst)
-		qp.req.transmitting.Store(c.transmitting)
-		before, sent := qp.req.bucket.tokens, d.Stats().Get(TxPackets)
+		r := &qp.req
+		r.queued = sendQueue{}
+		later := time.Now().Add(time.Hour)
+		if c.unpaced {
+			r.rp.active = false
+		} else {
+			r.rp.notify(time.Now(), qp.lineRate()) // 0.5 Gbit/s or less
+			r.rp.timerAt = later
+		}
+		qp.setRate()
+		r.bucket.tokens, r.bucket.last = min(c.tokens, r.bucket.burst), later
+		r.transmitting.Store(c.transmitting)
+		before, frames0, bytes0 := r.bucket.tokens, d.Stats().Get(TxPackets), d.Stats().Get(TxBytes)
 		err := qp.postSend(&wr)
 		qp.flushTx()
 		// Read under the lock: a scheduler turn transmits only what it
 		// built holding it.
-		queued, after, frames := qp.req.queued.len, qp.req.bucket.tokens, d.Stats().Get(TxPackets)-sent
+		queued, after := r.queued.len, r.bucket.tokens
+		frames, bytes := d.Stats().Get(TxPackets)-frames0, d.Stats().Get(TxBytes)-bytes0
 		qp.dev.tx.sched.remove(qp)
-		qp.req.transmitting.Store(false)
+		r.transmitting.Store(false)
 		qp.mu.Unlock()
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		switch {
-		case c.direct && (frames != 4 || queued != 0 || after >= before-4*1024):
-			t.Errorf("%s: %d frames sent at post time, %d requests queued, tokens %.0f -> %.0f; want 4, 0, 4 frames' worth fewer", c.name, frames, queued, before, after)
+		case c.direct && (frames != 4 || queued != 0 || before-after != float64(bytes)):
+			t.Errorf("%s: %d frames (%d bytes) sent at post time, %d requests queued, tokens %.0f -> %.0f; want 4 frames, none queued, their bytes taken",
+				c.name, frames, bytes, queued, before, after)
 		case !c.direct && (frames != 0 || queued != 1):
 			t.Errorf("%s: %d frames sent at post time, %d requests queued; want 0 and 1", c.name, frames, queued)
 		}

@@ -267,7 +267,9 @@ func (qp *QP) postSend(wr *SendWR) error {
 			return fmt.Errorf("emunic: post send: QP %#x has %d outstanding: %w", qp.qpn, qp.maxSQ, ErrQueueFull)
 		}
 		w = new(sendWQE)
-	case r.paced() && !qp.sendsNow(wr):
+	case (r.paced() || r.transmitting.Load()) && !qp.sendsNow(wr):
+		// Also a QP a turn just unpaced queues until the turn's frames
+		// are with the port: a post never overtakes them.
 		if w = r.queued.slot(qp.maxSQ); w == nil {
 			return fmt.Errorf("emunic: post send: QP %#x has %d queued: %w", qp.qpn, qp.maxSQ, ErrQueueFull)
 		}
@@ -379,10 +381,11 @@ func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
 }
 
 // pump transmits RC packets from sendPSN on while the window allows; a
-// paced QP leaves that to the TX scheduler.
+// paced QP, or one whose frames a scheduler turn is transmitting (which
+// they must not overtake), leaves that to the TX scheduler.
 func (qp *QP) pump() {
 	r := &qp.req
-	if r.bucket.limited() {
+	if r.bucket.limited() || r.transmitting.Load() {
 		if _, _, _, ok := qp.rcPeek(); ok {
 			qp.dev.tx.sched.ready(qp, r.bucket.readyAt())
 		}

@@ -178,13 +178,15 @@ func (s *txSched) serve(qp *QP, now time.Time) {
 	if lent > len(frames) {
 		s.dev.lender.ReturnTx(bufs[len(frames):]) // frames fill bufs from the start
 	}
-	s.dev.transmitOwned(frames)
-	qp.req.transmitting.Store(false)
-	if lent == 0 {
+	if lent > 0 {
+		s.dev.transmit(frames) // the port takes its chunks back
+	} else {
+		s.dev.transmitOwned(frames)
 		for i, f := range frames {
 			s.bufs[i] = f[:cap(f)] // the port may have kept the frame's buffer and given another
 		}
 	}
+	qp.req.transmitting.Store(false)
 	clear(s.batch)
 	clear(s.lent)
 	if more {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
@@ -81,12 +82,26 @@ func TestLendSendsInPlace(t *testing.T) {
 		t.Fatalf("%d chunks still lent after Send and Return", n)
 	}
 	bufs, sizes := [][]byte{make([]byte, 2048), make([]byte, 2048), make([]byte, 2048)}, make([]int, 3)
-	for got := 0; got < 3; {
-		n, err := rx.Receive(bufs[got:], sizes[got:])
+	received := make(chan error, 1)
+	go func() {
+		for got := 0; got < 3; {
+			n, err := rx.Receive(bufs[got:], sizes[got:])
+			if err != nil {
+				received <- err
+				return
+			}
+			got += n
+		}
+		received <- nil
+	}()
+	select {
+	case err := <-received:
 		if err != nil {
 			t.Fatal(err)
 		}
-		got += n
+	case <-time.After(5 * time.Second):
+		rx.Close() // ends the Receive
+		t.Fatalf("the 3 frames did not all arrive within 5 s: %v", <-received)
 	}
 	for i := range want {
 		if !bytes.Equal(bufs[i][:sizes[i]], want[i]) {

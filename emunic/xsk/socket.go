@@ -86,18 +86,19 @@ var ErrClosed = errors.New("xsk: socket closed")
 // socket's wait queue: in copy mode the kernel frees every sent frame's
 // buffer with a write-space wakeup check on its socket, which with a
 // sleeper there takes the queue's lock per frame (about 3 % of the
-// sender's time in a stream). Receive and
-// the transmit side may run concurrently (each has its own lock). The
-// transmit side has two: txMu guards the producer's state (TX ring
-// producer, free chunks, completion ring consumer) and is held only to
-// copy frames in or take completions; kickMu serializes the system calls
+// sender's time in a stream; with MultiBuffer one socket does both).
+// Receive and the transmit side may run
+// concurrently (each has its own lock). The transmit side has two: txMu
+// guards the producer's state (TX ring producer, free and lent chunks,
+// completion ring consumer) and is held only to queue frames, lend
+// chunks or take completions; kickMu serializes the system calls
 // that have the kernel transmit, held without txMu, so that one goroutine
 // queues frames while another is in the kernel sending earlier ones (in
 // copy mode the kernel's work per frame is several times the queuing's).
 // Lock order: rxMu, kickMu, txMu.
 type Socket struct {
 	fd        int // the UMEM's owner: fill, completion and RX rings
-	txFD      int // the TX ring's, on the same UMEM and queue
+	txFD      int // the TX ring's, on the same UMEM and queue (fd with MultiBuffer)
 	wake      int // eventfd that interrupts a blocked Receive on Close
 	busyPoll  time.Duration
 	umem      []byte
@@ -194,9 +195,15 @@ func (s *Socket) setup(cfg Config) error {
 	if err := setsockopt(s.fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
 		return permission(fmt.Sprintf("register UMEM of %d bytes (beyond RLIMIT_MEMLOCK this needs CAP_IPC_LOCK)", size), err)
 	}
-	s.txFD, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return permission("socket", err)
+	// A multi-buffer socket transmits on the owner itself: a sharing
+	// bind cannot ask for XDP_USE_SG, and kernels before the change that
+	// let sockets sharing a UMEM inherit it (6.11, by our reading) refuse
+	// a sharing socket's multi-chunk frames.
+	s.txFD = s.fd
+	if !cfg.MultiBuffer {
+		if s.txFD, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+			return permission("socket", err)
+		}
 	}
 	rings := []struct {
 		fd, opt int
@@ -274,8 +281,10 @@ func (s *Socket) setup(cfg Config) error {
 	}
 	// The TX socket shares the UMEM, its fill and completion rings and
 	// its mode (a sharing bind takes no other flags).
-	if err := unix.Bind(s.txFD, &unix.SockaddrXDP{Flags: unix.XDP_SHARED_UMEM, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue), SharedUmemFD: uint32(s.fd)}); err != nil {
-		return permission(fmt.Sprintf("bind TX socket to ifindex %d queue %d", cfg.Ifindex, cfg.Queue), err)
+	if s.txFD != s.fd {
+		if err := unix.Bind(s.txFD, &unix.SockaddrXDP{Flags: unix.XDP_SHARED_UMEM, Ifindex: uint32(cfg.Ifindex), QueueID: uint32(cfg.Queue), SharedUmemFD: uint32(s.fd)}); err != nil {
+			return permission(fmt.Sprintf("bind TX socket to ifindex %d queue %d", cfg.Ifindex, cfg.Queue), err)
+		}
 	}
 	s.wake, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -429,17 +438,17 @@ func (s *Socket) Send(frames [][]byte) (int, error) {
 	return n, s.Flush()
 }
 
-// Enqueue copies frames into free UMEM chunks and publishes them on the TX
-// ring without asking the kernel to send them, so that several callers'
-// frames go out in one system call (Flush). Frames longer than a chunk
-// are split over several chunks (needs MultiBuffer). A frame at the
-// start of a lent chunk (Lend) is queued where it lies; Enqueue takes
-// back the lent chunks of all the frames it is given, also of those it
-// fails to queue. When the ring or the
-// free chunks run out it kicks the kernel to make room, and when the
-// kernel makes no progress it waits for the socket to become writable
-// without holding a lock (up to about a second, then it fails). It
-// returns how many frames it queued.
+// Enqueue copies frames into free UMEM chunks and publishes them on the
+// TX ring without asking the kernel to send them, so that several
+// callers' frames go out in one system call (Flush). Frames longer than
+// a chunk are split over several chunks (needs MultiBuffer). A frame at
+// the start of a lent chunk (Lend) is queued where it lies, without a
+// copy; Enqueue takes back the lent chunks of all the frames it is given,
+// also of those it fails to queue. When the ring or the free chunks run
+// out it kicks the kernel to make room, and when the kernel makes no
+// progress it waits for the socket to become writable without holding a
+// lock (up to about a second, then it fails). It returns how many frames
+// it queued.
 func (s *Socket) Enqueue(frames [][]byte) (int, error) {
 	sent := 0
 	for stalls := 0; ; {
@@ -679,6 +688,9 @@ func (s *Socket) Stats() (Stats, error) {
 	if err != nil {
 		return st, err
 	}
+	if s.txFD == s.fd {
+		return st, nil
+	}
 	tx, err := statistics(s.txFD)
 	st.Tx_invalid_descs, st.Tx_ring_empty_descs = tx.Tx_invalid_descs, tx.Tx_ring_empty_descs
 	return st, err
@@ -718,7 +730,7 @@ func (s *Socket) Close() error {
 		}
 	}
 	var err error
-	if s.txFD >= 0 {
+	if s.txFD >= 0 && s.txFD != s.fd {
 		err = unix.Close(s.txFD)
 	}
 	err = errors.Join(err, unix.Close(s.fd))
