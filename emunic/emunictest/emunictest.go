@@ -323,6 +323,13 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 	// caused at the sender (both 0 while the receiver keeps up).
 	b.ReportMetric(float64(r.Dev.Stats().Get(emunic.TxCNPs)), "cnps")
 	b.ReportMetric(float64(a.Dev.Stats().Get(emunic.TxRateCuts)), "cuts")
+	// Where AF_XDP loses: frames the receiving socket's kernel side
+	// dropped (a full RX ring, mostly).
+	if r.XSK != nil {
+		if st, err := r.XSK.Socket().Stats(); err == nil {
+			b.ReportMetric(float64(st.Rx_ring_full+st.Rx_dropped), "rx-drops")
+		}
+	}
 }
 
 // deliveryCounter is BenchUCWriteImm's receive CQ handler: it counts
