@@ -13,7 +13,11 @@
 // packets to the device's TX scheduler instead (txsched.go): one goroutine
 // that builds them under the QP's lock as the QP's token bucket allows and
 // transmits them outside it, so that nothing sleeps under a lock and the
-// receive goroutine never waits for a pacer. A QP's state is guarded by its own
+// receive goroutine never waits for a pacer; a post that finds the QP's
+// queue empty and its bucket holding tokens for all of it still goes out
+// at once. Frames are encoded straight into the port's transmit memory
+// when the port lends it (TxBufferLender: the AF_XDP port's UMEM), so
+// they are never copied on the way out. A QP's state is guarded by its own
 // mutex; memory-region tables are copy-on-write snapshots read without
 // locks on the packet path; counters are atomics. Timers (RC retransmission,
 // RNR back-off, the pipe's link delays) use package time, so tests run them

@@ -28,39 +28,8 @@ func BenchmarkRawXSK(b *testing.B) {
 }
 
 func benchRawXSK(b *testing.B, size int) {
-	privileged.Require(b)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pair.Close()
-	var tx, rx *xsk.Socket
-	var prog *ebpf.Program
-	if err := pair.A.NS.Do(func() (err error) {
-		tx, err = xsk.Open(xsk.Config{Ifindex: pair.A.Ifindex, Mode: xsk.Copy})
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	defer tx.Close()
-	if err := pair.B.NS.Do(func() error {
-		var err error
-		if prog, err = ebpf.Load(ebpf.Options{AllRoCE: true}); err != nil {
-			return err
-		}
-		if err = prog.Attach(pair.B.Ifindex); err != nil {
-			return err
-		}
-		// Polled as the emulated NIC's port polls its socket.
-		if rx, err = xsk.Open(xsk.Config{Ifindex: pair.B.Ifindex, Mode: xsk.Copy, BusyPoll: xsk.DefaultBusyPoll}); err != nil {
-			return err
-		}
-		return prog.SetSocket(0, rx.FD())
-	}); err != nil {
-		b.Fatal(err)
-	}
-	defer prog.Close()
-	defer rx.Close()
+	// The receiver is polled as the emulated NIC's port polls its socket.
+	pair, tx, rx := newRawSockets(b, xsk.Config{}, xsk.Config{BusyPoll: xsk.DefaultBusyPoll})
 
 	// A UC SEND-Only frame (58 bytes of headers and ICRC, payload padded
 	// to 4 bytes) filled up to exactly size bytes with Ethernet trailer.
@@ -111,6 +80,56 @@ func benchRawXSK(b *testing.B, size int) {
 	n := <-received
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "pkts/s")
 	b.ReportMetric(100*(1-float64(n)/float64(b.N)), "%lost")
+}
+
+// newRawSockets creates two namespaces joined by a veth pair and opens a
+// copy-mode socket with txCfg on A's end and one with rxCfg on B's, to
+// which B's steering program (attached, all RoCE steered) delivers; it
+// fills in the interfaces and the mode. Everything is closed when the
+// test ends. It needs root.
+func newRawSockets(tb testing.TB, txCfg, rxCfg xsk.Config) (pair *testbed.Pair, tx, rx *xsk.Socket) {
+	tb.Helper()
+	privileged.Require(tb)
+	pair, err := testbed.NewPair(testbed.PairConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pair.Close() })
+	txCfg.Ifindex, txCfg.Mode = pair.A.Ifindex, xsk.Copy
+	if err := pair.A.NS.Do(func() (err error) {
+		tx, err = xsk.Open(txCfg)
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { tx.Close() })
+	rxCfg.Ifindex, rxCfg.Mode = pair.B.Ifindex, xsk.Copy
+	var prog *ebpf.Program
+	err = pair.B.NS.Do(func() error {
+		var err error
+		if prog, err = ebpf.Load(ebpf.Options{AllRoCE: true}); err != nil {
+			return err
+		}
+		if err = prog.Attach(pair.B.Ifindex); err != nil {
+			prog.Close()
+			return err
+		}
+		if rx, err = xsk.Open(rxCfg); err != nil {
+			prog.Close()
+			return err
+		}
+		return prog.SetSocket(0, rx.FD())
+	})
+	if prog != nil {
+		tb.Cleanup(func() { prog.Close() })
+	}
+	if rx != nil {
+		tb.Cleanup(func() { rx.Close() })
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pair, tx, rx
 }
 
 // BenchmarkUCWriteImm runs emunictest.BenchUCWriteImm between two

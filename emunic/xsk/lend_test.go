@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
-	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -20,39 +17,8 @@ import (
 // chunk can be lent again afterwards (none leaked); and that after Close
 // a lent frame Enqueue can no longer queue still comes back.
 func TestLendSendsInPlace(t *testing.T) {
-	privileged.Require(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pair.Close()
 	const numFrames = 1024 // 512 TX chunks
-	var tx, rx *xsk.Socket
-	if err := pair.A.NS.Do(func() (err error) {
-		tx, err = xsk.Open(xsk.Config{Ifindex: pair.A.Ifindex, Mode: xsk.Copy, NumFrames: numFrames, RingSize: 256})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
-	var prog *ebpf.Program
-	if err := pair.B.NS.Do(func() error {
-		var err error
-		if prog, err = ebpf.Load(ebpf.Options{AllRoCE: true}); err != nil {
-			return err
-		}
-		if err = prog.Attach(pair.B.Ifindex); err != nil {
-			return err
-		}
-		if rx, err = xsk.Open(xsk.Config{Ifindex: pair.B.Ifindex, Mode: xsk.Copy}); err != nil {
-			return err
-		}
-		return prog.SetSocket(0, rx.FD())
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	defer rx.Close()
+	pair, tx, rx := newRawSockets(t, xsk.Config{NumFrames: numFrames, RingSize: 256}, xsk.Config{})
 
 	encode := func(buf []byte, fill byte) []byte {
 		f := wire.Fields{SrcMAC: pair.A.MAC, DstMAC: pair.B.MAC, SrcIP: pair.A.Addr, DstIP: pair.B.Addr, TTL: 64, SrcPort: 0xC000}
