@@ -343,46 +343,34 @@ const DefaultBusyPoll = 50 * time.Microsecond
 // descriptor beyond seen, the producer index drainRx found nothing
 // complete at (a frame's first chunks without its last keep the ring
 // non-empty), and reports whether it did (false also when the socket
-// closed). It looks at the ring in runs of rxSpinRun loads; between runs
-// it reads the clock (the first run, which usually ends the wait in a
-// stream, reads none) and yields the CPU to this CPU's other threads (the
-// kernel's softirq thread among them), and, once the wait has lasted
-// rxSpinKeepP, its P to other goroutines: a receiver that gave up its P
-// between the frames of a dense stream waited in the global run queue
-// behind goroutines that do not yield (a sender posting in a loop) for
-// up to 15 ms, and its RX ring overflowed meanwhile (seen as losses in
-// BenchmarkUCWriteImm/xsk/1024B).
+// closed). It
+// looks at the ring in runs of rxSpinRun loads; between runs it reads the
+// clock (the first run, which usually ends the wait in a stream, reads
+// none) and yields to other goroutines and threads (a yield per load
+// would contend for the scheduler's lock with them).
 func (s *Socket) spinRx(seen uint32) bool {
 	const rxSpinRun = 256
-	var start time.Time
+	var deadline time.Time
 	for !s.closed.Load() {
 		for range rxSpinRun {
 			if atomic.LoadUint32(s.rx.producer) != seen {
 				return true
 			}
 		}
-		now := time.Now()
-		switch waited := now.Sub(start); {
-		case start.IsZero():
-			start = now
-		case waited > s.busyPoll:
+		switch now := time.Now(); {
+		case deadline.IsZero():
+			deadline = now.Add(s.busyPoll)
+		case now.After(deadline):
 			return false
-		case waited > rxSpinKeepP:
-			runtime.Gosched()
 		}
+		// Let this P's other goroutines and this CPU's other threads
+		// (the kernel's softirq thread among them) run: the spin only
+		// takes what nobody else wants.
+		runtime.Gosched()
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
 	return false
 }
-
-// rxSpinKeepP is how long spinRx keeps its P before it lets other
-// goroutines have it between runs: half the default busy poll, far
-// longer than the gaps between a stream's frames (about 2 µs at veth's
-// rate), so that a stream's receiver keeps its P, while a receiver of
-// sparse frames (a sender's ACKs and CNPs) lends it out. Measured over
-// BenchmarkUCWriteImm/xsk/1024B runs: a yield from the first run on lost
-// frames in 7 of 38, 10 µs in 1 of 18, this in 0 of 10.
-const rxSpinKeepP = DefaultBusyPoll / 2
 
 // RXBacklog returns how full the RX ring is: the descriptors the kernel
 // produced that Receive has not taken yet, as a fraction of the ring (0
