@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -57,8 +58,9 @@ func (p *Pair) Close() error {
 // NewPair creates two host namespaces joined by a veth pair (or, when
 // Switched, by a bridge in a third namespace), each veth end with one RX
 // and one TX queue (XDP on veth wants matching queue counts), addresses .1
-// and .2 of the subnet, the MTU, and every link up. On error nothing is
-// left behind; otherwise the caller must Close the pair.
+// and .2 of the subnet, the MTU, and every link up and operational (the
+// kernel passes frames over it). On error nothing is left behind;
+// otherwise the caller must Close the pair.
 func NewPair(cfg PairConfig) (*Pair, error) {
 	if !cfg.Subnet.IsValid() {
 		cfg.Subnet = netip.MustParsePrefix("10.77.0.0/24")
@@ -131,7 +133,39 @@ func (p *Pair) build(cfg PairConfig) error {
 			return err
 		}
 	}
+	for _, host := range []*Host{p.A, p.B} {
+		if err := host.waitOperUp(5 * time.Second); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// waitOperUp waits until the host's interface is operationally up. The
+// kernel attaches a link's real queueing discipline when it sees the
+// carrier come up, asynchronously (linkwatch, up to a second after the
+// link was set up); until then the link drops what it is given, so a
+// UDP sender that does not wait for ARP first lost its first frames.
+func (host *Host) waitOperUp(timeout time.Duration) error {
+	h, err := host.NS.Handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		l, err := h.LinkByName(host.IfName)
+		if err != nil {
+			return fmt.Errorf("testbed: %s: %w", host.IfName, err)
+		}
+		if l.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testbed: %s/%s not operationally up after %v (state %v)", host.NS.Name, host.IfName, timeout, l.Attrs().OperState)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // AddVeth creates a veth pair with end nameA in nsA and nameB in nsB,

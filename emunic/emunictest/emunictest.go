@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -311,7 +312,7 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 	b.StopTimer()
 	cpu := CPUTime() - before
 	if n == 0 {
-		b.Fatal("nothing delivered")
+		b.Fatalf("nothing delivered; sender counters %s; receiver counters %s", nonZero(a.Dev.Stats()), nonZero(r.Dev.Stats()))
 	}
 	pkts := float64(n) * float64(packets)
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
@@ -367,4 +368,15 @@ func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// nonZero lists a device's non-zero counters, for failure messages.
+func nonZero(s emunic.Stats) string {
+	var b strings.Builder
+	s.Each(func(name string, v uint64) {
+		if v != 0 {
+			fmt.Fprintf(&b, "%s=%d ", name, v)
+		}
+	})
+	return strings.TrimSpace(b.String())
 }
