@@ -37,9 +37,10 @@ type QPSteering interface {
 // their own (the AF_XDP port's UMEM): a QP encodes its frames straight
 // into buffers the port lends it, and Send queues a frame that starts a
 // lent buffer without copying it, as a NIC reads a work request's data
-// where it lies. Lending lasts one post call: every lent buffer goes back
-// to the port before the call returns, through Send (which takes back the
-// buffers of the frames it is given, sent or not) or ReturnTx.
+// where it lies. Lending lasts one post call or one TX scheduler turn:
+// every lent buffer goes back to the port before it ends, through Send
+// (which takes back the buffers of the frames it is given, sent or not)
+// or ReturnTx.
 type TxBufferLender interface {
 	// LendTx fills bufs with free transmit buffers of TxBufferSize bytes
 	// and returns how many: fewer when the port is short of them, none

@@ -151,7 +151,7 @@ func (qp *QP) lendsTx() bool {
 // send in lent buffers only, cost no transmit memory.
 func (qp *QP) txBuf(w *sendWQE, i int) []byte {
 	r := &qp.req
-	if l := qp.dev.lender; qp.lendsTx() {
+	if qp.lendsTx() {
 		if len(r.lent) == 0 {
 			if r.lent == nil {
 				r.lent = make([][]byte, 0, txBatchLen)
@@ -160,7 +160,7 @@ func (qp *QP) txBuf(w *sendWQE, i int) []byte {
 			if op := w.wr.Op; op == OpRead || op == OpCompareSwap || op == OpFetchAdd {
 				want = 1 // one request packet
 			}
-			r.lent = r.lent[:l.LendTx(r.lent[:want])]
+			r.lent = r.lent[:qp.dev.lender.LendTx(r.lent[:want])]
 		}
 		if n := len(r.lent); n > 0 {
 			b := r.lent[n-1]
@@ -343,7 +343,7 @@ func (qp *QP) newSendWQE(wr *SendWR, w *sendWQE) error {
 	case (wr.Op == OpCompareSwap || wr.Op == OpFetchAdd) && (w.length != 8 || wr.RemoteAddr%8 != 0):
 		return fmt.Errorf("emunic: post send: atomics take one 8-byte aligned operand: %w", ErrInvalidArgument)
 	}
-	w.packets = max(1, (w.length+qp.mtu-1)/qp.mtu)
+	w.packets = qp.packets(w.length)
 	if wr.Op == OpCompareSwap || wr.Op == OpFetchAdd {
 		w.packets = 1
 	}
@@ -520,9 +520,12 @@ func (qp *QP) sendsNow(wr *SendWR) bool {
 	for _, e := range wr.SGL {
 		length += int(e.Length)
 	}
-	packets := max(1, (length+qp.mtu-1)/qp.mtu)
-	return r.bucket.holds(length + packets*frameOverhead)
+	return r.bucket.holds(length + qp.packets(length)*frameOverhead)
 }
+
+// packets is how many packets a message of length bytes takes at the
+// QP's MTU (one when empty).
+func (qp *QP) packets(length int) int { return max(1, (length+qp.mtu-1)/qp.mtu) }
 
 // setRate sets the bucket to the lower of the QP's RateLimit and its
 // DCQCN rate (0: unlimited). Caller holds qp.mu.

@@ -1,8 +1,4 @@
 package xsk
 
 // LentCount returns how many chunks s has lent out.
-func LentCount(s *Socket) int {
-	s.txMu.Lock()
-	defer s.txMu.Unlock()
-	return s.lentCount
-}
+func LentCount(s *Socket) int { return s.lentOut() }

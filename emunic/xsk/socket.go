@@ -87,12 +87,12 @@ var ErrClosed = errors.New("xsk: socket closed")
 // buffer with a write-space wakeup check on its socket, which with a
 // sleeper there takes the queue's lock per frame (about 3 % of the
 // sender's time in a stream; with MultiBuffer one socket does both).
-// Receive and the transmit side may run
-// concurrently (each has its own lock). The transmit side has two: txMu
-// guards the producer's state (TX ring producer, free and lent chunks,
-// completion ring consumer) and is held only to queue frames, lend
-// chunks or take completions; kickMu serializes the system calls
-// that have the kernel transmit, held without txMu, so that one goroutine
+// Receive and the transmit side may run concurrently (each has its own
+// lock). The transmit side has two: txMu guards the producer's state (TX
+// ring producer, free and lent chunks, completion ring consumer) and is
+// held only to queue frames, lend chunks or take completions; kickMu
+// serializes the system calls that have the kernel transmit, held
+// without txMu, so that one goroutine
 // queues frames while another is in the kernel sending earlier ones (in
 // copy mode the kernel's work per frame is several times the queuing's).
 // Lock order: rxMu, kickMu, txMu.
@@ -115,10 +115,7 @@ type Socket struct {
 	tx     ring // descriptors
 	comp   ring // addresses
 	free   []uint64
-	// lent marks the chunks Lend handed out (by chunk index), lentCount
-	// counts them.
-	lent      []bool
-	lentCount int
+	lent   []bool // the chunks Lend handed out, by chunk index
 }
 
 // ring is one of the four single-producer single-consumer rings.
@@ -559,7 +556,6 @@ func (s *Socket) Lend(bufs [][]byte) int {
 		s.lent[addr/s.frameSize] = true
 		bufs[i] = s.umem[addr : addr+s.frameSize : addr+s.frameSize]
 	}
-	s.lentCount += n
 	return n
 }
 
@@ -591,9 +587,20 @@ func (s *Socket) lentChunk(b []byte) (uint64, bool) {
 }
 
 // unlend marks the chunk at addr as the socket's again. Caller holds txMu.
-func (s *Socket) unlend(addr uint64) {
-	s.lent[addr/s.frameSize] = false
-	s.lentCount--
+func (s *Socket) unlend(addr uint64) { s.lent[addr/s.frameSize] = false }
+
+// lentOut returns how many chunks are lent out (a scan of the chunks:
+// Close and tests ask, the data path does not).
+func (s *Socket) lentOut() int {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	n := 0
+	for _, l := range s.lent {
+		if l {
+			n++
+		}
+	}
+	return n
 }
 
 // Flush has the kernel transmit every frame queued before the call
@@ -752,10 +759,7 @@ func (s *Socket) Close() error {
 func (s *Socket) awaitLent(timeout time.Duration) int {
 	deadline := time.Now().Add(timeout)
 	for {
-		s.txMu.Lock()
-		n := s.lentCount
-		s.txMu.Unlock()
-		if n == 0 || time.Now().After(deadline) {
+		if n := s.lentOut(); n == 0 || time.Now().After(deadline) {
 			return n
 		}
 		time.Sleep(100 * time.Microsecond)

@@ -1,11 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -143,8 +143,9 @@ func TestActivateWaitsForPacketInFlight(t *testing.T) {
 // slot that a packet is still inside (its count taken): NewSlot must not
 // clear them before the packet leaves, or the packet's bitmap update and
 // its count's release land in the new slot. The packet writes once
-// NewSlot returned, or after 20 ms of it not returning; the words must
-// be clear afterwards either way, which they are only if NewSlot waited.
+// NewSlot returned, or once NewSlot is seen waiting in drain (the fence:
+// its goroutine's stack); the words must be clear afterwards either way,
+// which they are only if NewSlot waited.
 func TestNewSlotWaitsForPacketInFlight(t *testing.T) {
 	geo, _ := NewGeometry(1024, 1024, 1024)
 	words := make([]uint64, geo.Words())
@@ -159,9 +160,14 @@ func TestNewSlotWaitsForPacketInFlight(t *testing.T) {
 		}
 		close(created)
 	}()
-	select {
-	case <-created:
-	case <-time.After(20 * time.Millisecond):
+	for fenced := false; !fenced; {
+		select {
+		case <-created:
+			fenced = true
+		default:
+			fenced = inStack("engine.(*Slot).drain")
+			runtime.Gosched()
+		}
 	}
 	bitmap := &words[len(words)-1]
 	atomic.OrUint64(bitmap, 1)                      // the packet's chunk bit
@@ -170,6 +176,12 @@ func TestNewSlotWaitsForPacketInFlight(t *testing.T) {
 	if st, b := atomic.LoadUint64(&words[stateWord]), atomic.LoadUint64(bitmap); st != 0 || b != 0 {
 		t.Fatalf("new slot's state word %#x, bitmap %#x: cleared under a packet in flight", st, b)
 	}
+}
+
+// inStack reports whether some goroutine's stack holds fn.
+func inStack(fn string) bool {
+	buf := make([]byte, 1<<20)
+	return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte(fn))
 }
 
 // BenchmarkProcess measures packet events per second on one core: every
