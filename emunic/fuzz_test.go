@@ -202,25 +202,12 @@ func FuzzResponder(f *testing.F) {
 			binary.LittleEndian.PutUint32(frame[end-wire.ICRCLen:], p.ComputeICRC())
 			if p.IPv4 != nil {
 				at := len(p.Ethernet)
-				repairIPv4Checksum(frame[at : at+p.IPv4.HeaderLen()])
+				wire.SetIPv4Checksum(frame[at : at+p.IPv4.HeaderLen()])
 			}
 		}
 		r.inject(t, frame)
 		r.check(t)
 	})
-}
-
-// repairIPv4Checksum rewrites an IPv4 header's checksum (RFC 1071).
-func repairIPv4Checksum(h []byte) {
-	h[10], h[11] = 0, 0
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(h[i:]))
-	}
-	for sum > 0xFFFF {
-		sum = sum&0xFFFF + sum>>16
-	}
-	binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
 }
 
 // seqStepLen is how many fuzz bytes describe one frame of a sequence, and

@@ -355,10 +355,15 @@ func (s *Sender) startStream(req sdr.StreamRequest) (st *sdr.Stream, err error) 
 // the paced rate, and the sender's loop waits for it (the engine's timers
 // meanwhile fire on the loop's next turn).
 func (s *Sender) waitOutRetry(try func() error) error {
-	deadline := time.Now().Add(retryFor)
+	var deadline time.Time // from the first ErrRetry: the common call reads no clock
 	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
 		err := try()
-		if !errors.Is(err, sdr.ErrRetry) || time.Now().After(deadline) {
+		if !errors.Is(err, sdr.ErrRetry) {
+			return err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(retryFor)
+		} else if time.Now().After(deadline) {
 			return err
 		}
 		select {

@@ -96,9 +96,6 @@ func (h IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(h[16:20])) }
 // not require it (the ICRC does not cover it); tools report it.
 func (h IPv4) ChecksumValid() bool { return ipv4Checksum(h[:h.HeaderLen()]) == 0 }
 
-// ipv4Checksum returns the one's-complement sum of hdr, complemented: 0 for
-// a header whose checksum field is right, the value to store when that
-// field is 0.
 // SetIPv4Checksum computes and stores the header checksum of hdr, an
 // IPv4 header (RFC 791).
 func SetIPv4Checksum(hdr []byte) {
@@ -106,6 +103,9 @@ func SetIPv4Checksum(hdr []byte) {
 	binary.BigEndian.PutUint16(hdr[10:], ipv4Checksum(hdr))
 }
 
+// ipv4Checksum returns the one's-complement sum of hdr, complemented: 0 for
+// a header whose checksum field is right, the value to store when that
+// field is 0.
 func ipv4Checksum(hdr []byte) uint16 {
 	// 32-bit words summed in 64 bits fold to the same one's-complement
 	// sum as 16-bit words (2^16 is 1 modulo 0xFFFF), in a quarter of the
