@@ -78,7 +78,7 @@ func TestPingAndTCP(t *testing.T) {
 }
 
 // TestReconfigure changes one direction while it runs: the delay from
-// 10 ms to 30 ms, then an MTU that drops every probe, then none again; a
+// 10 ms to 30 ms (no probe early, the fastest tenth on time), then an MTU that drops every probe, then none again; a
 // last probe that arrives fences the drops.
 func TestReconfigure(t *testing.T) {
 	cfg := link.Config{Delay: 10 * time.Millisecond}
@@ -98,8 +98,15 @@ func TestReconfigure(t *testing.T) {
 		}
 		probe(n)
 		d := rx.wait(t, n)
-		if m := quantile(d, 0.5); m < delay-time.Millisecond || m > delay+time.Millisecond {
-			t.Errorf("delay set to %v: median one-way delay %v", delay, m)
+		// The floor, not the median: nothing may arrive before the new
+		// delay, and the fastest tenth must arrive within 1 ms of it. A
+		// stall of the machine (this test also runs under -race, beside
+		// other packages' tests) only adds delay, to whichever probes it
+		// meets: the median once came out 2.5 ms late in CI.
+		low := quantile(d, 0.1)
+		t.Logf("delay set to %v: one-way delay min %v, p10 %v, median %v, max %v", delay, d[0], low, quantile(d, 0.5), d[len(d)-1])
+		if d[0] < delay || low > delay+time.Millisecond {
+			t.Errorf("delay set to %v: one-way delay min %v, p10 %v; want no probe earlier and the fastest tenth within 1 ms", delay, d[0], low)
 		}
 	}
 	in := topo.Emulator.Counters(linkemu.AToB).FramesIn
