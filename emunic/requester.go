@@ -26,6 +26,12 @@ const (
 	OpFetchAdd
 )
 
+// spansPackets reports whether a message of op is sent as one packet per
+// MTU of data (SEND and WRITE; a READ request and an atomic are one packet).
+func (op Op) spansPackets() bool {
+	return op == OpSend || op == OpSendImm || op == OpWrite || op == OpWriteImm
+}
+
 // UDDest addresses a UD send (the address handle and remote QP).
 type UDDest struct {
 	QPN  uint32
@@ -118,8 +124,13 @@ type requester struct {
 
 	scratch sendWQE // the WQE of UC and UD requests
 	frame   wire.Fields
-	txBufs  [][]byte
-	txBatch [][]byte
+	// middle holds the headers of SEND and WRITE middle packets, which
+	// differ only in PSN, IPv4 identification and payload (encodeMiddle);
+	// middleKey says what it was set for.
+	middle    wire.Template
+	middleKey middleKey
+	txBufs    [][]byte
+	txBatch   [][]byte
 	// lent holds the buffers the port lent (TxBufferLender) for the
 	// batch's next frames; flushTx gives back what is left.
 	lent   [][]byte
@@ -368,16 +379,51 @@ func (qp *QP) queuePacket(w *sendWQE, i int) int {
 	return len(frame)
 }
 
-// encodePacket encodes packet i of w into buf and returns the frame.
+// encodePacket encodes packet i of w into buf and returns the frame. A
+// SEND's or WRITE's middle packets come from the QP's middle template.
 func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
-	f := &qp.req.frame
-	qp.fillPacket(f, w, i)
-	n, err := wire.Encode(buf, f)
+	r := &qp.req
+	f := &r.frame
+	var n int
+	var err error
+	if i > 0 && i < w.packets-1 && w.wr.Op.spansPackets() {
+		n, err = qp.encodeMiddle(w, i, buf)
+	} else {
+		qp.fillPacket(f, w, i)
+		n, err = wire.Encode(buf, f)
+	}
 	if err != nil {
 		// Every field was validated by PostSend: this is a bug.
-		panic(fmt.Sprintf("emunic: encode %v: %v", f.BTH.Opcode, err))
+		panic(fmt.Sprintf("emunic: encode packet %d of %v: %v", i, w.wr.Op, err))
 	}
 	return buf[:n]
+}
+
+// middleKey is what a middle packet's headers depend on beyond the QP's
+// frame template: the opcode and the TOS byte (a middle packet's payload
+// is one MTU).
+type middleKey struct {
+	opcode wire.Opcode
+	tos    uint8
+}
+
+// encodeMiddle encodes packet i of w, a middle packet of a SEND or WRITE,
+// from the middle template, setting the template first when the opcode or
+// the TOS byte changed.
+func (qp *QP) encodeMiddle(w *sendWQE, i int, buf []byte) (int, error) {
+	r := &qp.req
+	key := middleKey{opcode: sendOpcodes[qp.typ][w.wr.Op][positionMiddle], tos: qp.dev.tx.tos}
+	if key != r.middleKey || r.middle.PayloadLen() != qp.mtu {
+		f := &r.frame
+		*f = qp.tmpl
+		f.BTH.Opcode, f.TrafficClass = key.opcode, key.tos
+		f.Payload = r.gather[:qp.mtu]
+		if err := r.middle.Set(f); err != nil {
+			return 0, err
+		}
+		r.middleKey = key
+	}
+	return r.middle.Encode(buf, w.firstPSN.Add(i), qp.dev.nextIPID(), qp.payload(w, i*qp.mtu, qp.mtu))
 }
 
 // pump transmits RC packets from sendPSN on while the window allows; a
@@ -656,12 +702,7 @@ func (qp *QP) fillPacket(f *wire.Fields, w *sendWQE, i int) {
 		f.Imm = wr.Imm
 		f.BTH.SolicitedEvent = wr.Solicited && lastPkt
 		f.BTH.AckReq = qp.typ == RC && lastPkt
-		if b, ok := w.sgl.contiguous(off, n); ok {
-			f.Payload = b
-		} else {
-			f.Payload = qp.req.gather[:n]
-			w.sgl.readAt(off, f.Payload)
-		}
+		f.Payload = qp.payload(w, off, n)
 	case OpRead:
 		f.RETH = wire.RETHFields{VA: wr.RemoteAddr + uint64(off), RKey: wr.RKey, DMALength: uint32(w.length - off)}
 		if w.length == 0 {
@@ -675,6 +716,17 @@ func (qp *QP) fillPacket(f *wire.Fields, w *sendWQE, i int) {
 		}
 		f.BTH.AckReq = true
 	}
+}
+
+// payload returns n bytes of w's message from off: in place when one SGL
+// entry holds them, else gathered into the QP's scratch buffer.
+func (qp *QP) payload(w *sendWQE, off, n int) []byte {
+	if b, ok := w.sgl.contiguous(off, n); ok {
+		return b
+	}
+	b := qp.req.gather[:n]
+	w.sgl.readAt(off, b)
+	return b
 }
 
 // A packet's position in its message, indexing sendOpcodes.

@@ -98,7 +98,7 @@ func Encode(b []byte, f *Fields) (int, error) {
 		return 0, errShortBuffer
 	}
 	b = b[:n]
-	off := f.putFraming(b)
+	off := f.putFraming(b, n)
 	f.putTransport(b[off:])
 	ipLen := IPv6HeaderLen
 	if f.is4() {
@@ -134,15 +134,14 @@ func EncodeUDP(b []byte, f *Fields, transport []byte) (int, error) {
 	if len(b) < n {
 		return 0, errShortBuffer
 	}
-	off := f.putFraming(b[:n])
+	off := f.putFraming(b, n)
 	copy(b[off:], transport)
 	return n, nil
 }
 
-// putFraming writes the Ethernet, IP and UDP headers of a frame of
-// len(b) bytes and returns the offset of the UDP payload.
-func (f *Fields) putFraming(b []byte) int {
-	n := len(b)
+// putFraming writes the Ethernet, IP and UDP headers of a frame of n
+// bytes to the start of b and returns the offset of the UDP payload.
+func (f *Fields) putFraming(b []byte, n int) int {
 	copy(b[0:6], f.DstMAC[:])
 	copy(b[6:12], f.SrcMAC[:])
 	off := 12
@@ -162,10 +161,10 @@ func (f *Fields) putFraming(b []byte) int {
 		f.putIPv6(b[off:off+IPv6HeaderLen], n-off-IPv6HeaderLen)
 		off += IPv6HeaderLen
 	}
-	l4 := b[off:]
+	l4 := b[off : off+UDPHeaderLen]
 	binary.BigEndian.PutUint16(l4[0:], f.SrcPort)
 	binary.BigEndian.PutUint16(l4[2:], RoCEv2Port)
-	binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
+	binary.BigEndian.PutUint16(l4[4:], uint16(n-off))
 	binary.BigEndian.PutUint16(l4[6:], f.UDPChecksum)
 	return off + UDPHeaderLen
 }
@@ -221,8 +220,16 @@ func (f *Fields) putIPv6(h []byte, payloadLen int) {
 // putTransport writes BTH, extension headers, payload and pad into ib,
 // which ends at the ICRC's last byte.
 func (f *Fields) putTransport(ib []byte) {
-	info := f.BTH.Opcode.Info()
 	pad := paddedLen(len(f.Payload)) - len(f.Payload)
+	off := f.putTransportHeaders(ib, pad)
+	off += copy(ib[off:], f.Payload)
+	clear(ib[off : off+pad])
+}
+
+// putTransportHeaders writes the BTH, with pad as its pad count, and the
+// extension headers into ib and returns their length.
+func (f *Fields) putTransportHeaders(ib []byte, pad int) int {
+	info := f.BTH.Opcode.Info()
 	BTH(ib).Encode(&f.BTH, pad)
 	off := BTHLen
 	for _, h := range headerOrder {
@@ -252,8 +259,7 @@ func (f *Fields) putTransport(ib []byte) {
 		}
 		off += h.length
 	}
-	off += copy(ib[off:], f.Payload)
-	clear(ib[off : off+pad])
+	return off
 }
 
 // Fields returns the fields of a decoded packet, such that Encode of them
