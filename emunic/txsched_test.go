@@ -18,9 +18,12 @@ import (
 // paced QP's ACKs reach its device's receive goroutine, which pumps it: a
 // pacer that slept there would stall every QP of the device. The unpaced
 // pair's median round trip must grow by less than 1 ms while the paced
-// transfer runs, and the paced frames must leave at 8 Mbit/s ± 5 %.
+// transfer runs, and the paced frames must leave at 8 Mbit/s ± 5 %. The
+// test shares a busy machine (under -race, beside other packages' tests):
+// what a stall of it could fail is judged by cause and effect, or measured
+// again, rather than against a short wall-clock bound.
 func TestPacedQPIsolation(t *testing.T) {
-	const rate, size, messages = 8e6, 1024, 120
+	const rate, size, messages = 8e6, 1024, 200
 	frameLen := writeImmFrameLen(t, size)
 	pipeA, pipeB := emunic.NewPipe(emunic.PipeConfig{})
 	port := &countingPort{Port: pipeA, timed: frameLen}
@@ -46,7 +49,6 @@ func TestPacedQPIsolation(t *testing.T) {
 	baseline := emunictest.Percentile(ping.Run(t, 30), 50)
 
 	acks := a.Dev.Stats().Get(emunic.RxACKs)
-	posted := time.Now()
 	for i := range messages {
 		wr := emunic.SendWR{ID: uint64(i), Op: emunic.OpWriteImm, Unsignaled: i < messages-1, RemoteAddr: dst.Addr(),
 			RKey: dst.RKey(), SGL: []emunic.SGE{{Addr: src.Addr(), Length: size, LKey: src.LKey()}}}
@@ -54,17 +56,25 @@ func TestPacedQPIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Posting does not wait for the pacer: 120 frames at 8 Mbit/s take
-	// 130 ms to leave.
-	if d := time.Since(posted); d > 30*time.Millisecond {
-		t.Errorf("posting %d paced messages took %v", messages, d)
-	}
+	posted := time.Now()
 	// Fence: the paced QP's ACKs reach A's receive goroutine (which pumps
 	// it) before the ping-pong is measured.
 	for a.Dev.Stats().Get(emunic.RxACKs) == acks {
 		time.Sleep(100 * time.Microsecond)
 	}
-	loaded := emunictest.Percentile(ping.Run(t, 30), 50)
+	// The best of up to three loaded medians: a pacer sleeping on the
+	// receive goroutine slows every round trip of every try (a frame
+	// leaves every 1.1 ms), a stall of the machine one try.
+	var loaded time.Duration
+	for try := range 3 {
+		m := emunictest.Percentile(ping.Run(t, 30), 50)
+		if try == 0 || m < loaded {
+			loaded = m
+		}
+		if loaded-baseline < time.Millisecond {
+			break
+		}
+	}
 	var cqes [messages]emunic.CQE
 	got := pb.RecvCQ.Poll(cqes[:])
 	if got >= messages {
@@ -90,6 +100,13 @@ func TestPacedQPIsolation(t *testing.T) {
 	sent := port.sent()
 	if len(sent) != messages {
 		t.Fatalf("%d paced frames seen at the port, want %d", len(sent), messages)
+	}
+	// Posting does not wait for the pacer: the posts returned before half
+	// of the frames had left (at 8 Mbit/s 1.1 ms apart, from an empty
+	// bucket), where a pacer that made PostSend wait would have let all
+	// but the last go.
+	if half := sent[messages/2]; !posted.Before(half) {
+		t.Errorf("posting %d paced messages returned %v after frame %d left", messages, posted.Sub(half), messages/2)
 	}
 	const window = messages / 2
 	rates := make([]float64, 0, messages-window)

@@ -41,7 +41,7 @@ func TestPingAndTCP(t *testing.T) {
 	delay := 10 * time.Millisecond
 	topo := newTopology(t, linkemu.TopologyConfig{AB: link.Config{Delay: delay}, BA: link.Config{Delay: delay}})
 	ping := privileged.RequireTool(t, "ping", "ICMP across the emulator")
-	out, err := exec.Command("ip", "netns", "exec", topo.A.NS.Name, ping, "-c", "3", "-i", "0.2", "-W", "2", topo.B.Addr.String()).CombinedOutput()
+	out, err := exec.Command("ip", "netns", "exec", topo.A.NS.Name, ping, "-c", "6", "-i", "0.2", "-W", "2", topo.B.Addr.String()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ping: %v\n%s", err, out)
 	}
@@ -87,8 +87,10 @@ func TestReconfigure(t *testing.T) {
 	tx := newSender(t, topo.A, topo.B, 1000, 0)
 	const n = 100
 	seq := 0
+	// 500 probes/s: a hundred span 200 ms, longer than a stall of the
+	// machine that could delay the fastest tenth.
 	probe := func(k int) {
-		tx.send(t, seq, k, 2000)
+		tx.send(t, seq, k, 500)
 		seq += k
 	}
 	for _, delay := range []time.Duration{10 * time.Millisecond, 30 * time.Millisecond} {
