@@ -42,6 +42,16 @@ func TestWriteBWLoopback(t *testing.T) {
 	if r.BWPeakGbps <= 0 || r.Command != "sdr write-bw -loopback -s 20000 -n 50 -w 5 -json -verify" {
 		t.Errorf("peak %v Gbit/s, average %v; command %q", r.BWPeakGbps, r.BWAverageGbps, r.Command)
 	}
+	// Credits go back in batches (here of 2, for a window of 8): the last
+	// ones too, though 13 messages fill no whole batch after the window.
+	code, out, errOut = runSDR("write-bw", "-loopback", "-s", "4096", "-q", "8", "-n", "13", "-w", "0", "-json", "-verify")
+	if code != exitOK {
+		t.Fatalf("window 8, 13 messages: exit %d: %s", code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkAllVerified(t, "loopback, window 8", r, 13, 1)
 	// With loss, chunks go missing and the table says so.
 	code, out, _ = runSDR("write-bw", "-loopback", "-s", "65536", "-c", "4096", "-n", "20", "-w", "0", "-loss", "0.05", "-timeout", "20ms", "-verify")
 	if code != exitOK || !strings.Contains(out, "#bytes") || !strings.Contains(out, "Loss injection  : 5.00%") ||
