@@ -124,11 +124,11 @@ type requester struct {
 
 	scratch sendWQE // the WQE of UC and UD requests
 	frame   wire.Fields
-	// middle holds the headers of SEND and WRITE middle packets, which
-	// differ only in PSN, IPv4 identification and payload (encodeMiddle);
-	// middleKey says what it was set for.
-	middle    wire.Template
-	middleKey middleKey
+	// templates hold the headers of SEND and WRITE packets, one per
+	// position in the message (encodeFromTemplate); frameVars is the
+	// per-packet part.
+	templates [4]packetTemplate
+	frameVars wire.TemplateFields
 	txBufs    [][]byte
 	txBatch   [][]byte
 	// lent holds the buffers the port lent (TxBufferLender) for the
@@ -379,16 +379,16 @@ func (qp *QP) queuePacket(w *sendWQE, i int) int {
 	return len(frame)
 }
 
-// encodePacket encodes packet i of w into buf and returns the frame. A
-// SEND's or WRITE's middle packets come from the QP's middle template.
+// encodePacket encodes packet i of w into buf and returns the frame: a
+// SEND's or WRITE's from the QP's template for the packet's position,
+// other packets field by field.
 func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
-	r := &qp.req
-	f := &r.frame
 	var n int
 	var err error
-	if i > 0 && i < w.packets-1 && w.wr.Op.spansPackets() {
-		n, err = qp.encodeMiddle(w, i, buf)
+	if w.wr.Op.spansPackets() && qp.typ != UD {
+		n, err = qp.encodeFromTemplate(w, i, buf)
 	} else {
+		f := &qp.req.frame
 		qp.fillPacket(f, w, i)
 		n, err = wire.Encode(buf, f)
 	}
@@ -399,31 +399,64 @@ func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
 	return buf[:n]
 }
 
-// middleKey is what a middle packet's headers depend on beyond the QP's
-// frame template: the opcode and the TOS byte (a middle packet's payload
-// is one MTU).
-type middleKey struct {
-	opcode wire.Opcode
-	tos    uint8
+// packetTemplate is a QP's template for the packets of one position in
+// their message, and what it was set for: what a packet's headers depend
+// on beyond the QP's frame template and wire.TemplateFields.
+type packetTemplate struct {
+	tmpl wire.Template
+	key  templateKey
 }
 
-// encodeMiddle encodes packet i of w, a middle packet of a SEND or WRITE,
-// from the middle template, setting the template first when the opcode or
-// the TOS byte changed.
-func (qp *QP) encodeMiddle(w *sendWQE, i int, buf []byte) (int, error) {
+type templateKey struct {
+	opcode         wire.Opcode
+	tos            uint8
+	solicitedEvent bool
+	set            bool
+}
+
+// encodeFromTemplate encodes packet i of w, a SEND's or WRITE's, from the
+// template for its position, setting the template first when what it was
+// set for changed.
+func (qp *QP) encodeFromTemplate(w *sendWQE, i int, buf []byte) (int, error) {
 	r := &qp.req
-	key := middleKey{opcode: sendOpcodes[qp.typ][w.wr.Op][positionMiddle], tos: qp.dev.tx.tos}
-	if key != r.middleKey || r.middle.PayloadLen() != qp.mtu {
+	wr := &w.wr
+	pos, last := packetPosition(i, w.packets)
+	key := templateKey{opcode: sendOpcodes[qp.typ][wr.Op][pos], tos: qp.dev.tx.tos, solicitedEvent: wr.Solicited && last, set: true}
+	t := &r.templates[pos]
+	if t.key != key {
 		f := &r.frame
 		*f = qp.tmpl
 		f.BTH.Opcode, f.TrafficClass = key.opcode, key.tos
-		f.Payload = r.gather[:qp.mtu]
-		if err := r.middle.Set(f); err != nil {
+		f.BTH.SolicitedEvent, f.BTH.AckReq = key.solicitedEvent, qp.typ == RC && last
+		if err := t.tmpl.Set(f); err != nil {
+			t.key = templateKey{}
 			return 0, err
 		}
-		r.middleKey = key
+		t.key = key
 	}
-	return r.middle.Encode(buf, w.firstPSN.Add(i), qp.dev.nextIPID(), qp.payload(w, i*qp.mtu, qp.mtu))
+	off := i * qp.mtu
+	v := &r.frameVars
+	*v = wire.TemplateFields{PSN: w.firstPSN.Add(i), IPID: qp.dev.nextIPID(), Imm: wr.Imm,
+		Payload: qp.payload(w, off, min(qp.mtu, w.length-off))}
+	if wr.Op == OpWrite || wr.Op == OpWriteImm {
+		v.RETH = wire.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALength: uint32(w.length)}
+	}
+	return t.tmpl.Encode(buf, v)
+}
+
+// packetPosition returns the position of packet i of a message of n
+// packets, indexing sendOpcodes, and whether it is the last.
+func packetPosition(i, n int) (pos int, last bool) {
+	first, last := i == 0, i == n-1
+	switch {
+	case first && last:
+		return positionOnly, true
+	case first:
+		return positionFirst, false
+	case last:
+		return positionLast, true
+	}
+	return positionMiddle, false
 }
 
 // pump transmits RC packets from sendPSN on while the window allows; a
@@ -681,18 +714,9 @@ func (qp *QP) fillPacket(f *wire.Fields, w *sendWQE, i int) {
 	f.BTH.PSN = w.firstPSN.Add(i)
 	f.IPID = qp.dev.nextIPID()
 	f.TrafficClass = qp.dev.tx.tos
-	first, lastPkt := i == 0, i == w.packets-1
+	pos, lastPkt := packetPosition(i, w.packets)
 	off := i * qp.mtu
 	n := min(qp.mtu, w.length-off)
-	pos := positionMiddle
-	switch {
-	case first && lastPkt:
-		pos = positionOnly
-	case first:
-		pos = positionFirst
-	case lastPkt:
-		pos = positionLast
-	}
 	f.BTH.Opcode = sendOpcodes[qp.typ][wr.Op][pos]
 	switch wr.Op {
 	case OpSend, OpSendImm, OpWrite, OpWriteImm:
