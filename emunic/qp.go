@@ -283,7 +283,7 @@ func (qp *QP) Modify(state QPState, attr QPAttr) error {
 		qp.rsp = responder{ePSN: qp.attr.RQPSN}
 		if qp.typ != UD {
 			qp.tmpl = qp.frameTemplate(qp.attr.DestGID, qp.attr.DestMAC, qp.attr.DestQPN)
-			qp.req.templates = [len(qp.req.templates)]packetTemplate{} // built from the old tmpl
+			qp.req.templates = [4][4]packetTemplate{} // built from the old tmpl
 		}
 	case state == StateRTS && (from == StateRTR || from == StateRTS):
 		if attr.RetryCount < 0 || attr.RetryCount > 7 || attr.RNRRetry < 0 || attr.RNRRetry > 7 || attr.RateLimit < 0 {

@@ -125,10 +125,9 @@ type requester struct {
 	scratch sendWQE // the WQE of UC and UD requests
 	frame   wire.Fields
 	// templates hold the headers of SEND and WRITE packets, one per
-	// position in the message (encodeFromTemplate); frameVars is the
-	// per-packet part.
-	templates [4]packetTemplate
-	frameVars wire.TemplateFields
+	// operation (OpSend..OpWriteImm) and position in the message
+	// (encodeFromTemplate).
+	templates [4][4]packetTemplate
 	txBufs    [][]byte
 	txBatch   [][]byte
 	// lent holds the buffers the port lent (TxBufferLender) for the
@@ -380,8 +379,9 @@ func (qp *QP) queuePacket(w *sendWQE, i int) int {
 }
 
 // encodePacket encodes packet i of w into buf and returns the frame: a
-// SEND's or WRITE's from the QP's template for the packet's position,
-// other packets field by field.
+// connected QP's SEND and WRITE packets from its template for the
+// operation and the packet's position, READ requests, atomics and UD
+// SENDs field by field (fillPacket).
 func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
 	var n int
 	var err error
@@ -399,9 +399,11 @@ func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
 	return buf[:n]
 }
 
-// packetTemplate is a QP's template for the packets of one position in
-// their message, and what it was set for: what a packet's headers depend
-// on beyond the QP's frame template and wire.TemplateFields.
+// packetTemplate is a QP's template for the packets of one operation at
+// one position in their message, and what it was set for: what a
+// packet's headers depend on beyond the QP's frame template and
+// wire.TemplateFields (AckReq follows from the position; the TOS byte is
+// the device's, fixed when it was created, and kept as a safeguard).
 type packetTemplate struct {
 	tmpl wire.Template
 	key  templateKey
@@ -422,7 +424,7 @@ func (qp *QP) encodeFromTemplate(w *sendWQE, i int, buf []byte) (int, error) {
 	wr := &w.wr
 	pos, last := packetPosition(i, w.packets)
 	key := templateKey{opcode: sendOpcodes[qp.typ][wr.Op][pos], tos: qp.dev.tx.tos, solicitedEvent: wr.Solicited && last, set: true}
-	t := &r.templates[pos]
+	t := &r.templates[wr.Op-OpSend][pos]
 	if t.key != key {
 		f := &r.frame
 		*f = qp.tmpl
@@ -435,13 +437,12 @@ func (qp *QP) encodeFromTemplate(w *sendWQE, i int, buf []byte) (int, error) {
 		t.key = key
 	}
 	off := i * qp.mtu
-	v := &r.frameVars
-	*v = wire.TemplateFields{PSN: w.firstPSN.Add(i), IPID: qp.dev.nextIPID(), Imm: wr.Imm,
+	v := wire.TemplateFields{PSN: w.firstPSN.Add(i), IPID: qp.dev.nextIPID(), Imm: wr.Imm,
 		Payload: qp.payload(w, off, min(qp.mtu, w.length-off))}
 	if wr.Op == OpWrite || wr.Op == OpWriteImm {
 		v.RETH = wire.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALength: uint32(w.length)}
 	}
-	return t.tmpl.Encode(buf, v)
+	return t.tmpl.Encode(buf, &v)
 }
 
 // packetPosition returns the position of packet i of a message of n
@@ -702,7 +703,9 @@ func (qp *QP) flushTx() {
 	}
 }
 
-// fillPacket sets f to packet i of w.
+// fillPacket sets f to packet i of w. Its SEND and WRITE case builds UD
+// SENDs; for connected QPs it spells out what encodeFromTemplate's
+// templates hold (TestTemplatePacketsMatchFields compares the two).
 func (qp *QP) fillPacket(f *wire.Fields, w *sendWQE, i int) {
 	wr := &w.wr
 	if qp.typ == UD {

@@ -15,8 +15,8 @@ import (
 
 // TestPcapTap records a device's traffic both ways and checks that the
 // capture holds every frame, each a valid RoCEv2 packet that encoding its
-// decoded fields reproduces byte for byte (the middle packets come from a
-// header template, the others field by field).
+// decoded fields reproduces byte for byte (SENDs and WRITEs come from
+// header templates, ACKs field by field).
 func TestPcapTap(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tap.pcap")
 	tap, err := wire.CreatePcap(path)

@@ -95,27 +95,31 @@ func TestPacedQPIsolation(t *testing.T) {
 	// The rate: when the device handed the paced frames to the port. The
 	// bucket starts empty (no initial burst) and catches up after a late
 	// turn, so a stall of this shared host's scheduler shorter than the
-	// bucket's 32 frames delays frames without changing the rate; the
-	// median over windows of a quarter of the frames measures the pacer
-	// rather than one late frame. A longer stall loses tokens: windows
-	// across a gap longer than the bucket holds are left out.
+	// bucket (32 frames of MTU + 256 bytes: 37 of these) delays frames
+	// without changing the rate; the median over windows of a quarter of
+	// the frames measures the pacer rather than one late frame. A longer
+	// stall loses tokens and is followed by a bucket's burst: windows
+	// across such a gap, or starting within a bucket's frames after it,
+	// are left out.
 	sent := port.sent()
 	if len(sent) != messages {
 		t.Fatalf("%d paced frames seen at the port, want %d", len(sent), messages)
 	}
-	// Posting does not wait for the pacer: the posts returned before half
-	// of the frames had left (at 8 Mbit/s 1.1 ms apart, from an empty
-	// bucket), where a pacer that made PostSend wait would have let all
-	// but the last go.
-	if half := sent[messages/2]; !posted.Before(half) {
-		t.Errorf("posting %d paced messages returned %v after frame %d left", messages, posted.Sub(half), messages/2)
+	// Posting does not wait for the pacer: the posts returned before a
+	// quarter of the frames had left (at 8 Mbit/s 1.1 ms apart, from an
+	// empty bucket: 55 ms), where a PostSend that waited for tokens would
+	// have returned after all but the last left, and one that waited half
+	// a millisecond a post, or once 100 were queued, after 90 or more.
+	if quarter := sent[messages/4]; !posted.Before(quarter) {
+		t.Errorf("posting %d paced messages returned %v after frame %d left", messages, posted.Sub(quarter), messages/4)
 	}
-	const window = messages / 4
-	stall := time.Duration(32 * float64(frameLen*8) / rate * float64(time.Second))
+	const window, bucketBytes = messages / 4, 32 * (1024 + 256)
+	bucketFrames := bucketBytes/frameLen + 1
+	stall := time.Duration(bucketBytes * 8 / rate * float64(time.Second))
 	rates := make([]float64, 0, messages-window)
 	for i := range messages - window {
 		stalled := false
-		for k := i + 1; k <= i+window; k++ {
+		for k := max(1, i-bucketFrames); k <= i+window; k++ {
 			stalled = stalled || sent[k].Sub(sent[k-1]) > stall
 		}
 		if !stalled {

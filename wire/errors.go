@@ -71,5 +71,4 @@ var (
 	errEncodeFlowLabel = fmt.Errorf("wire: encode: flow label exceeds 20 bits: %w", ErrInvalidFields)
 	errEncodeTooLong   = fmt.Errorf("wire: encode: packet exceeds the IP length field: %w", ErrInvalidFields)
 	errTemplateUnset   = fmt.Errorf("wire: encode: template not set: %w", ErrInvalidFields)
-	errTemplatePayload = fmt.Errorf("wire: encode: payload length differs from the template's: %w", ErrInvalidFields)
 )

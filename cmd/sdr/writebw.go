@@ -641,6 +641,8 @@ func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*wri
 				have += n
 			case err := <-readErr:
 				return nil, err
+			case <-result: // the server finished without crediting this message
+				return nil, fmt.Errorf("the server finished with %d of %d messages not credited", p.Warmup+p.Iterations-i, p.Warmup+p.Iterations)
 			}
 		}
 		have--

@@ -78,8 +78,9 @@ func TestPingAndTCP(t *testing.T) {
 }
 
 // TestReconfigure changes one direction while it runs: the delay from
-// 10 ms to 30 ms (no probe early, the fastest tenth on time), then an MTU that drops every probe, then none again; a
-// last probe that arrives fences the drops.
+// 10 ms to 30 ms (no probe early, the fastest tenth on time), then an MTU
+// that drops every probe, then none again; a last probe that arrives
+// fences the drops.
 func TestReconfigure(t *testing.T) {
 	cfg := link.Config{Delay: 10 * time.Millisecond}
 	topo := newTopology(t, linkemu.TopologyConfig{AB: cfg, StaticNeighbors: true})
@@ -107,7 +108,8 @@ func TestReconfigure(t *testing.T) {
 		// meets: the median once came out 2.5 ms late in CI.
 		low := quantile(d, 0.1)
 		t.Logf("delay set to %v: one-way delay min %v, p10 %v, median %v, max %v", delay, d[0], low, quantile(d, 0.5), d[len(d)-1])
-		if d[0] < delay || low > delay+time.Millisecond {
+		// The forwarder releases a frame up to releaseSlack (20 µs) early.
+		if d[0] < delay-20*time.Microsecond || low > delay+time.Millisecond {
 			t.Errorf("delay set to %v: one-way delay min %v, p10 %v; want no probe earlier and the fastest tenth within 1 ms", delay, d[0], low)
 		}
 	}
