@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -514,14 +513,26 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 		}
 		rate.add(now, b)
 	}
+	// A message has arrived once its chunks and its immediate have: the
+	// immediate's nibbles may ride on packets of other channels than the
+	// message's last data packet (the carriers of a message of fewer
+	// packets than nibbles), which can land after it.
+	arrived := func(h *sdr.RecvHandle) bool {
+		_, ok := h.Imm()
+		return h.Done() && ok
+	}
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
 	for i := range total {
 		h := handles[i]
 		last := time.Now()
-		for !h.Done() {
+		for !arrived(h) {
 			before := h.CompleteChunks()
-			wctx, cancel := context.WithTimeout(context.Background(), min(timeout, peakSample))
-			h.Wait(wctx)
-			cancel()
+			wake.Reset(min(timeout, peakSample))
+			select {
+			case <-h.Progress(): // a chunk or the immediate completed
+			case <-wake.C:
+			}
 			now := time.Now()
 			sample(i, now)
 			if h.CompleteChunks() > before {
