@@ -167,7 +167,7 @@ func (qp *QP) txBuf(w *sendWQE, i int) []byte {
 				r.lent = make([][]byte, 0, txBatchLen)
 			}
 			want := min(txBatchLen-len(r.txBatch), w.packets-i)
-			if op := w.wr.Op; op == OpRead || op == OpCompareSwap || op == OpFetchAdd {
+			if !w.wr.Op.spansPackets() {
 				want = 1 // one request packet
 			}
 			r.lent = r.lent[:qp.dev.lender.LendTx(r.lent[:want])]
@@ -400,41 +400,36 @@ func (qp *QP) encodePacket(w *sendWQE, i int, buf []byte) []byte {
 }
 
 // packetTemplate is a QP's template for the packets of one operation at
-// one position in their message, and what it was set for: what a
-// packet's headers depend on beyond the QP's frame template and
-// wire.TemplateFields (AckReq follows from the position; the TOS byte is
-// the device's, fixed when it was created, and kept as a safeguard).
+// one position in their message. Beyond the QP's frame template and
+// wire.TemplateFields, a packet's headers depend on its opcode and
+// AckReq (both follow from the QP's type, the operation and the
+// position), the device's TOS byte (fixed when it was created) and the
+// solicited-event bit, the one thing the template is set again for.
 type packetTemplate struct {
-	tmpl wire.Template
-	key  templateKey
-}
-
-type templateKey struct {
-	opcode         wire.Opcode
-	tos            uint8
-	solicitedEvent bool
-	set            bool
+	tmpl      wire.Template
+	set       bool
+	solicited bool
 }
 
 // encodeFromTemplate encodes packet i of w, a SEND's or WRITE's, from the
-// template for its position, setting the template first when what it was
-// set for changed.
+// template for its operation and position, setting the template first
+// when it is not set or for the other solicited-event bit.
 func (qp *QP) encodeFromTemplate(w *sendWQE, i int, buf []byte) (int, error) {
 	r := &qp.req
 	wr := &w.wr
 	pos, last := packetPosition(i, w.packets)
-	key := templateKey{opcode: sendOpcodes[qp.typ][wr.Op][pos], tos: qp.dev.tx.tos, solicitedEvent: wr.Solicited && last, set: true}
+	solicited := wr.Solicited && last
 	t := &r.templates[wr.Op-OpSend][pos]
-	if t.key != key {
+	if !t.set || t.solicited != solicited {
 		f := &r.frame
 		*f = qp.tmpl
-		f.BTH.Opcode, f.TrafficClass = key.opcode, key.tos
-		f.BTH.SolicitedEvent, f.BTH.AckReq = key.solicitedEvent, qp.typ == RC && last
+		f.BTH.Opcode, f.TrafficClass = sendOpcodes[qp.typ][wr.Op][pos], qp.dev.tx.tos
+		f.BTH.SolicitedEvent, f.BTH.AckReq = solicited, qp.typ == RC && last
 		if err := t.tmpl.Set(f); err != nil {
-			t.key = templateKey{}
+			t.set = false
 			return 0, err
 		}
-		t.key = key
+		t.set, t.solicited = true, solicited
 	}
 	off := i * qp.mtu
 	v := wire.TemplateFields{PSN: w.firstPSN.Add(i), IPID: qp.dev.nextIPID(), Imm: wr.Imm,
