@@ -142,29 +142,8 @@ func TestCongestionNotifiedPaces(t *testing.T) {
 // rate (congestion control off if off), over a pipe nobody reads.
 func newCutTestQP(t *testing.T, off bool) (*QP, *Device) {
 	t.Helper()
-	pa, pb := NewPipe(PipeConfig{})
-	t.Cleanup(func() { pb.Close() })
-	d, err := NewDevice(Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), DisableCongestionControl: off, LineRate: 1e9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	cq, err := NewCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := d.AllocPD().CreateQP(QPConfig{Type: UC, SendCQ: cq, RecvCQ: cq})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range []struct {
-		state QPState
-		attr  QPAttr
-	}{{StateInit, QPAttr{}}, {StateRTR, QPAttr{DestQPN: 2, DestGID: netip.MustParseAddr("10.0.0.2"), PathMTU: 1024}}, {StateRTS, QPAttr{}}} {
-		if err := qp.Modify(step.state, step.attr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := newPipeDevice(t, Config{GID: netip.MustParseAddr("10.0.0.1"), DisableCongestionControl: off, LineRate: 1e9})
+	qp := connectQP(t, d.AllocPD(), UC, QPAttr{DestQPN: 2, DestGID: netip.MustParseAddr("10.0.0.2"), PathMTU: 1024}, QPAttr{})
 	return qp, d
 }
 

@@ -19,17 +19,7 @@ func TestTemplatePacketsMatchFields(t *testing.T) {
 	const mtu = 256
 	for _, local := range []string{"10.0.0.1", "fd00::1"} {
 		remote := netip.MustParseAddr(local).Next()
-		pa, pb := NewPipe(PipeConfig{})
-		t.Cleanup(func() { pa.Close(); pb.Close() })
-		dev, err := NewDevice(Config{Port: pa, GID: netip.MustParseAddr(local), MAC: [6]byte{2, 0, 0, 0, 0, 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { dev.Close() })
-		cq, err := NewCQ(64)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dev := newPipeDevice(t, Config{GID: netip.MustParseAddr(local), MAC: [6]byte{2, 0, 0, 0, 0, 1}})
 		pd := dev.AllocPD()
 		src := make([]byte, 4*mtu)
 		for i := range src {
@@ -40,23 +30,9 @@ func TestTemplatePacketsMatchFields(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, typ := range []QPType{RC, UC} {
-			qp, err := pd.CreateQP(QPConfig{Type: typ, SendCQ: cq, RecvCQ: cq})
-			if err != nil {
-				t.Fatal(err)
-			}
-			steps := []struct {
-				state QPState
-				attr  QPAttr
-			}{
-				{StateInit, QPAttr{}},
-				{StateRTR, QPAttr{DestQPN: 0x77, DestGID: remote, DestMAC: [6]byte{2, 0, 0, 0, 0, 2}, PathMTU: mtu}},
-				{StateRTS, QPAttr{SQPSN: wire.PSNMask - 2}}, // the PSNs wrap within a message
-			}
-			for _, s := range steps {
-				if err := qp.Modify(s.state, s.attr); err != nil {
-					t.Fatalf("%v to %v: %v", typ, s.state, err)
-				}
-			}
+			// The PSNs wrap within a message.
+			qp := connectQP(t, pd, typ, QPAttr{DestQPN: 0x77, DestGID: remote, DestMAC: [6]byte{2, 0, 0, 0, 0, 2}, PathMTU: mtu},
+				QPAttr{SQPSN: wire.PSNMask - 2})
 			for _, op := range []Op{OpSend, OpSendImm, OpWrite, OpWriteImm} {
 				for _, length := range []int{0, 1, mtu - 1, mtu, mtu + 1, 3*mtu + 2} {
 					for _, solicited := range []bool{false, true} {
