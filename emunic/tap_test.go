@@ -65,7 +65,7 @@ func TestPcapTap(t *testing.T) {
 	if want := st.Get(emunic.TxPackets) + st.Get(emunic.RxPackets); uint64(frames) != want {
 		t.Errorf("capture holds %d frames, device sent and received %d", frames, want)
 	}
-	if opcodes[wire.RCWriteFirst] != 1 || opcodes[wire.RCWriteMiddle] != 3 || opcodes[wire.RCWriteLastImm] != 1 || opcodes[wire.RCAck] == 0 {
+	if opcodes[wire.RCWriteFirst] != 1 || opcodes[wire.RCWriteMiddle] != 3 || opcodes[wire.RCWriteLastImm] != 1 || opcodes[wire.RCSendOnly] != 1 || opcodes[wire.RCAck] == 0 {
 		t.Errorf("opcodes in the capture: %v", opcodes)
 	}
 }

@@ -56,6 +56,9 @@ func comparePackets(t *testing.T, qp *QP, wr *SendWR) {
 	if err := qp.newSendWQE(wr, &w); err != nil {
 		t.Fatal(err)
 	}
+	if want := max(1, (w.length+qp.mtu-1)/qp.mtu); w.packets != want {
+		t.Fatalf("%v of %d B: %d packets, want %d", wr.Op, w.length, w.packets, want)
+	}
 	fromTemplate, fromFields := make([]byte, MaxFrameLen), make([]byte, MaxFrameLen)
 	for i := range w.packets {
 		n, err := qp.encodeFromTemplate(&w, i, fromTemplate)

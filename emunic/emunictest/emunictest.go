@@ -330,9 +330,11 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 	// Where AF_XDP loses: frames the receiving socket's kernel side
 	// dropped (a full RX ring, mostly).
 	if r.XSK != nil {
-		if st, err := r.XSK.Socket().Stats(); err == nil {
-			b.ReportMetric(float64(st.Rx_ring_full+st.Rx_dropped), "rx-drops")
+		st, err := r.XSK.Socket().Stats()
+		if err != nil {
+			b.Fatalf("receiving socket's statistics: %v", err)
 		}
+		b.ReportMetric(float64(st.Rx_ring_full+st.Rx_dropped), "rx-drops")
 	}
 }
 

@@ -33,10 +33,7 @@ func benchRawXSK(b *testing.B, size int) {
 
 	// A UC SEND-Only frame (58 bytes of headers and ICRC, payload padded
 	// to 4 bytes) filled up to exactly size bytes with Ethernet trailer.
-	f := wire.Fields{SrcMAC: pair.A.MAC, DstMAC: pair.B.MAC, SrcIP: pair.A.Addr, DstIP: pair.B.Addr,
-		TTL: 64, DontFragment: true, SrcPort: 0xC000}
-	f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
-	f.Payload = make([]byte, (size-58)&^3)
+	f := sendOnlyFields(pair, make([]byte, (size-58)&^3))
 	frame := make([]byte, size)
 	if _, err := wire.Encode(frame, &f); err != nil {
 		b.Fatal(err)
@@ -82,6 +79,15 @@ func benchRawXSK(b *testing.B, size int) {
 	b.ReportMetric(100*(1-float64(n)/float64(b.N)), "%lost")
 }
 
+// sendOnlyFields describes a UC SEND-Only frame with payload from pair's
+// host A to host B, as the raw benchmark and tests send.
+func sendOnlyFields(pair *testbed.Pair, payload []byte) wire.Fields {
+	f := wire.Fields{SrcMAC: pair.A.MAC, DstMAC: pair.B.MAC, SrcIP: pair.A.Addr, DstIP: pair.B.Addr,
+		TTL: 64, DontFragment: true, SrcPort: 0xC000, Payload: payload}
+	f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
+	return f
+}
+
 // newRawSockets creates two namespaces joined by a veth pair and opens a
 // copy-mode socket with txCfg on A's end and one with rxCfg on B's, to
 // which B's steering program (attached, all RoCE steered) delivers; it
@@ -111,11 +117,9 @@ func newRawSockets(tb testing.TB, txCfg, rxCfg xsk.Config) (pair *testbed.Pair, 
 			return err
 		}
 		if err = prog.Attach(pair.B.Ifindex); err != nil {
-			prog.Close()
 			return err
 		}
 		if rx, err = xsk.Open(rxCfg); err != nil {
-			prog.Close()
 			return err
 		}
 		return prog.SetSocket(0, rx.FD())

@@ -3,10 +3,12 @@ package xsk_test
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/internal/stacks"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -21,9 +23,7 @@ func TestLendSendsInPlace(t *testing.T) {
 	pair, tx, rx := newRawSockets(t, xsk.Config{NumFrames: numFrames, RingSize: 256}, xsk.Config{})
 
 	encode := func(buf []byte, fill byte) []byte {
-		f := wire.Fields{SrcMAC: pair.A.MAC, DstMAC: pair.B.MAC, SrcIP: pair.A.Addr, DstIP: pair.B.Addr, TTL: 64, SrcPort: 0xC000}
-		f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
-		f.Payload = bytes.Repeat([]byte{fill}, 512)
+		f := sendOnlyFields(pair, bytes.Repeat([]byte{fill}, 512))
 		n, err := wire.Encode(buf, &f)
 		if err != nil {
 			t.Fatal(err)
@@ -89,8 +89,12 @@ func TestLendSendsInPlace(t *testing.T) {
 	}
 	closed := make(chan error)
 	go func() { closed <- tx.Close() }()
-	for probe := make([][]byte, 1); tx.Lend(probe) != 0; { // fence: Close has begun
-		tx.Return(probe)
+	// Fence: Close waits for the lent chunk.
+	for deadline := time.Now().Add(5 * time.Second); !stacks.Has("xsk.(*Socket).awaitLent"); {
+		if time.Now().After(deadline) {
+			t.Fatal("Close never waited for the lent chunk")
+		}
+		runtime.Gosched()
 	}
 	if n, err := tx.Enqueue([][]byte{encode(one[0], 4)}); n != 0 || !errors.Is(err, xsk.ErrClosed) {
 		t.Fatalf("Enqueue after Close: %d, %v", n, err)
@@ -100,5 +104,8 @@ func TestLendSendsInPlace(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+	if xsk.UMEMMapped(tx) { // Close unmaps it only once no chunk is lent
+		t.Error("Close left the UMEM mapped: it did not wait for the lent chunk to come back")
 	}
 }

@@ -1,12 +1,12 @@
 package engine
 
 import (
-	"bytes"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/sdr-rdma/sdr/internal/stacks"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -147,9 +147,15 @@ func TestActivateWaitsForPacketInFlight(t *testing.T) {
 // its goroutine's stack); the words must be clear afterwards either way,
 // which they are only if NewSlot waited.
 func TestNewSlotWaitsForPacketInFlight(t *testing.T) {
-	geo, _ := NewGeometry(1024, 1024, 1024)
+	geo, err := NewGeometry(1024, 1024, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
 	words := make([]uint64, geo.Words())
-	old, _ := NewSlot(words, geo, wire.DefaultImmLayout)
+	old, err := NewSlot(words, geo, wire.DefaultImmLayout)
+	if err != nil {
+		t.Fatal(err)
+	}
 	old.Activate(1, 0)
 	atomic.AddUint64(&words[stateWord], 1) // a packet past its check
 	old.Deactivate()
@@ -165,7 +171,7 @@ func TestNewSlotWaitsForPacketInFlight(t *testing.T) {
 		case <-created:
 			fenced = true
 		default:
-			fenced = inStack("engine.(*Slot).drain")
+			fenced = stacks.Has("engine.(*Slot).drain")
 			runtime.Gosched()
 		}
 	}
@@ -176,12 +182,6 @@ func TestNewSlotWaitsForPacketInFlight(t *testing.T) {
 	if st, b := atomic.LoadUint64(&words[stateWord]), atomic.LoadUint64(bitmap); st != 0 || b != 0 {
 		t.Fatalf("new slot's state word %#x, bitmap %#x: cleared under a packet in flight", st, b)
 	}
-}
-
-// inStack reports whether some goroutine's stack holds fn.
-func inStack(fn string) bool {
-	buf := make([]byte, 1<<20)
-	return bytes.Contains(buf[:runtime.Stack(buf, true)], []byte(fn))
 }
 
 // BenchmarkProcess measures packet events per second on one core: every
