@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -13,7 +14,8 @@ import (
 // connected over bs to the peer's ConnectReceiver, and a Sender on them.
 // The Sender owns the QP and the channel and closes them with itself.
 // Both sides must pass the same attr geometry (sdr's Connect rejects
-// mismatches).
+// mismatches); zero fields take the reliable defaults (DefaultChunkMTUs,
+// DefaultMaxMessages, DefaultMaxInFlightBytes), then sdr's.
 func ConnectSender(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, error) {
 	attr.Send = true
 	qp, dg, err := connectEndpoints(bs, sc, attr)
@@ -44,10 +46,40 @@ func ConnectReceiver(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Co
 	return r, nil
 }
 
-// connectEndpoints creates a QP and a datagram channel with the MTU of
-// attr and connects both through bs.
+// Reliable defaults of the QP attributes that ConnectSender and
+// ConnectReceiver fill in where attr leaves them zero; the rest are sdr's.
+const (
+	// DefaultChunkMTUs is the chunk in packets. Every lost packet costs
+	// its chunk: at 1 % packet loss a 4-packet chunk is lost 3.9 % of the
+	// time, sdr's default 64-packet one 47 %, which SR then resends whole
+	// and which leaves no MDS(32,8) submessage decodable. The paper's
+	// evaluation uses 4 KiB chunks.
+	DefaultChunkMTUs = 4
+	// DefaultMaxMessages is the slots: a window of 8 transfers of up to
+	// two messages each.
+	DefaultMaxMessages = 16
+	// DefaultMaxInFlightBytes is the posted bytes: 64 MiB messages.
+	DefaultMaxInFlightBytes = 1 << 30
+)
+
+// reliableAttr fills attr's zero geometry with the reliable defaults.
+func reliableAttr(attr sdr.QPAttr) sdr.QPAttr {
+	if attr.ChunkSize == 0 {
+		attr.ChunkSize = DefaultChunkMTUs * cmp.Or(attr.MTU, 1024)
+	}
+	if attr.MaxMessages == 0 {
+		attr.MaxMessages = DefaultMaxMessages
+	}
+	if attr.MaxInFlightBytes == 0 {
+		attr.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	return attr
+}
+
+// connectEndpoints creates a QP (attr, with the reliable defaults) and a
+// datagram channel with its MTU and connects both through bs.
 func connectEndpoints(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr) (*sdr.QP, *sdr.Datagram, error) {
-	qp, err := sc.NewQP(attr)
+	qp, err := sc.NewQP(reliableAttr(attr))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reliability: connect: %w", err)
 	}

@@ -112,6 +112,9 @@ type Sender struct {
 	reqs  chan *sendReq
 	// cancels carries transfers whose Write gave up.
 	cancels chan uint64
+	// wireFactor turns payload bits into frame bits (the NIC's limiter
+	// counts frames).
+	wireFactor float64
 }
 
 type sendReq struct {
@@ -144,7 +147,9 @@ func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Send
 	if err != nil {
 		return nil, err
 	}
-	s := &Sender{sc: sc, qp: qp, eng: eng, l: newLoop(dg), reqs: make(chan *sendReq), cancels: make(chan uint64, 16)}
+	a := qp.Attr()
+	s := &Sender{sc: sc, qp: qp, eng: eng, l: newLoop(dg), reqs: make(chan *sendReq), cancels: make(chan uint64, 16),
+		wireFactor: float64(a.MTU+frameOverhead) / float64(a.MTU)}
 	go s.run()
 	return s, nil
 }
@@ -158,7 +163,7 @@ func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Send
 // returns.
 func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (Stats, error) {
 	if len(buf) > s.qp.MaxMessageSize() {
-		return Stats{}, fmt.Errorf("reliability: write of %d bytes, messages hold %d: %w", len(buf), s.qp.MaxMessageSize(), sdr.ErrTooLong)
+		return Stats{}, fmt.Errorf("reliability: write: %w", tooLong(len(buf), s.qp))
 	}
 	req := &sendReq{buf: buf, imm: imm, id: make(chan uint64, 1), result: make(chan result, 1)}
 	if len(buf) > 0 {
@@ -191,6 +196,16 @@ func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (Stats, erro
 		}
 		return r.stats, ctx.Err()
 	}
+}
+
+// tooLong says why a message of n bytes does not fit qp, and which
+// attributes would make it fit.
+func tooLong(n int, qp *sdr.QP) error {
+	a := qp.Attr()
+	need := a.MaxMessages * n
+	return fmt.Errorf("%d bytes, a message holds %d (QPAttr.MaxInFlightBytes %d / MaxMessages %d): "+
+		"MaxInFlightBytes %d or more, or MaxMessages %d or fewer, would fit it: %w",
+		n, qp.MaxMessageSize(), a.MaxInFlightBytes, a.MaxMessages, need, max(1, a.MaxInFlightBytes/max(n, 1)), sdr.ErrTooLong)
 }
 
 // Close fails the transfers in progress with ErrClosed and stops the
@@ -272,6 +287,12 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			}
 		case ActControl:
 			s.l.sendControl(a.Datagram)
+		case ActRate:
+			// The NIC paces each run's packets evenly a little above the
+			// engine's rate, so that it never holds the runs back; a
+			// backend that cannot change a running QP's rate sends each
+			// run as a burst, which the pacer keeps short.
+			_ = s.qp.SetRateLimit(nicRateHeadroom * a.Rate * s.wireFactor)
 		case ActComplete, ActFail:
 			if req := pending[a.Transfer]; req != nil { // canceled before it started
 				delete(pending, a.Transfer)
@@ -292,6 +313,14 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 		}
 	}
 }
+
+// nicRateHeadroom is how far above the engine's pacing rate the NIC's
+// rate limiter runs.
+const nicRateHeadroom = 1.25
+
+// frameOverhead bounds a RoCEv2 frame's bytes beyond its payload
+// (Ethernet 14, IPv6 40, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4).
+const frameOverhead = 98
 
 // open opens a started transfer's SDR messages and computes its parity.
 // A discarded transfer's messages are opened and ended at once.
@@ -450,7 +479,7 @@ func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Re
 // returns ctx's error; either way nothing writes buf once Read returns.
 func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats Stats, err error) {
 	if len(buf) > r.qp.MaxMessageSize() {
-		return 0, Stats{}, fmt.Errorf("reliability: read of %d bytes, messages hold %d: %w", len(buf), r.qp.MaxMessageSize(), sdr.ErrTooLong)
+		return 0, Stats{}, fmt.Errorf("reliability: read: %w", tooLong(len(buf), r.qp))
 	}
 	req := &readReq{buf: buf, result: make(chan result, 1)}
 	if len(buf) > 0 {

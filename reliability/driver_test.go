@@ -356,3 +356,44 @@ func TestDriversOverUDP(t *testing.T) {
 		})
 	}
 }
+
+// TestPacesToBottleneck moves 8 MiB over a pipe whose link has a
+// 100 Mbit/s bottleneck with a 1 MB queue, a 10 ms round trip and 1 %
+// random loss, with default attributes and config: the rate control
+// finds the bottleneck, so the queue drops (almost) nothing — an unpaced
+// sender overruns it, and the queue then drops most of what it is
+// offered — and the random loss does not hold the rate down.
+func TestPacesToBottleneck(t *testing.T) {
+	cfg, err := link.ParseConfig("rate=100Mbit,delay=5ms,loss=1%,queue=1MB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, ba := mustLink(t, cfg, 21), mustLink(t, cfg, 22)
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
+	e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+		sdr.QPAttr{}, reliability.Config{Scheme: reliability.SRNACK})
+	const size = 8 << 20
+	start := time.Now()
+	sent, _ := transfer(t, e, size, 1, 1)
+	el := time.Since(start)
+	c := ab.Counters()
+	t.Logf("8 MiB in %v (%.1f Mbit/s), pacing at %.1f Mbit/s; link: %d frames, %d lost at random, %d queue drops",
+		el.Round(time.Millisecond), size*8/el.Seconds()/1e6, sent.PacingRate/1e6, c.Sent, c.Lost, c.QueueDrops)
+	if c.QueueDrops*100 > c.Sent {
+		t.Errorf("%d queue drops of %d frames: the sender overran the bottleneck", c.QueueDrops, c.Sent)
+	}
+	if sent.PacingRate < 50e6 {
+		t.Errorf("pacing at %.1f Mbit/s on a 100 Mbit/s path with 1 %% random loss: the loss held the rate down", sent.PacingRate/1e6)
+	}
+}
+
+// mustLink returns a link direction of cfg with seed.
+func mustLink(t *testing.T, cfg link.Config, seed uint64) *link.Direction {
+	t.Helper()
+	cfg.Seed = seed
+	d, err := link.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

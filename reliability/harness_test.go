@@ -139,7 +139,7 @@ func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Second
 	}
-	cfg.FixedRTT = true // the link's round trip is known; bounds below rely on it
+	cfg.FixedRTT, cfg.FixedRate = true, true // the link's round trip is known; bounds below rely on it
 	s, err := reliability.NewSenderEngine(cfg)
 	if err != nil {
 		tb.Fatal(err)

@@ -532,6 +532,9 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 		return
 	}
 	switch r.msg.Type {
+	case control.Ping:
+		r.msg = control.Message{Type: control.Pong, Transfer: r.msg.Transfer}
+		r.send()
 	case control.Probe:
 		id, from := r.msg.Transfer, int(r.msg.From)
 		if x, ok := r.active[id]; ok {

@@ -193,9 +193,16 @@ type Config struct {
 	// and queueing add to the link's round trip. The simulator, whose
 	// round trip is known, fixes it.
 	FixedRTT bool
-	// Bandwidth is the path's rate in bits per second, which the sender's
-	// injection clock uses to know when a chunk left [10 Gbit/s].
+	// Bandwidth caps the sender's pacing rate in bits per second of chunk
+	// payload [none: the rate control finds the path's rate]. With
+	// FixedRate the sender sends at Bandwidth [10 Gbit/s] and learns
+	// nothing. Auto's models take it as the path's rate [10 Gbit/s].
 	Bandwidth float64
+	// FixedRate turns the rate control off: the sender hands chunks over
+	// as fast as they come and its injection clock counts them leaving at
+	// Bandwidth. For a path whose rate is known and reserved, and the
+	// simulator, whose link paces.
+	FixedRate bool
 	// Alpha scales the retransmission timeout RTO = RTT + α·RTT and the
 	// EC fallback timeout [2].
 	Alpha float64
@@ -207,8 +214,9 @@ type Config struct {
 	// workers on a busy host complete a message's chunks out of order
 	// [RTT/4]. The simulator, whose links keep order, sets 1 ns.
 	ReorderWindow time.Duration
-	// Timeout fails a transfer that has not completed this long after it
-	// started [max(10 s, 1000·RTT)].
+	// Timeout fails a transfer when the connection has made no progress
+	// (no ACK brought news) for this long since it started
+	// [max(10 s, 1000·RTT)].
 	Timeout time.Duration
 	// ControlMTU is the largest control datagram [1024].
 	ControlMTU int
@@ -229,12 +237,15 @@ type Config struct {
 	// MaxInFlightBytes bounds the data and parity bytes of those
 	// transfers [unbounded].
 	MaxInFlightBytes int
+
+	rateCap float64 // Bandwidth as the caller set it (0: no cap)
 }
 
 func (c *Config) setDefaults() error {
 	if c.RTT == 0 {
 		c.RTT = time.Millisecond
 	}
+	c.rateCap = c.Bandwidth
 	if c.Bandwidth == 0 {
 		c.Bandwidth = 10e9
 	}
@@ -286,7 +297,8 @@ const defaultWindow = 8
 // rto is the retransmission timeout RTT + α·RTT.
 func (c *Config) rto() time.Duration { return c.RTT + time.Duration(c.Alpha*float64(c.RTT)) }
 
-// injection returns how long n chunks take on the wire.
+// injection returns how long n chunks take on the wire at Bandwidth: the
+// receiver's guess (the sender paces at its own rate, see rateControl).
 func (c *Config) injection(n int) time.Duration {
 	return time.Duration(float64(n) * float64(c.ChunkSize) * 8 / c.Bandwidth * 1e9)
 }
@@ -329,10 +341,14 @@ const (
 	ActComplete
 	// ActFail (both): the transfer failed with Err.
 	ActFail
+	// ActRate (sender): the pacing rate is now Rate bits per second of
+	// chunk payload; the caller sets the NIC's rate limiter to it, so
+	// that the packets of a run leave as evenly as the runs do.
+	ActRate
 )
 
 var actionNames = []string{ActStart: "start", ActSend: "send", ActSendImm: "send-imm", ActControl: "control",
-	ActDecode: "decode", ActComplete: "complete", ActFail: "fail"}
+	ActDecode: "decode", ActComplete: "complete", ActFail: "fail", ActRate: "rate"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && actionNames[k] != "" {
@@ -360,7 +376,8 @@ type Action struct {
 	// Stats (ActComplete, ActFail) describe the transfer; a pointer keeps
 	// the actions a first pass queues by the thousand small.
 	Stats *Stats
-	Err   error // ActFail
+	Err   error   // ActFail
+	Rate  float64 // ActRate
 }
 
 // Stats describe one transfer.
@@ -371,6 +388,9 @@ type Stats struct {
 	Retransmitted int // data chunk transmissions after the first
 	ParitySent    int // parity chunk transmissions
 	Probes        int // probes sent
+	// PacingRate is the sender's pacing rate when the transfer ended, in
+	// bits per second of chunk payload (Config.Bandwidth with FixedRate).
+	PacingRate float64
 	// Receiver side.
 	Decoded   int // submessages rebuilt from parity
 	Fallbacks int // EC fallbacks: NACK rounds for undecodable submessages

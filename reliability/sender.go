@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability/control"
@@ -19,8 +20,35 @@ type SenderEngine struct {
 	srtt, rttvar time.Duration
 
 	// wireFree is when the last chunk handed to the caller has left, by
-	// the injection clock (chunks queue behind each other at Bandwidth).
+	// the injection clock (chunks queue behind each other at the pacing
+	// rate).
 	wireFree time.Time
+	rc       rateControl
+	// The pacer: runs of chunks wait here, repairs before first passes,
+	// until the injection clock is within paceHorizon of now (with
+	// FixedRate they leave at once).
+	repairs, fresh []pendingSend
+	// released counts the chunks handed over, in order; passed is the
+	// count up to the newest chunk an ACK covered (lost ones before it
+	// included: the rate control's measure of the path).
+	released, passed uint64
+	departures       []departure // recent runs: for round-trip samples
+	forgotten        uint64      // the release count below which departures are gone
+	rateAnnounced    bool        // an ActRate went out
+	// silent counts retransmission timeouts in a row with no ACK news in
+	// between: timers back off by it (and only then); lastNews is when an
+	// ACK last brought news of any transfer.
+	silent   int
+	lastNews time.Time
+	// pings times the round trip before the first transfer leaves: the
+	// send times of recent pings by number (Transfer of the PING), and
+	// whether a PONG came back.
+	pings     [4]time.Time
+	pingSeq   uint64
+	firstPing time.Time
+	measured  bool
+	// backedOff is when silent last grew.
+	backedOff time.Time
 
 	submitted uint64          // transfers the application submitted
 	lengths   map[uint64]int  // their lengths, until started
@@ -39,19 +67,20 @@ type SenderEngine struct {
 
 // sendXfer is one started transfer.
 type sendXfer struct {
-	id        uint64
-	plan      Plan
-	chunks    int    // data chunks
-	acked     bitmap // data chunks the receiver reported
-	ackedN    int
-	probeAt   time.Time // when to probe next
-	deadline  time.Time // global timeout
-	lastImm   time.Time // when the immediate was last resent
-	probedAt  time.Time // when the last probe went out
-	stats     Stats
-	coded     bool
-	firstPass time.Time // when the first pass has left the wire
-	resent    bitmap    // chunks sent more than once: no RTT samples
+	id       uint64
+	plan     Plan
+	chunks   int    // data chunks
+	acked    bitmap // data chunks the receiver reported
+	ackedN   int
+	probeAt  time.Time // when to probe next
+	lastImm  time.Time // when the immediate was last resent
+	probedAt time.Time // when the last probe went out
+	stats    Stats
+	coded    bool
+	resent   bitmap // chunks sent more than once: no RTT samples
+	// order is each data chunk's place in the release order (released
+	// after it was handed over last), for passed and RTT samples.
+	order []uint64
 	// lastFlight names the flight that carried each chunk last, so an
 	// older flight's timer does not resend a chunk a NACK already resent.
 	lastFlight []uint32
@@ -59,11 +88,39 @@ type sendXfer struct {
 	lastNewAck time.Time // when an ACK last acknowledged anything new
 }
 
+// pendingSend is a run of chunks (or a message's immediate carriers)
+// waiting for the pacer.
+type pendingSend struct {
+	transfer     uint64
+	kind         ActionKind // ActSend or ActSendImm
+	part         Part
+	first, count int
+	timed        bool // arm retransmission timers as it leaves
+	// endsFirstPass: the transfer's first pass has left with it.
+	endsFirstPass bool
+}
+
+// departure is when a run of released chunks left: through release count
+// upTo.
+type departure struct {
+	upTo uint64
+	at   time.Time
+}
+
+// Pacer constants.
+const (
+	// paceHorizon is how far ahead of now the injection clock may run:
+	// the NIC holds at most this much of a paced sender's data, so
+	// repairs and rate changes take effect within it.
+	paceHorizon = time.Millisecond
+	// paceQuantum is the most one release hands over at once.
+	paceQuantum = 250 * time.Microsecond
+)
+
 // flight is a run of data chunks sent together and the time by which an
 // ACK should have covered them.
 type flight struct {
 	seq         uint32 // numbers flights (0: none)
-	round       int    // 1 for a first transmission or a NACKed one, +1 per timeout
 	deadline    time.Time
 	sent        time.Time // when its last chunk left (estimated, or confirmed by Injected)
 	transfer    uint64
@@ -77,7 +134,7 @@ func NewSenderEngine(cfg Config) (*SenderEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &SenderEngine{cfg: cfg, rto: cfg.rto(), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
+	return &SenderEngine{cfg: cfg, rto: cfg.rto(), rc: newRateControl(&cfg), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
 		active: map[uint64]*sendXfer{}}, nil
 }
 
@@ -93,6 +150,7 @@ func (s *SenderEngine) Submit(now time.Time, length int) uint64 {
 	s.submitted++
 	s.lengths[id] = length
 	s.tryStart(now)
+	s.release(now)
 	return id
 }
 
@@ -119,16 +177,37 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 		}
 		s.flights = s.flights[1:] // the transfer finished: its timers are moot
 	}
+	consider := func(at time.Time) {
+		if t.IsZero() || at.Before(t) {
+			t = at
+		}
+	}
 	for _, x := range s.active {
-		if t.IsZero() || x.deadline.Before(t) {
-			t = x.deadline
+		consider(s.deadline(x))
+		if !x.probeAt.IsZero() {
+			consider(x.probeAt)
 		}
-		if !x.probeAt.IsZero() && x.probeAt.Before(t) {
-			t = x.probeAt
-		}
+	}
+	switch {
+	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0:
+	case s.measured:
+		consider(s.wireFree.Add(-paceHorizon))
+	default:
+		consider(s.pings[s.pingSeq%uint64(len(s.pings))].Add(pingInterval))
+		consider(s.firstPing.Add(pingPatience))
 	}
 	return t, !t.IsZero()
 }
+
+// deadline is when x fails: Config.Timeout after it started or after the
+// connection last made progress, whichever is later.
+func (s *SenderEngine) deadline(x *sendXfer) time.Time {
+	return maxTime(x.stats.Start, s.lastNews).Add(s.cfg.Timeout)
+}
+
+// timeout returns the retransmission timeout in force, backed off by the
+// timeouts in a row that brought no news.
+func (s *SenderEngine) timeout() time.Duration { return s.cfg.backoff(s.rto, s.silent+1) }
 
 // tryStart starts transfers in order while their data and CTS are there
 // and the window has room.
@@ -186,14 +265,18 @@ func abortError(reason uint8) error {
 
 func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
-		deadline: now.Add(s.cfg.Timeout), stats: Stats{Plan: plan, Start: now}}
-	x.acked, x.resent = newBitmap(x.chunks), newBitmap(x.chunks)
+		stats: Stats{Plan: plan, Start: now}}
+	x.acked, x.resent, x.order = newBitmap(x.chunks), newBitmap(x.chunks), make([]uint64, x.chunks)
 	if !x.coded {
 		x.lastFlight = make([]uint32, x.chunks)
 	}
 	s.active[id] = x
 	s.inFlight += plan.Length + plan.ParityLen()
 	s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
+	if !s.rateAnnounced && !s.rc.fixed {
+		s.rateAnnounced = true
+		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
+	}
 	if x.coded {
 		// Submessage by submessage, its data then its parity, so that each
 		// becomes decodable as early as it can and a receiver seeing a
@@ -201,22 +284,23 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 		l, _ := plan.Layout() // validated with the plan
 		for sub := range l.Submessages() {
 			first, n := l.DataRange(sub)
-			s.sendData(now, x, first, n, false, 0)
+			s.sendData(x, Data, first, n, false, false)
 			pFirst, m := l.ParityRange(sub)
-			s.actions = append(s.actions, Action{Kind: ActSend, Transfer: id, Part: Parity, First: pFirst, Count: m})
-			s.wireFree = s.departure(now, m)
+			s.sendData(x, Parity, pFirst, m, false, false)
 			x.stats.ParitySent += m
 		}
 	} else {
-		s.sendData(now, x, 0, x.chunks, true, 1)
+		s.sendData(x, Data, 0, x.chunks, true, false)
 	}
-	s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: id})
-	x.firstPass = s.wireFree
-	// Probe when no news came within an RTO of the first pass (coded
-	// transfers: after the receiver's fallback timeout too): the
-	// completing ACK or an immediate report may have been lost, and
-	// nothing else would bring them again.
-	x.probeAt = x.firstPass.Add(s.rto)
+	s.fresh = append(s.fresh, pendingSend{transfer: id, kind: ActSendImm, endsFirstPass: true})
+}
+
+// firstPassLeft arms x's probe once its first pass has left: when no news
+// came within an RTO of it (coded transfers: after the receiver's
+// fallback timeout too), the completing ACK or an immediate report may
+// have been lost, and nothing else would bring them again.
+func (s *SenderEngine) firstPassLeft(x *sendXfer) {
+	x.probeAt = s.wireFree.Add(s.timeout())
 	if x.coded {
 		x.probeAt = x.probeAt.Add(s.rto / 2)
 	}
@@ -234,7 +318,7 @@ func (s *SenderEngine) Injected(now time.Time) {
 		f.unconfirmed = false
 		if now.After(f.sent) {
 			f.sent = now
-			f.deadline = now.Add(s.cfg.backoff(s.rto, f.round))
+			f.deadline = now.Add(s.timeout())
 		}
 	}
 }
@@ -249,31 +333,143 @@ func (s *SenderEngine) pushFlight(f flight) {
 	s.flights = slices.Insert(s.flights, i, f)
 }
 
+// awaitingPong reports whether the first release waits for a measured
+// round trip: the rate control's first rate and the timers' first RTO
+// come from it. It pings every pingInterval and gives up after
+// pingPatience, when the configured RTT stands in.
+func (s *SenderEngine) awaitingPong(now time.Time) bool {
+	if s.measured || s.rc.fixed {
+		return false
+	}
+	if s.pingSeq > 0 && now.Sub(s.firstPing) >= pingPatience {
+		s.measured = true // a silent path: start from Config.RTT
+		return false
+	}
+	if s.pingSeq == 0 || now.Sub(s.pings[s.pingSeq%uint64(len(s.pings))]) >= pingInterval {
+		if s.pingSeq == 0 {
+			s.firstPing = now
+		}
+		s.pingSeq++
+		s.pings[s.pingSeq%uint64(len(s.pings))] = now
+		s.msg = control.Message{Type: control.Ping, Transfer: s.pingSeq}
+		s.send()
+	}
+	return true
+}
+
+// Ping timing.
+const (
+	pingInterval = 100 * time.Millisecond
+	pingPatience = time.Second
+)
+
+// handlePong folds a PONG's round trip into the timers and the rate
+// control.
+func (s *SenderEngine) handlePong(now time.Time, seq uint64) {
+	if seq == 0 || seq > s.pingSeq || s.pingSeq-seq >= uint64(len(s.pings))-1 {
+		return // not ours, or too old to time
+	}
+	sample := now.Sub(s.pings[seq%uint64(len(s.pings))])
+	if !s.cfg.FixedRTT {
+		s.observeRTT(sample)
+	}
+	s.rc.onRTT(now, sample)
+	s.measured = true
+}
+
 // departure returns when n chunks handed over now will have left.
 func (s *SenderEngine) departure(now time.Time, n int) time.Time {
-	return maxTime(now, s.wireFree).Add(s.cfg.injection(n))
+	return maxTime(now, s.wireFree).Add(s.injection(n))
+}
+
+// injection returns how long n chunks take to leave at the pacing rate.
+func (s *SenderEngine) injection(n int) time.Duration {
+	return time.Duration(float64(n) * s.rc.chunkBits / s.rc.rate * 1e9)
 }
 
 // flightChunks bounds a flight so that its chunks left within 1/64 of an
 // RTO of each other: the flight's timer (set by its last chunk) is then
 // at most that late for its first.
 func (s *SenderEngine) flightChunks() int {
-	return max(1, int(float64(s.rto/64)/float64(s.cfg.injection(1))))
+	return max(1, int(float64(s.rto/64)/float64(s.injection(1))))
 }
 
-// sendData sends data chunks [first, first+n) and, if timed, arms
-// retransmission timers for them in flights.
-// A timed flight of round r waits RTO·2^(r-1) (see backoff).
-func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed bool, round int) {
+// sendData queues chunks [first, first+n) of part for the pacer, as a
+// repair (ahead of first passes) or not; timed runs arm retransmission
+// timers as they leave.
+func (s *SenderEngine) sendData(x *sendXfer, part Part, first, n int, timed, repair bool) {
 	if n == 0 {
 		return
 	}
-	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: Data, First: first, Count: n})
-	x.stats.ChunksSent += n
+	if part == Data {
+		x.stats.ChunksSent += n
+	}
+	p := pendingSend{transfer: x.id, kind: ActSend, part: part, first: first, count: n, timed: timed}
+	if repair {
+		s.repairs = append(s.repairs, p)
+	} else {
+		s.fresh = append(s.fresh, p)
+	}
+}
+
+// release hands queued runs over while the injection clock is within
+// paceHorizon of now, a quantum at a time (all of them with FixedRate).
+func (s *SenderEngine) release(now time.Time) {
+	for {
+		q := &s.repairs
+		if len(*q) == 0 {
+			q = &s.fresh
+		}
+		if len(*q) == 0 {
+			s.rc.idle()
+			return
+		}
+		if !s.rc.fixed && s.wireFree.After(now.Add(paceHorizon)) || s.awaitingPong(now) {
+			return
+		}
+		p := &(*q)[0]
+		x, ok := s.active[p.transfer]
+		if !ok || p.kind == ActSendImm {
+			if ok {
+				s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: x.id})
+				if p.endsFirstPass {
+					s.firstPassLeft(x)
+				}
+			}
+			*q = (*q)[1:]
+			continue
+		}
+		n := p.count
+		if !s.rc.fixed {
+			n = min(n, max(1, int(s.rc.rate*paceQuantum.Seconds()/s.rc.chunkBits)))
+		}
+		s.emit(now, x, p.part, p.first, n, p.timed)
+		p.first += n
+		p.count -= n
+		if p.count == 0 {
+			*q = (*q)[1:]
+		}
+	}
+}
+
+// emit hands chunks [first, first+n) of part over, numbers them in the
+// release order and, if timed, arms retransmission timers for them in
+// flights.
+func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int, timed bool) {
+	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: part, First: first, Count: n})
+	if part == Data {
+		for i := range n {
+			x.order[first+i] = s.released + uint64(i) + 1
+		}
+	}
+	// A run leaves within a quantum of its release (the NIC paces it at
+	// the rate, or sends it at once): round-trip samples count from now.
+	s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now})
 	per := s.flightChunks()
 	for done := 0; done < n; done += per {
 		size := min(per, n-done)
 		s.wireFree = s.departure(now, size)
+		s.released += uint64(size)
 		if timed {
 			s.flightSeq++
 			if s.flightSeq == 0 {
@@ -285,21 +481,42 @@ func (s *SenderEngine) sendData(now time.Time, x *sendXfer, first, n int, timed 
 			for i := first + done; i < first+done+size; i++ {
 				x.lastFlight[i] = s.flightSeq
 			}
-			s.flights = append(s.flights, flight{seq: s.flightSeq, round: round, deadline: s.wireFree.Add(s.cfg.backoff(s.rto, round)),
+			s.pushFlight(flight{seq: s.flightSeq, deadline: s.wireFree.Add(s.timeout()),
 				sent: s.wireFree, transfer: x.id, first: first + done, size: size, unconfirmed: true})
 		}
 	}
+	// Departures older than any round trip still to be sampled go.
+	keep := now.Add(-max(8*s.rto, time.Second))
+	i := 0
+	for i < len(s.departures)-1 && s.departures[i].at.Before(keep) {
+		i++
+	}
+	if i > 0 {
+		s.forgotten = s.departures[i-1].upTo
+		s.departures = s.departures[i:]
+	}
+}
+
+// departed returns when the chunk released as number order left (false
+// when it is too old to tell).
+func (s *SenderEngine) departed(order uint64) (time.Time, bool) {
+	i := sort.Search(len(s.departures), func(i int) bool { return s.departures[i].upTo >= order })
+	if i == len(s.departures) || order <= s.forgotten {
+		return time.Time{}, false
+	}
+	return s.departures[i].at, true
 }
 
 // resend sends again the chunks of [first, first+n) not acknowledged yet,
-// with timers; with a flight number, only those that flight carried last.
-func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlight uint32, round int) int {
+// with timers, ahead of first passes; with a flight number, only those
+// that flight carried last.
+func (s *SenderEngine) resend(x *sendXfer, first, n int, onlyFlight uint32) int {
 	sent := 0
 	send := func(f, c int) {
 		for i := f; i < f+c; i++ {
 			x.resent.set(i)
 		}
-		s.sendData(now, x, f, c, true, round)
+		s.sendData(x, Data, f, c, true, true)
 		x.stats.Retransmitted += c
 		sent += c
 	}
@@ -343,27 +560,42 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 			// resending. (With a known round trip a timeout is a loss, as
 			// in the paper's SR.)
 			f.rearmed = true
-			f.deadline = now.Add(s.cfg.backoff(s.rto, f.round))
+			f.deadline = now.Add(s.timeout())
 			s.pushFlight(f)
 			if !x.probedAt.Equal(now) {
 				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
 			}
 			continue
 		}
-		if s.resend(now, x, f.first, f.size, f.seq, f.round+1) > 0 && !x.probedAt.Equal(now) {
-			s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
+		if s.resend(x, f.first, f.size, f.seq) > 0 {
+			s.timedOut(now)
+			if !x.probedAt.Equal(now) {
+				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
+			}
 		}
 	}
 	for id, x := range s.active {
 		switch {
-		case !x.deadline.After(now):
-			s.fail(now, id, x.plan, fmt.Errorf("reliability: transfer %d: %w", id, ErrTimeout), abortTimeout)
+		case !s.deadline(x).After(now):
+			s.fail(now, id, x.plan, fmt.Errorf("reliability: transfer %d: no progress for %v: %w", id, s.cfg.Timeout, ErrTimeout), abortTimeout)
 		case !x.probeAt.IsZero() && !x.probeAt.After(now):
-			x.probeAt = now.Add(s.rto)
+			s.timedOut(now)
+			x.probeAt = now.Add(s.timeout())
 			if !x.probedAt.Equal(now) {
 				s.probe(now, x, x.acked.firstClear(0, x.chunks))
 			}
 		}
+	}
+	s.release(now)
+}
+
+// timedOut backs the timers off one more step when a timeout finds that
+// no ACK has brought news for as long as the timeout in force: only a
+// silent path backs off, a lossy one that still answers does not.
+func (s *SenderEngine) timedOut(now time.Time) {
+	if t := s.timeout(); now.Sub(s.lastNews) >= t && now.Sub(s.backedOff) >= t && s.silent < maxBackoff {
+		s.silent++
+		s.backedOff = now
 	}
 }
 
@@ -402,14 +634,47 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 			return
 		}
 		x.stats.NACKs++
+		s.news(now)
 		for _, r := range m.Ranges {
 			if int(r.First) < x.chunks {
-				s.resend(now, x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0, 1)
+				s.resend(x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0)
 			}
 		}
 	case control.Abort:
 		if x, ok := s.active[m.Transfer]; ok {
 			s.finish(now, x, abortError(m.Reason))
+		}
+	case control.Pong:
+		s.handlePong(now, m.Transfer)
+	}
+	s.release(now)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// news notes that the receiver told the sender something new: timers stop
+// backing off, and no transfer times out for another Config.Timeout.
+func (s *SenderEngine) news(now time.Time) {
+	s.lastNews = now
+	if s.silent == 0 {
+		return
+	}
+	s.silent = 0
+	// The timers armed while the path was silent wait the base timeout
+	// again, from when their chunks left.
+	for i := range s.flights {
+		f := &s.flights[i]
+		f.deadline = f.sent.Add(s.timeout())
+	}
+	slices.SortStableFunc(s.flights, func(a, b flight) int { return a.deadline.Compare(b.deadline) })
+	for _, x := range s.active {
+		if !x.probeAt.IsZero() {
+			x.probeAt = minTime(x.probeAt, now.Add(s.timeout()))
 		}
 	}
 }
@@ -437,19 +702,21 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	}
 	x.stats.ACKs++
 	if m.AckFlags&control.AckComplete != 0 {
+		s.news(now)
 		s.finish(now, x, nil)
 		return
 	}
 	ackedBefore := x.ackedN
-	newest := -1 // the newest chunk this ACK covers first that was sent once
+	var newest uint64 // the release number of the newest chunk this ACK covers first that was sent once
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
+		s.passed = max(s.passed, x.order[i])
 		if x.lastFlight != nil {
 			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
 		}
 		if !x.resent.has(i) {
-			newest = max(newest, i)
+			newest = max(newest, x.order[i])
 		}
 	}
 	for i := x.acked.firstClear(0, x.chunks); i < min(int(m.Cumulative), x.chunks); i = x.acked.firstClear(i+1, x.chunks) {
@@ -467,22 +734,25 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	}
 	if x.ackedN > ackedBefore {
 		x.lastNewAck = now
+		s.news(now)
 	}
-	if newest >= 0 && !s.cfg.FixedRTT {
-		for _, f := range s.flights {
-			if f.transfer == x.id && f.first <= newest && newest < f.first+f.size {
-				s.observeRTT(now.Sub(f.sent))
-				break
-			}
+	var sample time.Duration
+	if at, ok := s.departed(newest); newest > 0 && ok {
+		sample = now.Sub(at)
+		if !s.cfg.FixedRTT {
+			s.observeRTT(sample)
 		}
+	}
+	if s.rc.onAck(now, s.passed, sample, s.srtt) {
+		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
 	}
 	if m.AckFlags&control.AckImmMissing != 0 && now.Sub(x.lastImm) >= s.cfg.RTT {
 		x.lastImm = now
 		if n := x.plan.immChunks(); n > 0 {
-			s.sendData(now, x, 0, n, false, 0)
+			s.sendData(x, Data, 0, n, false, true)
 			x.stats.Retransmitted += n
 		}
-		s.actions = append(s.actions, Action{Kind: ActSendImm, Transfer: x.id})
+		s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSendImm})
 	}
 }
 
@@ -509,6 +779,7 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	delete(s.active, x.id)
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
+	x.stats.PacingRate = s.rc.rate
 	if err != nil {
 		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: err})
 	} else {
@@ -536,6 +807,7 @@ const canceled = -1
 // ActStart with Discard set and no further ActFail. Unknown or finished
 // transfers are ignored.
 func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
+	defer s.release(now)
 	if x, ok := s.active[id]; ok {
 		s.fail(now, id, x.plan, err, abortClosed)
 		return

@@ -297,6 +297,18 @@ func (c *Context) NewQP(attr QPAttr) (*QP, error) {
 // (see the package doc). It costs nothing.
 func (q *QP) LateWindow() int { return q.window }
 
+// SetRateLimit paces the QP's packets at bitsPerSecond in all (0:
+// unpaced; QPAttr.RateLimit is per channel), where the backend can change
+// a running QP's rate (backend.RateLimiter); elsewhere it returns
+// ErrUnsupported and the QP keeps its rate.
+func (q *QP) SetRateLimit(bitsPerSecond float64) error {
+	rl, ok := q.bqp.(backend.RateLimiter)
+	if !ok {
+		return fmt.Errorf("sdr: set rate limit: %w", errors.ErrUnsupported)
+	}
+	return rl.SetRateLimit(bitsPerSecond)
+}
+
 // Attr returns the QP's attributes with defaults filled in.
 func (q *QP) Attr() QPAttr { return q.attr }
 

@@ -261,6 +261,28 @@ func (t *Transport) Connect(remote []byte) error {
 	return nil
 }
 
+// SetRateLimit paces every channel QP at an equal share of bitsPerSecond
+// (0: unpaced), as a modify RTS→RTS of its rate limit; DCQCN stays on.
+func (t *Transport) SetRateLimit(bitsPerSecond float64) error {
+	if bitsPerSecond < 0 {
+		return fmt.Errorf("%s: rate limit %g: %w", t.cfg.Name, bitsPerSecond, emunic.ErrInvalidArgument)
+	}
+	t.connMu.Lock()
+	defer t.connMu.Unlock()
+	if t.peer.Load() == nil {
+		return fmt.Errorf("%s: rate limit before connect: %w", t.cfg.Name, emunic.ErrInvalidState)
+	}
+	share := bitsPerSecond / float64(t.d.channels)
+	for _, row := range t.chans {
+		for _, q := range row {
+			if err := q.Modify(emunic.StateRTS, emunic.QPAttr{RateLimit: share, RetryCount: 7, RNRRetry: 7, Timeout: t.d.rcTimeout()}); err != nil {
+				return fmt.Errorf("%s: rate limit: %w", t.cfg.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Break makes the transport unusable: Connect and Write return err from
 // now on (the first error given wins). A handler that cannot go on
 // calls it.

@@ -14,6 +14,8 @@
 //	NACK   ranges (2) ranges × (first (4) count (4))
 //	PROBE  from (4)
 //	ABORT  reason (1)
+//	PING   (none; transfer numbers the ping)
+//	PONG   (none; transfer echoes the ping's)
 //
 // Decoding is a view-free copy into a reused Message: it allocates
 // nothing once the Message's slices have grown.
@@ -49,6 +51,11 @@ const (
 	Probe
 	// Abort: the transfer failed on the sending side of the message.
 	Abort
+	// Ping: the sender asks for a Pong, to time the round trip before
+	// and between transfers. Transfer numbers the ping.
+	Ping
+	// Pong: the receiver's answer to a Ping, with its number.
+	Pong
 )
 
 func (t Type) String() string {
@@ -63,6 +70,10 @@ func (t Type) String() string {
 		return "PROBE"
 	case Abort:
 		return "ABORT"
+	case Ping:
+		return "PING"
+	case Pong:
+		return "PONG"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -130,6 +141,8 @@ func (m *Message) Len() int {
 		return HeaderLen + 4
 	case Abort:
 		return HeaderLen + 1
+	case Ping, Pong:
+		return HeaderLen
 	}
 	return 0
 }
@@ -249,6 +262,7 @@ func (m *Message) Decode(p []byte) error {
 		if len(body) == want {
 			m.Reason = body[0]
 		}
+	case Ping, Pong:
 	default:
 		return ErrMalformed
 	}

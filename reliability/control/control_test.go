@@ -15,6 +15,8 @@ func samples() []Message {
 		{Type: NACK, Transfer: 3, Ranges: []Range{{0, 1}, {10, 5}, {1<<32 - 2, 2}}},
 		{Type: Probe, Transfer: 4, From: 99},
 		{Type: Abort, Transfer: 5, Reason: 2},
+		{Type: Ping, Transfer: 6},
+		{Type: Pong, Transfer: 6},
 	}
 }
 

@@ -126,6 +126,16 @@ type QP interface {
 	Close() error
 }
 
+// RateLimiter is a QP whose pacing can change while it runs. Why: a
+// reliability layer that learns its path's rate paces the NIC to it, and
+// only the backend knows how its channels share a rate. Optional: a
+// backend without it keeps the rate its QP was created with.
+type RateLimiter interface {
+	// SetRateLimit paces the QP's channels together at bitsPerSecond (0:
+	// unpaced), each at its share.
+	SetRateLimit(bitsPerSecond float64) error
+}
+
 // Write is a run of packets of one message to inject. Packet k of the
 // message goes to byte k·MTU of the receive buffer of message MsgID in
 // generation Gen.

@@ -368,7 +368,7 @@ type simulation struct {
 
 func (s *simulation) init(p Point, seed uint64) error {
 	s.p, s.now = p, epoch
-	cfg := reliability.Config{FixedRTT: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha, AckDelay: p.AckDelay,
+	cfg := reliability.Config{FixedRTT: true, FixedRate: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha, AckDelay: p.AckDelay,
 		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff,
 		ReorderWindow: time.Nanosecond} // the links keep order: a hole is a loss
 	var err error

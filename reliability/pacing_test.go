@@ -1,0 +1,208 @@
+package reliability_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/control"
+)
+
+// senderAlone is a SenderEngine driven by hand on a fake clock, with no
+// receiver engine: the test plays the receiver's datagrams.
+type senderAlone struct {
+	t    *testing.T
+	s    *reliability.SenderEngine
+	now  time.Time
+	acts []reliability.Action
+}
+
+func newSenderAlone(t *testing.T, cfg reliability.Config) *senderAlone {
+	t.Helper()
+	cfg.ChunkSize, cfg.MTU = 1024, 1024
+	s, err := reliability.NewSenderEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &senderAlone{t: t, s: s, now: time.Unix(1000, 0)}
+}
+
+// control hands the sender one datagram from the receiver.
+func (a *senderAlone) control(m control.Message) {
+	a.t.Helper()
+	p, err := m.Append(nil, 1024)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.s.HandleControl(a.now, p)
+}
+
+// drain returns the actions queued since the last drain.
+func (a *senderAlone) drain() []reliability.Action {
+	a.acts = a.s.Actions(a.acts[:0])
+	return a.acts
+}
+
+// runTimer moves the clock to the sender's deadline and runs its timers.
+func (a *senderAlone) runTimer() {
+	a.t.Helper()
+	d, ok := a.s.Deadline()
+	if !ok {
+		a.t.Fatal("no timer armed")
+	}
+	a.now = d
+	a.s.HandleTimer(a.now)
+}
+
+// startSR submits one SR-RTO transfer of chunks 1-KiB chunks, credits
+// it, and returns the actions that queued.
+func (a *senderAlone) startSR(chunks int) []reliability.Action {
+	a.t.Helper()
+	a.s.Submit(a.now, chunks*1024)
+	a.control(control.Message{Type: control.CTS, Transfer: 0, Length: uint64(chunks * 1024),
+		Scheme: uint8(reliability.SRRTO), ChunkSize: 1024})
+	return a.drain()
+}
+
+// sent counts the data chunks that acts send.
+func sent(acts []reliability.Action) int {
+	n := 0
+	for _, x := range acts {
+		if x.Kind == reliability.ActSend && x.Part == reliability.Data {
+			n += x.Count
+		}
+	}
+	return n
+}
+
+// TestBackoffOnlyWhenSilent: the retransmission timeout doubles from one
+// timeout to the next while nothing comes back, and the first ACK with
+// news brings it back to the base RTO, however many timeouts came before.
+func TestBackoffOnlyWhenSilent(t *testing.T) {
+	const rtt = 10 * time.Millisecond
+	a := newSenderAlone(t, reliability.Config{RTT: rtt, FixedRTT: true, FixedRate: true, Bandwidth: 1e9})
+	if n := sent(a.startSR(4)); n != 4 {
+		t.Fatalf("first pass sent %d chunks, want 4", n)
+	}
+	rto := a.s.RTO()
+	var gaps []time.Duration
+	last := a.now
+	for len(gaps) < 4 {
+		a.runTimer()
+		if sent(a.drain()) > 0 {
+			gaps = append(gaps, a.now.Sub(last))
+			last = a.now
+		}
+	}
+	t.Logf("RTO %v; gaps between resends while silent: %v", rto, gaps)
+	for i := 1; i < len(gaps); i++ {
+		if r := float64(gaps[i]) / float64(gaps[i-1]); r < 1.9 || r > 2.1 {
+			t.Errorf("silent gap %d is %v after %v: want it doubled", i, gaps[i], gaps[i-1])
+		}
+	}
+	// News: chunk 0 acknowledged. The next resend of the others comes one
+	// base RTO after their last resend left, not a backed-off one.
+	a.control(control.Message{Type: control.ACK, Transfer: 0, Cumulative: 1})
+	a.drain()
+	lastSend := last
+	for {
+		a.runTimer()
+		if n := sent(a.drain()); n > 0 {
+			if n != 3 {
+				t.Errorf("resent %d chunks after the ACK, want the 3 unacknowledged", n)
+			}
+			break
+		}
+	}
+	if gap := a.now.Sub(lastSend); gap > rto+a.s.RTO()/64+time.Millisecond {
+		t.Errorf("after news the resend came %v after the last, want the base RTO %v", gap, rto)
+	}
+}
+
+// TestTimeoutCountsFromProgress: a transfer whose receiver keeps
+// acknowledging new chunks does not time out after Config.Timeout of
+// total time; one that hears nothing fails Timeout after its last news.
+func TestTimeoutCountsFromProgress(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	a := newSenderAlone(t, reliability.Config{RTT: time.Millisecond, FixedRTT: true, FixedRate: true, Bandwidth: 1e9, Timeout: timeout})
+	const chunks = 20
+	a.startSR(chunks)
+	start := a.now
+	for i := 1; i <= chunks-1; i++ {
+		a.now = a.now.Add(timeout / 4) // 19 × 25 ms: well past Timeout in all
+		a.s.HandleTimer(a.now)
+		a.control(control.Message{Type: control.ACK, Transfer: 0, Cumulative: uint32(i)})
+		for _, x := range a.drain() {
+			if x.Kind == reliability.ActFail {
+				t.Fatalf("failed at %v with news every %v: %v", a.now.Sub(start), timeout/4, x.Err)
+			}
+		}
+	}
+	news := a.now
+	for {
+		a.runTimer()
+		for _, x := range a.drain() {
+			if x.Kind == reliability.ActFail {
+				if got := a.now.Sub(news); got < timeout || got > timeout+time.Millisecond {
+					t.Errorf("failed %v after the last news, want %v", got, timeout)
+				}
+				return
+			}
+		}
+		if a.now.Sub(news) > 2*timeout {
+			t.Fatalf("no failure %v after the last news", a.now.Sub(news))
+		}
+	}
+}
+
+// TestPingBeforeFirstTransfer: a rate-controlled sender pings before its
+// first chunk leaves and starts from the PONG's round trip: it waits for
+// it, and its RTO is then measured, not Config.RTT's.
+func TestPingBeforeFirstTransfer(t *testing.T) {
+	a := newSenderAlone(t, reliability.Config{RTT: time.Millisecond})
+	acts := a.startSR(64)
+	var ping *control.Message
+	for _, x := range acts {
+		var m control.Message
+		if x.Kind == reliability.ActControl && m.Decode(x.Datagram) == nil && m.Type == control.Ping {
+			ping = &m
+		}
+	}
+	if ping == nil || sent(acts) != 0 {
+		t.Fatalf("first actions %v: want a PING and no chunk before the PONG", acts)
+	}
+	a.now = a.now.Add(20 * time.Millisecond)
+	a.control(control.Message{Type: control.Pong, Transfer: ping.Transfer})
+	acts = a.drain()
+	if sent(acts) == 0 {
+		t.Fatalf("after the PONG no chunk left: %v", acts)
+	}
+	if rto := a.s.RTO(); rto < 20*time.Millisecond {
+		t.Errorf("RTO %v after a 20 ms PONG: the measured round trip was not used", rto)
+	}
+	// Paced: at the first rate (two initial windows per measured round
+	// trip) far fewer than the 64 chunks leave at once.
+	if n := sent(acts); n >= 64 {
+		t.Errorf("%d chunks left at once: not paced", n)
+	}
+}
+
+// TestPingGivesUp: with no PONG the sender starts after a second from
+// Config.RTT, and a PONG to another ping is ignored.
+func TestPingGivesUp(t *testing.T) {
+	a := newSenderAlone(t, reliability.Config{RTT: time.Millisecond})
+	if n := sent(a.startSR(4)); n != 0 {
+		t.Fatalf("%d chunks sent before any PONG", n)
+	}
+	a.control(control.Message{Type: control.Pong, Transfer: 99}) // not a ping it sent
+	start := a.now
+	for sent(a.drain()) == 0 {
+		a.runTimer()
+		if a.now.Sub(start) > 2*time.Second {
+			t.Fatal("nothing sent 2 s after the first ping")
+		}
+	}
+	if got := a.now.Sub(start); got < time.Second-time.Millisecond {
+		t.Errorf("started %v after the first ping without a PONG, want 1 s", got)
+	}
+}
