@@ -31,9 +31,10 @@ import "time"
 //     delivered if less, by 0.8 × the excess delay's share of the round
 //     trip (at most half, at most once per round trip, not while the
 //     rate is below what the path delivers, nor in a round the sender
-//     was short of data); a round without adds
-//     probeBytes per floor round trip (the probe upward), unless the
-//     sender ran short of data.
+//     was short of data); a round without adds probeBytes per floor
+//     round trip, at most a sixteenth of what the path delivers (the
+//     probe upward), unless the sender ran short of data or the round
+//     brought no round-trip sample.
 //
 // Its state is the sender engine's (one goroutine).
 type rateControl struct {
@@ -64,10 +65,10 @@ type rateControl struct {
 
 // Rate-control constants.
 const (
-	// initialWindow is the data startup sends in its first round trip
-	// (before it knows the path: 256 KiB, as the first round of TCP's
-	// slow start with a large initial window would).
-	initialWindow = 256 << 10
+	// initialWindow is half the data startup sends in its first round
+	// trip, before it knows the path (TCP's slow start with a large
+	// initial window sends 64 KiB).
+	initialWindow = 64 << 10
 	// minRate bounds the rate from below: a path this slow is not one SDR
 	// runs over, and a rate of zero would never recover.
 	minRate = 1e6
@@ -75,6 +76,9 @@ const (
 	decreaseGain = 0.8
 	// probeBytes is the additive increase per floor round trip.
 	probeBytes = 64 << 10
+	// probeShare bounds the probe by what the path delivers: on a slow
+	// path probeBytes per round trip would be a large step.
+	probeShare = 16
 	// startupLead bounds startup's rate by what the path delivered.
 	startupLead = 4
 	// floorWindow is how long the floor of the round trip is remembered:
@@ -178,7 +182,7 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		// path that keeps up delivers about half the rate.
 		rc.rate = rc.clamp(min(2*rc.rate, startupLead*max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])))
 	default:
-		rc.rate = rc.clamp(rc.rate + probeBytes*8/rc.floor.Seconds())
+		rc.rate = rc.clamp(rc.rate + min(probeBytes*8/rc.floor.Seconds(), max(delivered, rc.recent[0])/probeShare))
 	}
 	rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
 	rc.newRound(now, passed)
