@@ -304,7 +304,10 @@ func TestReliabilityXSK(t *testing.T) {
 	// transfer that fails says why.
 	// Until calibrated the injection clock assumes 1 Gbit/s (the SR-RTO
 	// calibration transfer's timers are per chunk, it needs no more).
-	baseCfg := reliability.Config{RTT: max(rtt, 5*time.Millisecond), Bandwidth: 1e9, Timeout: 25 * time.Second}
+	// The sender's rate is the calibrated one (FixedRate): the
+	// transfers are compared with the model at that rate; the rate
+	// control has tests of its own (TestPacesToBottleneck).
+	baseCfg := reliability.Config{RTT: max(rtt, 5*time.Millisecond), Bandwidth: 1e9, FixedRate: true, Timeout: 25 * time.Second}
 	var bandwidth float64
 	{
 		sa, sb := link.contexts(t, sdrnic.Options{})
