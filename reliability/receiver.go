@@ -73,7 +73,7 @@ type recvXfer struct {
 	lastArrival  time.Time
 	maxGap       time.Duration // the longest pause between arrivals so far
 	lossSampled  bool
-	deadline     time.Time
+	deadline     time.Time // Config.Timeout after the last chunk arrived (or the post)
 	stats        Stats
 }
 
@@ -303,6 +303,7 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 		x.cum = x.data.firstClear(x.cum, x.chunks)
 	}
 	if changed {
+		x.deadline = now.Add(r.cfg.Timeout) // Timeout counts from the last progress
 		if !x.lastArrival.IsZero() {
 			x.maxGap = max(x.maxGap, now.Sub(x.lastArrival))
 		}
