@@ -2,23 +2,27 @@ package reliability
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 
+	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
 // ConnectSender sets up the sending side of a reliable connection on sc:
 // an SDR QP (attr, with sending enabled) and a datagram channel, both
 // connected over bs to the peer's ConnectReceiver, and a Sender on them.
+// The setup fails with ctx's error when ctx ends first (a silent peer),
+// and with ErrRoleMismatch when the peer called ConnectSender too.
 // The Sender owns the QP and the channel and closes them with itself.
 // Both sides must pass the same attr geometry (sdr's Connect rejects
 // mismatches); zero fields take the reliable defaults (DefaultChunkMTUs,
 // DefaultMaxMessages, DefaultMaxInFlightBytes), then sdr's.
-func ConnectSender(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, error) {
+func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, error) {
 	attr.Send = true
-	qp, dg, err := connectEndpoints(bs, sc, attr)
+	qp, dg, err := connectEndpoints(ctx, bs, sc, attr, roleSender)
 	if err != nil {
 		return nil, err
 	}
@@ -32,9 +36,9 @@ func ConnectSender(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Conf
 
 // ConnectReceiver is ConnectSender's peer: an SDR QP with receiving
 // enabled, a datagram channel and a Receiver on them, which owns both.
-func ConnectReceiver(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Receiver, error) {
+func ConnectReceiver(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Receiver, error) {
 	attr.Recv = true
-	qp, dg, err := connectEndpoints(bs, sc, attr)
+	qp, dg, err := connectEndpoints(ctx, bs, sc, attr, roleReceiver)
 	if err != nil {
 		return nil, err
 	}
@@ -76,14 +80,58 @@ func reliableAttr(attr sdr.QPAttr) sdr.QPAttr {
 	return attr
 }
 
-// connectEndpoints creates a QP (attr, with the reliable defaults) and a
-// datagram channel with its MTU and connects both through bs.
-func connectEndpoints(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr) (*sdr.QP, *sdr.Datagram, error) {
-	qp, err := sc.NewQP(reliableAttr(attr))
+// Roles a bootstrap's hello names.
+const (
+	roleSender   = "sender"
+	roleReceiver = "receiver"
+)
+
+// hello is the first bootstrap message each side sends.
+type hello struct {
+	Reliability int    `json:"reliability"` // control.Version
+	Role        string `json:"role"`
+}
+
+// greet exchanges hellos over bs and checks that the peer plays the other
+// role and speaks the same control version.
+func greet(bs *sdr.Bootstrap, role string) error {
+	if err := bs.SendJSON(hello{Reliability: control.Version, Role: role}); err != nil {
+		return err
+	}
+	var peer hello
+	if err := bs.RecvJSON(&peer); err != nil {
+		return err
+	}
+	switch {
+	case peer.Role == role:
+		return fmt.Errorf("reliability: connect: both ends are %ss (one must call ConnectSender, the other ConnectReceiver): %w", role, ErrRoleMismatch)
+	case peer.Role != roleSender && peer.Role != roleReceiver:
+		return fmt.Errorf("reliability: connect: the peer's role %q: %w", peer.Role, ErrRoleMismatch)
+	case peer.Reliability != control.Version:
+		return fmt.Errorf("reliability: connect: the peer speaks control version %d, we %d: %w", peer.Reliability, control.Version, ErrInvalid)
+	}
+	return nil
+}
+
+// connectEndpoints greets the peer over bs, creates a QP (attr, with the
+// reliable defaults) and a datagram channel with its MTU and connects
+// both through bs, within ctx.
+func connectEndpoints(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, role string) (qp *sdr.QP, dg *sdr.Datagram, err error) {
+	release := bs.Bind(ctx)
+	defer release()
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("reliability: connect: %w (%w)", ctx.Err(), err)
+		}
+	}()
+	if err := greet(bs, role); err != nil {
+		return nil, nil, err
+	}
+	qp, err = sc.NewQP(reliableAttr(attr))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reliability: connect: %w", err)
 	}
-	dg, err := sc.NewDatagram(sdr.DatagramAttr{MTU: qp.Attr().MTU})
+	dg, err = sc.NewDatagram(sdr.DatagramAttr{MTU: qp.Attr().MTU})
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("reliability: connect: %w", err), qp.Close())
 	}
@@ -100,7 +148,7 @@ func connectEndpoints(bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr) (*sdr
 // this process, through ConnectSender and ConnectReceiver over a loopback
 // TCP bootstrap, as two processes would connect: for tools and tests that
 // run both ends (sdr testbed, the simulator's checks against emunic).
-func ConnectLocal(sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, *Receiver, error) {
+func ConnectLocal(ctx context.Context, sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, *Receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("reliability: connect locally: %w", err)
@@ -118,7 +166,7 @@ func ConnectLocal(sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, cfg Config) (*
 			return
 		}
 		defer conn.Close()
-		r, err := ConnectReceiver(sdr.NewBootstrap(conn), recvCtx, attr, cfg)
+		r, err := ConnectReceiver(ctx, sdr.NewBootstrap(conn), recvCtx, attr, cfg)
 		done <- accepted{r, err}
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
@@ -127,7 +175,7 @@ func ConnectLocal(sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, cfg Config) (*
 		return nil, nil, errors.Join(fmt.Errorf("reliability: connect locally: %w", err), (<-done).err)
 	}
 	defer conn.Close()
-	s, err := ConnectSender(sdr.NewBootstrap(conn), sendCtx, attr, cfg)
+	s, err := ConnectSender(ctx, sdr.NewBootstrap(conn), sendCtx, attr, cfg)
 	if err != nil {
 		conn.Close() // the receiver's side fails on the closed bootstrap
 	}

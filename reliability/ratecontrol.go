@@ -23,7 +23,8 @@ import "time"
 //     nature, not a sign of congestion. (A queue too shallow to delay
 //     noticeably before it overflows is therefore not detected.)
 //   - Startup doubles the rate every round (never beyond four times what
-//     the path delivered lately) until the first queue; then
+//     the path delivered lately) until the first queue, or until two
+//     rounds in a row delivered less than 1.25 times the best before; then
 //     the sender paces at half the rate the receiver passed chunks at
 //     (the best of the last four rounds) until the queue has drained,
 //     and at that rate afterwards.
@@ -49,6 +50,7 @@ type rateControl struct {
 	// recent holds the last rounds' delivered rates, newest first: one
 	// round's sample is noisy (ACKs come in bursts).
 	recent [3]float64
+	flat   int // startup rounds in a row whose sample did not grow
 
 	floor   time.Duration // the smallest round-trip sample of the floor window
 	floorAt time.Time
@@ -156,7 +158,7 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 			rc.draining = false
 			rc.rate = rc.clamp(rc.cruise)
 		}
-	case queued && rc.startup:
+	case rc.startup && (queued || rc.plateau(delivered)):
 		rc.startup, rc.draining = false, true
 		rc.cruise = max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
 		rc.rate = rc.clamp(rc.cruise / 2)
@@ -187,6 +189,19 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
 	rc.newRound(now, passed)
 	return rc.rate != old
+}
+
+// plateau reports whether startup's delivery samples stopped growing: a
+// second round in a row that delivered less than 1.25 times the best
+// before (BBR's full-pipe test), the path full before its queue shows.
+func (rc *rateControl) plateau(delivered float64) bool {
+	best := max(rc.recent[0], rc.recent[1], rc.recent[2])
+	if rc.limited || best == 0 || delivered >= 1.25*best {
+		rc.flat = 0
+		return false
+	}
+	rc.flat++
+	return rc.flat >= 2
 }
 
 func (rc *rateControl) newRound(now time.Time, passed uint64) {

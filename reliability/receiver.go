@@ -23,7 +23,8 @@ type ReceiverEngine struct {
 	doneBelow uint64
 	done      map[uint64]bool
 
-	est Estimator
+	est  Estimator
+	live liveness
 
 	actions []Action
 	msg     control.Message
@@ -82,7 +83,8 @@ func NewReceiverEngine(cfg Config) (*ReceiverEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{}}
+	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{},
+		live: liveness{timeout: cfg.Timeout}}
 	r.est.init(cfg)
 	return r, nil
 }
@@ -123,6 +125,10 @@ func (r *ReceiverEngine) Plan(length int) Plan {
 // posted its SDR receives) and sends its CTS. It returns the transfer's
 // number.
 func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
+	r.watch(now)
+	if r.live.gone != nil {
+		return 0, r.live.gone
+	}
 	if err := plan.validate(); err != nil {
 		return 0, err
 	}
@@ -176,6 +182,9 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 		if !c.IsZero() && (t.IsZero() || c.Before(t)) {
 			t = c
 		}
+	}
+	if r.live.gone == nil && len(r.active) > 0 {
+		consider(r.live.deadline())
 	}
 	for _, x := range r.active {
 		consider(x.deadline)
@@ -304,6 +313,7 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	}
 	if changed {
 		x.deadline = now.Add(r.cfg.Timeout) // Timeout counts from the last progress
+		r.live.hear(now)
 		if !x.lastArrival.IsZero() {
 			x.maxGap = max(x.maxGap, now.Sub(x.lastArrival))
 		}
@@ -425,6 +435,11 @@ func (r *ReceiverEngine) flushAcks(x *recvXfer) {
 
 // HandleTimer runs the timers that are due at now.
 func (r *ReceiverEngine) HandleTimer(now time.Time) {
+	r.watch(now)
+	if r.live.expire(now) {
+		r.peerGone(now)
+		return
+	}
 	for _, x := range r.active {
 		if !x.deadline.After(now) {
 			r.fail(now, x, fmt.Errorf("reliability: transfer %d: %w", x.id, ErrTimeout), abortTimeout)
@@ -532,7 +547,13 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 		r.Malformed++
 		return
 	}
+	r.watch(now)
+	r.live.hear(now)
 	switch r.msg.Type {
+	case control.Close:
+		if r.live.closed() {
+			r.peerGone(now)
+		}
 	case control.Ping:
 		r.msg = control.Message{Type: control.Pong, Transfer: r.msg.Transfer}
 		r.send()
@@ -574,10 +595,31 @@ func (r *ReceiverEngine) Cancel(now time.Time, id uint64, err error) {
 	}
 }
 
-// Close fails every posted transfer with ErrClosed and tells the sender.
+// Close fails every posted transfer with ErrClosed and tells the sender,
+// which fails its own at once (a CLOSE, sent twice against a loss).
 func (r *ReceiverEngine) Close(now time.Time) {
 	for _, x := range r.active {
 		r.fail(now, x, ErrClosed, abortClosed)
+	}
+	r.msg = control.Message{Type: control.Close}
+	r.send()
+	r.send()
+}
+
+// watch restarts the liveness clock while no Read waits.
+func (r *ReceiverEngine) watch(now time.Time) {
+	if len(r.active) == 0 {
+		r.live.idle(now)
+	}
+}
+
+// peerGone fails every posted transfer with the liveness error; later
+// Posts fail with it.
+func (r *ReceiverEngine) peerGone(now time.Time) {
+	for _, x := range r.active {
+		x.stats.End = now
+		r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: r.live.gone})
+		r.retire(x.id)
 	}
 }
 

@@ -59,6 +59,12 @@ var (
 	ErrInvalid = errors.New("reliability: invalid argument")
 	// ErrClosed: the connection was closed.
 	ErrClosed = errors.New("reliability: connection closed")
+	// ErrPeerGone: the peer closed the connection, or nothing was heard
+	// from it for Config.Timeout; every pending and later call fails.
+	ErrPeerGone = errors.New("reliability: peer gone")
+	// ErrRoleMismatch: both ends of a connection called ConnectSender, or
+	// both ConnectReceiver.
+	ErrRoleMismatch = errors.New("reliability: both ends play the same role")
 )
 
 // Scheme is a reliability scheme.

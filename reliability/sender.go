@@ -49,6 +49,7 @@ type SenderEngine struct {
 	measured  bool
 	// backedOff is when silent last grew.
 	backedOff time.Time
+	live      liveness
 
 	submitted uint64          // transfers the application submitted
 	lengths   map[uint64]int  // their lengths, until started
@@ -135,7 +136,7 @@ func NewSenderEngine(cfg Config) (*SenderEngine, error) {
 		return nil, err
 	}
 	return &SenderEngine{cfg: cfg, rto: cfg.rto(), rc: newRateControl(&cfg), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
-		active: map[uint64]*sendXfer{}}, nil
+		active: map[uint64]*sendXfer{}, live: liveness{timeout: cfg.Timeout}}, nil
 }
 
 // Config returns the configuration with defaults filled in.
@@ -146,8 +147,13 @@ func (s *SenderEngine) Config() Config { return s.cfg }
 // has arrived, every earlier transfer has started and the window has
 // room.
 func (s *SenderEngine) Submit(now time.Time, length int) uint64 {
+	s.watch(now)
 	id := s.submitted
 	s.submitted++
+	if s.live.gone != nil {
+		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: &Stats{Start: now, End: now}, Err: s.live.gone})
+		return id
+	}
 	s.lengths[id] = length
 	s.tryStart(now)
 	s.release(now)
@@ -188,12 +194,16 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 			consider(x.probeAt)
 		}
 	}
+	if s.live.gone == nil && s.waiting() {
+		consider(s.live.deadline())
+		consider(s.nextKeepalive())
+	}
 	switch {
 	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0:
 	case s.measured:
 		consider(s.wireFree.Add(-paceHorizon))
 	default:
-		consider(s.pings[s.pingSeq%uint64(len(s.pings))].Add(pingInterval))
+		consider(s.lastPing().Add(pingInterval))
 		consider(s.firstPing.Add(pingPatience))
 	}
 	return t, !t.IsZero()
@@ -212,7 +222,7 @@ func (s *SenderEngine) timeout() time.Duration { return s.cfg.backoff(s.rto, s.s
 // tryStart starts transfers in order while their data and CTS are there
 // and the window has room.
 func (s *SenderEngine) tryStart(now time.Time) {
-	for {
+	for s.live.gone == nil {
 		length, submitted := s.lengths[s.next]
 		plan, credited := s.credits[s.next]
 		if !submitted || !credited || len(s.active) >= s.cfg.Window {
@@ -345,16 +355,58 @@ func (s *SenderEngine) awaitingPong(now time.Time) bool {
 		s.measured = true // a silent path: start from Config.RTT
 		return false
 	}
-	if s.pingSeq == 0 || now.Sub(s.pings[s.pingSeq%uint64(len(s.pings))]) >= pingInterval {
-		if s.pingSeq == 0 {
-			s.firstPing = now
-		}
-		s.pingSeq++
-		s.pings[s.pingSeq%uint64(len(s.pings))] = now
-		s.msg = control.Message{Type: control.Ping, Transfer: s.pingSeq}
-		s.send()
+	if s.pingSeq == 0 || now.Sub(s.lastPing()) >= pingInterval {
+		s.ping(now)
 	}
 	return true
+}
+
+// waiting reports whether a call waits on the receiver: a transfer
+// submitted or under way, or a credit for one (a Read waits there).
+func (s *SenderEngine) waiting() bool {
+	return len(s.active)+len(s.lengths)+len(s.credits) > 0
+}
+
+// watch restarts the liveness clock while nothing waits on the receiver.
+func (s *SenderEngine) watch(now time.Time) {
+	if !s.waiting() {
+		s.live.idle(now)
+	}
+}
+
+// ping sends the next PING.
+func (s *SenderEngine) ping(now time.Time) {
+	if s.pingSeq == 0 {
+		s.firstPing = now
+	}
+	s.pingSeq++
+	s.pings[s.pingSeq%uint64(len(s.pings))] = now
+	s.msg = control.Message{Type: control.Ping, Transfer: s.pingSeq}
+	s.send()
+}
+
+// lastPing is when the last PING went out (zero: none).
+func (s *SenderEngine) lastPing() time.Time { return s.pings[s.pingSeq%uint64(len(s.pings))] }
+
+// nextKeepalive is when a sender that hears nothing pings next.
+func (s *SenderEngine) nextKeepalive() time.Time {
+	return maxTime(s.live.heard, s.lastPing()).Add(keepaliveInterval(s.cfg.Timeout))
+}
+
+// peerGone fails every transfer that has not finished, started or not,
+// with the liveness error; later Submits fail at once.
+func (s *SenderEngine) peerGone(now time.Time) {
+	for _, x := range s.active {
+		s.finish(now, x, s.live.gone)
+	}
+	for id, length := range s.lengths {
+		if length != canceled {
+			s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: &Stats{Start: now, End: now}, Err: s.live.gone})
+		}
+	}
+	clear(s.lengths)
+	clear(s.credits)
+	s.repairs, s.fresh = s.repairs[:0], s.fresh[:0]
 }
 
 // Ping timing.
@@ -541,8 +593,17 @@ func (s *SenderEngine) resend(x *sendXfer, first, n int, onlyFlight uint32) int 
 	return sent
 }
 
-// HandleTimer runs the timers that are due at now.
+// HandleTimer runs the timers that are due at now. The first call (or
+// any other call) starts the connection's liveness clock.
 func (s *SenderEngine) HandleTimer(now time.Time) {
+	s.watch(now)
+	if s.live.expire(now) {
+		s.peerGone(now)
+		return
+	}
+	if s.live.gone == nil && s.waiting() && !now.Before(s.nextKeepalive()) {
+		s.ping(now)
+	}
 	for len(s.flights) > 0 && !s.flights[0].deadline.After(now) {
 		f := s.flights[0]
 		s.flights = s.flights[1:]
@@ -622,8 +683,14 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		s.Malformed++
 		return
 	}
+	s.watch(now)
+	s.live.hear(now)
 	m := &s.msg
 	switch m.Type {
+	case control.Close:
+		if s.live.closed() {
+			s.peerGone(now)
+		}
 	case control.CTS:
 		s.handleCTS(now, m)
 	case control.ACK:
@@ -807,6 +874,7 @@ const canceled = -1
 // ActStart with Discard set and no further ActFail. Unknown or finished
 // transfers are ignored.
 func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
+	s.watch(now)
 	defer s.release(now)
 	if x, ok := s.active[id]; ok {
 		s.fail(now, id, x.plan, err, abortClosed)
@@ -819,11 +887,15 @@ func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
 }
 
 // Close fails every transfer that has not finished with ErrClosed and
-// tells the receiver.
+// tells the receiver, which fails its own at once (a CLOSE, sent twice
+// against a loss; were both lost, its liveness timeout still ends them).
 func (s *SenderEngine) Close(now time.Time) {
 	for id, x := range s.active {
 		s.fail(now, id, x.plan, ErrClosed, abortClosed)
 	}
+	s.msg = control.Message{Type: control.Close}
+	s.send()
+	s.send()
 }
 
 // statsCopy returns a copy of the transfer's statistics for an action.

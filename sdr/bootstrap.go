@@ -1,11 +1,13 @@
 package sdr
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"time"
 )
 
 // DefaultBootstrapPort is the TCP port the tools exchange QP information
@@ -98,6 +100,20 @@ func (b *Bootstrap) connect(e interface {
 		return err
 	}
 	return e.Connect(remote)
+}
+
+// Bind makes b's sends and receives fail once ctx ends (its deadline, or
+// its cancellation: a silent peer no longer blocks the setup) until
+// release is called.
+func (b *Bootstrap) Bind(ctx context.Context) (release func()) {
+	if d, ok := ctx.Deadline(); ok {
+		b.conn.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { b.conn.SetDeadline(time.Unix(1, 0)) })
+	return func() {
+		stop()
+		b.conn.SetDeadline(time.Time{})
+	}
 }
 
 // Close closes the connection.

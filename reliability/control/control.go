@@ -16,6 +16,7 @@
 //	ABORT  reason (1)
 //	PING   (none; transfer numbers the ping)
 //	PONG   (none; transfer echoes the ping's)
+//	CLOSE  (none; transfer 0)
 //
 // Decoding is a view-free copy into a reused Message: it allocates
 // nothing once the Message's slices have grown.
@@ -56,6 +57,9 @@ const (
 	Ping
 	// Pong: the receiver's answer to a Ping, with its number.
 	Pong
+	// Close: the side that sends it closed the connection; the peer
+	// fails what is pending at once instead of after its timeout.
+	Close
 )
 
 func (t Type) String() string {
@@ -74,6 +78,8 @@ func (t Type) String() string {
 		return "PING"
 	case Pong:
 		return "PONG"
+	case Close:
+		return "CLOSE"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -141,7 +147,7 @@ func (m *Message) Len() int {
 		return HeaderLen + 4
 	case Abort:
 		return HeaderLen + 1
-	case Ping, Pong:
+	case Ping, Pong, Close:
 		return HeaderLen
 	}
 	return 0
@@ -262,7 +268,7 @@ func (m *Message) Decode(p []byte) error {
 		if len(body) == want {
 			m.Reason = body[0]
 		}
-	case Ping, Pong:
+	case Ping, Pong, Close:
 	default:
 		return ErrMalformed
 	}

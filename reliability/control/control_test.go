@@ -17,6 +17,7 @@ func samples() []Message {
 		{Type: Abort, Transfer: 5, Reason: 2},
 		{Type: Ping, Transfer: 6},
 		{Type: Pong, Transfer: 6},
+		{Type: Close},
 	}
 }
 

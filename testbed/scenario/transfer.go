@@ -80,7 +80,7 @@ func (p *point) reliable(ctx context.Context, cfg reliability.Config) (m measure
 	if p.bitsPerS > 0 {
 		cfg.Bandwidth = p.bitsPerS
 	}
-	s, r, err := reliability.ConnectLocal(ctxs[0], ctxs[1], p.qpAttr(), cfg)
+	s, r, err := reliability.ConnectLocal(ctx, ctxs[0], ctxs[1], p.qpAttr(), cfg)
 	if err != nil {
 		return m, err
 	}

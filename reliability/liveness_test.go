@@ -1,0 +1,247 @@
+package reliability_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/testbed/link"
+)
+
+// cutEndpoints are endpoints over a path that can go silent.
+type cutEndpoints struct {
+	endpoints
+	// cutAfter, when set, is called for every frame the sender's
+	// direction carries (under that direction's lock, in send order).
+	cutAfter func()
+}
+
+// cutPair connects a Sender and a Receiver over a pipe with a 10 ms round
+// trip whose both directions drop everything while the returned flag is
+// set: a peer that died without a word.
+func cutPair(t *testing.T, cfg reliability.Config) (*cutEndpoints, *atomic.Bool) {
+	t.Helper()
+	var cut atomic.Bool
+	e := &cutEndpoints{}
+	dirs := [2]*link.Direction{}
+	for i := range dirs {
+		dirs[i] = lossyLink(t, 5*time.Millisecond, 0, uint64(30+i))
+	}
+	dirs[0].SetRule(func([]byte) bool {
+		if e.cutAfter != nil {
+			e.cutAfter()
+		}
+		return cut.Load()
+	})
+	dirs[1].SetRule(func([]byte) bool { return cut.Load() })
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: dirs[0], BToA: dirs[1]})
+	e.endpoints = connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), testQPAttr, cfg)
+	return e, &cut
+}
+
+// within fails t unless err is ErrPeerGone and came no later than bound
+// after start.
+func within(t *testing.T, what string, err error, start time.Time, bound time.Duration) {
+	t.Helper()
+	took := time.Since(start)
+	t.Logf("%s: %v after %v", what, err, took.Round(time.Millisecond))
+	if !errors.Is(err, reliability.ErrPeerGone) {
+		t.Errorf("%s: %v, want ErrPeerGone", what, err)
+	}
+	if took > bound {
+		t.Errorf("%s failed after %v, want within %v", what, took, bound)
+	}
+}
+
+// TestPeerSilentBetweenTransfers: after one transfer completes the path
+// goes silent both ways (the peer died between transfers). The sender's
+// next Write and the receiver's next Read, each under a context of a
+// minute, fail with ErrPeerGone within Config.Timeout + 1 s; so does a
+// Write after that, at once.
+func TestPeerSilentBetweenTransfers(t *testing.T) {
+	const timeout = 2 * time.Second
+	e, cut := cutPair(t, reliability.Config{Scheme: reliability.SRNACK, Timeout: timeout})
+	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
+	cut.Store(true)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read := make(chan error, 1)
+	go func() {
+		_, _, err := e.r.Read(ctx, make([]byte, 1000))
+		read <- err
+	}()
+	_, err := e.s.Write(ctx, make([]byte, 1000), 2)
+	within(t, "write", err, start, timeout+time.Second)
+	within(t, "read", <-read, start, timeout+time.Second)
+	start = time.Now()
+	_, err = e.s.Write(ctx, make([]byte, 1000), 3)
+	within(t, "a later write", err, start, 100*time.Millisecond)
+}
+
+// TestPeerSilentMidTransfer: the path goes silent both ways once 2000
+// frames of a 16 MiB transfer (16 384 frames) have crossed; the sender's
+// Write and the receiver's Read fail within Config.Timeout + 1 s of the
+// cut.
+func TestPeerSilentMidTransfer(t *testing.T) {
+	const timeout = 2 * time.Second
+	var cutAt atomic.Int64
+	e, cut := cutPair(t, reliability.Config{Scheme: reliability.SRNACK, Timeout: timeout})
+	frames := 0
+	e.cutAfter = func() { // runs under the forward direction's lock, in send order
+		if frames++; frames == 2000 {
+			cutAt.Store(time.Now().UnixNano())
+			cut.Store(true)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read := make(chan error, 1)
+	const size = 16 << 20
+	go func() {
+		_, _, err := e.r.Read(ctx, make([]byte, size))
+		read <- err
+	}()
+	_, err := e.s.Write(ctx, make([]byte, size), 1)
+	if cutAt.Load() == 0 {
+		t.Fatalf("the transfer ended (%v) before 2000 frames crossed", err)
+	}
+	start := time.Unix(0, cutAt.Load())
+	within(t, "write", err, start, timeout+time.Second)
+	within(t, "read", <-read, start, timeout+time.Second)
+}
+
+// TestCloseAbortsPeer: Close on one side fails the other side's pending
+// call at once (its CLOSE arrives within a round trip), and its later
+// calls fail too.
+func TestCloseAbortsPeer(t *testing.T) {
+	cfg := reliability.Config{Scheme: reliability.SRNACK, Timeout: 30 * time.Second}
+	e := pipePair(t, 5*time.Millisecond, 0, 40, cfg)
+	transfer(t, e, 100000, 1, 1) // the fence: the connection worked
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read := make(chan error, 1)
+	go func() {
+		_, _, err := e.r.Read(ctx, make([]byte, 1000))
+		read <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the Read posts and sends its CTS; no Write follows
+	start := time.Now()
+	if err := e.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "the receiver's pending read", <-read, start, time.Second)
+	start = time.Now()
+	_, _, err := e.r.Read(ctx, make([]byte, 1000))
+	within(t, "a later read", err, start, 100*time.Millisecond)
+}
+
+// TestConnectSilentPeer: a bootstrap peer that accepts and never answers
+// fails the connect at its context's deadline.
+func TestConnectSilentPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			defer c.Close()
+			time.Sleep(5 * time.Second)
+		}
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sc := pipeContext(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.Config{})
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Errorf("connect to a silent peer: %v after %v, want DeadlineExceeded at 300 ms", err, took)
+	}
+}
+
+// TestConnectSameRoles: two receivers (and two senders) are refused with
+// ErrRoleMismatch on both ends.
+func TestConnectSameRoles(t *testing.T) {
+	for _, role := range []string{"receivers", "senders"} {
+		t.Run(role, func(t *testing.T) {
+			a, b := tcpPair(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			connect := func(conn net.Conn) error {
+				var err error
+				if role == "receivers" {
+					var r *reliability.Receiver
+					if r, err = reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.Config{}); r != nil {
+						r.Close()
+					}
+				} else {
+					var s *reliability.Sender
+					if s, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.Config{}); s != nil {
+						s.Close()
+					}
+				}
+				return err
+			}
+			errs := make(chan error, 1)
+			go func() { errs <- connect(a) }()
+			for _, err := range []error{connect(b), <-errs} {
+				if !errors.Is(err, reliability.ErrRoleMismatch) {
+					t.Errorf("two %s: %v, want ErrRoleMismatch", role, err)
+				}
+			}
+		})
+	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// pipeContext returns an SDR context on one end of an unconnected pipe.
+func pipeContext(t *testing.T) *sdr.Context {
+	t.Helper()
+	pa, _ := emunic.NewPipe(emunic.PipeConfig{})
+	dev, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.9"), MAC: [6]byte{2, 0, 0, 0, 0, 9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	sc, err := sdr.Open(sdrnic.New(dev, sdrnic.Options{}), sdr.DeviceAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Close() })
+	return sc
+}
