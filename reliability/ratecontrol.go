@@ -18,7 +18,9 @@ import "time"
 //     rests on the
 //     smallest round-trip sample it saw (a chunk sent once, Karn's rule)
 //     against the path's floor (the smallest sample of the last 10 s):
-//     above floor + max(floor/4, 1 ms) a queue is building.
+//     above floor + max(floor/4, 2 ms) a queue is building. A "queue"
+//     that has not shrunk after four rounds of cuts is the path's round
+//     trip grown, not a queue: it becomes the floor.
 //   - Loss lowers nothing: on these paths random loss is the link's
 //     nature, not a sign of congestion. (A queue too shallow to delay
 //     noticeably before it overflows is therefore not detected.)
@@ -51,6 +53,10 @@ type rateControl struct {
 	// round's sample is noisy (ACKs come in bursts).
 	recent [3]float64
 	flat   int // startup rounds in a row whose sample did not grow
+	// queuedRounds counts rounds in a row judged queued, queuedRTT the
+	// smallest round trip among them.
+	queuedRounds int
+	queuedRTT    time.Duration
 
 	floor   time.Duration // the smallest round-trip sample of the floor window
 	floorAt time.Time
@@ -83,6 +89,12 @@ const (
 	probeShare = 16
 	// startupLead bounds startup's rate by what the path delivered.
 	startupLead = 4
+	// queueAllowance is the least queueing delay taken for a queue: a
+	// host's own delays (ACK coalescing, scheduling) stay below it.
+	queueAllowance = 2 * time.Millisecond
+	// staticRounds is how many queued rounds in a row whose round trip
+	// does not fall make the round trip the new floor.
+	staticRounds = 4
 	// floorWindow is how long the floor of the round trip is remembered:
 	// a route change that lengthens the path is learned after it.
 	floorWindow = 10 * time.Second
@@ -148,8 +160,22 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	}
 	delivered := float64(passed-rc.roundPassed) * rc.chunkBits / span.Seconds()
 	old := rc.rate
-	target := rc.floor + max(rc.floor/4, time.Millisecond)
+	target := rc.floor + max(rc.floor/4, queueAllowance)
 	queued := rc.roundRTT > target
+	if queued && !rc.limited {
+		if rc.queuedRounds == 0 || rc.roundRTT < rc.queuedRTT {
+			rc.queuedRTT = rc.roundRTT
+		}
+		if rc.queuedRounds++; rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*9/10 {
+			// A queue that does not shrink however the rate falls is no
+			// queue: the round trip itself grew (a longer route, a host
+			// that got slower). Take it as the new floor.
+			rc.floor, rc.floorAt = rc.roundRTT, now
+			rc.queuedRounds, queued = 0, false
+		}
+	} else if !queued {
+		rc.queuedRounds = 0
+	}
 	switch {
 	case rc.draining:
 		// Startup left a queue: pace at half the path's rate until it
@@ -158,7 +184,7 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 			rc.draining = false
 			rc.rate = rc.clamp(rc.cruise)
 		}
-	case rc.startup && (queued || rc.plateau(delivered)):
+	case rc.startup && !rc.limited && (queued || rc.plateau(delivered)):
 		rc.startup, rc.draining = false, true
 		rc.cruise = max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
 		rc.rate = rc.clamp(rc.cruise / 2)

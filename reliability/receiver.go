@@ -328,11 +328,14 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	}
 	if changed && x.coded && x.undecodable > 0 {
 		// The fallback timeout (FTO): the whole first pass's injection
-		// after the first arrival, plus half the retransmission slack —
-		// counted from the latest arrival while chunks still stream in
-		// later than the injection clock expects.
+		// after the first arrival, plus half the retransmission slack and
+		// twice the longest gap between arrivals — counted from the
+		// latest arrival while chunks still stream in later than the
+		// injection clock expects.
+		// A paced sender's chunks arrive apart: the longest gap seen
+		// between arrivals is no sign of loss, twice it may be.
 		end := maxTime(x.firstArrival.Add(r.cfg.injection(x.chunks+x.parity)), now)
-		x.ftoAt = maxTime(x.ftoAt, end.Add(time.Duration(0.5*r.cfg.Alpha*float64(r.cfg.RTT))))
+		x.ftoAt = maxTime(x.ftoAt, end.Add(time.Duration(0.5*r.cfg.Alpha*float64(r.cfg.RTT))+2*x.maxGap))
 	}
 	if r.complete(x) {
 		r.finish(now, x)

@@ -397,6 +397,9 @@ type Stats struct {
 	// PacingRate is the sender's pacing rate when the transfer ended, in
 	// bits per second of chunk payload (Config.Bandwidth with FixedRate).
 	PacingRate float64
+	// SRTT is the sender's smoothed round trip when the transfer ended
+	// (0 before any sample).
+	SRTT time.Duration
 	// Receiver side.
 	Decoded   int // submessages rebuilt from parity
 	Fallbacks int // EC fallbacks: NACK rounds for undecodable submessages

@@ -846,7 +846,7 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	delete(s.active, x.id)
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
-	x.stats.PacingRate = s.rc.rate
+	x.stats.PacingRate, x.stats.SRTT = s.rc.rate, s.srtt
 	if err != nil {
 		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: err})
 	} else {

@@ -175,23 +175,6 @@ func (l *xskLink) measureRTT(t *testing.T) time.Duration {
 	return rtts[len(rtts)/2]
 }
 
-// modelChoice is the model's description of a transfer's plan. The model
-// has no hybrid: Hybrid is predicted as EC of its code, which repairs no
-// sooner, so the prediction bounds Hybrid's from above.
-func modelChoice(p reliability.Plan) model.Choice {
-	c := model.Choice{Scheme: model.SRRTO, Alpha: model.DefaultAlpha}
-	switch p.Scheme {
-	case reliability.SRNACK:
-		c.Scheme = model.SRNACK
-	case reliability.EC, reliability.Hybrid:
-		c.Scheme, c.K, c.M = model.ECMDS, p.Code.K, p.Code.M
-		if p.Code.Kind == ec.XOR {
-			c.Scheme = model.ECXOR
-		}
-	}
-	return c
-}
-
 // xskResult is one transfer's row of the side-by-side table.
 type xskResult struct {
 	loss   float64
@@ -365,7 +348,7 @@ func TestReliabilityXSK(t *testing.T) {
 				for i, size := range sizes(loss) {
 					sent, recvd := transfer(t, e, size, 0xA5000000+uint32(i), uint64(size)+uint64(loss*1e4))
 					took := recvd.Duration()
-					pred := predict(mlink, size, modelChoice(recvd.Plan))
+					pred := predict(mlink, size, recvd.Plan.ModelChoice())
 					t.Logf("%d MiB: %v in %v, model %s; sent %d chunks (%d again, %d parity), %d decoded, %d fallbacks, %d NACKs",
 						size>>20, recvd.Plan, took.Round(time.Millisecond), pred, sent.ChunksSent, sent.Retransmitted,
 						sent.ParitySent, recvd.Decoded, recvd.Fallbacks, recvd.NACKs)

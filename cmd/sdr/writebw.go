@@ -55,6 +55,11 @@ type writeBWParams struct {
 	RateGbps   float64 `json:"rate_gbps"`
 	Timeout    string  `json:"message_timeout"`
 	Verify     bool    `json:"verify"`
+	// Reliable mode (-scheme): the scheme, its code, and the chunk as
+	// -c gave it (0: the reliability layer's default).
+	Scheme        string `json:"scheme,omitempty"`
+	Code          string `json:"code,omitempty"`
+	ReliableChunk int    `json:"reliable_chunk,omitempty"`
 }
 
 // writeBWResult is what the server measured.
@@ -79,6 +84,9 @@ type writeBWResult struct {
 	Transport      string  `json:"transport"`
 	// ServerNIC is what the server's NIC saw of congestion.
 	ServerNIC nicCounters `json:"server_nic"`
+	// Reliable is the run's result in reliable mode (-scheme); the fields
+	// above are then unset.
+	Reliable *reliableResult `json:"reliable,omitempty"`
 	writeBWParams
 }
 
@@ -113,6 +121,7 @@ type writeBWFlags struct {
 	addr     string
 	port     int
 	loopback bool
+	link     string // -link: the loopback link's spec
 	json     bool
 	metrics  string
 	noCC     bool          // emunic.Config.DisableCongestionControl on this side's NICs
@@ -136,6 +145,9 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&p.Loss, "loss", 0, "drop this `fraction` of packets at the server's ingress")
 	fs.Float64Var(&p.RateGbps, "rate", 0, "pace the client to this many `Gbit/s` (all channels; 0: unpaced)")
 	fs.StringVar(&p.Timeout, "timeout", "", "give up on a message after this long without progress (default 50ms with loss, 1s without)")
+	fs.StringVar(&p.Scheme, "scheme", "", "move every message reliably with this `scheme`: sr-rto, sr-nack, ec, hybrid or auto (default: raw SDR writes); every byte is verified")
+	fs.StringVar(&p.Code, "code", "", "erasure `code` of -scheme ec and hybrid, e.g. mds(32,8) (default: the reliability layer's)")
+	fs.StringVar(&f.link, "link", "", "with -loopback: the in-memory link both ways, as testbed/link's `spec` (e.g. rate=1Gbit,delay=5ms,loss=1%,queue=8MB)")
 	fs.BoolVar(&p.Verify, "verify", false, "check every delivered chunk's bytes and every message's immediate at the server (a memory compare per chunk)")
 	fs.StringVar(&f.dev, "dev", "udp", "emulated NIC port: `xsk` or udp")
 	fs.StringVar(&f.iface, "i", "", "network `interface` for -dev xsk")
@@ -159,8 +171,19 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
+	p.ReliableChunk = p.ChunkSize
 	if p.ChunkSize == 0 {
 		p.ChunkSize = 64 * p.MTU
+	}
+	if p.Scheme != "" {
+		if _, err := p.reliableConfig(); err != nil {
+			fmt.Fprintf(stderr, "sdr write-bw: -scheme/-code: %v\n", err)
+			return exitUsage
+		}
+	}
+	if f.link != "" && !f.loopback {
+		fmt.Fprintln(stderr, "sdr write-bw: -link needs -loopback (between hosts the path is the network's)")
+		return exitUsage
 	}
 	if p.Size <= 0 || p.Iterations <= 0 || p.Warmup < 0 || p.Loss < 0 || p.Loss >= 1 || fs.NArg() > 1 {
 		fs.Usage()
@@ -362,7 +385,12 @@ func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, e
 	}
 	defer stop()
 	b := sdrnic.New(dev, sdrnic.Options{RC: f.params.RC})
-	if server {
+	switch {
+	case f.params.Scheme != "" && server:
+		return serveReliableResult(bs, b, &f.params)
+	case f.params.Scheme != "":
+		return clientReliableResult(bs, b, &f.params)
+	case server:
 		return serveWriteBW(bs, b, &f.params, desc, nic)
 	}
 	return clientWriteBW(bs, b, &f.params)
@@ -371,14 +399,29 @@ func writeBWSide(conn net.Conn, f *writeBWFlags, server bool) (*writeBWResult, e
 // writeBWLoopback runs both sides over an in-memory link, the bootstrap
 // over TCP on the loopback interface.
 func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
-	var toServer *link.Direction // nil: a perfect link
-	if f.params.Loss > 0 {
+	var toServer, toClient *link.Direction // nil: a perfect link
+	if f.link != "" {
+		cfg, err := link.ParseConfig(f.link)
+		if err != nil {
+			return nil, fmt.Errorf("-link: %w", err)
+		}
+		if f.params.Loss > 0 {
+			cfg.Loss = link.Bernoulli(f.params.Loss)
+		}
+		f.params.Loss = cfg.Loss.Rate()
+		for i, d := range []**link.Direction{&toServer, &toClient} {
+			cfg.Seed = uint64(i + 1)
+			if *d, err = link.New(cfg); err != nil {
+				return nil, fmt.Errorf("-link: %w", err)
+			}
+		}
+	} else if f.params.Loss > 0 {
 		var err error
 		if toServer, err = link.New(link.Config{Loss: link.Bernoulli(f.params.Loss), Seed: 1}); err != nil {
 			return nil, err
 		}
 	}
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: toServer})
+	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: toServer, BToA: toClient})
 	client, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, DisableCongestionControl: f.noCC})
 	if err != nil {
 		return nil, err
@@ -411,7 +454,12 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 		defer bs.Close()
 		var p writeBWParams
 		if serverErr = bs.RecvJSON(&p); serverErr == nil {
-			_, serverErr = serveWriteBW(bs, sdrnic.New(server, sdrnic.Options{RC: p.RC}), &p, "emunic/pipe (in-memory)",
+			b := sdrnic.New(server, sdrnic.Options{RC: p.RC})
+			if p.Scheme != "" {
+				_, serverErr = serveReliableResult(bs, b, &p)
+				return
+			}
+			_, serverErr = serveWriteBW(bs, b, &p, "emunic/pipe (in-memory)",
 				func() nicCounters { return readNIC(server, nil) })
 		}
 	})
@@ -424,7 +472,12 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 	if err := bs.SendJSON(&f.params); err != nil {
 		return nil, err
 	}
-	res, err := clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
+	var res *writeBWResult
+	if f.params.Scheme != "" {
+		res, err = clientReliableResult(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
+	} else {
+		res, err = clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
+	}
 	wg.Wait()
 	return res, errors.Join(err, serverErr)
 }
@@ -766,6 +819,10 @@ func (r *writeBWResult) verify(h *sdr.RecvHandle, i int, msg, want []byte) {
 
 func printWriteBW(w io.Writer, f *writeBWFlags, r *writeBWResult) {
 	r.Command = f.command
+	if r.Reliable != nil && !f.json {
+		printReliable(w, f, r.Reliable)
+		return
+	}
 	if f.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

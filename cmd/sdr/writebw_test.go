@@ -202,3 +202,45 @@ func TestDeliveryRatePeak(t *testing.T) {
 		t.Errorf("short series peak %v", got)
 	}
 }
+
+// TestWriteBWReliableLoopback runs the reliable perftest in one process
+// over a lossy, delayed in-memory link for every scheme: every transfer
+// arrives verified (bytes and immediate) at the server, the lossy runs
+// repair (resends or parity), and the table and JSON carry the numbers.
+// Bad -scheme, -code or -link without -loopback are usage errors.
+func TestWriteBWReliableLoopback(t *testing.T) {
+	for _, scheme := range []string{"sr-rto", "sr-nack", "ec", "hybrid", "auto"} {
+		t.Run(scheme, func(t *testing.T) {
+			code, out, errOut := runSDR("write-bw", "-loopback", "-scheme", scheme, "-link", "delay=2ms,loss=2%",
+				"-s", "300000", "-n", "6", "-w", "1", "-json")
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var r writeBWResult
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			rr := r.Reliable
+			if rr == nil || rr.Verified != 7 || rr.Failed != 0 || rr.Transfers != 6 {
+				t.Fatalf("want 7 transfers verified at the server, 6 measured: %s", out)
+			}
+			if rr.GoodputMbps <= 0 || rr.P50Ms <= 0 || rr.P999Ms < rr.P50Ms || rr.PacingMbps <= 0 || rr.SRTTMs <= 0 {
+				t.Errorf("goodput, completion quantiles, rate or RTT missing: %s", out)
+			}
+			if rr.Resent+rr.Parity == 0 {
+				t.Errorf("2 %% loss over 7 transfers and nothing resent or coded: %s", out)
+			}
+		})
+	}
+	code, out, _ := runSDR("write-bw", "-loopback", "-scheme", "ec", "-code", "mds(4,2)", "-s", "100000", "-n", "3", "-w", "0")
+	if code != exitOK || !strings.Contains(out, "SDR reliable RDMA_Write BW Test") || !strings.Contains(out, "ec mds(4,2)") ||
+		!strings.Contains(out, " 3/3") {
+		t.Errorf("table of a run with -code: exit %d\n%s", code, out)
+	}
+	for _, args := range [][]string{{"write-bw", "-scheme", "tcp"}, {"write-bw", "-scheme", "ec", "-code", "mds(0,1)"},
+		{"write-bw", "-link", "delay=1ms"}} {
+		if code, _, _ := runSDR(args...); code != exitUsage {
+			t.Errorf("sdr %v: exit %d, want usage", args, code)
+		}
+	}
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/sdr"
+)
+
+// reliableResult is what a reliable write-bw run measured: the client's
+// view of each transfer (it learns of completion when the receiver's ACK
+// arrives) and the server's verification.
+type reliableResult struct {
+	Scheme        string   `json:"scheme"`
+	Plans         []string `json:"plans"`
+	Transfers     int      `json:"transfers"`
+	Verified      int      `json:"transfers_verified"` // bytes and immediate as sent
+	Failed        int      `json:"transfers_failed"`
+	GoodputMbps   float64  `json:"goodput_mbps"`
+	P50Ms         float64  `json:"completion_p50_ms"`
+	P99Ms         float64  `json:"completion_p99_ms"`
+	P999Ms        float64  `json:"completion_p999_ms"`
+	Resent        int      `json:"chunks_resent"`
+	Parity        int      `json:"parity_chunks"`
+	Decoded       int      `json:"submessages_decoded"`
+	PacingMbps    float64  `json:"pacing_rate_mbps"` // the rate the last transfer ended at
+	SRTTMs        float64  `json:"srtt_ms"`
+	ModelMs       float64  `json:"model_mean_ms,omitempty"` // the model's mean at that rate and round trip
+	ModelNote     string   `json:"model_note,omitempty"`
+	ElapsedSecond float64  `json:"elapsed_seconds"`
+}
+
+// reliableConfig is the reliability configuration of params.
+func (p *writeBWParams) reliableConfig() (reliability.Config, error) {
+	scheme, err := reliability.ParseScheme(p.Scheme)
+	if err != nil {
+		return reliability.Config{}, err
+	}
+	cfg := reliability.Config{Scheme: scheme}
+	if p.Code != "" {
+		if cfg.Code, err = ec.ParseParams(p.Code); err != nil {
+			return cfg, err
+		}
+	}
+	if p.RateGbps > 0 {
+		cfg.Bandwidth = p.RateGbps * 1e9
+	}
+	return cfg, nil
+}
+
+// reliableAttr is the QP geometry both sides use: the reliable defaults
+// (reliability.ConnectSender's) unless -c set the chunk, with slots for
+// the transfers in flight.
+func (p *writeBWParams) reliableAttr() sdr.QPAttr {
+	a := sdr.QPAttr{MTU: p.MTU, ChunkSize: p.ReliableChunk, MaxMessages: reliability.DefaultMaxMessages}
+	a.MaxInFlightBytes = max(reliability.DefaultMaxInFlightBytes, a.MaxMessages*p.Size)
+	return a
+}
+
+// reliablePatterns holds every transfer's bytes: transfer i's are the
+// pattern shifted by i, so that a transfer landing in another's buffer
+// does not verify; one buffer serves them all.
+type reliablePatterns struct {
+	size int
+	base []byte
+}
+
+func newReliablePatterns(size int) reliablePatterns {
+	base := make([]byte, size+256)
+	for j := range base {
+		base[j] = byte(j)
+	}
+	return reliablePatterns{size: size, base: base}
+}
+
+// of returns transfer i's bytes (byte j is j+7i mod 256).
+func (r reliablePatterns) of(i int) []byte {
+	off := 7 * i % 256
+	return r.base[off : off+r.size]
+}
+
+// reliableWindow is how many transfers each side keeps under way.
+func (p *writeBWParams) reliableWindow() int { return max(1, min(p.InFlight, 4)) }
+
+// serveReliableResult is the server's side of a reliable run and its
+// result (what it verified).
+func serveReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*writeBWResult, error) {
+	verified, failed, err := serveReliable(bs, b, p)
+	if err != nil {
+		return nil, err
+	}
+	return &writeBWResult{writeBWParams: *p, Reliable: &reliableResult{Scheme: p.Scheme, Transfers: p.Warmup + p.Iterations,
+		Verified: verified, Failed: failed}}, nil
+}
+
+// clientReliableResult is the client's side of a reliable run and its
+// result.
+func clientReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*writeBWResult, error) {
+	r, err := clientReliable(bs, b, p)
+	if err != nil {
+		return nil, err
+	}
+	return &writeBWResult{writeBWParams: *p, Reliable: r}, nil
+}
+
+// serveReliable receives Warmup+Iterations transfers, checks each one's
+// bytes and immediate, sends the client the counts verified and failed,
+// and returns them.
+func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (verified, failed int, err error) {
+	sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer sc.Close()
+	cfg, err := p.reliableConfig()
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	r, err := reliability.ConnectReceiver(ctx, bs, sc, p.reliableAttr(), cfg)
+	cancel()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.Close()
+	n := p.Warmup + p.Iterations
+	patterns := newReliablePatterns(p.Size)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan struct{}, n)
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	for range p.reliableWindow() {
+		wg.Go(func() {
+			buf := make([]byte, p.Size)
+			for range next {
+				imm, _, err := r.Read(context.Background(), buf)
+				ok := err == nil && string(buf) == string(patterns.of(int(imm)))
+				mu.Lock()
+				if ok {
+					verified++
+				} else {
+					failed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return verified, failed, bs.SendJSON(map[string]int{"verified": verified, "failed": failed})
+}
+
+// clientReliable sends Warmup+Iterations transfers and measures the
+// last Iterations of them.
+func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*reliableResult, error) {
+	sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	if err != nil {
+		return nil, err
+	}
+	defer sc.Close()
+	cfg, err := p.reliableConfig()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	s, err := reliability.ConnectSender(ctx, bs, sc, p.reliableAttr(), cfg)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	n := p.Warmup + p.Iterations
+	stats := make([]reliability.Stats, n)
+	errs := make([]error, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	patterns := newReliablePatterns(p.Size)
+	var measured time.Time
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range p.reliableWindow() {
+		wg.Go(func() {
+			for i := range next {
+				if i == p.Warmup {
+					once.Do(func() { measured = time.Now() })
+				}
+				stats[i], errs[i] = s.Write(context.Background(), patterns.of(i), uint32(i))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(measured)
+	var server map[string]int
+	if err := bs.RecvJSON(&server); err != nil {
+		return nil, fmt.Errorf("the server's verdict: %w", err)
+	}
+	res := &reliableResult{Scheme: p.Scheme, Transfers: p.Iterations, Verified: server["verified"], Failed: server["failed"],
+		ElapsedSecond: elapsed.Seconds()}
+	var times []time.Duration
+	plans := map[string]bool{}
+	for i := p.Warmup; i < n; i++ {
+		if errs[i] != nil {
+			continue
+		}
+		st := stats[i]
+		times = append(times, st.Duration())
+		res.Resent += st.Retransmitted
+		res.Parity += st.ParitySent
+		plans[st.Plan.String()] = true
+	}
+	for name := range plans {
+		res.Plans = append(res.Plans, name)
+	}
+	slices.Sort(res.Plans)
+	if len(times) > 0 {
+		slices.Sort(times)
+		q := func(f float64) float64 {
+			return float64(times[min(len(times)-1, int(f*float64(len(times))))]) / 1e6
+		}
+		res.P50Ms, res.P99Ms, res.P999Ms = q(0.5), q(0.99), q(0.999)
+		res.GoodputMbps = float64(len(times)*p.Size) * 8 / elapsed.Seconds() / 1e6
+		last := stats[n-1]
+		res.PacingMbps, res.SRTTMs = last.PacingRate/1e6, float64(last.SRTT)/1e6
+		res.ModelMs, res.ModelNote = predictReliable(p, last)
+	}
+	return res, nil
+}
+
+// predictReliable is the model's mean completion time for one transfer
+// of the run's plan at the rate and round trip the sender ended at, with
+// the injected loss.
+func predictReliable(p *writeBWParams, last reliability.Stats) (float64, string) {
+	plan := last.Plan
+	if plan.ChunkSize == 0 || last.PacingRate == 0 || last.SRTT == 0 {
+		return 0, "no prediction: no rate or round trip measured"
+	}
+	loss, err := model.ChunkLoss(p.Loss, plan.ChunkSize/plan.MTU)
+	if err != nil {
+		return 0, "no prediction: " + err.Error()
+	}
+	l := model.Link{Bandwidth: last.PacingRate, RTT: last.SRTT, Loss: min(loss, model.MaxLoss), ChunkSize: plan.ChunkSize}
+	est, err := model.Predict(l, int64(p.Size), plan.ModelChoice())
+	if err != nil {
+		return 0, "no prediction: " + err.Error()
+	}
+	return float64(est.Mean) / 1e6, ""
+}
+
+func printReliable(w io.Writer, f *writeBWFlags, r *reliableResult) {
+	line := "---------------------------------------------------------------------------------------"
+	fmt.Fprintln(w, line)
+	fmt.Fprintln(w, "                    SDR reliable RDMA_Write BW Test")
+	fmt.Fprintf(w, " Command         : %s\n", f.command)
+	fmt.Fprintf(w, " Scheme          : %s (plans: %v)\n", r.Scheme, r.Plans)
+	fmt.Fprintf(w, " Loss injection  : %.2f%%\n", 100*f.params.Loss)
+	fmt.Fprintln(w, line)
+	fmt.Fprintf(w, " %-10s %-10s %-14s %-10s %-10s %-10s %-12s %-10s\n", "#bytes", "#transfers", "goodput[Mb/s]", "p50[ms]", "p99[ms]", "p99.9[ms]", "model[ms]", "verified")
+	model := fmt.Sprintf("%.2f", r.ModelMs)
+	if r.ModelNote != "" {
+		model = "-"
+	}
+	fmt.Fprintf(w, " %-10d %-10d %-14.1f %-10.2f %-10.2f %-10.2f %-12s %d/%d\n", f.params.Size, r.Transfers, r.GoodputMbps,
+		r.P50Ms, r.P99Ms, r.P999Ms, model, r.Verified, f.params.Warmup+f.params.Iterations)
+	fmt.Fprintln(w, line)
+	fmt.Fprintf(w, " Chunks resent: %d   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
+		r.Resent, r.Parity, r.PacingMbps, r.SRTTMs)
+	if r.ModelNote != "" {
+		fmt.Fprintf(w, " Model: %s\n", r.ModelNote)
+	} else {
+		fmt.Fprintln(w, " Model: reliability/model's mean for one transfer at the pacing rate and RTT reached, with the injected loss")
+	}
+	fmt.Fprintln(w, line)
+}
