@@ -31,7 +31,8 @@ import "time"
 //     (the best of the last four rounds) until the queue has drained,
 //     and at that rate afterwards.
 //   - Afterwards a round with a queue cuts the rate, or what the path
-//     delivered if less, by 0.8 × the excess delay's share of the round
+//     delivered lately (the best of the last four rounds) if less, by
+//     0.8 × the excess delay's share of the round
 //     trip (at most half, at most once per round trip, not while the
 //     rate is below what the path delivers, nor in a round the sender
 //     was short of data); a round without adds probeBytes per floor
@@ -194,11 +195,12 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		// Faster than the path: cut in proportion to the excess delay
 		// (once per round trip, and not while already below what the
 		// path delivers, which drains the queue by itself).
-		if now.Sub(rc.lastCut) < srtt || rc.rate < 0.9*delivered || rc.limited {
+		if now.Sub(rc.lastCut) < srtt || rc.rate < 0.9*max(delivered, rc.recent[0]) || rc.limited {
 			break // not this round, draining already, or the tail of a transfer
 		}
 		excess := float64(rc.roundRTT-target) / float64(rc.roundRTT)
-		rc.rate = rc.clamp(min(rc.rate, delivered) * max(0.5, 1-decreaseGain*excess))
+		lately := max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
+		rc.rate = rc.clamp(min(rc.rate, lately) * max(0.5, 1-decreaseGain*excess))
 		rc.lastCut = now
 		rc.cuts++
 	case rc.limited || rc.roundRTT == 0:

@@ -475,6 +475,10 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 	var res *writeBWResult
 	if f.params.Scheme != "" {
 		res, err = clientReliableResult(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
+		if err == nil && toServer != nil {
+			c := toServer.Counters()
+			res.Reliable.LinkFrames, res.Reliable.LinkLost, res.Reliable.LinkQueueDrops = c.Sent, c.Lost, c.QueueDrops
+		}
 	} else {
 		res, err = clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
 	}

@@ -36,6 +36,11 @@ type reliableResult struct {
 	ModelMs       float64  `json:"model_mean_ms,omitempty"` // the model's mean at that rate and round trip
 	ModelNote     string   `json:"model_note,omitempty"`
 	ElapsedSecond float64  `json:"elapsed_seconds"`
+	// The in-memory link toward the server (-loopback), warm-up included:
+	// frames offered, lost at random, dropped by its queue.
+	LinkFrames     int64 `json:"link_frames,omitempty"`
+	LinkLost       int64 `json:"link_lost,omitempty"`
+	LinkQueueDrops int64 `json:"link_queue_drops,omitempty"`
 }
 
 // reliableConfig is the reliability configuration of params.
@@ -277,6 +282,10 @@ func printReliable(w io.Writer, f *writeBWFlags, r *reliableResult) {
 	fmt.Fprintln(w, line)
 	fmt.Fprintf(w, " Chunks resent: %d   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
 		r.Resent, r.Parity, r.PacingMbps, r.SRTTMs)
+	if r.LinkFrames > 0 {
+		fmt.Fprintf(w, " Link to the server: %d frames, %d lost at random, %d queue drops (%.2f%%)\n",
+			r.LinkFrames, r.LinkLost, r.LinkQueueDrops, 100*float64(r.LinkQueueDrops)/float64(r.LinkFrames))
+	}
 	if r.ModelNote != "" {
 		fmt.Fprintf(w, " Model: %s\n", r.ModelNote)
 	} else {

@@ -227,6 +227,9 @@ func TestWriteBWReliableLoopback(t *testing.T) {
 			if rr.GoodputMbps <= 0 || rr.P50Ms <= 0 || rr.P999Ms < rr.P50Ms || rr.PacingMbps <= 0 || rr.SRTTMs <= 0 {
 				t.Errorf("goodput, completion quantiles, rate or RTT missing: %s", out)
 			}
+			if rr.LinkFrames == 0 || rr.LinkLost == 0 {
+				t.Errorf("the link's counters are missing: %s", out)
+			}
 			if rr.Resent+rr.Parity == 0 {
 				t.Errorf("2 %% loss over 7 transfers and nothing resent or coded: %s", out)
 			}
