@@ -30,7 +30,6 @@ type reliableResult struct {
 	P999Ms        float64  `json:"completion_p999_ms"`
 	Resent        int      `json:"chunks_resent"`
 	Parity        int      `json:"parity_chunks"`
-	Decoded       int      `json:"submessages_decoded"`
 	PacingMbps    float64  `json:"pacing_rate_mbps"` // the rate the last transfer ended at
 	SRTTMs        float64  `json:"srtt_ms"`
 	ModelMs       float64  `json:"model_mean_ms,omitempty"` // the model's mean at that rate and round trip
