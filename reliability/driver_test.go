@@ -363,8 +363,9 @@ func TestDriversOverUDP(t *testing.T) {
 // finds the bottleneck, so the queue drops at most 2 % of the frames
 // (startup's doubling may overshoot for a round trip or two before the
 // queue shows; an unpaced sender overruns the bottleneck, and the queue
-// then drops most of what it is offered) — and the random loss does not hold the rate down (at least
-// half the bottleneck's rate, startup included).
+// then drops most of what it is offered) — and the random loss does not
+// hold the rate down (the pacing rate ends above 40 % of the
+// bottleneck's).
 func TestPacesToBottleneck(t *testing.T) {
 	cfg, err := link.ParseConfig("rate=100Mbit,delay=5ms,loss=1%,queue=1MB")
 	if err != nil {
@@ -384,8 +385,10 @@ func TestPacesToBottleneck(t *testing.T) {
 	if c.QueueDrops*50 > c.Sent {
 		t.Errorf("%d queue drops of %d frames: the sender overran the bottleneck", c.QueueDrops, c.Sent)
 	}
-	if goodput := size * 8 / el.Seconds(); goodput < 50e6 {
-		t.Errorf("%.1f Mbit/s on a 100 Mbit/s path with 1 %% random loss: the loss held the rate down", goodput/1e6)
+	// About one chunk in 25 is lost, several every round trip: a
+	// controller that cut on loss would sit near its 1 Mbit/s floor.
+	if sent.PacingRate < 40e6 {
+		t.Errorf("pacing at %.1f Mbit/s on a 100 Mbit/s path with 1 %% random loss: the loss held the rate down", sent.PacingRate/1e6)
 	}
 }
 
