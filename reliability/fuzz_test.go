@@ -26,6 +26,9 @@ func FuzzHostileControl(f *testing.F) {
 	f.Add(append([]byte{3}, forge(control.Message{Type: control.ACK, Cumulative: 1 << 30, Base: 1<<32 - 64, Bits: []uint64{^uint64(0)}})...))
 	f.Add(append([]byte{4}, forge(control.Message{Type: control.Abort, Reason: 200})...))
 	f.Add(append([]byte{5}, forge(control.Message{Type: control.Probe, Transfer: 1 << 60, From: 1 << 31})...))
+	f.Add(append([]byte{6}, forge(control.Message{Type: control.Close})...))
+	f.Add(append([]byte{7}, forge(control.Message{Type: control.Ping, Transfer: 1})...))
+	f.Add(append([]byte{8}, forge(control.Message{Type: control.Pong, Transfer: 1})...))
 	f.Fuzz(func(t *testing.T, input []byte) {
 		for _, scheme := range []reliability.Config{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 3, M: 2}}} {
 			scheme.Timeout = 300 * time.Millisecond
