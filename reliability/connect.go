@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -120,8 +121,15 @@ func connectEndpoints(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, a
 	release := bs.Bind(ctx)
 	defer release()
 	defer func() {
-		if err != nil && ctx.Err() != nil {
-			err = fmt.Errorf("reliability: connect: %w (%w)", ctx.Err(), err)
+		if err == nil {
+			return
+		}
+		cerr := ctx.Err()
+		if d, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(d) {
+			cerr = context.DeadlineExceeded // the connection's deadline fired before ctx's timer ran
+		}
+		if cerr != nil {
+			err = fmt.Errorf("reliability: connect: %w (%w)", cerr, err)
 		}
 	}()
 	if err := greet(bs, role); err != nil {

@@ -47,6 +47,7 @@ type SenderEngine struct {
 	pingSeq   uint64
 	firstPing time.Time
 	measured  bool
+	lastCTS   time.Time // when a CTS last credited a transfer not started
 	// backedOff is when silent last grew.
 	backedOff time.Time
 	live      liveness
@@ -194,9 +195,12 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 			consider(x.probeAt)
 		}
 	}
-	if s.live.gone == nil && s.waiting() {
-		consider(s.live.deadline())
-		consider(s.nextKeepalive())
+	if until, ok := s.waitingUntil(); ok && s.live.gone == nil {
+		for _, at := range []time.Time{s.live.deadline(), s.nextKeepalive()} {
+			if at.Before(until) {
+				consider(at)
+			}
+		}
 	}
 	switch {
 	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0:
@@ -361,15 +365,29 @@ func (s *SenderEngine) awaitingPong(now time.Time) bool {
 	return true
 }
 
-// waiting reports whether a call waits on the receiver: a transfer
-// submitted or under way, or a credit for one (a Read waits there).
-func (s *SenderEngine) waiting() bool {
-	return len(s.active)+len(s.lengths)+len(s.credits) > 0
+// waitingUntil reports whether a call waits on the receiver, and until
+// when: a transfer submitted or under way (for good), or a credit for one
+// (a Read waits there) while the receiver keeps asserting its credits —
+// it resends a CTS until data comes — within Config.Timeout.
+func (s *SenderEngine) waitingUntil() (time.Time, bool) {
+	switch {
+	case len(s.active)+len(s.lengths) > 0:
+		return time.Unix(1<<62, 0), true
+	case len(s.credits) > 0:
+		return s.lastCTS.Add(s.cfg.Timeout), true
+	}
+	return time.Time{}, false
+}
+
+// waiting reports whether a call waits on the receiver at now.
+func (s *SenderEngine) waiting(now time.Time) bool {
+	until, ok := s.waitingUntil()
+	return ok && now.Before(until)
 }
 
 // watch restarts the liveness clock while nothing waits on the receiver.
 func (s *SenderEngine) watch(now time.Time) {
-	if !s.waiting() {
+	if !s.waiting(now) {
 		s.live.idle(now)
 	}
 }
@@ -601,7 +619,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		s.peerGone(now)
 		return
 	}
-	if s.live.gone == nil && s.waiting() && !now.Before(s.nextKeepalive()) {
+	if s.live.gone == nil && s.waiting(now) && !now.Before(s.nextKeepalive()) {
 		s.ping(now)
 	}
 	for len(s.flights) > 0 && !s.flights[0].deadline.After(now) {
@@ -759,6 +777,7 @@ func (s *SenderEngine) handleCTS(now time.Time, m *control.Message) {
 		return
 	}
 	s.credits[m.Transfer] = plan
+	s.lastCTS = now
 	s.tryStart(now)
 }
 
