@@ -14,7 +14,14 @@ SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 REPORT      ?= testbed-report
 
-.PHONY: demo test deps lint generate-check unit fuzz bench interop docs dpa
+.PHONY: help build demo test deps lint generate-check unit fuzz bench interop docs dpa
+
+# help lists the targets: the line after '##' on each target's line.
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:[^#]*## /\t/' | expand -t 16
+
+build: ## the sdr command, as $(BIN)
+	$(GO) build -o $(BIN) ./cmd/sdr
 
 # Debian packages the suite needs: tshark cross-checks the encoder; clang
 # and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
@@ -28,16 +35,16 @@ APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 
 # moved with the NIC's RC go-back-N and with SDR's software reliability,
 # beside reliability/model's predictions; a report directory with plots.
 # Without root the link runs in-process with the same model (and says so).
-demo:
+demo: ## the main job: Soft-RoCE capture decoded, then RC vs SDR over an emulated long-haul link
 	$(GO) build -o $(BIN) ./cmd/sdr
 	$(BIN) pcap -q -sdr 10/18/4 $(SAMPLE)
 	$(BIN) testbed -o $(REPORT)
 
-test: deps lint generate-check fuzz unit
+test: deps lint generate-check fuzz unit ## everything CI checks (installs what it needs as root)
 
 # As root the packages are installed from Debian; otherwise the tests that
 # need them skip and say why.
-deps:
+deps: ## the suite's Debian packages (as root) and Go modules
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
@@ -47,18 +54,18 @@ deps:
 	fi
 	$(GO) mod download
 
-lint:
+lint: ## gofmt, go vet (also -tags dpa), staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags dpa ./hwnic/...
 	$(GO) run $(STATICCHECK) ./...
 
 # The committed bpf2go output must be what the committed C source compiles to.
-generate-check:
+generate-check: ## the committed XDP object is what its C source compiles to
 	$(GO) generate ./ebpf
 	@git diff --exit-code --stat -- ebpf/steer_bpfel.go ebpf/steer_bpfel.o || { echo "ebpf: committed bpf2go output is stale: run go generate ./ebpf"; exit 1; }
 
-unit:
+unit: ## go test -race over every package
 	$(GO) test -race -count=1 ./...
 
 # A short run of every fuzz target on top of its committed corpus
@@ -70,7 +77,7 @@ unit:
 #
 # A target may name its own count as a third field (pkg:Target:count), for
 # fuzzers whose every execution runs a whole device pair.
-fuzz:
+fuzz: ## a short run of every fuzz target over its corpus
 	@for pt in $(FUZZ_TARGETS); do \
 	  pkg=$${pt%%:*}; rest=$${pt#*:}; t=$${rest%%:*}; n=$(FUZZTIME); \
 	  case $$rest in *:*) n=$${rest#*:};; esac; \
@@ -81,11 +88,11 @@ fuzz:
 # emunic against Linux Soft-RoCE in a Debian guest under qemu (root; the
 # guest is built once from Debian's archive into INTEROP_CACHE, ~3 min).
 INTEROP_CACHE ?= /var/cache/sdr-interop
-interop: deps
+interop: deps ## against Linux Soft-RoCE in a Debian guest (builds it on first use)
 	bash testbed/interop/build-guest.sh $(INTEROP_CACHE)
 	SDR_INTEROP=1 SDR_INTEROP_CACHE=$(INTEROP_CACHE) $(GO) test -count=1 -v -timeout 30m ./testbed/interop
 
-bench:
+bench: ## wire and emunic benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./wire
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 20000x -count 6 ./emunic
 
@@ -95,7 +102,7 @@ bench:
 # 8 GiB sample costs about a second of CPU); the report says so. Built
 # with go build so that the report can name the revision it measured.
 DOCS_SIM_FLAGS ?= -samples 300 -large-samples 10
-docs:
+docs: ## docs/reproduction.md and plots from sdr sim, the paper-direction testbed report
 	$(GO) build -buildvcs=true -o $(BIN) ./cmd/sdr
 	$(BIN) sim $(DOCS_SIM_FLAGS) -out docs/sim -report docs/reproduction.md >/dev/null
 	$(BIN) testbed -q -scenario docs/testbed/paper-direction.json -o docs/testbed/paper-direction >/dev/null
@@ -107,7 +114,7 @@ docs:
 DOCA  ?= /opt/mellanox/doca
 DPACC ?= $(DOCA)/tools/dpacc
 DPA_BUILD = hwnic/dpa/device/build
-dpa:
+dpa: ## BlueField-3 hosts (DOCA): build the DPA handler with dpacc, then the dpa-tagged tests
 	mkdir -p $(DPA_BUILD)
 	$(DPACC) hwnic/dpa/device/handler.c -o $(DPA_BUILD)/libsdr_dpa.a -mcpu=nv-dpa-bf3 -hostcc=gcc \
 	  --app-name=sdr_dpa_app -devicecc-options="-O2 -Wall -I$(DOCA)/include" \
