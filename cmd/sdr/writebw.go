@@ -122,6 +122,7 @@ type writeBWFlags struct {
 	port     int
 	loopback bool
 	link     string // -link: the loopback link's spec
+	flows    int    // -flows: reliable connections at once over the loopback link
 	json     bool
 	metrics  string
 	noCC     bool          // emunic.Config.DisableCongestionControl on this side's NICs
@@ -147,6 +148,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&p.Timeout, "timeout", "", "give up on a message after this long without progress (default 50ms with loss, 1s without)")
 	fs.StringVar(&p.Scheme, "scheme", "", "move every message reliably with this `scheme`: sr-rto, sr-nack, ec, hybrid or auto (default: raw SDR writes); every byte is verified")
 	fs.StringVar(&p.Code, "code", "", "erasure `code` of -scheme ec and hybrid, e.g. mds(32,8) (default: the reliability layer's)")
+	fs.IntVar(&f.flows, "flows", 1, "with -loopback -scheme: this many reliable `connections` at once over the one link (each runs -n transfers); per-flow goodput shows how they share it")
 	fs.StringVar(&f.link, "link", "", "with -loopback: the in-memory link both ways, as testbed/link's `spec` (e.g. rate=1Gbit,delay=5ms,loss=1%,queue=8MB)")
 	fs.BoolVar(&p.Verify, "verify", false, "check every delivered chunk's bytes and every message's immediate at the server (a memory compare per chunk)")
 	fs.StringVar(&f.dev, "dev", "udp", "emulated NIC port: `xsk` or udp")
@@ -180,6 +182,10 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sdr write-bw: -scheme/-code: %v\n", err)
 			return exitUsage
 		}
+	}
+	if f.flows != 1 && (!f.loopback || p.Scheme == "" || f.flows < 1) {
+		fmt.Fprintln(stderr, "sdr write-bw: -flows needs -loopback and -scheme, and at least 1")
+		return exitUsage
 	}
 	if f.link != "" && !f.loopback {
 		fmt.Fprintln(stderr, "sdr write-bw: -link needs -loopback (between hosts the path is the network's)")
@@ -442,6 +448,9 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 		return nil, err
 	}
 	defer ln.Close()
+	if f.params.Scheme != "" {
+		return reliableLoopback(f, ln, client, server, toServer)
+	}
 	var serverErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -455,10 +464,6 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 		var p writeBWParams
 		if serverErr = bs.RecvJSON(&p); serverErr == nil {
 			b := sdrnic.New(server, sdrnic.Options{RC: p.RC})
-			if p.Scheme != "" {
-				_, serverErr = serveReliableResult(bs, b, &p)
-				return
-			}
 			_, serverErr = serveWriteBW(bs, b, &p, "emunic/pipe (in-memory)",
 				func() nicCounters { return readNIC(server, nil) })
 		}
@@ -472,16 +477,7 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 	if err := bs.SendJSON(&f.params); err != nil {
 		return nil, err
 	}
-	var res *writeBWResult
-	if f.params.Scheme != "" {
-		res, err = clientReliableResult(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
-		if err == nil && toServer != nil {
-			c := toServer.Counters()
-			res.Reliable.LinkFrames, res.Reliable.LinkLost, res.Reliable.LinkQueueDrops = c.Sent, c.Lost, c.QueueDrops
-		}
-	} else {
-		res, err = clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
-	}
+	res, err := clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
 	wg.Wait()
 	return res, errors.Join(err, serverErr)
 }

@@ -2,17 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // reliableResult is what a reliable write-bw run measured: the client's
@@ -40,6 +44,78 @@ type reliableResult struct {
 	LinkFrames     int64 `json:"link_frames,omitempty"`
 	LinkLost       int64 `json:"link_lost,omitempty"`
 	LinkQueueDrops int64 `json:"link_queue_drops,omitempty"`
+	// Flows holds each connection's result when -flows ran several; the
+	// fields above then sum them, goodput as all flows' bytes over the
+	// longest flow's run (run with -w 0 so that the flows start together).
+	Flows []*reliableResult `json:"flows,omitempty"`
+}
+
+// reliableLoopback runs f.flows reliable connections at once between the
+// loopback's two devices, each with its own bootstrap over ln, and adds
+// toServer's counters.
+func reliableLoopback(f *writeBWFlags, ln net.Listener, client, server *emunic.Device, toServer *link.Direction) (*writeBWResult, error) {
+	n := max(1, f.flows)
+	errs := make([]error, 2*n)
+	flows := make([]*reliableResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			conn, err := ln.Accept()
+			if err != nil {
+				errs[2*i] = err
+				return
+			}
+			bs := sdr.NewBootstrap(conn)
+			defer bs.Close()
+			var p writeBWParams
+			if errs[2*i] = bs.RecvJSON(&p); errs[2*i] == nil {
+				_, errs[2*i] = serveReliableResult(bs, sdrnic.New(server, sdrnic.Options{}), &p)
+			}
+		})
+		wg.Go(func() {
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				errs[2*i+1] = err
+				return
+			}
+			bs := sdr.NewBootstrap(conn)
+			defer bs.Close()
+			if errs[2*i+1] = bs.SendJSON(&f.params); errs[2*i+1] == nil {
+				flows[i], errs[2*i+1] = clientReliable(bs, sdrnic.New(client, sdrnic.Options{}), &f.params)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	r := flows[0]
+	if n > 1 {
+		r = &reliableResult{Scheme: f.params.Scheme, Flows: flows}
+		plans := map[string]bool{}
+		for _, fl := range flows {
+			r.Transfers += fl.Transfers
+			r.Verified += fl.Verified
+			r.Failed += fl.Failed
+			r.GoodputMbps += fl.GoodputMbps * fl.ElapsedSecond // bits, in Mbit
+			r.Resent += fl.Resent
+			r.Parity += fl.Parity
+			r.ElapsedSecond = max(r.ElapsedSecond, fl.ElapsedSecond)
+			for _, p := range fl.Plans {
+				plans[p] = true
+			}
+		}
+		for p := range plans {
+			r.Plans = append(r.Plans, p)
+		}
+		slices.Sort(r.Plans)
+		r.GoodputMbps /= r.ElapsedSecond
+	}
+	if toServer != nil {
+		c := toServer.Counters()
+		r.LinkFrames, r.LinkLost, r.LinkQueueDrops = c.Sent, c.Lost, c.QueueDrops
+	}
+	return &writeBWResult{writeBWParams: f.params, Reliable: r}, nil
 }
 
 // reliableConfig is the reliability configuration of params.
@@ -272,15 +348,33 @@ func printReliable(w io.Writer, f *writeBWFlags, r *reliableResult) {
 	fmt.Fprintf(w, " Loss injection  : %.2f%%\n", 100*f.params.Loss)
 	fmt.Fprintln(w, line)
 	fmt.Fprintf(w, " %-10s %-10s %-14s %-10s %-10s %-10s %-12s %-10s\n", "#bytes", "#transfers", "goodput[Mb/s]", "p50[ms]", "p99[ms]", "p99.9[ms]", "model[ms]", "verified")
-	model := fmt.Sprintf("%.2f", r.ModelMs)
-	if r.ModelNote != "" {
-		model = "-"
+	perFlow := f.params.Warmup + f.params.Iterations
+	if len(r.Flows) > 0 {
+		fmt.Fprintf(w, " %-10d %-10d %-14.1f %-10s %-10s %-10s %-12s %d/%d   (%d flows)\n", f.params.Size, r.Transfers, r.GoodputMbps,
+			"-", "-", "-", "-", r.Verified, len(r.Flows)*perFlow, len(r.Flows))
+	} else {
+		model := fmt.Sprintf("%.2f", r.ModelMs)
+		if r.ModelNote != "" {
+			model = "-"
+		}
+		fmt.Fprintf(w, " %-10d %-10d %-14.1f %-10.2f %-10.2f %-10.2f %-12s %d/%d\n", f.params.Size, r.Transfers, r.GoodputMbps,
+			r.P50Ms, r.P99Ms, r.P999Ms, model, r.Verified, perFlow)
 	}
-	fmt.Fprintf(w, " %-10d %-10d %-14.1f %-10.2f %-10.2f %-10.2f %-12s %d/%d\n", f.params.Size, r.Transfers, r.GoodputMbps,
-		r.P50Ms, r.P99Ms, r.P999Ms, model, r.Verified, f.params.Warmup+f.params.Iterations)
+	var sum float64
+	for _, fl := range r.Flows {
+		sum += fl.GoodputMbps
+	}
+	for i, fl := range r.Flows {
+		fmt.Fprintf(w, " flow %-5d %-10d %-14.1f %-10.2f %-10.2f %-10.2f %-12.1f %d/%d   (share %.1f%%, pacing %.1f Mb/s)\n", i, fl.Transfers,
+			fl.GoodputMbps, fl.P50Ms, fl.P99Ms, fl.P999Ms, fl.ModelMs, fl.Verified, perFlow, 100*fl.GoodputMbps/sum, fl.PacingMbps)
+	}
 	fmt.Fprintln(w, line)
-	fmt.Fprintf(w, " Chunks resent: %d   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
-		r.Resent, r.Parity, r.PacingMbps, r.SRTTMs)
+	if len(r.Flows) > 0 {
+		fmt.Fprintf(w, " Chunks resent: %d   parity: %d (all flows)\n", r.Resent, r.Parity)
+	} else {
+		fmt.Fprintf(w, " Chunks resent: %d   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
+			r.Resent, r.Parity, r.PacingMbps, r.SRTTMs)
+	}
 	if r.LinkFrames > 0 {
 		fmt.Fprintf(w, " Link to the server: %d frames, %d lost at random, %d queue drops (%.2f%%)\n",
 			r.LinkFrames, r.LinkLost, r.LinkQueueDrops, 100*float64(r.LinkQueueDrops)/float64(r.LinkFrames))

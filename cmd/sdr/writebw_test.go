@@ -240,8 +240,22 @@ func TestWriteBWReliableLoopback(t *testing.T) {
 		!strings.Contains(out, " 3/3") {
 		t.Errorf("table of a run with -code: exit %d\n%s", code, out)
 	}
+	// Two connections at once over one link: each verified, each reported.
+	code, out, errOut := runSDR("write-bw", "-loopback", "-scheme", "sr-nack", "-flows", "2", "-link", "delay=2ms,loss=1%",
+		"-s", "200000", "-n", "4", "-w", "0", "-json")
+	if code != exitOK {
+		t.Fatalf("-flows 2: exit %d: %s", code, errOut)
+	}
+	var r writeBWResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rr := r.Reliable; rr == nil || len(rr.Flows) != 2 || rr.Verified != 8 || rr.Transfers != 8 ||
+		rr.Flows[0].Verified != 4 || rr.Flows[1].Verified != 4 || rr.GoodputMbps <= 0 {
+		t.Errorf("-flows 2: want two flows of 4 verified transfers: %s", out)
+	}
 	for _, args := range [][]string{{"write-bw", "-scheme", "tcp"}, {"write-bw", "-scheme", "ec", "-code", "mds(0,1)"},
-		{"write-bw", "-link", "delay=1ms"}} {
+		{"write-bw", "-link", "delay=1ms"}, {"write-bw", "-loopback", "-flows", "2"}, {"write-bw", "-scheme", "ec", "-flows", "2"}} {
 		if code, _, _ := runSDR(args...); code != exitUsage {
 			t.Errorf("sdr %v: exit %d, want usage", args, code)
 		}
