@@ -67,9 +67,6 @@ type rateControl struct {
 	roundRTT    time.Duration // the smallest sample of this round (0: none)
 	limited     bool          // the sender ran out of chunks during the round
 	lastCut     time.Time
-
-	// Stats.
-	cuts, rounds int
 }
 
 // Rate-control constants.
@@ -190,7 +187,6 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		rc.cruise = max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
 		rc.rate = rc.clamp(rc.cruise / 2)
 		rc.lastCut = now
-		rc.cuts++
 	case queued:
 		// Faster than the path: cut in proportion to the excess delay
 		// (once per round trip, and not while already below what the
@@ -202,7 +198,6 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		lately := max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
 		rc.rate = rc.clamp(min(rc.rate, lately) * max(0.5, 1-decreaseGain*excess))
 		rc.lastCut = now
-		rc.cuts++
 	case rc.limited || rc.roundRTT == 0:
 		// A round the sender was short of data for says nothing of the
 		// path's room, nor one without a round-trip sample of the queue.
@@ -234,7 +229,6 @@ func (rc *rateControl) plateau(delivered float64) bool {
 
 func (rc *rateControl) newRound(now time.Time, passed uint64) {
 	rc.roundStart, rc.roundPassed, rc.roundRTT, rc.limited = now, passed, 0, false
-	rc.rounds++
 }
 
 // idle tells the controller the sender had nothing to release: the

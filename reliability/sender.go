@@ -735,13 +735,6 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 	s.release(now)
 }
 
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
 // news notes that the receiver told the sender something new: timers stop
 // backing off, and no transfer times out for another Config.Timeout.
 func (s *SenderEngine) news(now time.Time) {

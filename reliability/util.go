@@ -13,6 +13,13 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // codeToWire and codeFromWire carry an EC code in a CTS: the kind in the
 // flags' low bits, k and m in their bytes.
 func codeToWire(p ec.Params) (flags, k, m uint8) { return uint8(p.Kind) & 3, uint8(p.K), uint8(p.M) }

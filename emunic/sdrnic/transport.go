@@ -243,8 +243,7 @@ func (t *Transport) Connect(remote []byte) error {
 			err := q.Modify(emunic.StateRTR, emunic.QPAttr{DestQPN: in.QPNs[g][c], DestGID: in.GID, DestMAC: in.MAC,
 				RQPSN: in.PSN, PathMTU: t.attr.MTU})
 			if err == nil {
-				err = q.Modify(emunic.StateRTS, emunic.QPAttr{SQPSN: t.psn, RateLimit: t.attr.RateLimit,
-					RetryCount: 7, RNRRetry: 7, Timeout: t.d.rcTimeout()})
+				err = q.Modify(emunic.StateRTS, t.rtsAttr(t.attr.RateLimit))
 			}
 			if err != nil {
 				t.Break(fmt.Errorf("%s: connect: channel QP %d/%d: %w (the QP is unusable)", t.cfg.Name, g, c, err))
@@ -261,6 +260,12 @@ func (t *Transport) Connect(remote []byte) error {
 	return nil
 }
 
+// rtsAttr is a channel QP's ready-to-send attributes at rateLimit bits per
+// second: what Connect sets and SetRateLimit sets again.
+func (t *Transport) rtsAttr(rateLimit float64) emunic.QPAttr {
+	return emunic.QPAttr{SQPSN: t.psn, RateLimit: rateLimit, RetryCount: 7, RNRRetry: 7, Timeout: t.d.rcTimeout()}
+}
+
 // SetRateLimit paces every channel QP at an equal share of bitsPerSecond
 // (0: unpaced), as a modify RTS→RTS of its rate limit; DCQCN stays on.
 func (t *Transport) SetRateLimit(bitsPerSecond float64) error {
@@ -275,7 +280,7 @@ func (t *Transport) SetRateLimit(bitsPerSecond float64) error {
 	share := bitsPerSecond / float64(t.d.channels)
 	for _, row := range t.chans {
 		for _, q := range row {
-			if err := q.Modify(emunic.StateRTS, emunic.QPAttr{RateLimit: share, RetryCount: 7, RNRRetry: 7, Timeout: t.d.rcTimeout()}); err != nil {
+			if err := q.Modify(emunic.StateRTS, t.rtsAttr(share)); err != nil {
 				return fmt.Errorf("%s: rate limit: %w", t.cfg.Name, err)
 			}
 		}
