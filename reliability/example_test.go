@@ -30,18 +30,24 @@ func openPipeEnd(port emunic.Port, gid string, mac byte) *sdr.Context {
 	return sc
 }
 
+// pipeOver joins two emulated NIC ports by an in-memory link of spec
+// (testbed/link's text form) in both directions.
+func pipeOver(spec string) (a, b *emunic.PipePort) {
+	cfg, err := link.ParseConfig(spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ab, _ := link.New(cfg)
+	ba, _ := link.New(cfg)
+	return emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
+}
+
 // Moving 4 MiB reliably in one process, over two emulated NICs joined by
 // a long-haul link: 1 Gbit/s, 10 ms round trip, 1 % of frames lost each
 // way, an 8 MB queue. Default attributes and configuration: the sender
 // times the round trip, finds the link's rate and repairs what is lost.
 func ExampleConnectLocal() {
-	spec, err := link.ParseConfig("rate=1Gbit,delay=5ms,loss=1%,queue=8MB")
-	if err != nil {
-		log.Fatal(err)
-	}
-	ab, _ := link.New(spec)
-	ba, _ := link.New(spec)
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
+	pa, pb := pipeOver("rate=1Gbit,delay=5ms,loss=1%,queue=8MB")
 	sendCtx, recvCtx := openPipeEnd(pa, "10.0.0.1", 1), openPipeEnd(pb, "10.0.0.2", 2)
 	defer sendCtx.Close()
 	defer recvCtx.Close()
@@ -81,13 +87,7 @@ func ExampleConnectLocal() {
 // a lossy in-memory link; between machines each opens its own emulated
 // NIC (emunic/xsk or emunic/udp) or a BlueField-3.
 func ExampleConnectSender() {
-	spec, err := link.ParseConfig("delay=1ms,loss=2%")
-	if err != nil {
-		log.Fatal(err)
-	}
-	ab, _ := link.New(spec)
-	ba, _ := link.New(spec)
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
+	pa, pb := pipeOver("delay=1ms,loss=2%")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)

@@ -22,6 +22,19 @@ type cutEndpoints struct {
 	// cutAfter, when set, is called for every frame the sender's
 	// direction carries (under that direction's lock, in send order).
 	cutAfter func()
+	// toSender is the receiver's direction (its control datagrams).
+	toSender *link.Direction
+}
+
+// readAsync starts a Read of n bytes on r and returns where its error
+// arrives.
+func readAsync(ctx context.Context, r *reliability.Receiver, n int) <-chan error {
+	read := make(chan error, 1)
+	go func() {
+		_, _, err := r.Read(ctx, make([]byte, n))
+		read <- err
+	}()
+	return read
 }
 
 // cutPair connects a Sender and a Receiver over a pipe with a 10 ms round
@@ -42,6 +55,7 @@ func cutPair(t *testing.T, cfg reliability.Config) (*cutEndpoints, *atomic.Bool)
 		return cut.Load()
 	})
 	dirs[1].SetRule(func([]byte) bool { return cut.Load() })
+	e.toSender = dirs[1]
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: dirs[0], BToA: dirs[1]})
 	e.endpoints = connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), testQPAttr, cfg)
 	return e, &cut
@@ -74,11 +88,7 @@ func TestPeerSilentBetweenTransfers(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	read := make(chan error, 1)
-	go func() {
-		_, _, err := e.r.Read(ctx, make([]byte, 1000))
-		read <- err
-	}()
+	read := readAsync(ctx, e.r, 1000)
 	_, err := e.s.Write(ctx, make([]byte, 1000), 2)
 	within(t, "write", err, start, timeout+time.Second)
 	within(t, "read", <-read, start, timeout+time.Second)
@@ -104,12 +114,8 @@ func TestPeerSilentMidTransfer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	read := make(chan error, 1)
 	const size = 16 << 20
-	go func() {
-		_, _, err := e.r.Read(ctx, make([]byte, size))
-		read <- err
-	}()
+	read := readAsync(ctx, e.r, size)
 	_, err := e.s.Write(ctx, make([]byte, size), 1)
 	if cutAt.Load() == 0 {
 		t.Fatalf("the transfer ended (%v) before 2000 frames crossed", err)
@@ -124,16 +130,21 @@ func TestPeerSilentMidTransfer(t *testing.T) {
 // calls fail too.
 func TestCloseAbortsPeer(t *testing.T) {
 	cfg := reliability.Config{Scheme: reliability.SRNACK, Timeout: 30 * time.Second}
-	e := pipePair(t, 5*time.Millisecond, 0, 40, cfg)
-	transfer(t, e, 100000, 1, 1) // the fence: the connection worked
+	e, _ := cutPair(t, cfg)                // never cut
+	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	read := make(chan error, 1)
-	go func() {
-		_, _, err := e.r.Read(ctx, make([]byte, 1000))
-		read <- err
-	}()
-	time.Sleep(20 * time.Millisecond) // the Read posts and sends its CTS; no Write follows
+	before := e.toSender.Counters().Sent
+	read := readAsync(ctx, e.r, 1000)
+	// The fence: the Read is posted once its CTS is on the way (no Write
+	// follows, so nothing else crosses toward the sender).
+	for e.toSender.Counters().Sent == before {
+		select {
+		case err := <-read:
+			t.Fatalf("the read ended before its CTS left: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
 	start := time.Now()
 	if err := e.s.Close(); err != nil {
 		t.Fatal(err)

@@ -203,6 +203,24 @@ func TestDeliveryRatePeak(t *testing.T) {
 	}
 }
 
+// runReliableJSON runs sdr write-bw -loopback -json with args and returns
+// its reliable result (never nil) and output; it fails t otherwise.
+func runReliableJSON(t *testing.T, args ...string) (*reliableResult, string) {
+	t.Helper()
+	code, out, errOut := runSDR(append([]string{"write-bw", "-loopback", "-json"}, args...)...)
+	if code != exitOK {
+		t.Fatalf("write-bw %v: exit %d: %s", args, code, errOut)
+	}
+	var r writeBWResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.Reliable == nil {
+		t.Fatalf("write-bw %v: no reliable result: %s", args, out)
+	}
+	return r.Reliable, out
+}
+
 // TestWriteBWReliableLoopback runs the reliable perftest in one process
 // over a lossy, delayed in-memory link for every scheme: every transfer
 // arrives verified (bytes and immediate) at the server, the lossy runs
@@ -211,17 +229,8 @@ func TestDeliveryRatePeak(t *testing.T) {
 func TestWriteBWReliableLoopback(t *testing.T) {
 	for _, scheme := range []string{"sr-rto", "sr-nack", "ec", "hybrid", "auto"} {
 		t.Run(scheme, func(t *testing.T) {
-			code, out, errOut := runSDR("write-bw", "-loopback", "-scheme", scheme, "-link", "delay=2ms,loss=2%",
-				"-s", "300000", "-n", "6", "-w", "1", "-json")
-			if code != exitOK {
-				t.Fatalf("exit %d: %s", code, errOut)
-			}
-			var r writeBWResult
-			if err := json.Unmarshal([]byte(out), &r); err != nil {
-				t.Fatalf("%v\n%s", err, out)
-			}
-			rr := r.Reliable
-			if rr == nil || rr.Verified != 7 || rr.Failed != 0 || rr.Transfers != 6 {
+			rr, out := runReliableJSON(t, "-scheme", scheme, "-link", "delay=2ms,loss=2%", "-s", "300000", "-n", "6", "-w", "1")
+			if rr.Verified != 7 || rr.Failed != 0 || rr.Transfers != 6 {
 				t.Fatalf("want 7 transfers verified at the server, 6 measured: %s", out)
 			}
 			if rr.GoodputMbps <= 0 || rr.P50Ms <= 0 || rr.P999Ms < rr.P50Ms || rr.PacingMbps <= 0 || rr.SRTTMs <= 0 {
@@ -241,16 +250,8 @@ func TestWriteBWReliableLoopback(t *testing.T) {
 		t.Errorf("table of a run with -code: exit %d\n%s", code, out)
 	}
 	// Two connections at once over one link: each verified, each reported.
-	code, out, errOut := runSDR("write-bw", "-loopback", "-scheme", "sr-nack", "-flows", "2", "-link", "delay=2ms,loss=1%",
-		"-s", "200000", "-n", "4", "-w", "0", "-json")
-	if code != exitOK {
-		t.Fatalf("-flows 2: exit %d: %s", code, errOut)
-	}
-	var r writeBWResult
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if rr := r.Reliable; rr == nil || len(rr.Flows) != 2 || rr.Verified != 8 || rr.Transfers != 8 ||
+	rr, out := runReliableJSON(t, "-scheme", "sr-nack", "-flows", "2", "-link", "delay=2ms,loss=1%", "-s", "200000", "-n", "4", "-w", "0")
+	if len(rr.Flows) != 2 || rr.Verified != 8 || rr.Transfers != 8 ||
 		rr.Flows[0].Verified != 4 || rr.Flows[1].Verified != 4 || rr.GoodputMbps <= 0 {
 		t.Errorf("-flows 2: want two flows of 4 verified transfers: %s", out)
 	}
