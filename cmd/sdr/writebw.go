@@ -451,35 +451,54 @@ func writeBWLoopback(f *writeBWFlags) (*writeBWResult, error) {
 	if f.params.Scheme != "" {
 		return reliableLoopback(f, ln, client, server, toServer)
 	}
-	var serverErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			serverErr = err
-			return
-		}
-		bs := sdr.NewBootstrap(conn)
-		defer bs.Close()
-		var p writeBWParams
-		if serverErr = bs.RecvJSON(&p); serverErr == nil {
-			b := sdrnic.New(server, sdrnic.Options{RC: p.RC})
-			_, serverErr = serveWriteBW(bs, b, &p, "emunic/pipe (in-memory)",
-				func() nicCounters { return readNIC(server, nil) })
-		}
+	var res *writeBWResult
+	err = loopbackFlows(ln, 1, &f.params, func(bs *sdr.Bootstrap, p *writeBWParams) (err error) {
+		_, err = serveWriteBW(bs, sdrnic.New(server, sdrnic.Options{RC: p.RC}), p, "emunic/pipe (in-memory)",
+			func() nicCounters { return readNIC(server, nil) })
+		return err
+	}, func(_ int, bs *sdr.Bootstrap) (err error) {
+		res, err = clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
+		return err
 	})
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		return nil, err
+	return res, err
+}
+
+// loopbackFlows runs n client/server pairs at once, each over its own
+// bootstrap connection through ln: the client sends p, the server side
+// receives it and runs serve; client runs on the client side (flow i).
+func loopbackFlows(ln net.Listener, n int, p *writeBWParams, serve func(*sdr.Bootstrap, *writeBWParams) error,
+	client func(i int, bs *sdr.Bootstrap) error) error {
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			conn, err := ln.Accept()
+			if err != nil {
+				errs[2*i] = err
+				return
+			}
+			bs := sdr.NewBootstrap(conn)
+			defer bs.Close()
+			var got writeBWParams
+			if errs[2*i] = bs.RecvJSON(&got); errs[2*i] == nil {
+				errs[2*i] = serve(bs, &got)
+			}
+		})
+		wg.Go(func() {
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				errs[2*i+1] = err
+				return
+			}
+			bs := sdr.NewBootstrap(conn)
+			defer bs.Close()
+			if errs[2*i+1] = bs.SendJSON(p); errs[2*i+1] == nil {
+				errs[2*i+1] = client(i, bs)
+			}
+		})
 	}
-	bs := sdr.NewBootstrap(conn)
-	defer bs.Close()
-	if err := bs.SendJSON(&f.params); err != nil {
-		return nil, err
-	}
-	res, err := clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.params.RC}), &f.params)
 	wg.Wait()
-	return res, errors.Join(err, serverErr)
+	return errors.Join(errs...)
 }
 
 // serveMetrics serves the devices' counters (and the Go runtime's) for

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -55,38 +54,15 @@ type reliableResult struct {
 // toServer's counters.
 func reliableLoopback(f *writeBWFlags, ln net.Listener, client, server *emunic.Device, toServer *link.Direction) (*writeBWResult, error) {
 	n := max(1, f.flows)
-	errs := make([]error, 2*n)
 	flows := make([]*reliableResult, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			conn, err := ln.Accept()
-			if err != nil {
-				errs[2*i] = err
-				return
-			}
-			bs := sdr.NewBootstrap(conn)
-			defer bs.Close()
-			var p writeBWParams
-			if errs[2*i] = bs.RecvJSON(&p); errs[2*i] == nil {
-				_, errs[2*i] = serveReliableResult(bs, sdrnic.New(server, sdrnic.Options{}), &p)
-			}
-		})
-		wg.Go(func() {
-			conn, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				errs[2*i+1] = err
-				return
-			}
-			bs := sdr.NewBootstrap(conn)
-			defer bs.Close()
-			if errs[2*i+1] = bs.SendJSON(&f.params); errs[2*i+1] == nil {
-				flows[i], errs[2*i+1] = clientReliable(bs, sdrnic.New(client, sdrnic.Options{}), &f.params)
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := loopbackFlows(ln, n, &f.params, func(bs *sdr.Bootstrap, p *writeBWParams) error {
+		_, err := serveReliableResult(bs, sdrnic.New(server, sdrnic.Options{}), p)
+		return err
+	}, func(i int, bs *sdr.Bootstrap) (err error) {
+		flows[i], err = clientReliable(bs, sdrnic.New(client, sdrnic.Options{}), &f.params)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	r := flows[0]
