@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
@@ -168,6 +169,66 @@ func TestLostControlMessages(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// completingAck reports whether p carries an ACK that says its transfer
+// is complete.
+func completingAck(p packet) bool {
+	var m control.Message
+	return p.kind == toSender && m.Decode(p.datagram) == nil && m.Type == control.ACK && m.AckFlags&control.AckComplete != 0
+}
+
+// TestCompletionLearnedWithinRTT loses the receiver's first completing
+// ACKs of a transfer: the receiver repeats it a round trip later,
+// doubling, so the sender learns of the completion within two round trips
+// of the receiver per loss, and the sender's FIN stops the repeats: none
+// is sent after a FIN arrived.
+func TestCompletionLearnedWithinRTT(t *testing.T) {
+	for _, sc := range testSchemes {
+		for lost := 1; lost <= 2; lost++ {
+			t.Run(fmt.Sprintf("%s/%d-lost", sc.name, lost), func(t *testing.T) {
+				var h *harness
+				completing, afterFin := 0, 0
+				var finArrived time.Time // zero: no FIN yet
+				h = newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+					var m control.Message
+					if p.kind == toReceiver && m.Decode(p.datagram) == nil && m.Type == control.Fin && finArrived.IsZero() {
+						finArrived = h.now.Add(testDelay)
+					}
+					if completingAck(p) {
+						completing++
+						if !finArrived.IsZero() && h.now.After(finArrived) {
+							afterFin++
+						}
+						if completing <= lost {
+							return 0, 0
+						}
+					}
+					return 1, 0
+				})
+				h.transfer(8*testMTU, 8*testMTU, 1)
+				h.run(time.Second)
+				sent, recvd := h.check(0)
+				if sent.err != nil {
+					t.Fatal(sent.err)
+				}
+				rtt := 2 * testDelay
+				// Repeats wait 1, 2, … round trips (as the receiver
+				// measured them: a little more than rtt); the last one
+				// takes half a round trip to the sender.
+				bound := time.Duration(1<<lost-1)*rtt + rtt/2 + time.Millisecond
+				if late := sent.stats.End.Sub(recvd.stats.End); late > bound {
+					t.Errorf("sender done %v after the receiver, bound %v", late, bound)
+				}
+				if finArrived.IsZero() || completing <= lost {
+					t.Fatalf("%d completing ACKs, FIN seen %v: the run did not get through", completing, !finArrived.IsZero())
+				}
+				if afterFin > 0 {
+					t.Errorf("%d completing ACKs sent after the FIN arrived", afterFin)
+				}
+			})
+		}
 	}
 }
 

@@ -44,6 +44,7 @@ type packet struct {
 	transfer uint64
 	index    int // chunk or nibble index; for control, the datagram's ordinal in its direction
 	attempt  int // 0 for the first transmission of this chunk
+	datagram []byte // control only
 }
 
 // fate returns how many copies of p arrive and the extra delay of each.
@@ -252,7 +253,7 @@ func (h *harness) drainSender() {
 			}
 		case reliability.ActControl:
 			d := a.Datagram
-			p := packet{kind: toReceiver, transfer: a.Transfer, index: h.ctl[0]}
+			p := packet{kind: toReceiver, transfer: a.Transfer, index: h.ctl[0], datagram: d}
 			h.ctl[0]++
 			h.carry(p, func() { h.r.HandleControl(h.now, d); h.drainReceiver() })
 		case reliability.ActComplete, reliability.ActFail:
@@ -312,7 +313,7 @@ func (h *harness) drainReceiver() {
 		switch a.Kind {
 		case reliability.ActControl:
 			d := a.Datagram
-			p := packet{kind: toSender, transfer: a.Transfer, index: h.ctl[1]}
+			p := packet{kind: toSender, transfer: a.Transfer, index: h.ctl[1], datagram: d}
 			h.ctl[1]++
 			h.carry(p, func() { h.s.HandleControl(h.now, d); h.drainSender() })
 		case reliability.ActDecode:

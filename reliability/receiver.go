@@ -22,6 +22,10 @@ type ReceiverEngine struct {
 	// finished ones at or above it (they may finish out of order).
 	doneBelow uint64
 	done      map[uint64]bool
+	// confirming holds finished transfers whose completing ACK the sender
+	// has not confirmed with a FIN: the ACK is repeated, an RTT apart and
+	// doubling, until the FIN comes or confirmRepeats ran out.
+	confirming map[uint64]*confirmation
 
 	est  Estimator
 	live liveness
@@ -78,13 +82,23 @@ type recvXfer struct {
 	stats        Stats
 }
 
+// confirmation is a completing ACK waiting for the sender's FIN.
+type confirmation struct {
+	at      time.Time // the next repeat
+	repeats int       // repeats so far
+}
+
+// confirmRepeats bounds the repeats of a completing ACK: a sender that
+// missed them all still probes (and hears the ACK again) on its own.
+const confirmRepeats = 6
+
 // NewReceiverEngine returns a receiver engine. It validates cfg (ErrInvalid).
 func NewReceiverEngine(cfg Config) (*ReceiverEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{},
-		live: liveness{timeout: cfg.Timeout}}
+		confirming: map[uint64]*confirmation{}, live: liveness{timeout: cfg.Timeout}}
 	r.est.init(cfg)
 	return r, nil
 }
@@ -185,6 +199,9 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 	}
 	if r.live.gone == nil && len(r.active) > 0 {
 		consider(r.live.deadline())
+	}
+	for _, c := range r.confirming {
+		consider(c.at)
 	}
 	for _, x := range r.active {
 		consider(x.deadline)
@@ -393,6 +410,7 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 		}
 	}
 	r.sendAck(x, control.AckComplete, 0)
+	r.confirming[x.id] = &confirmation{at: now.Add(r.confirmInterval(0))}
 	x.stats.End = now
 	r.actions = append(r.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.statsCopy()})
 	r.retire(x.id)
@@ -436,6 +454,29 @@ func (r *ReceiverEngine) flushAcks(x *recvXfer) {
 	x.dirtyLo, x.dirtyHi = len(x.data), 0
 }
 
+// confirmInterval is how long the repeat after repeats earlier ones waits
+// for the sender's FIN: a round trip (as the receiver measures it),
+// doubling.
+func (r *ReceiverEngine) confirmInterval(repeats int) time.Duration {
+	return max(r.est.RTT(), r.cfg.AckDelay) << repeats
+}
+
+// repeatCompletions resends the completing ACKs whose FIN is overdue.
+func (r *ReceiverEngine) repeatCompletions(now time.Time) {
+	for id, c := range r.confirming {
+		if c.at.After(now) {
+			continue
+		}
+		r.msg = control.Message{Type: control.ACK, Transfer: id, AckFlags: control.AckComplete}
+		r.send()
+		if c.repeats++; c.repeats == confirmRepeats {
+			delete(r.confirming, id)
+			continue
+		}
+		c.at = now.Add(r.confirmInterval(c.repeats))
+	}
+}
+
 // HandleTimer runs the timers that are due at now.
 func (r *ReceiverEngine) HandleTimer(now time.Time) {
 	r.watch(now)
@@ -443,8 +484,15 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 		r.peerGone(now)
 		return
 	}
+	r.repeatCompletions(now)
 	for _, x := range r.active {
 		if !x.deadline.After(now) {
+			if now.Sub(r.live.heard) > 2*keepaliveInterval(r.cfg.Timeout) {
+				// The peer is silent too (a live sender pings): the
+				// liveness clock, due soon, names the cause.
+				x.deadline = r.live.deadline()
+				continue
+			}
 			r.fail(now, x, fmt.Errorf("reliability: transfer %d: %w", x.id, ErrTimeout), abortTimeout)
 			continue
 		}
@@ -560,6 +608,8 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 	case control.Ping:
 		r.msg = control.Message{Type: control.Pong, Transfer: r.msg.Transfer}
 		r.send()
+	case control.Fin:
+		delete(r.confirming, r.msg.Transfer)
 	case control.Probe:
 		id, from := r.msg.Transfer, int(r.msg.From)
 		if x, ok := r.active[id]; ok {
@@ -604,6 +654,7 @@ func (r *ReceiverEngine) Close(now time.Time) {
 	for _, x := range r.active {
 		r.fail(now, x, ErrClosed, abortClosed)
 	}
+	clear(r.confirming)
 	r.msg = control.Message{Type: control.Close}
 	r.send()
 	r.send()
@@ -619,6 +670,7 @@ func (r *ReceiverEngine) watch(now time.Time) {
 // peerGone fails every posted transfer with the liveness error; later
 // Posts fail with it.
 func (r *ReceiverEngine) peerGone(now time.Time) {
+	clear(r.confirming)
 	for _, x := range r.active {
 		x.stats.End = now
 		r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: r.live.gone})

@@ -775,16 +775,24 @@ func (s *SenderEngine) handleCTS(now time.Time, m *control.Message) {
 }
 
 func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
+	if m.AckFlags&control.AckComplete != 0 && m.Transfer < s.next {
+		// Confirm every completing ACK, repeats too (the last FIN may
+		// have been lost), so that the receiver stops repeating it.
+		id := m.Transfer
+		s.msg = control.Message{Type: control.Fin, Transfer: id}
+		s.send()
+		if x, ok := s.active[id]; ok {
+			x.stats.ACKs++
+			s.news(now)
+			s.finish(now, x, nil)
+		}
+		return
+	}
 	x, ok := s.active[m.Transfer]
 	if !ok {
 		return
 	}
 	x.stats.ACKs++
-	if m.AckFlags&control.AckComplete != 0 {
-		s.news(now)
-		s.finish(now, x, nil)
-		return
-	}
 	ackedBefore := x.ackedN
 	var newest uint64 // the release number of the newest chunk this ACK covers first that was sent once
 	ack := func(i int) {

@@ -17,6 +17,8 @@
 //	PING   (none; transfer numbers the ping)
 //	PONG   (none; transfer echoes the ping's)
 //	CLOSE  (none; transfer 0)
+//	FIN    (none; transfer names the completed transfer)
+//	PNACK  entries (2) entries × (chunk (4) packet mask (8))
 //
 // Decoding is a view-free copy into a reused Message: it allocates
 // nothing once the Message's slices have grown.
@@ -60,6 +62,15 @@ const (
 	// Close: the side that sends it closed the connection; the peer
 	// fails what is pending at once instead of after its timeout.
 	Close
+	// Fin: the sender learned that the transfer completed (an ACK with
+	// AckComplete); the receiver stops repeating that ACK.
+	Fin
+	// PacketNACK: packets of data chunks the receiver asks to have sent
+	// again, where it holds most of a chunk's packets (SDR's per-packet
+	// view of a chunk): each entry names a chunk and a mask of its
+	// packets (bit k: packet k of the chunk, so chunks of at most 64
+	// packets).
+	PacketNACK
 )
 
 func (t Type) String() string {
@@ -80,6 +91,10 @@ func (t Type) String() string {
 		return "PONG"
 	case Close:
 		return "CLOSE"
+	case Fin:
+		return "FIN"
+	case PacketNACK:
+		return "PNACK"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -104,6 +119,12 @@ const (
 // Range is a run of chunks [First, First+Count).
 type Range struct{ First, Count uint32 }
 
+// ChunkPackets names packets of one chunk: bit k of Mask is packet k.
+type ChunkPackets struct {
+	Chunk uint32
+	Mask  uint64
+}
+
 // Message is a decoded control message. Only the fields of its Type are
 // meaningful.
 type Message struct {
@@ -126,6 +147,8 @@ type Message struct {
 
 	// NACK.
 	Ranges []Range
+	// PacketNACK; masks are never zero.
+	Packets []ChunkPackets
 
 	// Probe: the first chunk the sender needs news of.
 	From uint32
@@ -147,7 +170,9 @@ func (m *Message) Len() int {
 		return HeaderLen + 4
 	case Abort:
 		return HeaderLen + 1
-	case Ping, Pong, Close:
+	case PacketNACK:
+		return HeaderLen + 2 + 12*len(m.Packets)
+	case Ping, Pong, Close, Fin:
 		return HeaderLen
 	}
 	return 0
@@ -159,6 +184,10 @@ func MaxAckWords(mtu int) int { return (mtu - HeaderLen - 12) / 8 }
 // MaxNackRanges is how many ranges a NACK carries within mtu bytes.
 func MaxNackRanges(mtu int) int { return (mtu - HeaderLen - 2) / 8 }
 
+// MaxPacketNackEntries is how many chunks a PacketNACK names within mtu
+// bytes.
+func MaxPacketNackEntries(mtu int) int { return (mtu - HeaderLen - 2) / 12 }
+
 // Append encodes m after dst and returns the extended slice. It fails with
 // ErrTooLong beyond mtu bytes and ErrMalformed for an unknown type or
 // counts that do not fit their fields.
@@ -169,7 +198,7 @@ func (m *Message) Append(dst []byte, mtu int) ([]byte, error) {
 		return dst, fmt.Errorf("control: encode %v: %w", m.Type, ErrMalformed)
 	case n > mtu:
 		return dst, fmt.Errorf("control: %v of %d bytes, MTU %d: %w", m.Type, n, mtu, ErrTooLong)
-	case len(m.Bits) > 0xFFFF || len(m.Ranges) > 0xFFFF:
+	case len(m.Bits) > 0xFFFF || len(m.Ranges) > 0xFFFF || len(m.Packets) > 0xFFFF:
 		return dst, fmt.Errorf("control: encode %v: %w", m.Type, ErrMalformed)
 	}
 	b := binary.BigEndian
@@ -194,6 +223,12 @@ func (m *Message) Append(dst []byte, mtu int) ([]byte, error) {
 			dst = b.AppendUint32(dst, r.First)
 			dst = b.AppendUint32(dst, r.Count)
 		}
+	case PacketNACK:
+		dst = b.AppendUint16(dst, uint16(len(m.Packets)))
+		for _, e := range m.Packets {
+			dst = b.AppendUint32(dst, e.Chunk)
+			dst = b.AppendUint64(dst, e.Mask)
+		}
 	case Probe:
 		dst = b.AppendUint32(dst, m.From)
 	case Abort:
@@ -212,8 +247,8 @@ func (m *Message) Decode(p []byte) error {
 		return ErrVersion
 	}
 	b := binary.BigEndian
-	bits, ranges := m.Bits[:0], m.Ranges[:0]
-	*m = Message{Type: Type(p[3]), Transfer: b.Uint64(p[4:]), Bits: bits, Ranges: ranges}
+	bits, ranges, packets := m.Bits[:0], m.Ranges[:0], m.Packets[:0]
+	*m = Message{Type: Type(p[3]), Transfer: b.Uint64(p[4:]), Bits: bits, Ranges: ranges, Packets: packets}
 	body := p[HeaderLen:]
 	want := 0
 	switch m.Type {
@@ -258,6 +293,21 @@ func (m *Message) Decode(p []byte) error {
 		} else {
 			want = 2
 		}
+	case PacketNACK:
+		want = 2
+		if len(body) >= 2 {
+			n := int(b.Uint16(body))
+			want = 2 + 12*n
+			if len(body) == want {
+				for i := range n {
+					e := ChunkPackets{Chunk: b.Uint32(body[2+12*i:]), Mask: b.Uint64(body[6+12*i:])}
+					if e.Mask == 0 {
+						return ErrMalformed
+					}
+					m.Packets = append(m.Packets, e)
+				}
+			}
+		}
 	case Probe:
 		want = 4
 		if len(body) == want {
@@ -268,7 +318,7 @@ func (m *Message) Decode(p []byte) error {
 		if len(body) == want {
 			m.Reason = body[0]
 		}
-	case Ping, Pong, Close:
+	case Ping, Pong, Close, Fin:
 	default:
 		return ErrMalformed
 	}

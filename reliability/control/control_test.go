@@ -18,6 +18,8 @@ func samples() []Message {
 		{Type: Ping, Transfer: 6},
 		{Type: Pong, Transfer: 6},
 		{Type: Close},
+		{Type: Fin, Transfer: 9},
+		{Type: PacketNACK, Transfer: 10, Packets: []ChunkPackets{{0, 1}, {1<<32 - 1, 1 << 63}}},
 	}
 }
 
@@ -40,6 +42,9 @@ func TestRoundTrip(t *testing.T) {
 		}
 		if want.Ranges == nil {
 			want.Ranges = d.Ranges[:0]
+		}
+		if want.Packets == nil {
+			want.Packets = d.Packets[:0]
 		}
 		if !reflect.DeepEqual(d, want) {
 			t.Fatalf("%v: decoded %+v, want %+v", m.Type, d, want)
@@ -65,6 +70,11 @@ func TestRejects(t *testing.T) {
 		"type 99": append(append([]byte{}, good[:3]...), append([]byte{99}, good[4:]...)...),
 		"nack count 0": func() []byte {
 			p, _ := (&Message{Type: NACK, Ranges: []Range{{1, 1}}}).Append(nil, 1024)
+			p[len(p)-1] = 0
+			return p
+		}(),
+		"pnack mask 0": func() []byte {
+			p, _ := (&Message{Type: PacketNACK, Packets: []ChunkPackets{{3, 1}}}).Append(nil, 1024)
 			p[len(p)-1] = 0
 			return p
 		}(),
@@ -97,6 +107,14 @@ func TestRejects(t *testing.T) {
 	}
 	if p, err := nack.Append(nil, 256); err != nil || len(p) > 256 {
 		t.Errorf("largest NACK: %d bytes, %v", len(p), err)
+	}
+	pnack := Message{Type: PacketNACK, Packets: make([]ChunkPackets, MaxPacketNackEntries(256)+1)}
+	if _, err := pnack.Append(nil, 256); !errors.Is(err, ErrTooLong) {
+		t.Errorf("oversized PNACK: %v, want ErrTooLong", err)
+	}
+	pnack.Packets = pnack.Packets[:MaxPacketNackEntries(256)]
+	if p, err := pnack.Append(nil, 256); err != nil || len(p) > 256 {
+		t.Errorf("largest PNACK: %d bytes, %v", len(p), err)
 	}
 }
 
