@@ -42,8 +42,8 @@ func (k wireKind) String() string {
 type packet struct {
 	kind     wireKind
 	transfer uint64
-	index    int // chunk or nibble index; for control, the datagram's ordinal in its direction
-	attempt  int // 0 for the first transmission of this chunk
+	index    int    // chunk or nibble index; for control, the datagram's ordinal in its direction
+	attempt  int    // 0 for the first transmission of this chunk
 	datagram []byte // control only
 }
 
