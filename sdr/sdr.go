@@ -660,16 +660,27 @@ func (s *Stream) carriers() []int {
 // outside the message, ErrInvalid for a range outside mr, ErrRetry when
 // the backend lacks room for now, and ErrDone after End.
 func (s *Stream) Continue(mr *MR, off, length, chunkOffset int) error {
+	if chunkOffset < 0 || chunkOffset > s.length/s.qp.attr.ChunkSize {
+		return fmt.Errorf("sdr: continue: %d bytes at chunk %d of a %d-byte message: %w", length, chunkOffset, s.length, ErrTooLong)
+	}
+	return s.ContinuePackets(mr, off, length, chunkOffset*(s.qp.attr.ChunkSize/s.qp.attr.MTU))
+}
+
+// ContinuePackets is Continue at packet granularity: the bytes go from
+// packet packetOffset of the message on. SDR's own interface offsets in
+// chunks; a reliable sender resends the few lost packets of a large
+// chunk with it (the receiver's RecvHandle.ExpandChunk names them).
+func (s *Stream) ContinuePackets(mr *MR, off, length, packetOffset int) error {
 	if s.ended.Load() {
 		return ErrDone
 	}
 	q := s.qp
-	// Bound chunkOffset before multiplying: a huge offset must not wrap
+	// Bound packetOffset before multiplying: a huge offset must not wrap
 	// around to a valid position.
-	if chunkOffset < 0 || chunkOffset > s.length/q.attr.ChunkSize || length <= 0 {
-		return fmt.Errorf("sdr: continue: %d bytes at chunk %d of a %d-byte message: %w", length, chunkOffset, s.length, ErrTooLong)
+	if packetOffset < 0 || packetOffset > s.length/q.attr.MTU || length <= 0 {
+		return fmt.Errorf("sdr: continue: %d bytes at packet %d of a %d-byte message: %w", length, packetOffset, s.length, ErrTooLong)
 	}
-	start := chunkOffset * q.attr.ChunkSize
+	start := packetOffset * q.attr.MTU
 	if length > s.length-start {
 		return fmt.Errorf("sdr: continue: [%d,+%d) outside a %d-byte message: %w", start, length, s.length, ErrTooLong)
 	}
@@ -680,7 +691,7 @@ func (s *Stream) Continue(mr *MR, off, length, chunkOffset int) error {
 		return fmt.Errorf("sdr: continue: %w", err)
 	}
 	w := s.write()
-	w.Mem, w.Off, w.Length, w.FirstPacket = mr.mem, off, length, start/q.attr.MTU
+	w.Mem, w.Off, w.Length, w.FirstPacket = mr.mem, off, length, packetOffset
 	if err := q.bqp.Write(&w); err != nil {
 		return fmt.Errorf("sdr: continue: %w", err)
 	}

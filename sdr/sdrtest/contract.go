@@ -303,6 +303,14 @@ func testContinueOverflow(t *testing.T, e *env) {
 			t.Errorf("Continue at chunk %d: %v", off, err)
 		}
 	}
+	for _, off := range []int{1 << 62, 1<<63/mtu + 1, -1, size / mtu} {
+		if err := st.ContinuePackets(smr, 0, mtu, off); !errors.Is(err, sdr.ErrTooLong) {
+			t.Errorf("ContinuePackets at packet %d: %v", off, err)
+		}
+	}
+	if err := st.ContinuePackets(smr, 0, mtu/2, 1); !errors.Is(err, sdr.ErrInvalid) {
+		t.Errorf("ContinuePackets of half a packet mid-message: %v", err)
+	}
 	if err := st.Continue(nil, 0, chunkSize, 0); !errors.Is(err, sdr.ErrInvalid) {
 		t.Errorf("Continue without memory: %v", err)
 	}
@@ -315,6 +323,46 @@ func testContinueOverflow(t *testing.T, e *env) {
 	e.fence()
 	if h.CompleteChunks() != 0 || h.ExpandChunk(0) != 0 || h.ExpandChunk(1) != 0 {
 		t.Errorf("refused Continues wrote packets: masks %b %b", h.ExpandChunk(0), h.ExpandChunk(1))
+	}
+	h.Complete()
+}
+
+// testContinuePackets sends a message packet range by packet range, from
+// the middle of a chunk on: exactly the named packets land, at their
+// place.
+func testContinuePackets(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 1)
+	const size = 2*chunkSize - mtu/2 // 8 packets, the last one short
+	src := pattern(size, 12)
+	dst := make([]byte, size)
+	h, err := rq.PostRecv(register(t, rctx, dst), 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smr := register(t, sctx, src)
+	st, err := sq.StartStream(sdr.StreamRequest{Length: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ContinuePackets(smr, 5*mtu, 2*mtu, 5); err != nil { // packets 5 and 6: chunk 1's second and third
+		t.Fatal(err)
+	}
+	waitFor(t, "packets 5 and 6", h, func() bool { return h.ExpandChunk(1) == 0b0110 })
+	if h.ExpandChunk(0) != 0 || !bytes.Equal(dst[5*mtu:7*mtu], src[5*mtu:7*mtu]) || dst[7*mtu] != 0 {
+		t.Fatalf("packets 5 and 6 landed elsewhere: chunk 0 mask %b", h.ExpandChunk(0))
+	}
+	if err := st.ContinuePackets(smr, 7*mtu, size-7*mtu, 7); err != nil { // the short last packet
+		t.Fatal(err)
+	}
+	if err := st.ContinuePackets(smr, 0, 5*mtu, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message", h, h.Done)
+	if !bytes.Equal(dst, src) {
+		t.Error("data differs")
+	}
+	if _, err := st.End(); err != nil {
+		t.Fatal(err)
 	}
 	h.Complete()
 }

@@ -44,6 +44,7 @@ func Run(t *testing.T, newBackends Factory) {
 		{"CompleteRacesPacketsInFlight", testCompleteRace},
 		{"FailedSendsKeepMatching", testFailedSends},
 		{"ContinueOverflow", testContinueOverflow},
+		{"ContinuePackets", testContinuePackets},
 		{"MalformedPeerInfo", testMalformedPeerInfo},
 		{"MismatchedPeerInfo", testMismatchedPeerInfo},
 		{"WakeOnImmediate", testWakeOnImmediate},
