@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -274,6 +275,10 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 				continue
 			}
 			cs := x.plan.ChunkSize
+			if a.Packets != 0 {
+				err = s.sendPackets(x, a.First, a.Packets)
+				break
+			}
 			err = s.waitOutRetry(func() error {
 				if a.Part == Data {
 					off := a.First * cs
@@ -312,6 +317,27 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			// The failure's actions run on the next turn of the loop.
 		}
 	}
+}
+
+// sendPackets sends the packets in mask of data chunk chunk, a run of
+// consecutive packets per write.
+func (s *Sender) sendPackets(x *sendIO, chunk int, mask uint64) error {
+	mtu := x.plan.MTU
+	perChunk := x.plan.ChunkSize / mtu
+	for mask != 0 {
+		k := bits.TrailingZeros64(mask)
+		run := bits.TrailingZeros64(^(mask >> k))
+		mask &^= (uint64(1)<<run - 1) << k // run < 64 unless every bit is set, when the shift gives 0 − 1
+		off := (chunk*perChunk + k) * mtu
+		length := min(run*mtu, x.plan.Length-off)
+		if length <= 0 {
+			return nil
+		}
+		if err := s.waitOutRetry(func() error { return x.data.ContinuePackets(x.dataMR, off, length, off/mtu) }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // nicRateHeadroom is how far above the engine's pacing rate the NIC's
@@ -524,6 +550,12 @@ func (r *Receiver) run() {
 	var queue []*readReq // Read calls not posted yet, in order
 	var half *recvIO     // a coded transfer whose data is posted but not its parity
 	var acts []Action
+	r.eng.SetPacketView(func(id uint64, chunk int) uint64 {
+		if x := xfers[id]; x != nil {
+			return x.data.ExpandChunk(chunk)
+		}
+		return 0
+	})
 	post := func() {
 		for len(queue) > 0 {
 			x, err := r.post(queue[0], half)

@@ -333,7 +333,9 @@ const (
 	// ActStart (sender): open the transfer's SDR messages (Plan.Messages
 	// of them, in order) and, for coded plans, compute the parity.
 	ActStart ActionKind = iota + 1
-	// ActSend (sender): send chunks [First, First+Count) of Part.
+	// ActSend (sender): send chunks [First, First+Count) of Part; with
+	// Packets, only those packets of chunk First (bit k: packet k of the
+	// chunk; Count is 1).
 	ActSend
 	// ActSendImm (sender): send the zero-length immediate carriers of a
 	// message shorter than the immediate's packets (none otherwise).
@@ -372,10 +374,11 @@ type Action struct {
 	// Discard (ActStart) says the transfer was canceled before it
 	// started: open its messages and end them at once, sending nothing.
 	Discard bool
-	Part    Part // ActSend
-	First   int  // ActSend
-	Count   int  // ActSend
-	Sub     int  // ActDecode
+	Part    Part   // ActSend
+	First   int    // ActSend
+	Count   int    // ActSend
+	Packets uint64 // ActSend: a packet repair of chunk First
+	Sub     int    // ActDecode
 	// Datagram is an encoded control message (ActControl); the caller
 	// owns it.
 	Datagram []byte
@@ -392,6 +395,7 @@ type Stats struct {
 	// Sender side.
 	ChunksSent    int // data chunk transmissions, first pass and repairs
 	Retransmitted int // data chunk transmissions after the first
+	PacketsResent int // data packets sent again alone (repairs of chunks mostly there)
 	ParitySent    int // parity chunk transmissions
 	Probes        int // probes sent
 	// PacingRate is the sender's pacing rate when the transfer ended, in

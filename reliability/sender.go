@@ -97,7 +97,10 @@ type pendingSend struct {
 	kind         ActionKind // ActSend or ActSendImm
 	part         Part
 	first, count int
-	timed        bool // arm retransmission timers as it leaves
+	// packets, when not zero, sends only these packets of chunk first
+	// (count 1): a PNACK's repair.
+	packets uint64
+	timed   bool // arm retransmission timers as it leaves
 	// endsFirstPass: the transfer's first pass has left with it.
 	endsFirstPass bool
 }
@@ -513,7 +516,10 @@ func (s *SenderEngine) release(now time.Time) {
 		if !s.rc.fixed {
 			n = min(n, max(1, int(s.rc.rate*paceQuantum.Seconds()/s.rc.chunkBits)))
 		}
-		s.emit(now, x, p.part, p.first, n, p.timed)
+		if p.packets != 0 {
+			n = 1
+		}
+		s.emit(now, x, p.part, p.first, n, p.packets, p.timed)
 		p.first += n
 		p.count -= n
 		if p.count == 0 {
@@ -522,11 +528,11 @@ func (s *SenderEngine) release(now time.Time) {
 	}
 }
 
-// emit hands chunks [first, first+n) of part over, numbers them in the
-// release order and, if timed, arms retransmission timers for them in
-// flights.
-func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int, timed bool) {
-	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: part, First: first, Count: n})
+// emit hands chunks [first, first+n) of part over (with packets, only
+// those packets of chunk first), numbers them in the release order and,
+// if timed, arms retransmission timers for them in flights.
+func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int, packets uint64, timed bool) {
+	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: part, First: first, Count: n, Packets: packets})
 	if part == Data {
 		for i := range n {
 			x.order[first+i] = s.released + uint64(i) + 1
@@ -539,6 +545,10 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 	for done := 0; done < n; done += per {
 		size := min(per, n-done)
 		s.wireFree = s.departure(now, size)
+		if packets != 0 { // a share of the chunk's injection
+			full := s.injection(1)
+			s.wireFree = s.wireFree.Add(-full + full*time.Duration(bits.OnesCount64(packets))/time.Duration(x.plan.ChunkSize/x.plan.MTU))
+		}
 		s.released += uint64(size)
 		if timed {
 			s.flightSeq++
@@ -609,6 +619,22 @@ func (s *SenderEngine) resend(x *sendXfer, first, n int, onlyFlight uint32) int 
 		}
 	})
 	return sent
+}
+
+// resendPackets sends again the packets of data chunk i in mask, with a
+// timer for the chunk (whose expiry resends it whole), ahead of first
+// passes.
+func (s *SenderEngine) resendPackets(x *sendXfer, i int, mask uint64) {
+	packets := (min(x.plan.ChunkSize, x.plan.Length-i*x.plan.ChunkSize) + x.plan.MTU - 1) / x.plan.MTU
+	if packets < 64 {
+		mask &= 1<<packets - 1
+	}
+	if mask == 0 || x.acked.has(i) {
+		return
+	}
+	x.resent.set(i)
+	x.stats.PacketsResent += bits.OnesCount64(mask)
+	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: i, count: 1, packets: mask, timed: true})
 }
 
 // HandleTimer runs the timers that are due at now. The first call (or
@@ -723,6 +749,18 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		for _, r := range m.Ranges {
 			if int(r.First) < x.chunks {
 				s.resend(x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0)
+			}
+		}
+	case control.PacketNACK:
+		x, ok := s.active[m.Transfer]
+		if !ok || x.plan.ChunkSize/x.plan.MTU > 64 {
+			return
+		}
+		x.stats.NACKs++
+		s.news(now)
+		for _, e := range m.Packets {
+			if int(e.Chunk) < x.chunks {
+				s.resendPackets(x, int(e.Chunk), e.Mask)
 			}
 		}
 	case control.Abort:

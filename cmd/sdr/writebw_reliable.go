@@ -32,6 +32,7 @@ type reliableResult struct {
 	P99Ms         float64  `json:"completion_p99_ms"`
 	P999Ms        float64  `json:"completion_p999_ms"`
 	Resent        int      `json:"chunks_resent"`
+	PacketsResent int      `json:"packets_resent"` // alone, repairing chunks that were mostly there
 	Parity        int      `json:"parity_chunks"`
 	PacingMbps    float64  `json:"pacing_rate_mbps"` // the rate the last transfer ended at
 	SRTTMs        float64  `json:"srtt_ms"`
@@ -274,6 +275,7 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*re
 		st := stats[i]
 		times = append(times, st.Duration())
 		res.Resent += st.Retransmitted
+		res.PacketsResent += st.PacketsResent
 		res.Parity += st.ParitySent
 		plans[st.Plan.String()] = true
 	}
@@ -346,10 +348,10 @@ func printReliable(w io.Writer, f *writeBWFlags, r *reliableResult) {
 	}
 	fmt.Fprintln(w, line)
 	if len(r.Flows) > 0 {
-		fmt.Fprintf(w, " Chunks resent: %d   parity: %d (all flows)\n", r.Resent, r.Parity)
+		fmt.Fprintf(w, " Chunks resent: %d (%d packets alone)   parity: %d (all flows)\n", r.Resent, r.PacketsResent, r.Parity)
 	} else {
-		fmt.Fprintf(w, " Chunks resent: %d   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
-			r.Resent, r.Parity, r.PacingMbps, r.SRTTMs)
+		fmt.Fprintf(w, " Chunks resent: %d (%d packets alone)   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
+			r.Resent, r.PacketsResent, r.Parity, r.PacingMbps, r.SRTTMs)
 	}
 	if r.LinkFrames > 0 {
 		fmt.Fprintf(w, " Link to the server: %d frames, %d lost at random, %d queue drops (%.2f%%)\n",
