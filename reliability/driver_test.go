@@ -425,15 +425,16 @@ func TestRepairsByPacket(t *testing.T) {
 			ab := lossyLink(t, time.Millisecond, 0.01, 41)
 			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: lossyLink(t, time.Millisecond, 0.01, 42)})
 			e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), attr, tc.cfg)
-			packetsResent := 0
+			packetsResent, chunksResent := 0, 0
 			for i := range transfers {
 				sent, _ := transfer(t, e, size, uint32(i), uint64(i))
 				packetsResent += sent.PacketsResent
+				chunksResent += sent.Retransmitted
 			}
 			needed := transfers * (size/mtu + tc.parity)
 			c := ab.Counters()
-			t.Logf("%d frames sent for %d packets needed (%.3f×), %d lost; %d packets resent alone", c.Sent, needed,
-				float64(c.Sent)/float64(needed), c.Lost, packetsResent)
+			t.Logf("%d frames sent for %d packets needed (%.3f×), %d lost; %d packets resent alone, %d chunks", c.Sent, needed,
+				float64(c.Sent)/float64(needed), c.Lost, packetsResent, chunksResent)
 			if packetsResent == 0 {
 				t.Error("no packet was resent alone")
 			}

@@ -73,6 +73,7 @@ type recvXfer struct {
 	decodable    []bool
 	undecodable  int
 	ftoAt        time.Time
+	probed       bool        // a probe came: the sender's first pass has left
 	nackedSubAt  []time.Time // when each submessage was last NACKed
 	nackedSubN   []uint8     // how often (each repeat waits twice as long)
 	nackedBelow  int         // SR-NACK: holes below it were NACKed once
@@ -562,12 +563,13 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 // fallbackLimit returns how many leading submessages the fallback may
 // NACK: those the first pass had gone past a reorder window ago (a chunk
 // of a later one arrived), all of them once it had reached the last
-// submessage or nothing arrived for an RTO (or twice the longest pause the
-// stream already had) — a pause in a stream that is still arriving (a busy
-// host delivers in bursts) must not turn its tail into repairs.
+// submessage or the sender's probe said its first pass had left. A pause
+// in a stream that is still arriving (a busy host delivers in bursts, a
+// paced sender's first pass takes its time) must not turn the
+// submessages still to come into repairs.
 func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
 	_, sub := x.passed(now, r.cfg.ReorderWindow)
-	if sub >= len(x.decodable) || now.Sub(x.lastArrival) >= max(r.rto, 2*x.maxGap) {
+	if sub >= len(x.decodable) || x.probed {
 		return len(x.decodable)
 	}
 	return sub - 1
@@ -708,9 +710,11 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 		id, from := r.msg.Transfer, int(r.msg.From)
 		if x, ok := r.active[id]; ok {
 			r.sendAck(x, 0, min(from, x.chunks)/64)
-			if x.coded && x.ftoAt.IsZero() {
-				// Nothing arrived at all: the fallback starts now.
-				x.ftoAt = now
+			if x.coded && !x.probed {
+				// The sender probes once its first pass has left: what
+				// has not arrived by now is lost, and the fallback
+				// starts now.
+				x.probed, x.ftoAt = true, now
 			}
 		} else if r.finished(id) {
 			r.msg = control.Message{Type: control.ACK, Transfer: id, AckFlags: control.AckComplete}
