@@ -131,7 +131,6 @@ type flight struct {
 	transfer    uint64
 	first, size int
 	unconfirmed bool // handed over since the last Injected
-	rearmed     bool // expired once with nothing later acknowledged
 }
 
 // NewSenderEngine returns a sender engine. It validates cfg (ErrInvalid).
@@ -655,16 +654,17 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		if !ok {
 			continue
 		}
-		if !s.cfg.FixedRTT && !f.rearmed && x.ackedSeq <= f.seq && now.Sub(x.lastNewAck) < s.rto/2 &&
+		if !s.cfg.FixedRTT && x.ackedSeq <= f.seq && now.Sub(x.lastNewAck) < s.rto/2 &&
 			x.acked.countRange(f.first, f.size) < f.size {
 			// Nothing sent after this flight has been acknowledged, yet
 			// ACKs still bring news: with a round trip that is only
 			// measured, the path is draining a queue (behind a large
-			// first pass) more slowly than the timer thought. Wait once
-			// more, with the RTO as it stands now, and probe instead of
-			// resending. (With a known round trip a timeout is a loss, as
-			// in the paper's SR.)
-			f.rearmed = true
+			// first pass) more slowly than the timer thought. Wait
+			// another RTO, as long as the news keeps coming and has not
+			// passed this flight, and probe instead of resending: a chunk
+			// lost from it shows once a later one is acknowledged (or the
+			// news stops). With a known round trip a timeout is a loss,
+			// as in the paper's SR.
 			f.deadline = now.Add(s.timeout())
 			s.pushFlight(f)
 			if !x.probedAt.Equal(now) {

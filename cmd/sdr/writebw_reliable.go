@@ -39,6 +39,11 @@ type reliableResult struct {
 	ModelMs       float64  `json:"model_mean_ms,omitempty"` // the model's mean at that rate and round trip
 	ModelNote     string   `json:"model_note,omitempty"`
 	ElapsedSecond float64  `json:"elapsed_seconds"`
+	// How long after the server's completion of a transfer the client
+	// learned of it (median and worst; by the two hosts' clocks, so exact
+	// when both run on one host).
+	LagP50Ms float64 `json:"completion_lag_p50_ms"`
+	LagMaxMs float64 `json:"completion_lag_max_ms"`
 	// The in-memory link toward the server (-loopback), warm-up included:
 	// frames offered, lost at random, dropped by its queue.
 	LinkFrames     int64 `json:"link_frames,omitempty"`
@@ -190,6 +195,7 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (veri
 	defer r.Close()
 	n := p.Warmup + p.Iterations
 	patterns := newReliablePatterns(p.Size)
+	verdict := serverVerdict{Ends: make([]int64, n)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	next := make(chan struct{}, n)
@@ -201,11 +207,14 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (veri
 		wg.Go(func() {
 			buf := make([]byte, p.Size)
 			for range next {
-				imm, _, err := r.Read(context.Background(), buf)
+				imm, st, err := r.Read(context.Background(), buf)
 				ok := err == nil && string(buf) == string(patterns.of(int(imm)))
 				mu.Lock()
 				if ok {
 					verified++
+					if int(imm) < n {
+						verdict.Ends[imm] = st.End.UnixNano()
+					}
 				} else {
 					failed++
 				}
@@ -214,7 +223,17 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (veri
 		})
 	}
 	wg.Wait()
-	return verified, failed, bs.SendJSON(map[string]int{"verified": verified, "failed": failed})
+	verdict.Verified, verdict.Failed = verified, failed
+	return verified, failed, bs.SendJSON(verdict)
+}
+
+// serverVerdict is what a reliable run's server tells the client at the
+// end: the transfers verified and failed, and when each verified one
+// completed at the server (Unix ns, by transfer number; 0: not verified).
+type serverVerdict struct {
+	Verified int     `json:"verified"`
+	Failed   int     `json:"failed"`
+	Ends     []int64 `json:"ends"`
 }
 
 // clientReliable sends Warmup+Iterations transfers and measures the
@@ -260,13 +279,13 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*re
 	}
 	wg.Wait()
 	elapsed := time.Since(measured)
-	var server map[string]int
+	var server serverVerdict
 	if err := bs.RecvJSON(&server); err != nil {
 		return nil, fmt.Errorf("the server's verdict: %w", err)
 	}
-	res := &reliableResult{Scheme: p.Scheme, Transfers: p.Iterations, Verified: server["verified"], Failed: server["failed"],
+	res := &reliableResult{Scheme: p.Scheme, Transfers: p.Iterations, Verified: server.Verified, Failed: server.Failed,
 		ElapsedSecond: elapsed.Seconds()}
-	var times []time.Duration
+	var times, lags []time.Duration
 	plans := map[string]bool{}
 	for i := p.Warmup; i < n; i++ {
 		if errs[i] != nil {
@@ -274,6 +293,9 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*re
 		}
 		st := stats[i]
 		times = append(times, st.Duration())
+		if i < len(server.Ends) && server.Ends[i] != 0 {
+			lags = append(lags, st.End.Sub(time.Unix(0, server.Ends[i])))
+		}
 		res.Resent += st.Retransmitted
 		res.PacketsResent += st.PacketsResent
 		res.Parity += st.ParitySent
@@ -293,6 +315,10 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*re
 		last := stats[n-1]
 		res.PacingMbps, res.SRTTMs = last.PacingRate/1e6, float64(last.SRTT)/1e6
 		res.ModelMs, res.ModelNote = predictReliable(p, last)
+	}
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		res.LagP50Ms, res.LagMaxMs = float64(lags[len(lags)/2])/1e6, float64(lags[len(lags)-1])/1e6
 	}
 	return res, nil
 }
@@ -352,6 +378,9 @@ func printReliable(w io.Writer, f *writeBWFlags, r *reliableResult) {
 	} else {
 		fmt.Fprintf(w, " Chunks resent: %d (%d packets alone)   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
 			r.Resent, r.PacketsResent, r.Parity, r.PacingMbps, r.SRTTMs)
+	}
+	if r.LagMaxMs > 0 {
+		fmt.Fprintf(w, " Completion learned by the client: %.3f ms after the server's (median), %.3f ms (worst)\n", r.LagP50Ms, r.LagMaxMs)
 	}
 	if r.LinkFrames > 0 {
 		fmt.Fprintf(w, " Link to the server: %d frames, %d lost at random, %d queue drops (%.2f%%)\n",
