@@ -19,6 +19,23 @@
  * Built with dpacc for the DPA (make dpa), and with gcc against
  * hostsim/, which implements exactly the flexio_dev_* calls used here.
  */
+/*
+ * The FlexIO device API generation this file is written for: 24.10 (DOCA
+ * 2.9) and later, where the window calls name a window entity and the
+ * queue calls take no thread context. The SDK's headers gate each call
+ * on FLEXIO_DEV_VER_USED, so a call of another generation does not
+ * compile. SDR_FLEXIO_DEV_VER exists for the CI check that the gates
+ * bite (devicetest's TestDeviceISA builds this file at 24.4 and expects
+ * it to fail).
+ */
+#include <libflexio-dev/flexio_dev_ver.h>
+#ifndef SDR_FLEXIO_DEV_VER
+#define SDR_FLEXIO_DEV_VER FLEXIO_DEV_VER(24, 10, 0)
+#endif
+#define FLEXIO_DEV_VER_USED SDR_FLEXIO_DEV_VER
+/* Every FlexIO device call is marked experimental (deprecated unless
+ * this is defined, which -Werror would turn into errors). */
+#define FLEXIO_DEV_ALLOW_EXPERIMENTAL_API
 #include <libflexio-dev/flexio_dev.h>
 #include <libflexio-dev/flexio_dev_queue_access.h>
 #include <dpaintrin.h>
@@ -29,15 +46,23 @@
 
 flexio_dev_event_handler_t sdr_rx_handler;
 
-/* setup acquires the host areas through the window; 0 on success. */
-static int setup(struct flexio_dev_thread_ctx *dtctx, struct sdr_rx_ctx *c)
+/*
+ * setup configures the thread's window entity 0 and acquires the host
+ * areas through it; 0 on success. It runs at every event, as the public
+ * FlexIO datapaths do: a thread's window configuration is not kept
+ * across its runs.
+ */
+static int setup(struct sdr_rx_ctx *c)
 {
-	if (flexio_dev_window_config(dtctx, (uint16_t)c->window_id, c->window_mkey) != FLEXIO_DEV_STATUS_SUCCESS ||
-	    flexio_dev_window_ptr_acquire(dtctx, c->slots_haddr, &c->slots) != FLEXIO_DEV_STATUS_SUCCESS ||
-	    flexio_dev_window_ptr_acquire(dtctx, c->lengths_haddr, &c->lengths) != FLEXIO_DEV_STATUS_SUCCESS ||
-	    flexio_dev_window_ptr_acquire(dtctx, c->notify_haddr, &c->notify) != FLEXIO_DEV_STATUS_SUCCESS)
+	if (flexio_dev_window_config(FLEXIO_DEV_WINDOW_ENTITY_0, (uint16_t)c->window_id, c->window_mkey) !=
+		    FLEXIO_DEV_STATUS_SUCCESS ||
+	    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, c->slots_haddr, &c->slots) !=
+		    FLEXIO_DEV_STATUS_SUCCESS ||
+	    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, c->lengths_haddr, &c->lengths) !=
+		    FLEXIO_DEV_STATUS_SUCCESS ||
+	    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, c->notify_haddr, &c->notify) !=
+		    FLEXIO_DEV_STATUS_SUCCESS)
 		return -1;
-	c->ready = 1;
 	return 0;
 }
 
@@ -129,9 +154,7 @@ static void repost(struct sdr_rx_ctx *c, uint32_t gen)
 __dpa_global__ void sdr_rx_handler(uint64_t thread_arg)
 {
 	struct sdr_rx_ctx *c = (struct sdr_rx_ctx *)thread_arg;
-	struct flexio_dev_thread_ctx *dtctx;
-	flexio_dev_get_thread_ctx(&dtctx);
-	if (!c->ready && setup(dtctx, c) != 0) {
+	if (setup(c) != 0) {
 		c->failures++;
 		flexio_dev_thread_finish();
 		return;

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "d027dc7066f4858caabf585e490c32b0c8b6d3316ce58e1b16ee59e9e0cf2d87"
+const deviceSourceHash = "0b5589ae81213e254c69d87afa5ed4b3621e51de08e73caca009a5b69e71dc8d"

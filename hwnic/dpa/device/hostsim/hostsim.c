@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdlib.h>
 
+#include <dpaintrin.h>
 #include <libflexio-dev/flexio_dev_queue_access.h>
 
 #define HOSTSIM_WINDOWS 4096
@@ -23,8 +24,7 @@ static struct window windows[HOSTSIM_WINDOWS];
 
 struct flexio_dev_thread_ctx {
 	jmp_buf exit;
-	struct window window[HOSTSIM_WINDOW_IDS]; /* configured per window ID */
-	int current;                             /* the window last configured, -1 for none */
+	struct window window[FLEXIO_DEV_WINDOW_ENTITY_NUM]; /* per entity; len 0: not configured */
 	int armed;
 	uint32_t arm_ci, arm_cqn;
 };
@@ -45,7 +45,6 @@ struct hostsim_thread *hostsim_thread_create(flexio_dev_event_handler_t *fn, uin
 		return NULL;
 	t->fn = fn;
 	t->arg = arg;
-	t->ctx.current = -1;
 	return t;
 }
 
@@ -57,6 +56,9 @@ enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t)
 		return HOSTSIM_FINISHED;
 	running = t;
 	t->ctx.armed = 0;
+	/* A thread's window configuration does not survive its run. */
+	for (int e = 0; e < FLEXIO_DEV_WINDOW_ENTITY_NUM; e++)
+		t->ctx.window[e] = (struct window){0};
 	int how = setjmp(t->ctx.exit);
 	if (how == 0) {
 		t->fn(t->arg);
@@ -109,16 +111,16 @@ int flexio_dev_get_thread_ctx(struct flexio_dev_thread_ctx **dtctx)
 	return 0;
 }
 
-flexio_dev_status_t flexio_dev_window_config(struct flexio_dev_thread_ctx *dtctx, uint16_t id, uint32_t mkey)
+flexio_dev_status_t flexio_dev_multi_window_config(enum flexio_window_entity e, uint16_t id, uint32_t mkey)
 {
-	if (id >= HOSTSIM_WINDOW_IDS)
+	if (!running || (unsigned)e >= FLEXIO_DEV_WINDOW_ENTITY_NUM || id >= HOSTSIM_WINDOW_IDS)
 		return FLEXIO_DEV_STATUS_FAILED;
+	struct flexio_dev_thread_ctx *dtctx = &running->ctx;
 	flexio_dev_status_t st = FLEXIO_DEV_STATUS_FAILED;
 	pthread_mutex_lock(&windows_mu);
 	for (int i = 0; i < HOSTSIM_WINDOWS; i++) {
 		if (windows[i].len != 0 && windows[i].mkey == mkey) {
-			dtctx->window[id] = windows[i];
-			dtctx->current = id;
+			dtctx->window[e] = windows[i];
 			st = FLEXIO_DEV_STATUS_SUCCESS;
 			break;
 		}
@@ -127,13 +129,13 @@ flexio_dev_status_t flexio_dev_window_config(struct flexio_dev_thread_ctx *dtctx
 	return st;
 }
 
-flexio_dev_status_t flexio_dev_window_ptr_acquire(struct flexio_dev_thread_ctx *dtctx, uint64_t haddr,
-						  flexio_uintptr_t *daddr)
+flexio_dev_status_t flexio_dev_multi_window_ptr_acquire(enum flexio_window_entity e, uint64_t haddr,
+							flexio_uintptr_t *daddr)
 {
-	if (dtctx->current < 0)
+	if (!running || (unsigned)e >= FLEXIO_DEV_WINDOW_ENTITY_NUM)
 		return FLEXIO_DEV_STATUS_FAILED;
-	struct window w = dtctx->window[dtctx->current];
-	if (haddr < w.base || haddr - w.base >= w.len)
+	struct window w = running->ctx.window[e];
+	if (w.len == 0 || haddr < w.base || haddr - w.base >= w.len)
 		return FLEXIO_DEV_STATUS_FAILED;
 	*daddr = haddr; /* the host's memory is the host's */
 	return FLEXIO_DEV_STATUS_SUCCESS;
@@ -143,7 +145,7 @@ void flexio_dev_thread_reschedule(void) { longjmp(running->ctx.exit, HOSTSIM_RES
 
 void flexio_dev_thread_finish(void) { longjmp(running->ctx.exit, HOSTSIM_FINISHED); }
 
-void flexio_dev_cq_arm(uint32_t ci, uint32_t qnum)
+void hostsim_cq_arm(uint32_t ci, uint32_t qnum)
 {
 	running->ctx.armed = 1;
 	running->ctx.arm_ci = ci & 0xffffff;
@@ -159,13 +161,25 @@ static uint32_t be32(uint32_t v)
 #endif
 }
 
-void flexio_dev_dbr_cq_set_ci(uint32_t *cq_dbr, uint32_t ci)
+flexio_dev_status_t flexio_dev_dbr_cq_set_ci(uint32_t *cq_dbr, uint32_t ci)
 {
 	__atomic_store_n(cq_dbr, be32(ci & 0xffffff), __ATOMIC_RELEASE);
+	return FLEXIO_DEV_STATUS_SUCCESS;
 }
 
-void flexio_dev_dbr_rq_inc_pi(uint32_t *rq_dbr)
+flexio_dev_status_t flexio_dev_dbr_rq_inc_pi(uint32_t *rq_dbr)
 {
 	uint32_t pi = be32(__atomic_load_n(rq_dbr, __ATOMIC_ACQUIRE));
 	__atomic_store_n(rq_dbr, be32((pi + 1) & 0xffff), __ATOMIC_RELEASE);
+	return FLEXIO_DEV_STATUS_SUCCESS;
+}
+
+void hostsim_thread_fence(int space, int pred, int succ)
+{
+	(void)space, (void)pred, (void)succ;
+#ifdef __SANITIZE_THREAD__
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+#else
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
 }

@@ -14,6 +14,10 @@
 
 #include <stdint.h>
 
+/* The harness calls the experimental device API too. */
+#ifndef FLEXIO_DEV_ALLOW_EXPERIMENTAL_API
+#define FLEXIO_DEV_ALLOW_EXPERIMENTAL_API
+#endif
 #include <libflexio-dev/flexio_dev.h>
 
 enum hostsim_exit {
