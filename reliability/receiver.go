@@ -68,16 +68,24 @@ type recvXfer struct {
 	ackAt            time.Time
 
 	// Coded plans.
-	coded        bool
-	layout       ec.Layout
-	decodable    []bool
-	undecodable  int
-	ftoAt        time.Time
-	probed       bool        // a probe came: the sender's first pass has left
-	nackedSubAt  []time.Time // when each submessage was last NACKed
-	nackedSubN   []uint8     // how often (each repeat waits twice as long)
-	nackedBelow  int         // SR-NACK: holes below it were NACKed once
-	ctsAt        time.Time   // when to resend the CTS (until data arrives)
+	coded       bool
+	layout      ec.Layout
+	decodable   []bool
+	undecodable int
+	ftoAt       time.Time
+	probed      bool        // a probe came: the sender's first pass has left
+	nackedSubAt []time.Time // when each submessage was last NACKed
+	nackedSubN  []uint8     // how often (each repeat waits twice as long)
+	// SR-NACK: when each data chunk was last NACKed (zero: never) and
+	// how often; renackAt is when the first NACKed hole still missing is
+	// due to be NACKed again, tailAt when the sender's tail probe said its
+	// first pass had left (zero: not yet).
+	nackedAt     []time.Time
+	nackedN      []uint8
+	nackedBelow  int // holes below it were NACKed at least once
+	renackAt     time.Time
+	tailAt       time.Time
+	ctsAt        time.Time // when to resend the CTS (until data arrives)
 	ctsBackoff   time.Duration
 	ctsFirst     time.Time
 	ctsResent    bool
@@ -188,6 +196,9 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	}
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
+	if plan.Scheme == SRNACK {
+		x.nackedAt, x.nackedN = make([]time.Time, x.chunks), make([]uint8, x.chunks)
+	}
 	r.next++
 	r.active[x.id] = x
 	r.sendCTS(now, x)
@@ -231,6 +242,7 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 		consider(x.deadline)
 		consider(x.ackAt)
 		consider(x.ftoAt)
+		consider(x.renackAt)
 		if x.firstArrival.IsZero() {
 			consider(x.ctsAt)
 		}
@@ -388,6 +400,9 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	if changed && x.ackAt.IsZero() {
 		x.ackAt = now.Add(r.cfg.AckDelay)
 	}
+	if changed && x.plan.Scheme == SRNACK {
+		r.nackHoles(now, x) // at once, not an ACK delay later
+	}
 }
 
 // dataWhole reports whether every data chunk is held or can be decoded.
@@ -536,6 +551,9 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 				r.nackSubmessages(now, x, sub-1)
 			}
 		}
+		if !x.renackAt.IsZero() && !x.renackAt.After(now) {
+			r.renackHoles(now, x)
+		}
 		if !x.ftoAt.IsZero() && !x.ftoAt.After(now) {
 			x.ftoAt = now.Add(r.rto)
 			if x.undecodable > 0 {
@@ -546,18 +564,76 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 	}
 }
 
-// nackHoles NACKs (once) the data chunks missing behind the frontier of
-// a reorder window ago (a later chunk had arrived by then); holes that
-// stay missing are left to the sender's RTO.
+// nackHoles NACKs the data chunks missing behind the frontier of a
+// reorder window ago (a later chunk had arrived by then; all of them a
+// reorder window after the sender's tail probe) that it has not NACKed
+// yet; renackHoles NACKs again those whose repair has not come within a
+// round trip. SR-NACK so finds every loss, a lost repair or a lost tail
+// too, about a round trip after its sending, as the paper's SR-NACK does,
+// rather than after the sender's retransmission timeout. It costs
+// O(chunks newly passed/64).
 func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 	limit, _ := x.passed(now, r.cfg.ReorderWindow)
+	if !x.tailAt.IsZero() && now.Sub(x.tailAt) >= r.cfg.ReorderWindow {
+		limit = x.chunks
+	}
 	if limit <= x.nackedBelow {
 		return
 	}
 	r.nackRanges(x, func(emit func(first, n int)) {
-		x.data.clearRuns(max(x.nackedBelow, x.cum), limit, emit)
+		x.data.clearRuns(max(x.nackedBelow, x.cum), limit, func(first, n int) {
+			for i := first; i < first+n; i++ {
+				r.noteNack(now, x, i)
+			}
+			emit(first, n)
+		})
 	})
 	x.nackedBelow = limit
+}
+
+// renackHoles NACKs again the NACKed holes whose repair is overdue (their
+// wait doubles with each NACK unless NoBackoff) and re-arms renackAt for
+// the next one. It costs O(chunks/64 + holes).
+func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
+	x.renackAt = time.Time{}
+	r.nackRanges(x, func(emit func(first, n int)) {
+		x.data.clearRuns(x.cum, x.nackedBelow, func(first, n int) {
+			for i := first; i < first+n; i++ {
+				if due := x.nackedAt[i].Add(r.cfg.backoff(r.renackInterval(), int(x.nackedN[i]))); due.After(now) {
+					x.renackAt = minNonZero(x.renackAt, due)
+					continue
+				}
+				r.noteNack(now, x, i)
+				emit(i, 1)
+			}
+		})
+	})
+}
+
+// noteNack records that hole i is NACKed now and when it is due again.
+func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
+	x.nackedAt[i], x.nackedN[i] = now, min(x.nackedN[i]+1, 255)
+	x.renackAt = minNonZero(x.renackAt, now.Add(r.cfg.backoff(r.renackInterval(), int(x.nackedN[i]))))
+}
+
+// renackInterval is how long a NACKed hole waits for its repair before
+// it is NACKed again: a round trip as the receiver measures it, the
+// reorder window, and unless the rate is fixed the sender's pacing
+// horizon (repairs leave ahead of first passes, within it).
+func (r *ReceiverEngine) renackInterval() time.Duration {
+	d := r.est.RTT() + r.cfg.ReorderWindow
+	if !r.cfg.FixedRate {
+		d += paceHorizon
+	}
+	return d
+}
+
+// minNonZero returns the earlier of a and b, where a zero time is none.
+func minNonZero(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // fallbackLimit returns how many leading submessages the fallback may
@@ -710,6 +786,12 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 		id, from := r.msg.Transfer, int(r.msg.From)
 		if x, ok := r.active[id]; ok {
 			r.sendAck(x, 0, min(from, x.chunks)/64)
+			if x.plan.Scheme == SRNACK && x.tailAt.IsZero() {
+				// The sender's tail probe: its first pass has left, so
+				// what is missing a reorder window from now is lost.
+				x.tailAt = now
+				x.ackAt = minNonZero(x.ackAt, now.Add(r.cfg.ReorderWindow))
+			}
 			if x.coded && !x.probed {
 				// The sender probes once its first pass has left: what
 				// has not arrived by now is lost, and the fallback

@@ -76,7 +76,9 @@ const (
 	// timeouts (RTO = RTT + α·RTT).
 	SRRTO Scheme = iota + 1
 	// SRNACK is Selective Repeat where the receiver NACKs holes as soon
-	// as a later chunk arrives, with RTO as the fallback.
+	// as a later chunk arrives (the sender's tail probe stands for one
+	// after the first pass) and again each round trip a repair stays
+	// missing, with RTO as the sender's fallback.
 	SRNACK
 	// EC sends k data + m parity chunks per submessage; after the
 	// fallback timeout the receiver NACKs the submessages it cannot

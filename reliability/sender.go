@@ -69,17 +69,21 @@ type SenderEngine struct {
 
 // sendXfer is one started transfer.
 type sendXfer struct {
-	id       uint64
-	plan     Plan
-	chunks   int    // data chunks
-	acked    bitmap // data chunks the receiver reported
-	ackedN   int
-	probeAt  time.Time // when to probe next
-	lastImm  time.Time // when the immediate was last resent
-	probedAt time.Time // when the last probe went out
-	stats    Stats
-	coded    bool
-	resent   bitmap // chunks sent more than once: no RTT samples
+	id      uint64
+	plan    Plan
+	chunks  int    // data chunks
+	acked   bitmap // data chunks the receiver reported
+	ackedN  int
+	probeAt time.Time // when to probe next
+	// tailProbeAt is when an SR-NACK transfer's first pass has left by the
+	// injection clock: a probe then tells the receiver that whatever is
+	// missing a reorder window later is lost (zero: sent, or none).
+	tailProbeAt time.Time
+	lastImm     time.Time // when the immediate was last resent
+	probedAt    time.Time // when the last probe went out
+	stats       Stats
+	coded       bool
+	resent      bitmap // chunks sent more than once: no RTT samples
 	// order is each data chunk's place in the release order (released
 	// after it was handed over last), for passed and RTT samples.
 	order []uint64
@@ -193,8 +197,10 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 	}
 	for _, x := range s.active {
 		consider(s.deadline(x))
-		if !x.probeAt.IsZero() {
-			consider(x.probeAt)
+		for _, at := range []time.Time{x.probeAt, x.tailProbeAt} {
+			if !at.IsZero() {
+				consider(at)
+			}
 		}
 	}
 	if until, ok := s.waitingUntil(); ok && s.live.gone == nil {
@@ -316,6 +322,9 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 // fallback timeout too), the completing ACK or an immediate report may
 // have been lost, and nothing else would bring them again.
 func (s *SenderEngine) firstPassLeft(x *sendXfer) {
+	if x.plan.Scheme == SRNACK {
+		x.tailProbeAt = s.wireFree
+	}
 	x.probeAt = s.wireFree.Add(s.timeout())
 	if x.coded {
 		x.probeAt = x.probeAt.Add(s.rto / 2)
@@ -683,6 +692,11 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		switch {
 		case !s.deadline(x).After(now):
 			s.fail(now, id, x.plan, fmt.Errorf("reliability: transfer %d: no progress for %v: %w", id, s.cfg.Timeout, ErrTimeout), abortTimeout)
+		case !x.tailProbeAt.IsZero() && !x.tailProbeAt.After(now):
+			x.tailProbeAt = time.Time{}
+			if !x.probedAt.Equal(now) {
+				s.probe(now, x, x.acked.firstClear(0, x.chunks))
+			}
 		case !x.probeAt.IsZero() && !x.probeAt.After(now):
 			s.timedOut(now)
 			x.probeAt = now.Add(s.timeout())

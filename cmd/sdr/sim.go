@@ -920,8 +920,9 @@ func simReport(rows []simRow, sum simSummary, f *simFlags, plotDir string, plots
 	fmt.Fprintf(&b, "Setup: %g Gbit/s, RTT %v (one-way %g km of fibre), %d-byte chunks (one packet each), α = %g "+
 		"(RTO = %v, %s), %s loss per chunk, control datagrams lost at %g. Each sample is one transfer through the project's "+
 		"own engines (`reliability.SenderEngine`/`ReceiverEngine`) in the discrete-event simulator `testbed/sim`, over the "+
-		"link model `testbed/link`; slowdown is the completion time (first bit injected → receiver holds every byte) over "+
-		"`model.Lossless` = N·T_inj + RTT/2. The analytic models of `reliability/model` are shown beside.\n\n",
+		"link model `testbed/link`; a completion time runs from the first bit injected to the receiver holding every byte, and "+
+		"slowdown, as in the paper, is that time as the sender learns it (RTT/2 later) over the lossless one: "+
+		"(t + RTT/2) / (N·T_inj + RTT). The analytic models of `reliability/model` are shown beside.\n\n",
 		f.gbps, f.rtt, f.rtt.Seconds()/2*link.FibreSpeed, f.chunk, f.alpha, time.Duration((1+f.alpha)*float64(f.rtt)), backoffWords(f.backoff), f.loss, f.ctlLoss)
 	img := func(name, alt string) {
 		if name != "" {

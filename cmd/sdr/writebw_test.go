@@ -239,7 +239,7 @@ func TestWriteBWReliableLoopback(t *testing.T) {
 			if rr.LinkFrames == 0 || rr.LinkLost == 0 {
 				t.Errorf("the link's counters are missing: %s", out)
 			}
-			if rr.Resent+rr.Parity == 0 {
+			if rr.Resent+rr.PacketsResent+rr.Parity == 0 {
 				t.Errorf("2 %% loss over 7 transfers and nothing resent or coded: %s", out)
 			}
 		})

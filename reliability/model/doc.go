@@ -32,14 +32,19 @@
 // first pass). A chunk lost G times (G geometric, P(G ≥ g) = p^g) lands at
 // i·T + G·RTO + T + R/2.
 //
-// SR-NACK: a first transmission followed by a delivered first transmission
-// of a later chunk is repaired when that chunk's NACK reaches the sender,
-// RTT + 2·T after the lost chunk's injection start (the next chunk lands
-// T + R/2 after its own start, the NACK takes R/2); the run of chunks lost at
-// the very end of the first pass has no later arrival and waits for RTO, as
-// do lost retransmissions. The repair offset min(R + 2T, RTO) ignores that a
-// NACK waits for the next *delivered* chunk: a chunk followed by j lost ones
-// is repaired j·T later (part of Estimate.Bound).
+// SR-NACK: every lost transmission is repaired about one RTT after its
+// injection start, the paper's SR-NACK: a first transmission followed by a
+// delivered first transmission of a later chunk when that chunk's NACK
+// reaches the sender, RTT + 2·T after the lost chunk's injection start
+// (the next chunk lands T + R/2 after its own start, the NACK takes R/2);
+// the run lost at the very end of the first pass when the sender's tail
+// probe, sent as the first pass ends, has crossed and the receiver's NACK
+// come back; a lost retransmission when the receiver, having waited a
+// round trip for it, NACKs it again. The model takes RTT + 2·T for the
+// first repair and RTT for every further one; it ignores that a NACK waits
+// for the next *delivered* chunk (a chunk followed by j lost ones is
+// repaired j·T later) and that the tail run's chunks wait for the end of
+// the first pass (both part of Estimate.Bound).
 //
 // EC(k, m): L = ⌈N/k⌉ submessages, each its k data chunks (the last one
 // k' = N − (L−1)·k) followed by m parity chunks, injected submessage by
@@ -73,12 +78,11 @@
 // is continuous and piecewise linear in x, with kinks where x − s crosses a
 // retransmission level; the mean is the exact integral of 1 − F_c over
 // those pieces (two non-negative terms per piece, no cancellation at 1e-15
-// survival), and a quantile is found by bisection. The p^(k+1) levels and,
-// for SR-NACK, the length ℓ of the trailing loss run (probability
-// p^ℓ·(1 − p), conditioning the run's chunks on loss and the chunk before
-// it on delivery) are truncated where their weight falls below 1e-17. For
-// a message whose injection N·T is much shorter than RTO this reduces to
-// the classic tail sum E[max_i G_i] = Σ_{r≥1} 1 − (1 − p^r)^N rounds of RTO;
+// survival), and a quantile is found by bisection. The p^(k+1) levels are
+// truncated where their weight falls below 1e-17. For a message whose
+// injection N·T is much shorter than RTO this reduces to the classic tail
+// sum E[max_i G_i] = Σ_{r≥1} 1 − (1 − p^r)^N rounds of RTO (of RTT for
+// SR-NACK);
 // for 8 GiB at 400 Gbit/s (N·T = 172 ms > RTO = 75 ms) the injection
 // offsets of the chunks matter and the fluid integral keeps them.
 //

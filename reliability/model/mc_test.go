@@ -28,18 +28,23 @@ func mcSR(rng *rand.Rand, c mcLink, n int, nack bool) float64 {
 	for i := range n {
 		start := float64(i) * c.tinj
 		if firstLost[i] {
-			next := start + c.rto
+			next, again := start+c.rto, c.rto
 			if nack {
+				// The tail probe leaves when the first pass has, lands
+				// R/2 later and the NACK takes R/2 back; a chunk j that
+				// lands first gets the NACK out sooner. A lost repair is
+				// NACKed again a round trip later.
+				next, again = float64(n)*c.tinj+c.rtt, c.rtt
 				for j := i + 1; j < n; j++ {
 					if !firstLost[j] { // chunk j lands, the receiver NACKs chunk i
-						next = math.Min(next, float64(j+1)*c.tinj+c.rtt)
+						next = float64(j+1)*c.tinj + c.rtt
 						break
 					}
 				}
 			}
 			start = next
 			for c.lost(rng) {
-				start += c.rto
+				start += again
 			}
 		}
 		done = math.Max(done, start+c.tinj+c.rtt/2)

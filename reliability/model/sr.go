@@ -7,8 +7,7 @@ import (
 )
 
 // survivalEpsilon is where the SR models truncate their infinite sums: a
-// retransmission level, or a NACK trailing-loss run, whose probability
-// weight is below it is dropped. Its effect on a mean is below 1e-17·RTO·N.
+// retransmission level whose probability weight is below it is dropped. Its effect on a mean is below 1e-17·RTO·N.
 const survivalEpsilon = 1e-17
 
 // repairKind is the distribution of a chunk's delivery offset: the time from
@@ -179,38 +178,18 @@ func newSRModel(l Link, n, alpha float64, nack bool) *srModel {
 		}
 	}
 	end := n * tinj
-	timeout := repairKind{first: m.rto}
-	if !nack {
-		m.add(1, segment{timeout, 0, end})
+	if nack {
+		// SR-NACK: every lost transmission is NACKed and sent again about
+		// a round trip after its injection — a first pass's loss when a
+		// later chunk lands (RTT + 2·T_inj), its tail's when the sender's
+		// tail probe does, a lost repair when the receiver's NACK has
+		// waited a round trip for it — so every level is one RTT, the
+		// paper's SR-NACK.
+		m.rto = rtt
+		m.add(1, segment{repairKind{first: rtt + 2*tinj}, 0, end})
 		return m
 	}
-	// SR-NACK: a chunk followed by a delivered chunk is repaired after
-	// RTT + 2·T_inj (the next chunk lands, its NACK flies back); the run of
-	// chunks lost at the end of the first pass has nothing after it and waits
-	// for the timeout. Condition on that run's length ℓ.
-	nackKind := repairKind{first: math.Min(rtt+2*tinj, m.rto)}
-	afterLoss := repairKind{start: m.rto, first: m.rto}
-	delivered := repairKind{certain: true}
-	for run := 0.0; run <= n; run++ {
-		w := math.Pow(p, run) * (1 - p)
-		if run == n {
-			w = math.Pow(p, n)
-		}
-		if w == 0 || (run > 0 && w < survivalEpsilon) {
-			break
-		}
-		var segs []segment
-		if run < n {
-			if first := (n - 1 - run) * tinj; first > 0 {
-				segs = append(segs, segment{nackKind, 0, first})
-			}
-			segs = append(segs, segment{delivered, (n - 1 - run) * tinj, (n - run) * tinj})
-		}
-		if run > 0 {
-			segs = append(segs, segment{afterLoss, (n - run) * tinj, end})
-		}
-		m.add(w, segs...)
-	}
+	m.add(1, segment{repairKind{first: m.rto}, 0, end})
 	return m
 }
 

@@ -63,11 +63,17 @@ type Result struct {
 	FallbackShare float64
 }
 
-// Slowdown is Mean / Lossless.
-func (r *Result) Slowdown() float64 { return float64(r.Mean) / float64(r.Lossless) }
+// Slowdown is the mean completion time over the lossless one, both as
+// the sender learns of them (an ACK's RTT/2 after the receiver): the
+// paper's normalization, (Mean + RTT/2) / (N·T_inj + RTT).
+func (r *Result) Slowdown() float64 { return r.senderSide(r.Mean) }
 
-// SlowdownP999 is P999 / Lossless.
-func (r *Result) SlowdownP999() float64 { return float64(r.P999) / float64(r.Lossless) }
+// SlowdownP999 is Slowdown of the p99.9.
+func (r *Result) SlowdownP999() float64 { return r.senderSide(r.P999) }
+
+func (r *Result) senderSide(d time.Duration) float64 {
+	return float64(d+r.Point.RTT/2) / float64(r.Lossless+r.Point.RTT/2)
+}
 
 // ModelDeviation is |Mean − model mean| / model mean (NaN without a model).
 func (r *Result) ModelDeviation() float64 {
