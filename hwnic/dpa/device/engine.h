@@ -2,24 +2,28 @@
  * engine.h — SDR's per-packet receive engine in portable C: the algorithm
  * of the Go package sdr/engine, word for word, for the BlueField-3 DPA
  * (dpacc) and for the host (gcc, through the FlexIO shim). No FlexIO
- * dependency: GCC/Clang __atomic builtins only, no allocation, no libc.
+ * dependency, no allocation, no libc.
  *
  * A slot's state is a flat array of 64-bit words, the same layout the Go
- * engine keeps, so that the DPA and the host read one array:
+ * engine keeps:
  *
  *   word 0          state: bit 63 active, bits 32..61 message ID,
- *                   bits 24..31 generation, bits 0..23 packets in flight
+ *                   bits 24..31 generation (bits 0..23: the Go engine's
+ *                   in-flight count, always 0 here)
  *   word 1          immediate: bits 0..31 merged value, bits 32..47
  *                   nibbles received, bit 63 truncated
  *   words 2..2+C-1  one packet mask per chunk
  *   then ceil(C/64) chunk flags, one bit per chunk
  *
- * sdr_slot_process announces itself with a compare-and-swap that adds one
- * to the in-flight count only while the state word holds the packet's
- * key, and subtracts it when done; sdr_slot_activate deactivates, waits
- * for the count to drain, clears and arms. Everything is idempotent under
- * duplicates and safe with several handler threads on one slot. The
- * vectors in sdr/engine/testdata/vectors.json pin the behaviour down.
+ * One owner at a time: the caller holds the slot's words exclusively
+ * while it processes a packet (handler.c: the slot's lock in DPA
+ * memory). So there is no compare-and-swap and no read-modify-write
+ * instruction here: the BlueField-3 DPA compiler does not offer
+ * compare-and-swap, and the words the host reads are published by the
+ * handler with plain stores (handler.c). Loads and stores are relaxed
+ * __atomic accesses, which are plain ld/sd on RISC-V and keep the host
+ * harness (ThreadSanitizer) precise. The vectors in
+ * sdr/engine/testdata/vectors.json pin the behaviour down.
  */
 #ifndef SDR_DPA_ENGINE_H
 #define SDR_DPA_ENGINE_H
@@ -116,19 +120,13 @@ static inline uint64_t sdr_key(uint32_t msg_id, uint32_t gen)
 	       (uint64_t)(gen & SDR_MAX_GENERATION) << SDR_GEN_SHIFT;
 }
 
-static inline uint64_t sdr_load(const uint64_t *w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
-static inline void sdr_store(uint64_t *w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+static inline uint64_t sdr_load(const uint64_t *w) { return __atomic_load_n(w, __ATOMIC_RELAXED); }
+static inline void sdr_store(uint64_t *w, uint64_t v) { __atomic_store_n(w, v, __ATOMIC_RELAXED); }
 
 /* sdr_slot_deactivate disarms the slot: its packets are stale from now on. */
-static inline void sdr_slot_deactivate(struct sdr_slot *s)
-{
-	uint64_t st = sdr_load(&s->words[0]);
-	while (!__atomic_compare_exchange_n(&s->words[0], &st, st & SDR_INFLIGHT_MASK, 0, __ATOMIC_ACQ_REL,
-					    __ATOMIC_ACQUIRE))
-		;
-}
+static inline void sdr_slot_deactivate(struct sdr_slot *s) { sdr_store(&s->words[0], 0); }
 
-/* sdr_slot_clear zeroes every word of an inactive slot with nothing in flight. */
+/* sdr_slot_clear zeroes every word of the slot. */
 static inline void sdr_slot_clear(struct sdr_slot *s)
 {
 	for (uint32_t i = 0; i < sdr_geometry_words(&s->geo); i++)
@@ -137,15 +135,11 @@ static inline void sdr_slot_clear(struct sdr_slot *s)
 
 /*
  * sdr_slot_activate clears the slot's progress and arms it for msg_id
- * (modulo the layout's IDs) of generation gen. It waits, spinning, until
- * no packet that passed the old message's check is in flight (one
- * sdr_slot_process call at most).
+ * (modulo the layout's IDs) of generation gen.
  */
 static inline void sdr_slot_activate(struct sdr_slot *s, uint32_t msg_id, uint32_t gen)
 {
 	sdr_slot_deactivate(s);
-	while (sdr_load(&s->words[0]) & SDR_INFLIGHT_MASK)
-		;
 	for (uint32_t i = 1; i < sdr_geometry_words(&s->geo); i++)
 		sdr_store(&s->words[i], 0);
 	sdr_store(&s->words[0], sdr_key(msg_id % sdr_layout_max_ids(s->layout), gen));
@@ -158,24 +152,22 @@ static inline int sdr_merge_nibble(struct sdr_slot *s, uint32_t off, uint32_t ni
 	uint32_t idx = off % sdr_layout_nibbles(l), shift = idx * l.nibble_bits;
 	uint64_t all = (1ull << sdr_layout_nibbles(l)) - 1;
 	uint64_t old = sdr_load(&s->words[1]);
-	for (;;) {
-		uint32_t value = ((uint32_t)old & ~(sdr_mask32(l.nibble_bits) << shift)) |
-				 (nibble & sdr_mask32(l.nibble_bits)) << shift;
-		uint64_t merged = (old & SDR_TRUNCATED_BIT) | value | ((old >> 32 & SDR_NIBBLE_SET_MASK) | 1ull << idx) << 32;
-		if (merged == old)
-			return 0;
-		if (__atomic_compare_exchange_n(&s->words[1], &old, merged, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return (old >> 32 & all) != all && (merged >> 32 & all) == all;
-	}
+	uint32_t value = ((uint32_t)old & ~(sdr_mask32(l.nibble_bits) << shift)) | (nibble & sdr_mask32(l.nibble_bits))
+										      << shift;
+	uint64_t merged = (old & SDR_TRUNCATED_BIT) | value | ((old >> 32 & SDR_NIBBLE_SET_MASK) | 1ull << idx) << 32;
+	if (merged == old)
+		return 0;
+	sdr_store(&s->words[1], merged);
+	return (old >> 32 & all) != all && (merged >> 32 & all) == all;
 }
 
-/* sdr_slot_apply updates an active slot for packet off; the caller holds an in-flight count. */
+/* sdr_slot_apply updates an active slot for packet off; the caller owns the words. */
 static inline enum sdr_result sdr_slot_apply(struct sdr_slot *s, uint32_t off, uint32_t nibble, uint32_t byte_count,
 					     int *imm_done)
 {
 	const struct sdr_geometry *g = &s->geo;
 	if (byte_count > 0 && off >= g->packets) {
-		__atomic_fetch_or(&s->words[1], SDR_TRUNCATED_BIT, __ATOMIC_ACQ_REL);
+		sdr_store(&s->words[1], sdr_load(&s->words[1]) | SDR_TRUNCATED_BIT);
 		return SDR_OUT_OF_RANGE;
 	}
 	*imm_done = sdr_merge_nibble(s, off, nibble);
@@ -183,58 +175,40 @@ static inline enum sdr_result sdr_slot_apply(struct sdr_slot *s, uint32_t off, u
 		return SDR_IMM_ONLY;
 	uint32_t chunk = off / g->chunk_pkts;
 	uint64_t bit = 1ull << (off % g->chunk_pkts);
-	uint64_t old = __atomic_fetch_or(&s->words[SDR_HEADER_WORDS + chunk], bit, __ATOMIC_ACQ_REL);
+	uint64_t old = sdr_load(&s->words[SDR_HEADER_WORDS + chunk]);
 	if (old & bit)
 		return SDR_DUPLICATE;
+	sdr_store(&s->words[SDR_HEADER_WORDS + chunk], old | bit);
 	if ((old | bit) != sdr_full_mask(g, chunk))
 		return SDR_PACKET;
-	__atomic_fetch_or(&s->words[SDR_HEADER_WORDS + g->chunks + chunk / 64], 1ull << (chunk % 64), __ATOMIC_ACQ_REL);
+	uint64_t *flags = &s->words[SDR_HEADER_WORDS + g->chunks + chunk / 64];
+	sdr_store(flags, sdr_load(flags) | 1ull << (chunk % 64));
 	return SDR_CHUNK_COMPLETE;
 }
 
-/*
- * sdr_slot_enter checks the packet's key (message ID of imm, generation
- * gen) against the slot's state word and, in the same compare-and-swap,
- * adds one to the in-flight count. It returns 0 for a stale packet (the
- * count untouched) and 1 when the caller must apply the packet and then
- * call sdr_slot_leave. The slot's geometry may be read after a
- * successful enter: whoever arms the slot writes it before the state
- * word's release store.
- */
-static inline int sdr_slot_enter(uint64_t *state, struct sdr_layout l, uint32_t gen, uint32_t imm)
+/* sdr_slot_accepts: whether state word st takes a packet of immediate imm on a QP of generation gen. */
+static inline int sdr_slot_accepts(uint64_t st, struct sdr_layout l, uint32_t gen, uint32_t imm)
 {
 	uint32_t msg_id, off, nibble;
 	sdr_layout_unpack(l, imm, &msg_id, &off, &nibble);
-	uint64_t want = sdr_key(msg_id, gen);
-	uint64_t st = sdr_load(state);
-	for (;;) {
-		if (gen > SDR_MAX_GENERATION || (st & ~SDR_INFLIGHT_MASK) != want)
-			return 0;
-		if (__atomic_compare_exchange_n(state, &st, st + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return 1;
-	}
+	return gen <= SDR_MAX_GENERATION && (st & ~SDR_INFLIGHT_MASK) == sdr_key(msg_id, gen);
 }
-
-/* sdr_slot_leave drops the in-flight count sdr_slot_enter took. */
-static inline void sdr_slot_leave(uint64_t *state) { __atomic_fetch_sub(state, 1, __ATOMIC_ACQ_REL); }
 
 /*
  * sdr_slot_process applies one WRITE-with-Imm completion: immediate imm
  * arriving on a QP of generation gen with byte_count payload bytes (0 for
  * an immediate carrier). *imm_done is set to 1 for exactly the event that
- * completes the immediate, 0 otherwise. A few atomic operations.
+ * completes the immediate, 0 otherwise. The caller owns the words.
  */
 static inline enum sdr_result sdr_slot_process(struct sdr_slot *s, uint32_t gen, uint32_t imm, uint32_t byte_count,
 					       int *imm_done)
 {
 	uint32_t msg_id, off, nibble;
 	*imm_done = 0;
-	if (!sdr_slot_enter(&s->words[0], s->layout, gen, imm))
+	if (!sdr_slot_accepts(sdr_load(&s->words[0]), s->layout, gen, imm))
 		return SDR_STALE;
 	sdr_layout_unpack(s->layout, imm, &msg_id, &off, &nibble);
-	enum sdr_result r = sdr_slot_apply(s, off, nibble, byte_count, imm_done);
-	sdr_slot_leave(&s->words[0]);
-	return r;
+	return sdr_slot_apply(s, off, nibble, byte_count, imm_done);
 }
 
 /* sdr_slot_chunk_done: whether chunk i is complete; 0 outside the buffer. */

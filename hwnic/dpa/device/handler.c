@@ -7,10 +7,14 @@
  * consumed receive WQE and rings that QP's receive doorbell record, then
  * updates the CQ doorbell record, re-arms the CQ and reschedules.
  *
- * The slots' engine words live in host memory, reached through a FlexIO
- * window, so that the host reads chunk flags, packet masks and the
- * merged immediate where the handler writes them (the SDK's bitmap);
- * the per-packet atomics are on those words.
+ * The per-packet state of the slots lives in DPA memory, one record per
+ * slot shared by the QP's channel threads under a per-slot spin lock
+ * (sdr_rx.h); the handler publishes what a packet changed to the slot's
+ * engine words in host memory, through a FlexIO window, with plain
+ * stores and window writebacks, so that the host reads chunk flags,
+ * packet masks and the merged immediate in the Go engine's layout. No
+ * read-modify-write reaches host memory and there is no
+ * compare-and-swap.
  *
  * A zero-length SEND-with-Imm on one of the channel's QPs is a fence
  * marker (fence below): the handler publishes its immediate, so that the
@@ -66,39 +70,125 @@ static int setup(struct sdr_rx_ctx *c)
 	return 0;
 }
 
-/* notify tells the host to look at slot. */
+/*
+ * Window words: relaxed __atomic loads and stores, which are the plain
+ * ld/sd of RISC-V (no read-modify-write reaches host memory); publishing
+ * stores are release, a fence before a plain store. What orders them
+ * for the host is the window fences around them.
+ */
+static inline uint64_t win_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static inline void win_store(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+
+/*
+ * notify tells the host to look at slot: the entry, a writeback, then
+ * the producer index, then a writeback, so that the host never reads an
+ * index ahead of its entry. The consumer index is the host's: read after
+ * the event's read-invalidate.
+ */
 static void notify(struct sdr_rx_ctx *c, uint32_t slot)
 {
 	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
-	uint64_t pi = n->pi, ci = __atomic_load_n(&n->ci, __ATOMIC_ACQUIRE);
+	uint64_t pi = c->notify_pi, ci = __atomic_load_n(&n->ci, __ATOMIC_RELAXED);
 	if (pi - ci >= (1ull << n->log_cap)) {
 		__atomic_store_n(&n->overflow, 1, __ATOMIC_RELEASE);
+		__dpa_thread_window_writeback();
 		return;
 	}
-	n->slot[pi & ((1ull << n->log_cap) - 1)] = slot;
+	__atomic_store_n(&n->slot[pi & ((1ull << n->log_cap) - 1)], slot, __ATOMIC_RELAXED);
+	__dpa_thread_window_writeback();
 	__atomic_store_n(&n->pi, pi + 1, __ATOMIC_RELEASE);
+	__dpa_thread_window_writeback();
+	c->notify_pi = pi + 1;
 }
 
-/* packet runs the engine for one WRITE-with-Imm of generation gen. */
+/*
+ * sync_slot makes the handlers' record of slot (d, in DPA memory, its lock
+ * held) belong to the receive the host has armed there: host state word
+ * st and length word lw. A record of an older receive is cleared. The
+ * host writes the length word before it activates the slot; a state
+ * word newer than the record is re-read with the length word after a
+ * read-invalidate, so that the pair is one receive's. Returns the
+ * length word the record now belongs to.
+ */
+static uint64_t sync_slot(struct sdr_rx_ctx *c, uint64_t *d, const uint64_t *host, uint32_t slot, uint64_t *st)
+{
+	uint64_t *words = d + SDR_RX_SLOT_HDR_WORDS;
+	uint64_t lw = win_load((const uint64_t *)c->lengths + slot);
+	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw)
+		return lw;
+	__dpa_thread_window_read_inv();
+	*st = win_load(host);
+	__dpa_thread_fence(__DPA_MMIO, __DPA_R, __DPA_R);
+	lw = win_load((const uint64_t *)c->lengths + slot);
+	for (uint32_t i = 0; i < c->slot_words; i++)
+		words[i] = 0;
+	words[0] = *st & ~SDR_INFLIGHT_MASK;
+	d[1] = lw;
+	return lw;
+}
+
+/*
+ * publish copies what packet changed in the record to the host's words
+ * of the slot, in the order that makes a published bit mean its data:
+ * the immediate and the chunk's packet mask, a writeback, then the
+ * chunk's flag word, a writeback. The lock is held, so the host sees
+ * each word's values in the order the handlers produced them.
+ */
+static void publish(const struct sdr_slot *s, uint64_t *host, uint32_t off, enum sdr_result r, int imm_changed)
+{
+	const struct sdr_geometry *g = &s->geo;
+	if (imm_changed)
+		win_store(&host[1], s->words[1]);
+	if (r == SDR_OUT_OF_RANGE || r == SDR_IMM_ONLY || r == SDR_DUPLICATE) {
+		if (imm_changed)
+			__dpa_thread_window_writeback();
+		return;
+	}
+	uint32_t chunk = off / g->chunk_pkts;
+	win_store(&host[SDR_HEADER_WORDS + chunk], s->words[SDR_HEADER_WORDS + chunk]);
+	__dpa_thread_window_writeback();
+	if (r != SDR_CHUNK_COMPLETE)
+		return;
+	uint32_t f = SDR_HEADER_WORDS + g->chunks + chunk / 64;
+	__atomic_store_n(&host[f], s->words[f], __ATOMIC_RELEASE);
+	__dpa_thread_window_writeback();
+}
+
+/*
+ * packet runs the engine for one WRITE-with-Imm of generation gen on the
+ * slot's record in DPA memory, under the slot's lock, and publishes the
+ * change to the host. The host's state word (through the window) says
+ * whether the slot takes the packet.
+ */
 static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t byte_count)
 {
 	struct sdr_layout l = {c->msg_id_bits, c->offset_bits, c->nibble_bits};
 	uint32_t msg_id, off, nibble;
 	sdr_layout_unpack(l, imm, &msg_id, &off, &nibble);
 	uint32_t slot = msg_id & (c->max_messages - 1);
-	struct sdr_slot s = {.words = (uint64_t *)c->slots + (uint64_t)slot * c->slot_words, .layout = l};
-	if (!sdr_slot_enter(&s.words[0], l, gen, imm)) {
+	uint64_t *host = (uint64_t *)c->slots + (uint64_t)slot * c->slot_words;
+	uint64_t *d = (uint64_t *)c->dpa_slots + (uint64_t)slot * (SDR_RX_SLOT_HDR_WORDS + c->slot_words);
+	uint64_t st = win_load(host);
+	if (!sdr_slot_accepts(st, l, gen, imm)) {
 		c->stale++;
 		return;
 	}
-	/* The host wrote the length before it activated the slot. */
-	uint64_t length = __atomic_load_n((uint64_t *)c->lengths + slot, __ATOMIC_ACQUIRE);
+	spin_lock((struct spinlock_s *)d);
+	uint64_t lw = sync_slot(c, d, host, slot, &st);
+	enum sdr_result r = SDR_STALE;
 	int imm_done = 0;
-	enum sdr_result r = SDR_OUT_OF_RANGE;
-	if (sdr_geometry_init(&s.geo, (uint32_t)length, c->mtu, c->chunk_size) == 0 &&
-	    sdr_geometry_words(&s.geo) <= c->slot_words)
+	struct sdr_slot s = {.words = d + SDR_RX_SLOT_HDR_WORDS, .layout = l};
+	if (!sdr_slot_accepts(st, l, gen, imm)) {
+		c->stale++;
+	} else if (sdr_geometry_init(&s.geo, (uint32_t)lw, c->mtu, c->chunk_size) == 0 &&
+		   sdr_geometry_words(&s.geo) <= c->slot_words) {
+		uint64_t imm_word = s.words[1];
 		r = sdr_slot_apply(&s, off, nibble, byte_count, &imm_done);
-	sdr_slot_leave(&s.words[0]);
+		publish(&s, host, off, r, s.words[1] != imm_word);
+	} else {
+		r = SDR_OUT_OF_RANGE;
+	}
+	spin_unlock((struct spinlock_s *)d);
 	c->chunks += r == SDR_CHUNK_COMPLETE;
 	c->imms += imm_done != 0;
 	if (r == SDR_CHUNK_COMPLETE || r == SDR_OUT_OF_RANGE || imm_done)
@@ -117,18 +207,22 @@ static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t by
  * the order they consumed receive WQEs, the CQ keeps that order, and
  * this handler takes its CQ in order. So the packet's CQE is before the
  * marker's, and was handled (dropped: the slot was inactive) by the time
- * the marker is published. The store is release, after the engine's
- * atomics of those CQEs, so the host sees their effects.
+ * the marker is published. Everything those CQEs published was written
+ * back before, and the number is written back after.
  *
  * Markers of a fence the host gave up on may be taken after a later one
  * (another generation's QP, no order between QPs): the number only moves
- * forward. This thread is the only writer.
+ * forward. This thread is the only writer; it keeps the number in DPA
+ * memory rather than reading its own window store back.
  */
 static void fence(struct sdr_rx_ctx *c, uint32_t seq)
 {
 	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
-	if ((int32_t)(seq - __atomic_load_n(&n->fence, __ATOMIC_RELAXED)) > 0)
+	if ((int32_t)(seq - c->fence_seq) > 0) {
+		c->fence_seq = seq;
 		__atomic_store_n(&n->fence, seq, __ATOMIC_RELEASE);
+		__dpa_thread_window_writeback();
+	}
 	c->fences++;
 }
 
@@ -159,6 +253,9 @@ __dpa_global__ void sdr_rx_handler(uint64_t thread_arg)
 		flexio_dev_thread_finish();
 		return;
 	}
+	/* Host-written state (slot keys, lengths, the notification consumer
+	 * index) is read fresh from here on, not from an earlier event. */
+	__dpa_thread_window_read_inv();
 	const uint8_t *ring = (const uint8_t *)c->cq_ring;
 	uint32_t mask = (1u << c->log_cq_size) - 1;
 	for (int n = 0; n < SDR_RX_BUDGET; n++) {

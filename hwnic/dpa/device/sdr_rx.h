@@ -16,6 +16,35 @@
 #define SDR_RX_BUDGET 64
 
 /*
+ * The per-slot length word the host writes (lengths_haddr) before it
+ * activates a slot: the posted length in the low 32 bits and the slot's
+ * arm count in the high 32, so that the handlers see a re-arm even when
+ * the new receive has the same key (message ID and generation) as the
+ * last.
+ */
+static inline uint64_t sdr_rx_length_word(uint32_t arm_seq, uint32_t length)
+{
+	return (uint64_t)arm_seq << 32 | length;
+}
+
+/*
+ * The handlers' own copy of the slots, in DPA memory (dpa_slots), one
+ * record of SDR_RX_SLOT_HDR_WORDS + slot_words words per slot, shared by
+ * the channel threads of one SDR QP:
+ *
+ *   word 0   the slot's lock: a FlexIO struct spinlock_s (32 bits, an
+ *            atomic exchange on DPA memory, as flexio_dev.h's spin_lock)
+ *   word 1   the host length word the engine words below belong to
+ *   then     the engine words (engine.h); word 0 of them holds the key
+ *            they belong to
+ *
+ * A handler holds the lock while it processes a packet of the slot and
+ * publishes to the host; the engine words are its, plain loads and
+ * stores. The host never writes this memory after the QP starts.
+ */
+#define SDR_RX_SLOT_HDR_WORDS 2
+
+/*
  * struct sdr_rx_notify: slots the handler wants the host to look at (a
  * chunk or the immediate completed, or a packet was out of range). The
  * handler produces at pi, the host consumes at ci; when the ring is full
@@ -62,11 +91,14 @@ struct sdr_rx_ctx {
 	uint64_t lengths_haddr; /* per slot, the posted length in bytes */
 	uint64_t notify_haddr;  /* this thread's struct sdr_rx_notify */
 
+	uint64_t dpa_slots; /* the QP's struct of slot records in DPA memory, zeroed */
+
 	/* Owned by the handler thread from its first run. */
-	uint32_t ready;
-	uint32_t ci; /* CQ consumer index */
+	uint32_t fence_seq; /* the fence number last published */
+	uint32_t ci;        /* CQ consumer index */
 	uint32_t rq_pi[SDR_RX_MAX_GENERATIONS];
-	uint64_t slots, lengths, notify; /* the host areas, through the window */
+	uint64_t slots, lengths, notify; /* the host areas, through the window (per event) */
+	uint64_t notify_pi;              /* entries written to the notification ring */
 
 	/* Statistics, written by the handler thread only. */
 	uint64_t cqes;        /* CQEs consumed */

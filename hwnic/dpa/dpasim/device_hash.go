@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "0b5589ae81213e254c69d87afa5ed4b3621e51de08e73caca009a5b69e71dc8d"
+const deviceSourceHash = "fb0fbf845d34bb598b4b99641b2b3e6b346a12f62da1166ef7466ff1b3dcf9ed"

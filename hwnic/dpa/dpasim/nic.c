@@ -117,6 +117,7 @@ struct dpasim_bench {
 	struct dpasim_channel *ch;
 	struct sdr_rx_notify *notify;
 	uint64_t *host; /* slot words, lengths, notification ring */
+	uint64_t *dpa_slots;
 	uint32_t slots, pkts, words, round, key;
 	struct sdr_layout layout;
 	struct dpasim_cqe *cqes;
@@ -144,9 +145,10 @@ struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t ch
 	b->host = calloc(host_words, 8);
 	b->cqes = calloc(1u << DPASIM_LOG_CQ, sizeof(*b->cqes));
 	b->ch = dpasim_channel_new(1, DPASIM_LOG_CQ);
+	b->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + b->words), 8);
 	static uint32_t keys = 0x80000000u; /* apart from the QPs' window keys */
 	b->key = __atomic_add_fetch(&keys, 1, __ATOMIC_RELAXED);
-	if (!b->host || !b->cqes || !b->ch ||
+	if (!b->host || !b->cqes || !b->ch || !b->dpa_slots ||
 	    hostsim_window_register(b->key, (uint64_t)(uintptr_t)b->host, host_words * 8) != 0) {
 		dpasim_bench_free(b);
 		return NULL;
@@ -161,6 +163,7 @@ struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t ch
 	x->slots_haddr = (uint64_t)(uintptr_t)b->host;
 	x->lengths_haddr = (uint64_t)(uintptr_t)(b->host + (size_t)slots * b->words);
 	x->notify_haddr = (uint64_t)(uintptr_t)b->notify;
+	x->dpa_slots = (uint64_t)(uintptr_t)b->dpa_slots;
 	for (uint32_t s = 0; s < slots; s++)
 		b->host[(size_t)slots * b->words + s] = (uint64_t)pkts * BENCH_MTU;
 	if (dpasim_channel_start(b->ch) != 0) {
@@ -176,6 +179,7 @@ void dpasim_bench_free(struct dpasim_bench *b)
 		hostsim_window_unregister(b->key);
 	dpasim_channel_free(b->ch);
 	free(b->host);
+	free(b->dpa_slots);
 	free(b->cqes);
 	free(b);
 }

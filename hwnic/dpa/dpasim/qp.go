@@ -50,7 +50,8 @@ type qp struct {
 	attr      backend.QPAttr
 	channels  int
 	slotWords int
-	mem       *hostmem.Mem // slot words, lengths, notification rings
+	mem       *hostmem.Mem   // slot words, lengths, notification rings
+	dpaSlots  unsafe.Pointer // the handlers' slot records (sdr_rx.h), C memory: "DPA memory"
 	windowKey uint32
 	workers   []*worker
 }
@@ -101,7 +102,7 @@ func (d *device) newQP(attr backend.QPAttr) (*qp, error) {
 		q.release()
 		return nil, fmt.Errorf("dpasim: new QP: %w", err)
 	}
-	t, err := d.NewTransport(attr, sdrnic.TransportConfig{Name: "dpasim", NewSlot: func(slot int, geo engine.Geometry) (*engine.Slot, error) { return q.mem.NewSlot(slot, geo) }, Release: q.release})
+	t, err := d.NewTransport(attr, sdrnic.TransportConfig{Name: "dpasim", NewSlot: q.newSlot, Release: q.release})
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +118,18 @@ func (d *device) newQP(attr backend.QPAttr) (*qp, error) {
 	return q, nil
 }
 
+// newSlot clears slot's host words for a new receive, once no handler
+// is still inside a packet of the slot's last one: the handlers publish
+// to those words with plain stores (no in-flight count), so a handler
+// that took a packet before the slot was disarmed must be done first.
+// The transport's fence returns when every dispatch in progress has
+// finished; the next event reads the slot's state afresh and finds it
+// inactive.
+func (q *qp) newSlot(slot int, geo engine.Geometry) (*engine.Slot, error) {
+	q.Fence()
+	return q.mem.NewSlot(slot, geo)
+}
+
 // allocHost allocates the host memory the handlers reach through their
 // hostsim window (hostmem). It is Go memory, so that the SDK's atomic
 // loads of the words order with the workers' (see publish), which Go's
@@ -125,6 +138,10 @@ func (q *qp) allocHost() error {
 	var err error
 	if q.mem, err = hostmem.New(q.attr.MaxMessages, q.slotWords, q.channels, logNotify, q.attr.Layout); err != nil {
 		return err
+	}
+	q.dpaSlots = C.calloc(C.size_t(q.attr.MaxMessages*(C.SDR_RX_SLOT_HDR_WORDS+q.slotWords)), 8)
+	if q.dpaSlots == nil {
+		return fmt.Errorf("no memory for the handlers' slot records: %w", emunic.ErrInvalidArgument)
 	}
 	q.windowKey = nextWindowKey.Add(1)
 	if C.hostsim_window_register(C.uint32_t(q.windowKey), C.uint64_t(q.mem.Addr()), C.uint64_t(q.mem.Len())) != 0 {
@@ -157,6 +174,7 @@ func (q *qp) newWorker(c int) (*worker, error) {
 	x.slots_haddr = C.uint64_t(q.mem.SlotsAddr())
 	x.lengths_haddr = C.uint64_t(q.mem.LengthsAddr())
 	x.notify_haddr = C.uint64_t(q.mem.NotifyAddr(c))
+	x.dpa_slots = C.uint64_t(uintptr(q.dpaSlots))
 	in := C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_dpasim_cqe{})))
 	if in == nil || C.dpasim_channel_start(ch) != 0 {
 		C.free(in)
@@ -187,6 +205,8 @@ func (q *qp) release() {
 	if q.mem != nil {
 		q.mem.Release()
 	}
+	C.free(q.dpaSlots)
+	q.dpaSlots = nil
 }
 
 // Handle hands a batch of completions to the handler as mlx5 CQEs and

@@ -91,7 +91,9 @@ func (m *Mem) NotifyAddr(c int) uintptr { return uintptr(m.ring(c)) }
 func (m *Mem) Words(slot int) []uint64 { return m.words[slot*m.slotWords : (slot+1)*m.slotWords] }
 
 // Length returns the length posted in slot.
-func (m *Mem) Length(slot int) int { return int(atomic.LoadUint64(&m.words[m.slots*m.slotWords+slot])) }
+func (m *Mem) Length(slot int) int {
+	return int(uint32(atomic.LoadUint64(&m.words[m.slots*m.slotWords+slot])))
+}
 
 // NewSlot makes slot's engine slot for a message of geo on its words
 // and publishes its length. The slot must be inactive and stay so until
@@ -103,9 +105,12 @@ func (m *Mem) NewSlot(slot int, geo engine.Geometry) (*engine.Slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The handler reads the length after the state word's key, which
-	// Activate stores last.
-	atomic.StoreUint64(&m.words[m.slots*m.slotWords+slot], uint64(geo.Length))
+	// The length word (device/sdr_rx.h): the length and the slot's arm
+	// count, so that the handlers clear their record of the slot even
+	// when the new receive has the old one's key. The handler reads it
+	// after the state word's key, which Activate stores last.
+	lw := &m.words[m.slots*m.slotWords+slot]
+	atomic.StoreUint64(lw, (atomic.LoadUint64(lw)>>32+1)<<32|uint64(uint32(geo.Length)))
 	return es, nil
 }
 

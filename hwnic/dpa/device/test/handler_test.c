@@ -67,6 +67,7 @@ struct rig {
 	struct sdr_layout layout;
 	uint32_t mtu, chunk_size, slots, slot_words, channels, gens, log_cq;
 	uint8_t *host; /* one window: slot words, lengths, notify rings */
+	uint64_t *dpa_slots; /* the handlers' slot records ("DPA memory") */
 	uint64_t *words, *lengths;
 	struct sdr_rx_notify *notify[MAX_CH];
 	struct channel ch[MAX_CH];
@@ -93,6 +94,8 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 	r->words = (uint64_t *)r->host;
 	r->lengths = r->words + (size_t)slots * r->slot_words;
 	CHECK(hostsim_window_register(WINDOW_MKEY, (uint64_t)(uintptr_t)r->host, size) == 0, "window");
+	r->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + r->slot_words), 8);
+	CHECK(r->dpa_slots, "oom");
 	for (uint32_t c = 0; c < channels; c++) {
 		r->notify[c] = (struct sdr_rx_notify *)(r->host + (size_t)slots * r->slot_words * 8 + slots * 8 + c * notify_size);
 		r->notify[c]->log_cap = log_notify;
@@ -124,6 +127,7 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 		x->slots_haddr = (uint64_t)(uintptr_t)r->words;
 		x->lengths_haddr = (uint64_t)(uintptr_t)r->lengths;
 		x->notify_haddr = (uint64_t)(uintptr_t)r->notify[c];
+		x->dpa_slots = (uint64_t)(uintptr_t)r->dpa_slots;
 		ch->thread = hostsim_thread_create(sdr_rx_handler, (uint64_t)(uintptr_t)x);
 		CHECK(ch->thread, "oom");
 	}
@@ -140,6 +144,7 @@ static void rig_free(struct rig *r)
 			free(r->ch[c].rq[g]);
 	}
 	free(r->host);
+	free(r->dpa_slots);
 	free(r);
 }
 
@@ -151,14 +156,14 @@ static struct sdr_slot slot_of(struct rig *r, uint32_t slot, uint32_t length)
 }
 
 /* prepare does what the host does before a receive's entry is set:
- * deactivate the slot, wait for handlers inside it, publish the length. */
+ * deactivate the slot and publish the length word with the next arm
+ * count. */
 static struct sdr_slot prepare(struct rig *r, uint32_t slot, uint32_t length)
 {
 	struct sdr_slot s = slot_of(r, slot, length);
 	sdr_slot_deactivate(&s);
-	while (__atomic_load_n(&s.words[0], __ATOMIC_ACQUIRE) & SDR_INFLIGHT_MASK)
-		sched_yield();
-	__atomic_store_n(&r->lengths[slot], length, __ATOMIC_RELEASE);
+	uint64_t old = __atomic_load_n(&r->lengths[slot], __ATOMIC_ACQUIRE);
+	__atomic_store_n(&r->lengths[slot], sdr_rx_length_word((uint32_t)(old >> 32) + 1, length), __ATOMIC_RELEASE);
 	return s;
 }
 
