@@ -348,9 +348,11 @@ func testContinuePackets(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	waitFor(t, "packets 5 and 6", h, func() bool { return h.ExpandChunk(1) == 0b0110 })
-	if h.ExpandChunk(0) != 0 || !bytes.Equal(dst[5*mtu:7*mtu], src[5*mtu:7*mtu]) || dst[7*mtu] != 0 {
+	if h.ExpandChunk(0) != 0 {
 		t.Fatalf("packets 5 and 6 landed elsewhere: chunk 0 mask %b", h.ExpandChunk(0))
 	}
+	// The bytes are compared once the message is Done: only that orders
+	// the NIC's writes before this goroutine's reads on every backend.
 	if err := st.ContinuePackets(smr, 7*mtu, size-7*mtu, 7); err != nil { // the short last packet
 		t.Fatal(err)
 	}
