@@ -232,6 +232,46 @@ func TestCompletionLearnedWithinRTT(t *testing.T) {
 	}
 }
 
+// TestSRNACKFindsLossesInRTT loses the last chunk of a first pass and
+// then its repair, or a middle chunk and its repair twice: SR-NACK's
+// receiver finds the tail loss from the sender's tail probe and each lost
+// repair a round trip after it asked, so the transfer completes about one
+// round trip per lost transmission after the first pass lands — not a
+// retransmission timeout (3 RTT) per loss as before. (NoBackoff: the
+// paper's semantics; by default each repeated NACK of a hole waits twice
+// as long as the one before.)
+func TestSRNACKFindsLossesInRTT(t *testing.T) {
+	for _, tc := range []struct {
+		chunk, lost int
+	}{{7, 2}, {3, 3}} {
+		t.Run(fmt.Sprintf("chunk%d-lost%d", tc.chunk, tc.lost), func(t *testing.T) {
+			h := newHarness(t, reliability.Config{Scheme: reliability.SRNACK, NoBackoff: true}, func(p packet) (int, time.Duration) {
+				if p.kind == dataChunk && p.index == tc.chunk && p.attempt < tc.lost {
+					return 0, 0
+				}
+				return 1, 0
+			})
+			h.transfer(8*testMTU, 8*testMTU, 1)
+			h.run(time.Second)
+			sent, recvd := h.check(0)
+			if sent.err != nil {
+				t.Fatal(sent.err)
+			}
+			rtt := 2 * testDelay
+			// The CTS's half round trip and the first pass's landing (one
+			// RTT), then per lost transmission a round trip and the
+			// reorder window (RTT/4), and a millisecond of slack.
+			bound := rtt + time.Duration(tc.lost)*(rtt+rtt/4) + time.Millisecond
+			if d := recvd.stats.Duration(); d > bound {
+				t.Errorf("took %v, bound %v (retransmission timeouts would take %v)", d, bound, rtt+time.Duration(tc.lost)*3*rtt)
+			}
+			if sent.stats.Retransmitted != tc.lost {
+				t.Errorf("%d retransmissions, want %d: a repair was asked for twice", sent.stats.Retransmitted, tc.lost)
+			}
+		})
+	}
+}
+
 // TestRepeatedLoss loses every transmission of a chunk until its n-th:
 // repair keeps going (new rounds) until it gets through.
 func TestRepeatedLoss(t *testing.T) {

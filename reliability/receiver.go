@@ -553,6 +553,7 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 		}
 		if !x.renackAt.IsZero() && !x.renackAt.After(now) {
 			r.renackHoles(now, x)
+			r.nackHoles(now, x)
 		}
 		if !x.ftoAt.IsZero() && !x.ftoAt.After(now) {
 			x.ftoAt = now.Add(r.rto)
@@ -593,9 +594,13 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 
 // renackHoles NACKs again the NACKed holes whose repair is overdue (their
 // wait doubles with each NACK unless NoBackoff) and re-arms renackAt for
-// the next one. It costs O(chunks/64 + holes).
+// the next one, or for the end of the reorder window after the tail
+// probe. It costs O(chunks/64 + holes).
 func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
 	x.renackAt = time.Time{}
+	if tail := x.tailAt.Add(r.cfg.ReorderWindow); !x.tailAt.IsZero() && x.nackedBelow < x.chunks && tail.After(now) {
+		x.renackAt = tail
+	}
 	r.nackRanges(x, func(emit func(first, n int)) {
 		x.data.clearRuns(x.cum, x.nackedBelow, func(first, n int) {
 			for i := first; i < first+n; i++ {
@@ -790,7 +795,7 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 				// The sender's tail probe: its first pass has left, so
 				// what is missing a reorder window from now is lost.
 				x.tailAt = now
-				x.ackAt = minNonZero(x.ackAt, now.Add(r.cfg.ReorderWindow))
+				x.renackAt = minNonZero(x.renackAt, now.Add(r.cfg.ReorderWindow))
 			}
 			if x.coded && !x.probed {
 				// The sender probes once its first pass has left: what
