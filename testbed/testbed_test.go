@@ -68,11 +68,12 @@ func ipNetns(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// TestCoexistsWithIPNetns is defect 9 of issue 10: starting from a
-// /run/netns that is a plain directory (a fresh private /run), the testbed
-// creates namespaces, `ip netns add` and `ip netns delete` run while they
-// live (before the fix, the add bind-mounted /run/netns over them and both
-// Close calls failed with EBUSY); iproute2 deletes one of them, the
+// TestCoexistsWithIPNetns checks that the testbed and iproute2 share
+// /run/netns (docs/DESIGN.md §12.2): starting from a /run/netns that is
+// a plain directory (a fresh private /run), the testbed creates
+// namespaces, `ip netns add` and `ip netns delete` run while they live
+// (were /run/netns not a shared mount, the add would bind-mount it over
+// them and both Close calls would fail with EBUSY); iproute2 deletes one of them, the
 // testbed closes both: nothing of theirs is left, and iproute2's own
 // namespace lives on untouched.
 func TestCoexistsWithIPNetns(t *testing.T) {

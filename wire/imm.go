@@ -7,7 +7,7 @@ import (
 )
 
 // ImmLayout is how SDR splits the 32-bit immediate of each data packet
-// (DESIGN §3): msg_id in the top MsgIDBits, pkt_offset (in path-MTU units
+// (docs/DESIGN.md §3): msg_id in the top MsgIDBits, pkt_offset (in path-MTU units
 // from the start of the message) in the next OffsetBits, and one "nibble"
 // of the user's 32-bit immediate in the low NibbleBits. Nibble i (bits
 // i·w .. i·w+w-1, w = NibbleBits) travels in every packet whose

@@ -226,10 +226,12 @@ func writeOnly(edit func(f *wire.Fields)) func(t *testing.T, n *refusalNet, tg *
 	}
 }
 
-// refusalCases are issue 11's findings 1, 2 and 5 as frames a connected
-// pair's peer (or a host beside it) could put on the wire, each with a
-// valid ICRC; each is dropped before it executes, silently (no NAK), and
-// counted under its reason.
+// refusalCases are frames that a connected pair's peer (or a host beside
+// it) could put on the wire, each with a valid ICRC, that a RoCEv2 NIC
+// must refuse (docs/strictness.md): a P_Key outside the partition, a
+// source other than the connected peer, another UDP destination port,
+// another destination MAC, a bad IPv4 header checksum. Each is dropped
+// before it executes, silently (no NAK), and counted under its reason.
 var refusalCases = func() []refusalCase {
 	var cases []refusalCase
 	for _, pkey := range []uint16{0x0000, 0x8000, 0x3FFF, 0x7FFE, 0xFFFE, 0x8001} {

@@ -1,11 +1,11 @@
-// Package engine is SDR's per-packet receive engine (DESIGN §5, the loop
-// the paper runs on the BlueField-3 DPA): for each WRITE-with-Imm
-// completion it finds the receive slot the immediate names, drops the
-// packet if the slot is inactive or expects another generation or
-// message, merges the immediate's nibble, ORs the packet's bit into its
-// chunk's 64-bit mask and, when the mask becomes full, sets the chunk's
-// flag. Duplicates are idempotent and every update is atomic, so several
-// channel workers may process packets of one slot at once.
+// Package engine is SDR's per-packet receive engine (docs/DESIGN.md §6,
+// the loop the paper runs on the BlueField-3 DPA): for each
+// WRITE-with-Imm completion it finds the receive slot the immediate
+// names, drops the packet if the slot is inactive or expects another
+// generation or message, merges the immediate's nibble, ORs the packet's
+// bit into its chunk's 64-bit mask and, when the mask becomes full, sets
+// the chunk's flag. Duplicates are idempotent and every update is atomic,
+// so several channels' handlers may process packets of one slot at once.
 //
 // A slot's state is a flat array of 64-bit words so that a DPA (or any
 // other agent) can keep the same layout in registered memory:

@@ -38,8 +38,8 @@ var rxeDeviations = map[string]string{
 	// is written and ACKed.
 	"rc-write-last-short": "a WRITE shorter than its DMA length is executed and ACKed",
 	// rxe's check_length tests only opcodes with payload, so a READ
-	// request's payload is ignored and the READ executed (emunic NAKs it,
-	// issue 11).
+	// request's payload is ignored and the READ executed (emunic NAKs it
+	// as a malformed request: docs/strictness.md).
 	"rc-read-with-payload": "a READ request carrying payload is executed",
 	// A SEND longer than the posted receive buffer: rxe 6.1 answers NAK
 	// Remote Operational Error (its send_data_in maps any copy_data error

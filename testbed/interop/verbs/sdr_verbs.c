@@ -156,7 +156,7 @@ static int tcp_accept(int port) {
 }
 
 // ---- SDR mode (-o sdr_send / sdr_recv) ----
-// An SDR message exactly as the SDK sends it on hardware (DESIGN.md §3):
+// An SDR message exactly as the SDK sends it on hardware (docs/DESIGN.md §3):
 // one UC WRITE-Only-with-Imm per MTU packet, packet k on channel k % C,
 // VA = region + slot·SLOT + k·MTU, immediate msg_id(10) | pkt_offset(18) |
 // nibble(4) where nibble = bits 4(k%8).. of the user immediate. One
