@@ -365,9 +365,10 @@ type RecvHandle struct {
 // uncompleted receive or the backend has no room, with ErrTooLong for
 // buffers larger than a slot and with ErrInvalid for a range outside mr.
 // It costs one slot arming in the backend (on the emulated NIC about
-// 2.5 µs with Complete: a handshake with each channel worker, so that no
-// packet that arrived before the buffer counts for it); nothing is
-// allocated per packet afterwards.
+// 2.5 µs with Complete: a lock pair on each channel QP and a fence
+// through each channel's receive CQ, so that no packet that arrived
+// before the buffer counts for it); nothing is allocated per packet
+// afterwards.
 func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
 	if !q.attr.Recv {
 		return nil, fmt.Errorf("sdr: post recv: receiving not enabled: %w", ErrInvalid)

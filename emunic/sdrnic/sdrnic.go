@@ -3,9 +3,10 @@
 // peer's QP of the same generation and channel), one zero-based indirect
 // MR per generation with one entry per message ID (entry i at
 // i·SlotSize points at the buffer of the posted message with ID i of that
-// generation, or at the null MR), and one worker goroutine per channel
-// that runs the per-packet engine on the channel's receive completions
-// and keeps the channel QPs' receive queues stocked.
+// generation, or at the null MR), and one receive CQ per channel whose
+// completion handler runs the per-packet engine on the channel's receive
+// completions, inline on the device's receive goroutine, and keeps the
+// channel QPs' receive queues stocked (docs/DESIGN.md §7).
 //
 // That transport is exported (Device.NewTransport, Transport) with the
 // per-packet work plugged in as a Handler per channel: NewQP plugs in

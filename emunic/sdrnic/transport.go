@@ -63,7 +63,7 @@ type TransportConfig struct {
 	// count for it, so it may reuse the slot's previous words.
 	NewSlot func(slot int, geo engine.Geometry) (*engine.Slot, error)
 	// Release frees what the backend made for the transport (its
-	// handlers' memory); Close calls it last, after the workers stopped
+	// handlers' memory); Close calls it last, after the handlers stopped
 	// and the channel QPs are gone. NewTransport calls it when it fails.
 	Release func()
 }

@@ -73,7 +73,7 @@ type Device interface {
 	// target. Why: both need the NIC's keys for the memory.
 	RegisterMemory(buf []byte) (Memory, error)
 	// NewQP creates the transport resources of one SDR QP. Why: how many
-	// transport QPs, which memory keys and which workers is the backend's
+	// transport QPs, which memory keys and which per-packet handlers is the backend's
 	// business.
 	NewQP(attr QPAttr) (QP, error)
 	// Close releases the device and everything created from it.

@@ -527,7 +527,7 @@ func testMismatchedPeerInfo(t *testing.T, e *env) {
 // delivers the one packet that completes it without completing a chunk:
 // Wait must wake for it.
 func testWakeOnImmediate(t *testing.T, e *env) {
-	sq, rq, sctx, rctx := e.pair(defaultAttr(), 1) // one worker: packets handled in order
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 1) // one channel: packets handled in order
 	const size = 4 * chunkSize                     // 16 packets
 	const imm = 0x87654321
 	src := pattern(size, 11)
@@ -550,7 +550,7 @@ func testWakeOnImmediate(t *testing.T, e *env) {
 	if _, ok := h.Imm(); ok || h.ChunkDone(1) {
 		t.Fatal("immediate or chunk 1 complete without their packets")
 	}
-	// Every token of the first pass has been sent (one worker, and the
+	// Every token of the first pass has been sent (one channel, and the
 	// last packet was seen); drain them.
 	for len(h.Progress()) > 0 {
 		<-h.Progress()

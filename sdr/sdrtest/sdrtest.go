@@ -9,7 +9,7 @@
 // a BlueField-3 host runs it on the DPA backend.
 //
 // Negative checks never wait a fixed time: they fence. A backend handles
-// each channel's packets in order (one worker per channel CQ), so once a
+// each channel's packets in order (one handler per channel CQ, in CQ order), so once a
 // message whose packets cover every channel has been seen complete,
 // every packet injected before it has been written and counted.
 package sdrtest
