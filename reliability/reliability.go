@@ -1,5 +1,5 @@
 // Package reliability runs software-defined reliability over SDR's partial
-// message completion (DESIGN §6): Selective Repeat with retransmission
+// message completion (docs/DESIGN.md §9): Selective Repeat with retransmission
 // timeouts (SR-RTO) or receiver NACKs (SR-NACK), Erasure Coding (EC, MDS or
 // XOR) with a fallback to SR repair, a hybrid of the two, and Auto, which
 // picks one per transfer from the link's measured round trip and loss
@@ -218,9 +218,9 @@ type Config struct {
 	// ACK [RTT/8, at most 1 ms, at least 10 µs].
 	AckDelay time.Duration
 	// ReorderWindow is how long a chunk may arrive behind later ones
-	// before the receiver calls it lost (NACKs, the EC fallback): channel
-	// workers on a busy host complete a message's chunks out of order
-	// [RTT/4]. The simulator, whose links keep order, sets 1 ns.
+	// before the receiver calls it lost (NACKs, the EC fallback): the
+	// channels' handlers (DPA threads) or a reordering link may complete
+	// a message's chunks out of order [RTT/4]. The simulator, whose links keep order, sets 1 ns.
 	ReorderWindow time.Duration
 	// Timeout fails a transfer when the connection has made no progress
 	// (no ACK brought news) for this long since it started
