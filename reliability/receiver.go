@@ -76,15 +76,13 @@ type recvXfer struct {
 	probed      bool        // a probe came: the sender's first pass has left
 	nackedSubAt []time.Time // when each submessage was last NACKed
 	nackedSubN  []uint8     // how often (each repeat waits twice as long)
-	// SR-NACK: when each data chunk was last NACKed (zero: never) and
-	// how often; renackAt is when the first NACKed hole still missing is
-	// due to be NACKed again, tailAt when the sender's tail probe said its
-	// first pass had left (zero: not yet).
-	nackedAt     []time.Time
-	nackedN      []uint8
-	nackedBelow  int // holes below it were NACKed at least once
-	renackAt     time.Time
-	tailAt       time.Time
+	// SR-NACK: how often each data chunk was NACKed, the NACKed holes by
+	// when they are due to be NACKed again, and when the sender's tail
+	// probe said its first pass had left (zero: not yet).
+	nackedN     []uint8
+	nackedBelow int // holes below it were NACKed at least once
+	renacks     renackQueue
+	tailAt      time.Time
 	ctsAt        time.Time // when to resend the CTS (until data arrives)
 	ctsBackoff   time.Duration
 	ctsFirst     time.Time
@@ -197,7 +195,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
 	if plan.Scheme == SRNACK {
-		x.nackedAt, x.nackedN = make([]time.Time, x.chunks), make([]uint8, x.chunks)
+		x.nackedN = make([]uint8, x.chunks)
 	}
 	r.next++
 	r.active[x.id] = x
@@ -242,7 +240,7 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 		consider(x.deadline)
 		consider(x.ackAt)
 		consider(x.ftoAt)
-		consider(x.renackAt)
+		consider(r.renackDue(x))
 		if x.firstArrival.IsZero() {
 			consider(x.ctsAt)
 		}
@@ -551,7 +549,7 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 				r.nackSubmessages(now, x, sub-1)
 			}
 		}
-		if !x.renackAt.IsZero() && !x.renackAt.After(now) {
+		if due := r.renackDue(x); !due.IsZero() && !due.After(now) {
 			r.renackHoles(now, x)
 			r.nackHoles(now, x)
 		}
@@ -593,32 +591,85 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 }
 
 // renackHoles NACKs again the NACKed holes whose repair is overdue (their
-// wait doubles with each NACK unless NoBackoff) and re-arms renackAt for
-// the next one, or for the end of the reorder window after the tail
-// probe. It costs O(chunks/64 + holes).
+// wait doubles with each NACK unless NoBackoff). It costs O(log holes)
+// per hole due.
 func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
-	x.renackAt = time.Time{}
-	if tail := x.tailAt.Add(r.cfg.ReorderWindow); !x.tailAt.IsZero() && x.nackedBelow < x.chunks && tail.After(now) {
-		x.renackAt = tail
-	}
 	r.nackRanges(x, func(emit func(first, n int)) {
-		x.data.clearRuns(x.cum, x.nackedBelow, func(first, n int) {
-			for i := first; i < first+n; i++ {
-				if due := x.nackedAt[i].Add(r.cfg.backoff(r.renackInterval(), int(x.nackedN[i]))); due.After(now) {
-					x.renackAt = minNonZero(x.renackAt, due)
-					continue
-				}
-				r.noteNack(now, x, i)
-				emit(i, 1)
+		for len(x.renacks) > 0 && !x.renacks[0].due.After(now) {
+			e := x.renacks.pop()
+			if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
+				continue // repaired, or NACKed again since
 			}
-		})
+			r.noteNack(now, x, e.chunk)
+			emit(e.chunk, 1)
+		}
 	})
 }
 
-// noteNack records that hole i is NACKed now and when it is due again.
+// renackDue is when renackHoles or nackHoles next has work: the first
+// NACKed hole due again, or the end of the reorder window after the tail
+// probe (zero: neither).
+func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
+	var due time.Time
+	if len(x.renacks) > 0 {
+		due = x.renacks[0].due
+	}
+	if !x.tailAt.IsZero() && x.nackedBelow < x.chunks {
+		due = minNonZero(due, x.tailAt.Add(r.cfg.ReorderWindow))
+	}
+	return due
+}
+
+// noteNack records that hole i is NACKed now and queues its next NACK.
 func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
-	x.nackedAt[i], x.nackedN[i] = now, min(x.nackedN[i]+1, 255)
-	x.renackAt = minNonZero(x.renackAt, now.Add(r.cfg.backoff(r.renackInterval(), int(x.nackedN[i]))))
+	x.nackedN[i] = min(x.nackedN[i]+1, 255)
+	x.renacks.push(renack{due: now.Add(r.cfg.backoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
+}
+
+// renack is a NACKed hole's next NACK.
+type renack struct {
+	due   time.Time
+	chunk int
+	n     uint8 // the hole's NACK count when queued: a later NACK supersedes it
+}
+
+// renackQueue is a binary min-heap of renacks by due time.
+type renackQueue []renack
+
+func (q *renackQueue) push(e renack) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h[i].due.Before(h[parent].due) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (q *renackQueue) pop() renack {
+	h := *q
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		least := i
+		for _, c := range []int{2*i + 1, 2*i + 2} {
+			if c < len(h) && h[c].due.Before(h[least].due) {
+				least = c
+			}
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	*q = h
+	return top
 }
 
 // renackInterval is how long a NACKed hole waits for its repair before
@@ -795,7 +846,6 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 				// The sender's tail probe: its first pass has left, so
 				// what is missing a reorder window from now is lost.
 				x.tailAt = now
-				x.renackAt = minNonZero(x.renackAt, now.Add(r.cfg.ReorderWindow))
 			}
 			if x.coded && !x.probed {
 				// The sender probes once its first pass has left: what
