@@ -79,10 +79,10 @@ type recvXfer struct {
 	// SR-NACK: how often each data chunk was NACKed, the NACKed holes by
 	// when they are due to be NACKed again, and when the sender's tail
 	// probe said its first pass had left (zero: not yet).
-	nackedN     []uint8
-	nackedBelow int // holes below it were NACKed at least once
-	renacks     renackQueue
-	tailAt      time.Time
+	nackedN      []uint8
+	nackedBelow  int // holes below it were NACKed at least once
+	renacks      renackQueue
+	tailAt       time.Time
 	ctsAt        time.Time // when to resend the CTS (until data arrives)
 	ctsBackoff   time.Duration
 	ctsFirst     time.Time
