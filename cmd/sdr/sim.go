@@ -1077,10 +1077,12 @@ func simGridAxes(grid map[simGridKey]map[string]simRow) (drops []float64, sizes 
 	return drops, sizes
 }
 
+// simLossless is the slowdowns' reference at size: the lossless
+// completion as the sender learns of it, N·T_inj + RTT (the paper's).
 func simLossless(rows []simRow, size int64) float64 {
 	for _, r := range rows {
 		if r.Sweep == "grid" && r.SizeBytes == size {
-			return r.LosslessMs
+			return r.LosslessMs + r.RTTms/2
 		}
 	}
 	return math.NaN()
@@ -1123,7 +1125,7 @@ func simClaimSR(b *strings.Builder, rows []simRow, grid map[simGridKey]map[strin
 	rto := (1 + f.alpha) * float64(f.rtt) / 1e6
 	fmt.Fprintf(b, "**SR slows down up to 6.5× (mean) and 12.2× (p99.9).** Here, at %s: up to **%.2f×** mean (%s at %g) — %s — "+
 		"and **%.2f×** p99.9 (%s at %g) — %s. Why: a lost chunk costs SR-RTO one RTO = (1 + α)·RTT = %.0f ms on a transfer "+
-		"that takes %.2f ms without loss, so a transfer needing one repair round lands near 1 + RTO/lossless = %.1f× and one "+
+		"that takes %.2f ms without loss (until the sender learns of its completion), so a transfer needing one repair round lands near 1 + RTO/lossless = %.1f× and one "+
 		"needing two near %.1f×; at high drop nearly every transfer needs a round (the mean) and its tail a second (p99.9). "+
 		"The paper's numbers sit on the same steps.\n\n",
 		simSizeName(focus), mean.Slowdown, mean.Scheme, mean.Drop, simVerdict(mean.Slowdown, 6.5),
