@@ -71,6 +71,21 @@ func (l *loop) readControl() {
 	}
 }
 
+// drain hands every control datagram already received to handle: a loop
+// runs them before its timers, so that a timeout is never judged with
+// the ACKs that answer it still queued (a busy host's loop falls behind
+// its socket).
+func (l *loop) drain(handle func(now time.Time, p []byte)) {
+	for {
+		select {
+		case p := <-l.ctl:
+			handle(time.Now(), p)
+		default:
+			return
+		}
+	}
+}
+
 // arm sets the timer to the engine's next deadline.
 func (l *loop) arm(deadline time.Time, ok bool) {
 	if !ok {
@@ -240,6 +255,7 @@ func (s *Sender) run() {
 		case p := <-s.l.ctl:
 			s.eng.HandleControl(time.Now(), p)
 		case <-s.l.timer.C:
+			s.l.drain(s.eng.HandleControl)
 			s.eng.HandleTimer(time.Now())
 		case <-s.l.ctx.Done():
 			s.eng.Close(time.Now())
@@ -556,6 +572,17 @@ func (r *Receiver) run() {
 		}
 		return 0
 	})
+	progress := func() {
+		now := time.Now()
+		for id, x := range xfers {
+			x.dataBits = x.data.Bitmap(x.dataBits)
+			if x.parity != nil {
+				x.parityBits = x.parity.Bitmap(x.parityBits)
+			}
+			_, immDone := x.data.Imm()
+			r.eng.HandleProgress(now, id, x.dataBits, x.parityBits, immDone)
+		}
+	}
 	post := func() {
 		for len(queue) > 0 {
 			x, err := r.post(queue[0], half)
@@ -598,18 +625,18 @@ func (r *Receiver) run() {
 				}
 			}
 		case <-r.wake:
-			now := time.Now()
-			for id, x := range xfers {
-				x.dataBits = x.data.Bitmap(x.dataBits)
-				if x.parity != nil {
-					x.parityBits = x.parity.Bitmap(x.parityBits)
-				}
-				_, immDone := x.data.Imm()
-				r.eng.HandleProgress(now, id, x.dataBits, x.parityBits, immDone)
-			}
+			progress()
 		case p := <-r.l.ctl:
 			r.eng.HandleControl(time.Now(), p)
 		case <-r.l.timer.C:
+			// News first: chunks that arrived and datagrams received
+			// before the timers judge what is missing.
+			select {
+			case <-r.wake:
+				progress()
+			default:
+			}
+			r.l.drain(r.eng.HandleControl)
 			r.eng.HandleTimer(time.Now())
 		case <-r.l.ctx.Done():
 			r.eng.Close(time.Now())

@@ -13,8 +13,8 @@ import "time"
 //
 //   - A round lasts one smoothed round trip. What the path delivered in
 //     it is the rate at which the receiver passed the sender's chunks:
-//     the newest chunk an ACK covers, counted in the order chunks were
-//     released, whether or not the chunks before it arrived. Its verdict
+//     the newest chunk sent once that an ACK covers, counted in the order
+//     chunks were released, whether or not the chunks before it arrived. Its verdict
 //     rests on the
 //     smallest round-trip sample it saw (a chunk sent once, Karn's rule)
 //     against the path's floor (the smallest sample of the last 10 s):

@@ -30,6 +30,16 @@ type ReceiverEngine struct {
 
 	est  Estimator
 	live liveness
+	// reorder is the reorder window in force: Config.ReorderWindow,
+	// doubled (up to maxReorder) each time a chunk NACKed once arrives
+	// sooner than its repair could have — it was late, not lost — and
+	// eased back by an eighth per transfer without such a NACK (RACK's
+	// adaptive reordering window).
+	reorder time.Duration
+	// repairRTT and repairVar smooth how long a chunk NACKed once took
+	// to arrive (RFC 6298 weights): on a busy host or a queued path that
+	// is longer than the round trip, and a re-NACK waits for it.
+	repairRTT, repairVar time.Duration
 	// packetView, when set, returns the packets held of a data chunk
 	// (SetPacketView).
 	packetView func(id uint64, chunk int) uint64
@@ -80,7 +90,9 @@ type recvXfer struct {
 	// when they are due to be NACKed again, and when the sender's tail
 	// probe said its first pass had left (zero: not yet).
 	nackedN      []uint8
-	nackedBelow  int // holes below it were NACKed at least once
+	nackedAt     []uint32 // when each hole was last NACKed, in µs after Start, plus 1
+	spurious     bool     // a NACK of this transfer was spurious
+	nackedBelow  int      // holes below it were NACKed at least once
 	renacks      renackQueue
 	tailAt       time.Time
 	ctsAt        time.Time // when to resend the CTS (until data arrives)
@@ -111,7 +123,7 @@ func NewReceiverEngine(cfg Config) (*ReceiverEngine, error) {
 		return nil, err
 	}
 	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{},
-		confirming: map[uint64]*confirmation{}, live: liveness{timeout: cfg.Timeout}}
+		confirming: map[uint64]*confirmation{}, reorder: cfg.ReorderWindow, live: liveness{timeout: cfg.Timeout}}
 	r.est.init(cfg)
 	return r, nil
 }
@@ -195,7 +207,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
 	if plan.Scheme == SRNACK {
-		x.nackedN = make([]uint8, x.chunks)
+		x.nackedN, x.nackedAt = make([]uint8, x.chunks), make([]uint32, x.chunks)
 	}
 	r.next++
 	r.active[x.id] = x
@@ -259,10 +271,10 @@ func (r *ReceiverEngine) HandleProgress(now time.Time, id uint64, data, parity [
 	}
 	changed := false
 	for w := range min(len(data), len(x.data)) {
-		changed = r.mark(x, Data, w, data[w]) || changed
+		changed = r.mark(now, x, Data, w, data[w]) || changed
 	}
 	for w := range min(len(parity), len(x.parityBits)) {
-		changed = r.mark(x, Parity, w, parity[w]) || changed
+		changed = r.mark(now, x, Parity, w, parity[w]) || changed
 	}
 	r.progressed(now, x, changed, immDone)
 }
@@ -284,7 +296,7 @@ func (r *ReceiverEngine) HandleChunks(now time.Time, id uint64, part Part, first
 		w := i >> 6
 		take := min(end-i, 64-i&63)
 		mask := uint64(1)<<uint(take) - 1 // take == 64: all ones
-		changed = r.mark(x, part, w, mask<<(uint(i)&63)) || changed
+		changed = r.mark(now, x, part, w, mask<<(uint(i)&63)) || changed
 		i += take
 	}
 	r.progressed(now, x, changed, immDone)
@@ -322,7 +334,7 @@ func (x *recvXfer) passed(now time.Time, window time.Duration) (chunk, sub int) 
 
 // mark ors bits into word w of part's bitmap and updates what depends on
 // it; it reports whether anything was new.
-func (r *ReceiverEngine) mark(x *recvXfer, part Part, w int, bits64 uint64) bool {
+func (r *ReceiverEngine) mark(now time.Time, x *recvXfer, part Part, w int, bits64 uint64) bool {
 	bm, n := x.data, x.chunks
 	if part == Parity {
 		bm, n = x.parityBits, x.parity
@@ -336,6 +348,13 @@ func (r *ReceiverEngine) mark(x *recvXfer, part Part, w int, bits64 uint64) bool
 	}
 	bm[w] |= fresh
 	top := 64*w + 63 - bits.LeadingZeros64(bm[w])
+	if part == Data && x.nackedN != nil {
+		for f := fresh; f != 0; f &= f - 1 {
+			if i := 64*w + bits.TrailingZeros64(f); x.nackedN[i] == 1 {
+				r.repaired(now, x, i)
+			}
+		}
+	}
 	if part == Data {
 		x.have += bits.OnesCount64(fresh)
 		x.dirtyLo, x.dirtyHi = min(x.dirtyLo, w), max(x.dirtyHi, w+1)
@@ -435,6 +454,9 @@ func (r *ReceiverEngine) sampleLoss(x *recvXfer) {
 
 // finish completes a transfer: decode what is missing, tell the sender.
 func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
+	if x.nackedN != nil && !x.spurious {
+		r.reorder = max(r.cfg.ReorderWindow, r.reorder-r.reorder/8)
+	}
 	if !x.lossSampled {
 		r.sampleLoss(x)
 	}
@@ -545,7 +567,7 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 			case SRNACK:
 				r.nackHoles(now, x)
 			case Hybrid:
-				_, sub := x.passed(now, r.cfg.ReorderWindow)
+				_, sub := x.passed(now, r.reorder)
 				r.nackSubmessages(now, x, sub-1)
 			}
 		}
@@ -572,8 +594,8 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 // rather than after the sender's retransmission timeout. It costs
 // O(chunks newly passed/64).
 func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
-	limit, _ := x.passed(now, r.cfg.ReorderWindow)
-	if !x.tailAt.IsZero() && now.Sub(x.tailAt) >= r.cfg.ReorderWindow {
+	limit, _ := x.passed(now, r.reorder)
+	if !x.tailAt.IsZero() && now.Sub(x.tailAt) >= r.reorder {
 		limit = x.chunks
 	}
 	if limit <= x.nackedBelow {
@@ -615,7 +637,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 		due = x.renacks[0].due
 	}
 	if !x.tailAt.IsZero() && x.nackedBelow < x.chunks {
-		due = minNonZero(due, x.tailAt.Add(r.cfg.ReorderWindow))
+		due = minNonZero(due, x.tailAt.Add(r.reorder))
 	}
 	return due
 }
@@ -623,6 +645,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 // noteNack records that hole i is NACKed now and queues its next NACK.
 func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
 	x.nackedN[i] = min(x.nackedN[i]+1, 255)
+	x.nackedAt[i] = uint32(now.Sub(x.stats.Start)/time.Microsecond) + 1
 	x.renacks.push(renack{due: now.Add(r.cfg.backoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
 }
 
@@ -672,16 +695,38 @@ func (q *renackQueue) pop() renack {
 	return top
 }
 
+// repaired learns from chunk i, NACKed once, arriving now: sooner than
+// half the path's round trip after the NACK it cannot be the repair, and
+// the reorder window grows; otherwise it samples the repair's latency.
+func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
+	d := now.Sub(x.stats.Start.Add(time.Duration(x.nackedAt[i]-1) * time.Microsecond))
+	if d < r.est.RTT()/2 {
+		x.spurious = true
+		r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
+		return
+	}
+	if r.repairRTT == 0 {
+		r.repairRTT, r.repairVar = d, d/2
+		return
+	}
+	r.repairVar = (3*r.repairVar + (r.repairRTT - d).Abs()) / 4
+	r.repairRTT = (7*r.repairRTT + d) / 8
+}
+
+// maxReorder bounds the adaptive reorder window (unless the configured
+// one is larger): a busy host delays a chunk by milliseconds.
+const maxReorder = 10 * time.Millisecond
+
 // renackInterval is how long a NACKed hole waits for its repair before
 // it is NACKed again: a round trip as the receiver measures it, the
 // reorder window, and unless the rate is fixed the sender's pacing
 // horizon (repairs leave ahead of first passes, within it).
 func (r *ReceiverEngine) renackInterval() time.Duration {
-	d := r.est.RTT() + r.cfg.ReorderWindow
+	d := r.est.RTT() + r.reorder
 	if !r.cfg.FixedRate {
 		d += paceHorizon
 	}
-	return d
+	return max(d, r.repairRTT+4*r.repairVar)
 }
 
 // minNonZero returns the earlier of a and b, where a zero time is none.
@@ -700,7 +745,7 @@ func minNonZero(a, b time.Time) time.Time {
 // paced sender's first pass takes its time) must not turn the
 // submessages still to come into repairs.
 func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
-	_, sub := x.passed(now, r.cfg.ReorderWindow)
+	_, sub := x.passed(now, r.reorder)
 	if sub >= len(x.decodable) || x.probed {
 		return len(x.decodable)
 	}

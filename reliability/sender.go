@@ -29,8 +29,8 @@ type SenderEngine struct {
 	// FixedRate they leave at once).
 	repairs, fresh []pendingSend
 	// released counts the chunks handed over, in order; passed is the
-	// count up to the newest chunk an ACK covered (lost ones before it
-	// included: the rate control's measure of the path).
+	// count up to the newest chunk sent once that an ACK covered (lost
+	// ones before it included: the rate control's measure of the path).
 	released, passed uint64
 	departures       []departure // recent runs: for round-trip samples
 	forgotten        uint64      // the release count below which departures are gone
@@ -84,6 +84,7 @@ type sendXfer struct {
 	stats       Stats
 	coded       bool
 	resent      bitmap // chunks sent more than once: no RTT samples
+	queued      bitmap // data chunks waiting in the repair queue: not queued twice
 	// order is each data chunk's place in the release order (released
 	// after it was handed over last), for passed and RTT samples.
 	order []uint64
@@ -288,7 +289,7 @@ func abortError(reason uint8) error {
 func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
 		stats: Stats{Plan: plan, Start: now}}
-	x.acked, x.resent, x.order = newBitmap(x.chunks), newBitmap(x.chunks), make([]uint64, x.chunks)
+	x.acked, x.resent, x.queued, x.order = newBitmap(x.chunks), newBitmap(x.chunks), newBitmap(x.chunks), make([]uint64, x.chunks)
 	if !x.coded {
 		x.lastFlight = make([]uint32, x.chunks)
 	}
@@ -312,7 +313,11 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 			x.stats.ParitySent += m
 		}
 	} else {
-		s.sendData(x, Data, 0, x.chunks, true, false)
+		// SR-RTO's first pass runs on timers; SR-NACK's receiver finds
+		// every loss itself (a later chunk, the tail probe, its re-NACKs)
+		// and the probes stand in for a lost tail probe, so a timer here
+		// would only race the receiver's NACK on a busy host.
+		s.sendData(x, Data, 0, x.chunks, s.timesRepairs(x), false)
 	}
 	s.fresh = append(s.fresh, pendingSend{transfer: id, kind: ActSendImm, endsFirstPass: true})
 }
@@ -486,6 +491,11 @@ func (s *SenderEngine) sendData(x *sendXfer, part Part, first, n int, timed, rep
 		x.stats.ChunksSent += n
 	}
 	p := pendingSend{transfer: x.id, kind: ActSend, part: part, first: first, count: n, timed: timed}
+	if repair && part == Data {
+		for i := first; i < first+n; i++ {
+			x.queued.set(i)
+		}
+	}
 	if repair {
 		s.repairs = append(s.repairs, p)
 	} else {
@@ -542,6 +552,11 @@ func (s *SenderEngine) release(now time.Time) {
 func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int, packets uint64, timed bool) {
 	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: part, First: first, Count: n, Packets: packets})
 	if part == Data {
+		for i := first; i < first+n; i++ {
+			x.queued.clear(i)
+		}
+	}
+	if part == Data {
 		for i := range n {
 			x.order[first+i] = s.released + uint64(i) + 1
 		}
@@ -595,55 +610,73 @@ func (s *SenderEngine) departed(order uint64) (time.Time, bool) {
 	return s.departures[i].at, true
 }
 
-// resend sends again the chunks of [first, first+n) not acknowledged yet,
-// with timers, ahead of first passes; with a flight number, only those
-// that flight carried last.
+// resend sends again the chunks of [first, first+n) not acknowledged yet
+// and not already waiting to be resent, ahead of first passes (with timers
+// unless the receiver asks again itself); with a flight number, only
+// those that flight carried last.
 func (s *SenderEngine) resend(x *sendXfer, first, n int, onlyFlight uint32) int {
 	sent := 0
-	send := func(f, c int) {
-		for i := f; i < f+c; i++ {
-			x.resent.set(i)
-		}
-		s.sendData(x, Data, f, c, true, true)
-		x.stats.Retransmitted += c
-		sent += c
+	timed := s.timesRepairs(x) || onlyFlight != 0
+	wanted := func(i int) bool {
+		return !x.queued.has(i) && (onlyFlight == 0 || x.lastFlight[i] == onlyFlight)
 	}
 	x.acked.clearRuns(first, min(first+n, x.chunks), func(f, c int) {
-		if onlyFlight == 0 {
-			send(f, c)
-			return
-		}
 		for i := f; i < f+c; {
-			if x.lastFlight[i] != onlyFlight {
+			if !wanted(i) {
 				i++
 				continue
 			}
 			j := i + 1
-			for j < f+c && x.lastFlight[j] == onlyFlight {
+			for j < f+c && wanted(j) {
 				j++
 			}
-			send(i, j-i)
+			for k := i; k < j; k++ {
+				x.resent.set(k)
+				if !timed {
+					s.untime(x, k)
+				}
+			}
+			s.sendData(x, Data, i, j-i, timed, true)
+			x.stats.Retransmitted += j - i
+			sent += j - i
 			i = j
 		}
 	})
 	return sent
 }
 
-// resendPackets sends again the packets of data chunk i in mask, with a
-// timer for the chunk (whose expiry resends it whole), ahead of first
-// passes.
+// resendPackets sends again the packets of data chunk i in mask, ahead of
+// first passes. A PNACK asked for them, and its receiver asks again if
+// they are lost: no timer.
 func (s *SenderEngine) resendPackets(x *sendXfer, i int, mask uint64) {
 	packets := (min(x.plan.ChunkSize, x.plan.Length-i*x.plan.ChunkSize) + x.plan.MTU - 1) / x.plan.MTU
 	if packets < 64 {
 		mask &= 1<<packets - 1
 	}
-	if mask == 0 || x.acked.has(i) {
+	if mask == 0 || x.acked.has(i) || x.queued.has(i) {
 		return
 	}
+	x.queued.set(i)
 	x.resent.set(i)
+	s.untime(x, i)
 	x.stats.PacketsResent += bits.OnesCount64(mask)
-	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: i, count: 1, packets: mask, timed: true})
+	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: i, count: 1, packets: mask})
 }
+
+// untime detaches data chunk i from the flight that carried it, whose
+// timer then leaves it alone: its receiver asked for it again.
+func (s *SenderEngine) untime(x *sendXfer, i int) {
+	if x.lastFlight != nil {
+		x.lastFlight[i] = 0
+	}
+}
+
+// timesRepairs reports whether chunks get retransmission timers (a
+// first pass, or the chunks a NACK asks for): SR-NACK's receiver NACKs a lost repair again
+// each round trip (the paper's SR-NACK), and a sender timer on top of it
+// would resend what is only queued on a busy host; EC's fallback repairs
+// are SR-RTO's (as reliability/model has them).
+func (s *SenderEngine) timesRepairs(x *sendXfer) bool { return x.plan.Scheme != SRNACK }
 
 // HandleTimer runs the timers that are due at now. The first call (or
 // any other call) starts the connection's liveness clock.
@@ -850,11 +883,15 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
-		s.passed = max(s.passed, x.order[i])
 		if x.lastFlight != nil {
 			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
 		}
 		if !x.resent.has(i) {
+			// Only chunks sent once tell how far the path got: a repair
+			// released early (a NACK comes within a round trip) would
+			// count everything released before it, still queued, as
+			// delivered.
+			s.passed = max(s.passed, x.order[i])
 			newest = max(newest, x.order[i])
 		}
 	}
