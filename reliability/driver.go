@@ -790,6 +790,9 @@ func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool)
 			}
 			delete(xfers, a.Transfer)
 			x.release()
+			if a.Stats.Decoded > 0 && a.Err == nil {
+				a.Stats.End = time.Now() // the buffer is whole once decoded
+			}
 			x.req.result <- result{stats: *a.Stats, imm: x.imm, err: a.Err}
 			freed = true
 		}

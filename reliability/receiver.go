@@ -460,6 +460,9 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 	if !x.lossSampled {
 		r.sampleLoss(x)
 	}
+	// The sender learns first: it need not wait for the decoding.
+	r.sendAck(x, control.AckComplete, 0)
+	r.confirming[x.id] = &confirmation{at: now.Add(r.confirmInterval(0))}
 	if x.coded {
 		for s := range x.decodable {
 			if first, n := x.layout.DataRange(s); x.data.countRange(first, n) < n {
@@ -468,8 +471,6 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 			}
 		}
 	}
-	r.sendAck(x, control.AckComplete, 0)
-	r.confirming[x.id] = &confirmation{at: now.Add(r.confirmInterval(0))}
 	x.stats.End = now
 	r.actions = append(r.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.statsCopy()})
 	r.retire(x.id)

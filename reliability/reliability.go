@@ -412,7 +412,8 @@ type Stats struct {
 	NACKs     int // NACK datagrams (sent by the receiver, received by the sender)
 	ACKs      int // ACK datagrams
 	// Start is when the sender started the transfer (ActStart) or the
-	// receiver posted it; End is when it completed or failed.
+	// receiver posted it; End is when it completed or failed (a Read's:
+	// when its buffer was whole, after any decoding).
 	Start, End time.Time
 }
 
