@@ -85,7 +85,6 @@ type recvXfer struct {
 	ftoAt       time.Time
 	probed      bool        // a probe came: the sender's first pass has left
 	nackedSubAt []time.Time // when each submessage was last NACKed
-	nackedSubN  []uint8     // how often (each repeat waits twice as long)
 	// SR-NACK: how often each data chunk was NACKed, the NACKed holes by
 	// when they are due to be NACKed again, and when the sender's tail
 	// probe said its first pass had left (zero: not yet).
@@ -202,7 +201,6 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 		x.decodable = make([]bool, l.Submessages())
 		x.undecodable = l.Submessages()
 		x.nackedSubAt = make([]time.Time, l.Submessages())
-		x.nackedSubN = make([]uint8, l.Submessages())
 	}
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
@@ -613,9 +611,11 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 	x.nackedBelow = limit
 }
 
-// renackHoles NACKs again the NACKed holes whose repair is overdue (their
-// wait doubles with each NACK unless NoBackoff). It costs O(log holes)
-// per hole due.
+// renackHoles NACKs again the NACKed holes whose repair is overdue. The
+// wait does not grow with the NACKs: a lossy path that answers is not a
+// silent one (a silent peer ends at the liveness timeout), and the sender
+// queues a chunk once however often it is asked for. It costs O(log
+// holes) per hole due.
 func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for len(x.renacks) > 0 && !x.renacks[0].due.After(now) {
@@ -647,7 +647,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
 	x.nackedN[i] = min(x.nackedN[i]+1, 255)
 	x.nackedAt[i] = uint32(now.Sub(x.stats.Start)/time.Microsecond) + 1
-	x.renacks.push(renack{due: now.Add(r.cfg.backoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
+	x.renacks.push(renack{due: now.Add(r.renackInterval()), chunk: i, n: x.nackedN[i]})
 }
 
 // renack is a NACKed hole's next NACK.
@@ -754,9 +754,8 @@ func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
 }
 
 // nackSubmessages asks for repairs of every undecodable submessage below
-// limit not NACKed within the last RTO, doubled for each NACK it already
-// had: a repair that has not arrived yet is most likely queued behind the
-// first pass, and asking again only lengthens the queue. An MDS
+// limit not NACKed within the last RTO (as renackHoles, without backoff).
+// An MDS
 // submessage asks for as many of its missing data chunks as it lacks
 // chunks to decode (and a margin for the link's loss), those with the
 // most packets held first; an XOR one for all of them.
@@ -765,11 +764,10 @@ func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) 
 	mds := l.Params().Kind == ec.MDS
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for s := range min(limit, len(x.decodable)) {
-			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < r.cfg.backoff(r.rto, int(x.nackedSubN[s]))) {
+			if x.decodable[s] || (!x.nackedSubAt[s].IsZero() && now.Sub(x.nackedSubAt[s]) < r.rto) {
 				continue
 			}
 			x.nackedSubAt[s] = now
-			x.nackedSubN[s] = min(x.nackedSubN[s]+1, 255)
 			first, n := l.DataRange(s)
 			if !mds {
 				x.data.clearRuns(first, first+n, emit)
@@ -803,10 +801,11 @@ func (r *ReceiverEngine) askFor(x *recvXfer, first, n, want int, emit func(first
 // the link's loss (the first passes' chunk loss, or with a packet view the
 // per-packet loss behind it) seldom costs another round.
 func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
-	p := min(r.est.Loss(), 0.5)
+	p := r.est.Loss()
 	if packets := x.packetsOf(0); r.packetView != nil && packets > 1 && packets <= 64 {
 		p = 1 - math.Pow(1-p, 1/float64(packets))
 	}
+	p = min(p, 0.9)
 	return int(math.Ceil(float64(need) * p / (1 - p)))
 }
 
