@@ -155,12 +155,6 @@ func (p Plan) Messages() int {
 	return 1
 }
 
-// immChunks returns how many leading data chunks carry every immediate
-// nibble (the layout's 8 nibbles ride in packets 0..7).
-func (p Plan) immChunks() int {
-	return min(p.DataChunks(), (immPackets*p.MTU+p.ChunkSize-1)/p.ChunkSize)
-}
-
 // immPackets is how many leading packets carry every nibble of the user
 // immediate (wire.ImmLayout.Nibbles for both SDR layouts).
 const immPackets = 8

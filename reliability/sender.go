@@ -924,12 +924,28 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	}
 	if m.AckFlags&control.AckImmMissing != 0 && now.Sub(x.lastImm) >= s.cfg.RTT {
 		x.lastImm = now
-		if n := x.plan.immChunks(); n > 0 {
-			s.sendData(x, Data, 0, n, false, true)
-			x.stats.Retransmitted += n
-		}
-		s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSendImm})
+		s.news(now) // an answer: the receiver is there
+		s.resendImm(x)
 	}
+}
+
+// resendImm sends again what carries the immediate's nibbles: the
+// message's first immPackets packets — alone where a chunk has more
+// (the rest of a large chunk is not needed for it) — and the carriers.
+func (s *SenderEngine) resendImm(x *sendXfer) {
+	perChunk := x.plan.ChunkSize / x.plan.MTU
+	packets := min(immPackets, (x.plan.Length+x.plan.MTU-1)/x.plan.MTU)
+	for c := 0; c*perChunk < packets; c++ {
+		n := min(perChunk, packets-c*perChunk)
+		if perChunk == 1 || perChunk > 64 {
+			s.sendData(x, Data, c, 1, false, true)
+			x.stats.Retransmitted++
+			continue
+		}
+		s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: c, count: 1, packets: 1<<n - 1})
+		x.stats.PacketsResent += n
+	}
+	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSendImm})
 }
 
 // observeRTT folds a round-trip sample into the timers.
