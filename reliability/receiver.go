@@ -394,14 +394,16 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 			r.est.observeRTT(now.Sub(x.ctsFirst))
 		}
 	}
-	if changed && x.coded && x.undecodable > 0 {
+	if changed && x.coded && x.undecodable > 0 && x.stats.Fallbacks == 0 {
 		// The fallback timeout (FTO): the whole first pass's injection
 		// after the first arrival, plus half the retransmission slack and
 		// twice the longest gap between arrivals — counted from the
 		// latest arrival while chunks still stream in later than the
 		// injection clock expects.
 		// A paced sender's chunks arrive apart: the longest gap seen
-		// between arrivals is no sign of loss, twice it may be.
+		// between arrivals is no sign of loss, twice it may be. Only the
+		// first pass pushes it: once the fallback has run, the FTO keeps
+		// an RTO's cadence (the gap before a repair round is no pacing).
 		end := maxTime(x.firstArrival.Add(r.cfg.injection(x.chunks+x.parity)), now)
 		x.ftoAt = maxTime(x.ftoAt, end.Add(time.Duration(0.5*r.cfg.Alpha*float64(r.cfg.RTT))+2*x.maxGap))
 	}

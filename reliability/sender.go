@@ -35,11 +35,14 @@ type SenderEngine struct {
 	departures       []departure // recent runs: for round-trip samples
 	forgotten        uint64      // the release count below which departures are gone
 	rateAnnounced    bool        // an ActRate went out
-	// silent counts retransmission timeouts in a row with no ACK news in
-	// between: timers back off by it (and only then); lastNews is when an
-	// ACK last brought news of any transfer.
-	silent   int
-	lastNews time.Time
+	// silent counts retransmission timeouts in a row with no answer from
+	// the receiver in between: timers back off by it (and only then);
+	// lastAnswer is when the receiver last answered (any ACK, NACK or
+	// PONG), lastNews when an ACK or NACK last brought news of a transfer
+	// (progress, for Config.Timeout).
+	silent     int
+	lastAnswer time.Time
+	lastNews   time.Time
 	// pings times the round trip before the first transfer leaves: the
 	// send times of recent pings by number (Transfer of the PING), and
 	// whether a PONG came back.
@@ -745,7 +748,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 // no ACK has brought news for as long as the timeout in force: only a
 // silent path backs off, a lossy one that still answers does not.
 func (s *SenderEngine) timedOut(now time.Time) {
-	if t := s.timeout(); now.Sub(s.lastNews) >= t && now.Sub(s.backedOff) >= t && s.silent < maxBackoff {
+	if t := s.timeout(); now.Sub(s.lastAnswer) >= t && now.Sub(s.backedOff) >= t && s.silent < maxBackoff {
 		s.silent++
 		s.backedOff = now
 	}
@@ -820,10 +823,18 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 	s.release(now)
 }
 
-// news notes that the receiver told the sender something new: timers stop
-// backing off, and no transfer times out for another Config.Timeout.
+// news notes that the receiver told the sender something new: no
+// transfer times out for another Config.Timeout, and timers stop backing
+// off (answered).
 func (s *SenderEngine) news(now time.Time) {
 	s.lastNews = now
+	s.answered(now)
+}
+
+// answered notes that the receiver answered: the path is not silent, and
+// timers stop backing off.
+func (s *SenderEngine) answered(now time.Time) {
+	s.lastAnswer = now
 	if s.silent == 0 {
 		return
 	}
@@ -873,6 +884,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 		}
 		return
 	}
+	s.answered(now)
 	x, ok := s.active[m.Transfer]
 	if !ok {
 		return
