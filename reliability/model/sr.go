@@ -147,9 +147,13 @@ func (m *srModel) quantileX(q float64) float64 {
 		lo = math.Min(lo, c.lo)
 	}
 	target := 1 - q
-	hi := lo + m.rto
+	// The first step is at least what lo's precision resolves: an RTO
+	// far below an injection time of hours would not move hi at all.
+	step := max(m.rto, m.tinj, math.Abs(lo)*1e-12)
+	hi := lo + step
 	for m.survival(hi) > target {
-		lo, hi = hi, hi+2*(hi-lo)
+		step *= 2
+		lo, hi = hi, hi+step
 	}
 	for range 200 {
 		mid := lo + (hi-lo)/2
