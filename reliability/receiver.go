@@ -85,6 +85,7 @@ type recvXfer struct {
 	ftoAt       time.Time
 	probed      bool        // a probe came: the sender's first pass has left
 	nackedSubAt []time.Time // when each submessage was last NACKed
+	nackedSubN  []uint8     // and how often
 	// SR-NACK: how often each data chunk was NACKed, the NACKed holes by
 	// when they are due to be NACKed again, and when the sender's tail
 	// probe said its first pass had left (zero: not yet).
@@ -201,6 +202,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 		x.decodable = make([]bool, l.Submessages())
 		x.undecodable = l.Submessages()
 		x.nackedSubAt = make([]time.Time, l.Submessages())
+		x.nackedSubN = make([]uint8, l.Submessages())
 	}
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
@@ -614,10 +616,11 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 }
 
 // renackHoles NACKs again the NACKed holes whose repair is overdue. The
-// wait does not grow with the NACKs: a lossy path that answers is not a
-// silent one (a silent peer ends at the liveness timeout), and the sender
-// queues a chunk once however often it is asked for. It costs O(log
-// holes) per hole due.
+// wait doubles with each NACK of a hole, to 2^renackMaxBackoff times the
+// first: a repair queued behind a deep bottleneck queue is not asked for
+// over and over, and a lossy path that answers is not slowed to a crawl
+// (a silent peer ends at the liveness timeout). It costs O(log holes)
+// per hole due.
 func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for len(x.renacks) > 0 && !x.renacks[0].due.After(now) {
@@ -649,7 +652,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
 	x.nackedN[i] = min(x.nackedN[i]+1, 255)
 	x.nackedAt[i] = uint32(now.Sub(x.stats.Start)/time.Microsecond) + 1
-	x.renacks.push(renack{due: now.Add(r.renackInterval()), chunk: i, n: x.nackedN[i]})
+	x.renacks.push(renack{due: now.Add(r.renackBackoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
 }
 
 // renack is a NACKed hole's next NACK.
@@ -720,6 +723,18 @@ func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 // one is larger): a busy host delays a chunk by milliseconds.
 const maxReorder = 10 * time.Millisecond
 
+// renackMaxBackoff bounds how many times a repeated NACK's wait doubles.
+const renackMaxBackoff = 3
+
+// renackBackoff is wait doubled for each NACK beyond the first, at most
+// renackMaxBackoff times (never with NoBackoff, the paper's semantics).
+func (r *ReceiverEngine) renackBackoff(wait time.Duration, nacks int) time.Duration {
+	if r.cfg.NoBackoff {
+		return wait
+	}
+	return wait << min(max(nacks-1, 0), renackMaxBackoff)
+}
+
 // renackInterval is how long a NACKed hole waits for its repair before
 // it is NACKed again: a round trip as the receiver measures it, the
 // reorder window, and unless the rate is fixed the sender's pacing
@@ -756,7 +771,7 @@ func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
 }
 
 // nackSubmessages asks for repairs of every undecodable submessage below
-// limit not NACKed within the last RTO (as renackHoles, without backoff).
+// limit not NACKed within the last RTO (backed off as renackHoles').
 // An MDS
 // submessage asks for as many of its missing data chunks as it lacks
 // chunks to decode (and a margin for the link's loss), those with the
@@ -766,10 +781,11 @@ func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) 
 	mds := l.Params().Kind == ec.MDS
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for s := range min(limit, len(x.decodable)) {
-			if x.decodable[s] || (!x.nackedSubAt[s].IsZero() && now.Sub(x.nackedSubAt[s]) < r.rto) {
+			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < r.renackBackoff(r.rto, int(x.nackedSubN[s]))) {
 				continue
 			}
 			x.nackedSubAt[s] = now
+			x.nackedSubN[s] = min(x.nackedSubN[s]+1, 255)
 			first, n := l.DataRange(s)
 			if !mds {
 				x.data.clearRuns(first, first+n, emit)

@@ -228,12 +228,12 @@ type Config struct {
 	Code   ec.Params
 	// ChunkSize and MTU are the SDR QP's.
 	ChunkSize, MTU int
-	// NoBackoff keeps the sender's repeated timeouts (a flight's
-	// retransmission, a probe) at their first value, as in the paper's SR
+	// NoBackoff keeps every repeated timeout (a flight's retransmission,
+	// a probe, a repeated NACK) at its first value, as in the paper's SR
 	// and reliability/model; the simulator (testbed/sim) sets it to
-	// compare with the models. By default they back off exponentially
-	// while the receiver is silent. (The receiver's re-NACKs never back
-	// off.)
+	// compare with the models. By default the sender's back off
+	// exponentially while the receiver is silent, and the receiver's
+	// repeated NACKs of one hole or submessage at most 8-fold.
 	NoBackoff bool
 	// Window bounds the transfers a sender has started and not finished
 	// [8; the drivers also keep it within half the QP's slots].
