@@ -392,7 +392,12 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	}
 	if changed && x.firstArrival.IsZero() {
 		x.firstArrival = now
-		if !x.ctsResent {
+		if !x.ctsResent || r.est.nRTT == 0 {
+			// A resent CTS makes the sample long (the sender may have
+			// waited for its PONG, or the first CTS was lost), but a long
+			// first sample beats the configured guess: re-NACKs wait on
+			// it, and later samples take its place (the estimate is their
+			// minimum).
 			r.est.observeRTT(now.Sub(x.ctsFirst))
 		}
 	}
