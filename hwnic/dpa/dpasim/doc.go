@@ -2,8 +2,9 @@
 // (package emunic, any port) and whose per-packet work is the BlueField-3
 // DPA's own C: the RX handler of ../device, compiled with gcc through
 // the FlexIO shim ../device/hostsim. Every receive completion emunic
-// reports becomes a 64-byte mlx5 CQE in a CQ ring per channel; one
-// handler thread per channel (a goroutine running the hostsim thread)
+// reports becomes a 64-byte mlx5 CQE in a CQ ring per channel; the
+// channel's handler (the hostsim thread, run inline on the device's
+// receive goroutine as a FlexIO event handler runs where the CQE lands)
 // polls it by owner bit, runs the engine on the slots' words, writes
 // notifications, re-posts receive WQEs through doorbell records and
 // re-arms its CQ, exactly as on the DPA. The slots' words are the

@@ -58,8 +58,8 @@ type qp struct {
 
 // worker is one channel: the NIC side that turns emunic's completions
 // into CQEs and the handler thread that takes them. It is the channel's
-// sdrnic.Handler; its calls (on the channel's worker goroutine) own ch,
-// in, out and posted.
+// sdrnic.Handler; its calls (inline on the device's receive goroutine,
+// one at a time) own ch, in, out and posted.
 type worker struct {
 	q      *qp
 	c      int // the channel
@@ -301,8 +301,8 @@ type handlerStats struct {
 }
 
 // stats sums the handlers' counters. The handlers write them on the
-// worker goroutines, so call it after a Fence (or with no worker
-// running): for tests and debugging.
+// device's receive goroutine, so call it after a Fence (or with no
+// receive running): for tests and debugging.
 func (q *qp) stats() handlerStats {
 	var s handlerStats
 	for _, w := range q.workers {
