@@ -1,11 +1,12 @@
 // Command sdr is the SDR-RDMA toolbox: one binary, one subcommand per job.
 //
 //	sdr conform -self | -i IFACE [target flags]  RoCEv2 responder conformance battery at a target
+//	sdr dpa plan [flags]                         BlueField-3 DPA capacity planning: threads for a rate
 //	sdr pcap [-json] [-q] [-sdr LAYOUT] FILE...   decode RoCEv2 captures and check every ICRC
 //	sdr sim [flags]                              simulate SR/EC at scale, compare with the models
 //	sdr testbed [flags]                          the main job: RC vs SDR reliability over an emulated long-haul link
 //	sdr testbed clean                            delete namespaces a crashed test run left
-//	sdr write-bw [flags] [SERVER]                SDR write bandwidth, like ib_write_bw
+//	sdr write-bw [flags] [SERVER]                SDR write bandwidth, like ib_write_bw (-scheme: reliable)
 //
 // Exit status: 0 on success, 1 when the job found a fault (a malformed
 // packet, a bad ICRC), 2 on usage or I/O errors.
