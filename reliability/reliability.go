@@ -27,14 +27,18 @@
 // the transfer's CTS, and sends the data chunks (and parity) as streamed
 // SDR writes. The receiver acknowledges what its chunk bitmaps show (ACK:
 // a cumulative point and a window of the bitmap), asks for missing chunks
-// (NACK), and answers probes; the sender retransmits chunks whose
-// retransmission timer ran out or that were NACKed, and finishes the
-// transfer when an ACK says it is complete. Every control message is one
+// (NACK) — or, where SDR's per-packet view shows most of a chunk there,
+// for its missing packets (PNACK) — asks again each round trip a repair
+// stays missing, and answers probes (an SR-NACK sender's tail probe marks
+// the end of its first pass); the sender retransmits chunks whose
+// retransmission timer ran out or that were NACKed, finishes the transfer
+// when an ACK says it is complete and confirms that ACK (FIN), which the
+// receiver repeats until then. Every control message is one
 // datagram over the same link as the data (package reliability/control),
 // so it can be lost, duplicated or reordered: every message is idempotent,
 // the receiver resends CTSs until data arrives, and the sender probes
-// until it hears of completion. A transfer that does not complete within
-// the global timeout fails on both sides.
+// until it hears of completion. A transfer that makes no progress for
+// Config.Timeout fails on both sides.
 package reliability
 
 import (
