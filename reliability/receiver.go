@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/sdr-rdma/sdr/internal/minheap"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 )
@@ -93,7 +94,7 @@ type recvXfer struct {
 	nackedAt     []uint32 // when each hole was last NACKed, in µs after Start, plus 1
 	spurious     bool     // a NACK of this transfer was spurious
 	nackedBelow  int      // holes below it were NACKed at least once
-	renacks      renackQueue
+	renacks      minheap.Heap[renack]
 	tailAt       time.Time
 	ctsAt        time.Time // when to resend the CTS (until data arrives)
 	ctsBackoff   time.Duration
@@ -628,8 +629,8 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 // per hole due.
 func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
 	r.nackRanges(x, func(emit func(first, n int)) {
-		for len(x.renacks) > 0 && !x.renacks[0].due.After(now) {
-			e := x.renacks.pop()
+		for x.renacks.Len() > 0 && !x.renacks.Min().due.After(now) {
+			e := x.renacks.Pop()
 			if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
 				continue // repaired, or NACKed again since
 			}
@@ -644,8 +645,8 @@ func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
 // probe (zero: neither).
 func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 	var due time.Time
-	if len(x.renacks) > 0 {
-		due = x.renacks[0].due
+	if x.renacks.Len() > 0 {
+		due = x.renacks.Min().due
 	}
 	if !x.tailAt.IsZero() && x.nackedBelow < x.chunks {
 		due = minNonZero(due, x.tailAt.Add(r.reorder))
@@ -657,7 +658,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
 	x.nackedN[i] = min(x.nackedN[i]+1, 255)
 	x.nackedAt[i] = uint32(now.Sub(x.stats.Start)/time.Microsecond) + 1
-	x.renacks.push(renack{due: now.Add(r.renackBackoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
+	x.renacks.Push(renack{due: now.Add(r.renackBackoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
 }
 
 // renack is a NACKed hole's next NACK.
@@ -667,44 +668,8 @@ type renack struct {
 	n     uint8 // the hole's NACK count when queued: a later NACK supersedes it
 }
 
-// renackQueue is a binary min-heap of renacks by due time.
-type renackQueue []renack
-
-func (q *renackQueue) push(e renack) {
-	*q = append(*q, e)
-	h := *q
-	for i := len(h) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !h[i].due.Before(h[parent].due) {
-			break
-		}
-		h[i], h[parent] = h[parent], h[i]
-		i = parent
-	}
-}
-
-func (q *renackQueue) pop() renack {
-	h := *q
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
-	for i := 0; ; {
-		least := i
-		for _, c := range []int{2*i + 1, 2*i + 2} {
-			if c < len(h) && h[c].due.Before(h[least].due) {
-				least = c
-			}
-		}
-		if least == i {
-			break
-		}
-		h[i], h[least] = h[least], h[i]
-		i = least
-	}
-	*q = h
-	return top
-}
+// Less orders renacks by due time (minheap.Ordered).
+func (e renack) Less(o renack) bool { return e.due.Before(o.due) }
 
 // repaired learns from chunk i, NACKed once, arriving now: sooner than
 // half the path's round trip after the NACK it cannot be the repair, and

@@ -65,6 +65,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sdr-rdma/sdr/internal/minheap"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
@@ -270,50 +271,8 @@ type event struct {
 	dgram  []byte  // evToSender, evToReceiver
 }
 
-// eventHeap is a binary min-heap of events by (at, seq).
-type eventHeap []event
-
-func (h eventHeap) less(i, j int) bool {
-	return h[i].at < h[j].at || h[i].at == h[j].at && h[i].seq < h[j].seq
-}
-
-func (h *eventHeap) push(e event) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !q.less(i, parent) {
-			break
-		}
-		q[i], q[parent] = q[parent], q[i]
-		i = parent
-	}
-}
-
-func (h *eventHeap) pop() event {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q[last] = event{}
-	q = q[:last]
-	for i := 0; ; {
-		l, r, small := 2*i+1, 2*i+2, i
-		if l < len(q) && q.less(l, small) {
-			small = l
-		}
-		if r < len(q) && q.less(r, small) {
-			small = r
-		}
-		if small == i {
-			break
-		}
-		q[i], q[small] = q[small], q[i]
-		i = small
-	}
-	*h = q
-	return top
-}
+// Less orders events by (at, seq) (minheap.Ordered).
+func (e event) Less(o event) bool { return e.at < o.at || e.at == o.at && e.seq < o.seq }
 
 // stream delivers one ActSend's chunks batch by batch.
 type stream struct {
@@ -348,7 +307,7 @@ func (st *stream) advance() bool {
 type simulation struct {
 	p       Point
 	now     time.Time
-	q       eventHeap
+	q       minheap.Heap[event]
 	seq     uint64
 	snd     *reliability.SenderEngine
 	rcv     *reliability.ReceiverEngine
@@ -406,7 +365,7 @@ func (s *simulation) push(at time.Time, e event) {
 	e.at = at.Sub(epoch).Nanoseconds()
 	e.seq = s.seq
 	s.seq++
-	s.q.push(e)
+	s.q.Push(e)
 }
 
 func (s *simulation) run() (Sample, error) {
@@ -417,11 +376,11 @@ func (s *simulation) run() (Sample, error) {
 	s.snd.Submit(s.now, int(s.p.Size))
 	s.afterEvent()
 	for s.err == nil && !(s.rcvDone && s.sndDone) {
-		if len(s.q) == 0 {
+		if s.q.Len() == 0 {
 			return s.out, fmt.Errorf("sim: %v of %d B at %v: receiver done %v, sender done %v: %w",
 				plan, s.p.Size, s.now.Sub(epoch), s.rcvDone, s.sndDone, ErrHang)
 		}
-		e := s.q.pop()
+		e := s.q.Pop()
 		s.now = epoch.Add(time.Duration(e.at))
 		s.out.Events++
 		switch e.kind {
