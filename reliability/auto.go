@@ -7,13 +7,13 @@ import (
 
 // choose is Auto's pick for a transfer of length bytes: the scheme and
 // code the paper's models (reliability/model) predict to finish first on
-// the link as measured, with the configured bandwidth. Before the first
-// loss sample the link looks lossless, which picks SR.
+// the link as measured. Before the first loss sample the link looks
+// lossless, which picks SR.
 func (e *Estimator) choose(length int) (Scheme, ec.Params) {
 	if length == 0 {
 		return SRRTO, ec.Params{}
 	}
-	link := model.Link{Bandwidth: e.cfg.Bandwidth, RTT: e.RTT(), Loss: min(e.Loss(), model.MaxLoss), ChunkSize: e.cfg.ChunkSize}
+	link := model.Link{Bandwidth: e.Bandwidth(), RTT: e.RTT(), Loss: min(e.Loss(), model.MaxLoss), ChunkSize: e.cfg.ChunkSize}
 	c, err := model.Choose(link, int64(length))
 	if err != nil {
 		return SRRTO, ec.Params{} // a link the models reject: the scheme without assumptions

@@ -5,14 +5,16 @@ import (
 )
 
 // Estimator tracks what a receiver observes of its link — the round trip
-// (from a CTS to the first data it unlocks) and the share of chunks a
-// first pass loses — for Auto's choice. The zero value is not usable;
-// ReceiverEngine owns one.
+// (from a CTS to the first data it unlocks), the rate first passes arrive
+// at and the share of chunks they lose — for Auto's choice. The zero
+// value is not usable; ReceiverEngine owns one.
 type Estimator struct {
 	cfg Config
 
 	rtts  [rttWindow]time.Duration // recent samples, a ring
 	nRTT  int
+	rates [rttWindow]float64 // recent first-pass arrival rates, bit/s, a ring
+	nRate int
 	lost  float64 // decayed counts of first-pass chunks lost and sent
 	total float64
 }
@@ -38,6 +40,42 @@ func (e *Estimator) observeRTT(d time.Duration) {
 func (e *Estimator) observeLoss(lost, total int) {
 	e.lost = e.lost*lossDecay + float64(lost)
 	e.total = e.total*lossDecay + float64(total)
+}
+
+// observeRate takes the rate a first pass arrived at: chunks chunks
+// after its first one, over span.
+func (e *Estimator) observeRate(chunks int, span time.Duration) {
+	if chunks < minRateChunks || span < minRateSpan {
+		return // a burst through the sender's pacer, not the path's rate
+	}
+	e.rates[e.nRate%rttWindow] = float64(chunks) * float64(e.cfg.ChunkSize) * 8 / span.Seconds()
+	e.nRate++
+}
+
+// Below minRateChunks chunks or minRateSpan a first pass's arrival rate
+// is not taken for the path's.
+const (
+	minRateChunks = 32
+	minRateSpan   = time.Millisecond
+)
+
+// Bandwidth returns the path's rate as first passes found it, in bits per
+// second of chunk payload: the largest recent sample (a first pass the
+// sender could not fill, or that shared the path, arrives slower), within
+// the configured cap; the configured Bandwidth before the first and with
+// FixedRate.
+func (e *Estimator) Bandwidth() float64 {
+	if e.nRate == 0 || e.cfg.FixedRate {
+		return e.cfg.Bandwidth
+	}
+	m := 0.0
+	for _, r := range e.rates[:min(e.nRate, rttWindow)] {
+		m = max(m, r)
+	}
+	if e.cfg.rateCap > 0 {
+		m = min(m, e.cfg.rateCap)
+	}
+	return m
 }
 
 // RTT returns the minimum of the recent samples, or the configured RTT

@@ -1,44 +1,53 @@
 package reliability
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // rateControl sets a sender's pacing rate from what the receiver's ACKs
 // report, so that a connection finds its path's bottleneck rate instead
 // of overrunning the queue in front of it. The SDR paper leaves congestion
 // control out of scope; this follows the delay-based branch of the field:
 // Swift's target queueing delay with additive increase and a decrease in
-// proportion to the excess delay (flows that share a bottleneck converge
-// to equal shares), on a pacing rate as BBR keeps one, with BBR's round
-// structure.
+// proportion to the excess delay, Vegas's per-flow queue share for
+// fairness, on a pacing rate as BBR keeps one, with BBR's round structure.
 //
 //   - A round lasts one smoothed round trip. What the path delivered in
 //     it is the rate at which the receiver passed the sender's chunks:
 //     the newest chunk sent once that an ACK covers, counted in the order
-//     chunks were released, whether or not the chunks before it arrived. Its verdict
-//     rests on the
+//     chunks were released, whether or not the chunks before it arrived;
+//     its goodput is the chunks the ACKs covered. Its verdict rests on the
 //     smallest round-trip sample it saw (a chunk sent once, Karn's rule)
-//     against the path's floor (the smallest sample of the last 10 s):
-//     above floor + max(floor/4, 2 ms) a queue is building. A "queue"
-//     that has not shrunk after four rounds of cuts is the path's round
-//     trip grown, not a queue: it becomes the floor.
+//     against the path's floor (the smallest sample of the last 10 s): a
+//     queue is building above floor + the larger of floor/4, 2 ms and
+//     the time fairQueueBits take at the flow's rate (a slower flow
+//     tolerates a longer queue, so flows sharing a bottleneck converge).
+//     A "queue" that does not shrink in four rounds while the sender
+//     sends less than arrives is the path's round trip grown, not a
+//     queue: it becomes the floor.
 //   - Loss lowers nothing: on these paths random loss is the link's
 //     nature, not a sign of congestion. (A queue too shallow to delay
 //     noticeably before it overflows is therefore not detected.)
-//   - Startup doubles the rate every round (never beyond four times what
-//     the path delivered lately) until the first queue, or until two
-//     rounds in a row delivered less than 1.25 times the best before; then
-//     the sender paces at half the rate the receiver passed chunks at
-//     (the best of the last four rounds) until the queue has drained,
-//     and at that rate afterwards.
+//   - Startup doubles the rate every round (never beyond three times what
+//     the path delivered lately) until the queue shows — in a round's
+//     minimum, or in eight samples in a row, which ends the round at
+//     once — or until two rounds in a row delivered less than 1.25 times
+//     the best before; then the sender paces at half the goodput of the
+//     last rounds (what arrived: an overflowing queue passes everything)
+//     until the queue has drained, and at that goodput afterwards.
 //   - Afterwards a round with a queue cuts the rate, or what the path
-//     delivered lately (the best of the last four rounds) if less, by
-//     0.8 × the excess delay's share of the round
-//     trip (at most half, at most once per round trip, not while the
-//     rate is below what the path delivers, nor in a round the sender
-//     was short of data); a round without adds probeBytes per floor
-//     round trip, at most a sixteenth of what the path delivers (the
-//     probe upward), unless the sender ran short of data or the round
-//     brought no round-trip sample.
+//     delivered lately if less, by 0.8 × the excess delay's share of the
+//     round trip (at most half, never below 0.9 × what the path delivered
+//     lately, at most once per two round trips, not again while the queue
+//     shrinks, not while the rate is below what the path delivers, nor in
+//     a round the sender was short of data). A round without adds
+//     probeBytes per floor round trip (at most an eighth of the rate, at
+//     least an eighth of probeBytes), a quarter of that near the rate of
+//     the last cut (CUBIC's plateau: the rate creeps past the bottleneck
+//     rather than overshooting it by the rounds the queue takes to show),
+//     unless the sender ran short of data or the round brought no
+//     round-trip sample.
 //
 // Its state is the sender engine's (one goroutine).
 type rateControl struct {
@@ -52,8 +61,9 @@ type rateControl struct {
 	cruise   float64 // the rate after draining
 	// recent holds the last rounds' delivered rates, newest first: one
 	// round's sample is noisy (ACKs come in bursts).
-	recent [3]float64
-	flat   int // startup rounds in a row whose sample did not grow
+	recent  [3]float64
+	goodput [3]float64 // and what the ACKs covered in them
+	flat    int        // startup rounds in a row whose sample did not grow
 	// queuedRounds counts rounds in a row judged queued, queuedRTT the
 	// smallest round trip among them.
 	queuedRounds int
@@ -64,9 +74,21 @@ type rateControl struct {
 
 	roundStart  time.Time
 	roundPassed uint64        // the passed count at the round's start
+	roundAcked  uint64        // the acked count at the round's start
 	roundRTT    time.Duration // the smallest sample of this round (0: none)
-	limited     bool          // the sender ran out of chunks during the round
-	lastCut     time.Time
+	// latest holds the latest round-trip samples, a ring.
+	latest  [startupSamples]time.Duration
+	nLatest int
+	limited bool // the sender ran out of chunks during the round
+	lastCut time.Time
+	// cutRTT is the round trip that made the last cut: while the queue
+	// shrinks below it, the cut works.
+	cutRTT time.Duration
+	// ceiling is what the path delivered lately when a queue last forced
+	// a cut: near it the probe upward slows (CUBIC's plateau), so that
+	// the rate creeps past the bottleneck instead of overshooting it by
+	// the round trips the queue takes to show.
+	ceiling float64
 }
 
 // Rate-control constants.
@@ -82,11 +104,29 @@ const (
 	decreaseGain = 0.8
 	// probeBytes is the additive increase per floor round trip.
 	probeBytes = 64 << 10
-	// probeShare bounds the probe by what the path delivers: on a slow
-	// path probeBytes per round trip would be a large step.
-	probeShare = 16
+	// probeShare bounds the probe by the rate (on a slow path probeBytes
+	// per round trip would be a large step) and from below.
+	probeShare = 8
+	// cutSpacing is how many round trips apart two cuts are at least: a
+	// cut shows in the round trips a round trip later, and in the round
+	// after that. After it, the next cut waits while the queue shrinks.
+	cutSpacing = 2
+	// cutFloor bounds a cut by what the path delivered lately (a queue
+	// drains below it, and the link does not run dry).
+	cutFloor = 0.9
+	// plateauStart and plateauSlowdown: above plateauStart × the ceiling
+	// the probe upward is plateauSlowdown times slower.
+	plateauStart    = 0.9
+	plateauSlowdown = 4
+	// fairQueueBits is what a flow may keep queued beyond the allowance
+	// (Vegas's α): a slow flow's target delay is longer than a fast
+	// one's, so that flows of unequal rates converge.
+	fairQueueBits = 4 * probeBytes * 8
 	// startupLead bounds startup's rate by what the path delivered.
-	startupLead = 4
+	startupLead = 3
+	// startupSamples is how many round-trip samples in a row must all
+	// show a queue for startup to end before its round does.
+	startupSamples = 8
 	// queueAllowance is the least queueing delay taken for a queue: a
 	// host's own delays (ACK coalescing, scheduling) stay below it.
 	queueAllowance = 2 * time.Millisecond
@@ -133,10 +173,10 @@ func (rc *rateControl) onRTT(now time.Time, sample time.Duration) {
 
 // onAck folds one ACK into the controller: passed is how many chunks the
 // sender had released up to and including the newest one the ACK covers
-// (the ones before it lost or not), sample the round trip of a chunk sent
-// once (0: none), srtt the smoothed round trip. It reports whether the
-// rate changed.
-func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Duration) bool {
+// (the ones before it lost or not), acked how many chunks ACKs have
+// covered in all, sample the round trip of a chunk sent once (0: none),
+// srtt the smoothed round trip. It reports whether the rate changed.
+func (rc *rateControl) onAck(now time.Time, passed, acked uint64, sample, srtt time.Duration) bool {
 	if rc.fixed {
 		return false
 	}
@@ -147,32 +187,47 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		if rc.roundRTT == 0 || sample < rc.roundRTT {
 			rc.roundRTT = sample
 		}
+		rc.latest[rc.nLatest%len(rc.latest)] = sample
+		rc.nLatest++
 	}
 	span := now.Sub(rc.roundStart)
 	if rc.roundStart.IsZero() || rc.floor == 0 {
-		rc.newRound(now, passed) // no verdict before the path's round trip is known
+		rc.newRound(now, passed, acked) // no verdict before the path's round trip is known
 		return false
 	}
-	if span < max(srtt, rc.floor) {
-		return false
-	}
-	delivered := float64(passed-rc.roundPassed) * rc.chunkBits / span.Seconds()
-	old := rc.rate
-	target := rc.floor + max(rc.floor/4, queueAllowance)
+	target := rc.floor + max(rc.floor/4, queueAllowance, time.Duration(fairQueueBits/max(rc.rate, minRate)*1e9))
 	queued := rc.roundRTT > target
+	// Startup ends as soon as the latest samples all show a queue
+	// (HyStart's delay test), not at the end of the round: its rate is
+	// up to startupLead times the path's, and the queue grows that fast.
+	early := rc.startup && rc.nLatest >= len(rc.latest) && slices.Min(rc.latest[:]) > target
+	if span < max(srtt, rc.floor) && !early || span <= 0 {
+		return false
+	}
+	queued = queued || early
+	delivered := float64(passed-rc.roundPassed) * rc.chunkBits / span.Seconds()
+	goodput := float64(acked-rc.roundAcked) * rc.chunkBits / span.Seconds()
+	if span < rc.floor/2 {
+		// A round cut short by the early exit: its few ACKs, a burst or
+		// two, tell no rate.
+		delivered, goodput = rc.recent[0], rc.goodput[0]
+	}
+	old := rc.rate
 	if queued && !rc.limited {
 		if rc.queuedRounds == 0 || rc.roundRTT < rc.queuedRTT {
 			rc.queuedRTT = rc.roundRTT
 		}
-		if rc.queuedRounds++; rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*9/10 {
-			// A queue that does not shrink however the rate falls is no
-			// queue: the round trip itself grew (a longer route, a host
-			// that got slower). Take it as the new floor.
+		rc.queuedRounds++
+		if rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*97/100 && rc.rate < 0.9*max(goodput, rc.goodput[0]) {
+			// A queue that does not shrink while the sender sends less
+			// than arrives is no queue: the round trip itself grew (a
+			// longer route, a host that got slower). Take it as the new
+			// floor.
 			rc.floor, rc.floorAt = rc.roundRTT, now
 			rc.queuedRounds, queued = 0, false
 		}
 	} else if !queued {
-		rc.queuedRounds = 0
+		rc.queuedRounds, rc.cutRTT = 0, 0
 	}
 	switch {
 	case rc.draining:
@@ -184,20 +239,24 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		}
 	case rc.startup && !rc.limited && (queued || rc.plateau(delivered)):
 		rc.startup, rc.draining = false, true
-		rc.cruise = max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
+		// What arrived, not what passed: a queue that overflowed passed
+		// everything startup sent.
+		rc.cruise = max(goodput, rc.goodput[0], rc.goodput[1], rc.goodput[2])
 		rc.rate = rc.clamp(rc.cruise / 2)
 		rc.lastCut = now
 	case queued:
 		// Faster than the path: cut in proportion to the excess delay
 		// (once per round trip, and not while already below what the
 		// path delivers, which drains the queue by itself).
-		if now.Sub(rc.lastCut) < srtt || rc.rate < 0.9*max(delivered, rc.recent[0]) || rc.limited {
+		if now.Sub(rc.lastCut) < cutSpacing*srtt || rc.roundRTT < rc.cutRTT ||
+			rc.rate < 0.9*max(delivered, rc.recent[0]) || rc.limited {
 			break // not this round, draining already, or the tail of a transfer
 		}
 		excess := float64(rc.roundRTT-target) / float64(rc.roundRTT)
 		lately := max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
-		rc.rate = rc.clamp(min(rc.rate, lately) * max(0.5, 1-decreaseGain*excess))
-		rc.lastCut = now
+		mean := (delivered + rc.recent[0] + rc.recent[1]) / 3
+		rc.rate = rc.clamp(max(min(rc.rate, lately)*max(0.5, 1-decreaseGain*excess), cutFloor*mean))
+		rc.lastCut, rc.cutRTT, rc.ceiling = now, rc.roundRTT, lately
 	case rc.limited || rc.roundRTT == 0:
 		// A round the sender was short of data for says nothing of the
 		// path's room, nor one without a round-trip sample of the queue.
@@ -207,10 +266,16 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		// path that keeps up delivers about half the rate.
 		rc.rate = rc.clamp(min(2*rc.rate, startupLead*max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])))
 	default:
-		rc.rate = rc.clamp(rc.rate + min(probeBytes*8/rc.floor.Seconds(), max(delivered, rc.recent[0])/probeShare))
+		step := probeBytes * 8 / rc.floor.Seconds()
+		step = max(min(step, rc.rate/probeShare), step/probeShare)
+		if rc.rate >= plateauStart*rc.ceiling {
+			step /= plateauSlowdown
+		}
+		rc.rate = rc.clamp(rc.rate + step)
 	}
 	rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
-	rc.newRound(now, passed)
+	rc.goodput = [3]float64{goodput, rc.goodput[0], rc.goodput[1]}
+	rc.newRound(now, passed, acked)
 	return rc.rate != old
 }
 
@@ -227,8 +292,8 @@ func (rc *rateControl) plateau(delivered float64) bool {
 	return rc.flat >= 2
 }
 
-func (rc *rateControl) newRound(now time.Time, passed uint64) {
-	rc.roundStart, rc.roundPassed, rc.roundRTT, rc.limited = now, passed, 0, false
+func (rc *rateControl) newRound(now time.Time, passed, acked uint64) {
+	rc.roundStart, rc.roundPassed, rc.roundAcked, rc.roundRTT, rc.limited = now, passed, acked, 0, false
 }
 
 // idle tells the controller the sender had nothing to release: the

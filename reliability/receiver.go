@@ -90,11 +90,19 @@ type recvXfer struct {
 	// SR-NACK: how often each data chunk was NACKed, the NACKed holes by
 	// when they are due to be NACKed again, and when the sender's tail
 	// probe said its first pass had left (zero: not yet).
-	nackedN      []uint8
-	nackedAt     []uint32 // when each hole was last NACKed, in µs after Start, plus 1
-	spurious     bool     // a NACK of this transfer was spurious
-	nackedBelow  int      // holes below it were NACKed at least once
-	renacks      minheap.Heap[renack]
+	nackedN     []uint8
+	nackedAt    []uint32 // when each hole was last NACKed, in µs after Start, plus 1
+	spurious    bool     // a NACK of this transfer was spurious
+	nackedBelow int      // holes below it were NACKed at least once
+	renacks     minheap.Heap[renack]
+	// nackLog lists the NACKs in the order they were sent (from
+	// nackLogHead on), and overtakenAt is the latest NACK time (as
+	// nackedAt) whose repair has arrived: a hole NACKed a reorder window
+	// before it and still missing lost its repair (RACK's rule, on
+	// repairs: the sender sends them in the order asked, over one path).
+	nackLog      []renack
+	nackLogHead  int
+	overtakenAt  uint32
 	tailAt       time.Time
 	ctsAt        time.Time // when to resend the CTS (until data arrives)
 	ctsBackoff   time.Duration
@@ -351,7 +359,7 @@ func (r *ReceiverEngine) mark(now time.Time, x *recvXfer, part Part, w int, bits
 	top := 64*w + 63 - bits.LeadingZeros64(bm[w])
 	if part == Data && x.nackedN != nil {
 		for f := fresh; f != 0; f &= f - 1 {
-			if i := 64*w + bits.TrailingZeros64(f); x.nackedN[i] == 1 {
+			if i := 64*w + bits.TrailingZeros64(f); x.nackedN[i] > 0 {
 				r.repaired(now, x, i)
 			}
 		}
@@ -393,14 +401,10 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	}
 	if changed && x.firstArrival.IsZero() {
 		x.firstArrival = now
-		if !x.ctsResent || r.est.nRTT == 0 {
-			// A resent CTS makes the sample long (the sender may have
-			// waited for its PONG, or the first CTS was lost), but a long
-			// first sample beats the configured guess: re-NACKs wait on
-			// it, and later samples take its place (the estimate is their
-			// minimum).
-			r.est.observeRTT(now.Sub(x.ctsFirst))
-		}
+		// A sample counts from the first CTS: it is long when the sender
+		// waited (for its PONG, for its caller) or the first CTS was
+		// lost, never short, and the estimate is the minimum of several.
+		r.est.observeRTT(now.Sub(x.ctsFirst))
 	}
 	if changed && x.coded && x.undecodable > 0 && x.stats.Fallbacks == 0 {
 		// The fallback timeout (FTO): the whole first pass's injection
@@ -420,13 +424,14 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 		return
 	}
 	if !x.lossSampled && (x.highest == x.chunks && x.parity == 0 || x.parity > 0 && x.parityBits.has(x.parity-1)) {
-		r.sampleLoss(x)
+		r.sampleLoss(now, x)
 	}
 	if changed && x.ackAt.IsZero() {
 		x.ackAt = now.Add(r.cfg.AckDelay)
 	}
 	if changed && x.plan.Scheme == SRNACK {
 		r.nackHoles(now, x) // at once, not an ACK delay later
+		r.renackOvertaken(now, x)
 	}
 }
 
@@ -451,12 +456,15 @@ func (r *ReceiverEngine) updateDecodable(x *recvXfer, s int) {
 }
 
 // sampleLoss feeds the estimator the share of the first pass that is
-// missing when its last chunk arrived.
-func (r *ReceiverEngine) sampleLoss(x *recvXfer) {
+// missing when its last chunk arrived, and the rate it arrived at.
+func (r *ReceiverEngine) sampleLoss(now time.Time, x *recvXfer) {
 	x.lossSampled = true
 	total := x.chunks + x.parity
 	if total > 0 {
 		r.est.observeLoss(total-x.have-x.haveParity, total)
+	}
+	if !x.firstArrival.IsZero() {
+		r.est.observeRate(x.have+x.haveParity-1, now.Sub(x.firstArrival))
 	}
 }
 
@@ -466,7 +474,7 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 		r.reorder = max(r.cfg.ReorderWindow, r.reorder-r.reorder/8)
 	}
 	if !x.lossSampled {
-		r.sampleLoss(x)
+		r.sampleLoss(now, x)
 	}
 	// The sender learns first: it need not wait for the decoding.
 	r.sendAck(x, control.AckComplete, 0)
@@ -659,6 +667,37 @@ func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
 	x.nackedN[i] = min(x.nackedN[i]+1, 255)
 	x.nackedAt[i] = uint32(now.Sub(x.stats.Start)/time.Microsecond) + 1
 	x.renacks.Push(renack{due: now.Add(r.renackBackoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
+	x.nackLog = append(x.nackLog, renack{chunk: i, n: x.nackedN[i]})
+}
+
+// renackOvertaken NACKs again the holes NACKed a reorder window or more
+// before a NACK whose repair has arrived: theirs, sent before it, were
+// lost. A lost repair is so found about a round trip after it was asked
+// for, when later repairs arrive, rather than when the timer (which
+// allows for the queue's variation) runs out. It costs O(1) per NACK.
+func (r *ReceiverEngine) renackOvertaken(now time.Time, x *recvXfer) {
+	window := uint32(r.reorder / time.Microsecond)
+	if x.overtakenAt <= window+1 {
+		return
+	}
+	limit := x.overtakenAt - window
+	r.nackRanges(x, func(emit func(first, n int)) {
+		for ; x.nackLogHead < len(x.nackLog); x.nackLogHead++ {
+			e := x.nackLog[x.nackLogHead]
+			if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
+				continue // repaired, or NACKed again since
+			}
+			if x.nackedAt[e.chunk] >= limit {
+				break
+			}
+			r.noteNack(now, x, e.chunk)
+			emit(e.chunk, 1)
+		}
+	})
+	if x.nackLogHead > len(x.nackLog)/2 {
+		x.nackLog = x.nackLog[:copy(x.nackLog, x.nackLog[x.nackLogHead:])]
+		x.nackLogHead = 0
+	}
 }
 
 // renack is a NACKed hole's next NACK.
@@ -671,15 +710,23 @@ type renack struct {
 // Less orders renacks by due time (minheap.Ordered).
 func (e renack) Less(o renack) bool { return e.due.Before(o.due) }
 
-// repaired learns from chunk i, NACKed once, arriving now: sooner than
-// half the path's round trip after the NACK it cannot be the repair, and
-// the reorder window grows; otherwise it samples the repair's latency.
+// repaired learns from chunk i, NACKed, arriving now: sooner than half
+// the path's round trip after the last NACK it cannot be its repair (for
+// a hole NACKed once, the reorder window grows); otherwise the repair has
+// overtaken those of holes NACKed earlier, and of a hole NACKed once it
+// samples the repair's latency.
 func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 	d := now.Sub(x.stats.Start.Add(time.Duration(x.nackedAt[i]-1) * time.Microsecond))
 	if d < r.est.RTT()/2 {
-		x.spurious = true
-		r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
-		return
+		if x.nackedN[i] == 1 {
+			x.spurious = true
+			r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
+		}
+		return // the original or an earlier repair, late: no sample
+	}
+	x.overtakenAt = max(x.overtakenAt, x.nackedAt[i])
+	if x.nackedN[i] > 1 {
+		return // which NACK's repair this is is unknown: no sample
 	}
 	if r.repairRTT == 0 {
 		r.repairRTT, r.repairVar = d, d/2

@@ -202,7 +202,8 @@ type Config struct {
 	// Bandwidth caps the sender's pacing rate in bits per second of chunk
 	// payload [none: the rate control finds the path's rate]. With
 	// FixedRate the sender sends at Bandwidth [10 Gbit/s] and learns
-	// nothing. Auto's models take it as the path's rate [10 Gbit/s].
+	// nothing. Auto's models take the rate first passes arrive at, within
+	// it (Bandwidth itself before the first, and with FixedRate).
 	Bandwidth float64
 	// FixedRate turns the rate control off: the sender hands chunks over
 	// as fast as they come and its injection clock counts them leaving at

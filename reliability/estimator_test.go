@@ -1,0 +1,66 @@
+package reliability
+
+import (
+	"testing"
+	"time"
+)
+
+// TestEstimatorBandwidth: the path's rate is the largest recent
+// first-pass arrival rate, not a burst's, within the configured cap; the
+// configured bandwidth stands in before the first and with FixedRate.
+func TestEstimatorBandwidth(t *testing.T) {
+	cfg := Config{ChunkSize: 4096, MTU: 1024}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	var e Estimator
+	e.init(cfg)
+	if got := e.Bandwidth(); got != cfg.Bandwidth {
+		t.Fatalf("before any sample: %.0f, want the configured %.0f", got, cfg.Bandwidth)
+	}
+	e.observeRate(minRateChunks-1, time.Second)    // too few chunks
+	e.observeRate(10*minRateChunks, minRateSpan/2) // too short
+	if got := e.Bandwidth(); got != cfg.Bandwidth {
+		t.Fatalf("after bursts only: %.0f, want the configured %.0f", got, cfg.Bandwidth)
+	}
+	e.observeRate(30518, time.Second) // 1 Gbit/s of 4-KiB chunks
+	e.observeRate(15259, time.Second) // a first pass that shared the path
+	if got := e.Bandwidth(); got < 0.99e9 || got > 1.01e9 {
+		t.Fatalf("after 1 and 0.5 Gbit/s: %.3g, want 1e9", got)
+	}
+	capped := cfg
+	capped.rateCap = 0.5e9
+	e.cfg = capped
+	if got := e.Bandwidth(); got != 0.5e9 {
+		t.Fatalf("capped at 0.5 Gbit/s: %.3g", got)
+	}
+	fixed := cfg
+	fixed.FixedRate = true
+	e.cfg = fixed
+	if got := e.Bandwidth(); got != cfg.Bandwidth {
+		t.Fatalf("with FixedRate: %.3g, want the configured %.3g", got, cfg.Bandwidth)
+	}
+}
+
+// TestAutoUsesMeasuredRate: on a 1 Gbit/s path with a 10 ms round trip
+// losing 1 % of its packets (4 % of 4-KiB chunks), a 64 MiB transfer is
+// dominated by its injection time and SR-NACK beats a code whose parity
+// costs a fifth of the wire; at the default 10 Gbit/s the round trips
+// weigh more and a code wins. Auto must take the rate it measured.
+func TestAutoUsesMeasuredRate(t *testing.T) {
+	cfg := Config{ChunkSize: 4096, MTU: 1024, RTT: 10 * time.Millisecond}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	var e Estimator
+	e.init(cfg)
+	e.observeRTT(10 * time.Millisecond)
+	e.observeLoss(39, 1000)
+	if s, c := e.choose(64 << 20); s != EC {
+		t.Fatalf("at the configured 10 Gbit/s: %v %v, want ec", s, c)
+	}
+	e.observeRate(30518, time.Second)
+	if s, c := e.choose(64 << 20); s != SRNACK {
+		t.Fatalf("at a measured 1 Gbit/s: %v %v, want sr-nack", s, c)
+	}
+}

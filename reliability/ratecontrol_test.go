@@ -1,0 +1,176 @@
+package reliability
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// bottleneck is a fluid model of one FIFO bottleneck that flows share,
+// on a fake clock: each step a flow offers its pacing rate, the queue
+// serves the link's rate in proportion to what each offered, and a
+// flow's ACKs report its delivered chunks and the round trip (the floor
+// and the queue's delay) half a floor later.
+type bottleneck struct {
+	rate     float64 // bit/s
+	floor    time.Duration
+	capacity float64 // queue, bits
+	step     time.Duration
+
+	rng     *rand.Rand
+	queue   float64 // bits
+	dropped float64 // bits
+	flows   []*fluidFlow
+	now     time.Time
+}
+
+// fluidFlow is one sender on a bottleneck.
+type fluidFlow struct {
+	rc      rateControl
+	start   time.Time
+	srtt    time.Duration
+	served  float64 // bits delivered so far
+	passed  float64 // and dropped
+	history []fluidAck
+}
+
+// fluidAck is what an ACK leaving the receiver at a step carries.
+type fluidAck struct {
+	served float64
+	passed float64 // served, and dropped at the queue (what the sender released before the newest chunk acknowledged)
+	rtt    time.Duration
+}
+
+const (
+	fluidChunk = 4096
+	ackShare   = 0.3 // the share of steps an ACK comes in
+)
+
+func newBottleneck(rate float64, floor time.Duration, capacity float64) *bottleneck {
+	return &bottleneck{rate: rate, floor: floor, capacity: capacity, step: 250 * time.Microsecond, now: time.Unix(1000, 0),
+		rng: rand.New(rand.NewPCG(1, 2))}
+}
+
+// add starts a flow at the current time, its round trip measured first.
+func (b *bottleneck) add() *fluidFlow {
+	f := &fluidFlow{rc: newRateControl(&Config{ChunkSize: fluidChunk, RTT: time.Millisecond}), start: b.now}
+	f.rc.onRTT(b.now, b.floor)
+	b.flows = append(b.flows, f)
+	return f
+}
+
+// run advances the model by d.
+func (b *bottleneck) run(d time.Duration) {
+	lag := int(b.floor / 2 / b.step)
+	for end := b.now.Add(d); b.now.Before(end); b.now = b.now.Add(b.step) {
+		dt := b.step.Seconds()
+		offered := 0.0
+		for _, f := range b.flows {
+			offered += f.rc.rate * dt
+		}
+		served := min(b.queue+offered, b.rate*dt)
+		b.queue += offered - served
+		drop := max(0, b.queue-b.capacity)
+		b.dropped += drop
+		b.queue -= drop
+		delay := time.Duration(b.queue / b.rate * 1e9)
+		for _, f := range b.flows {
+			if offered > 0 {
+				f.served += served * f.rc.rate * dt / offered
+				f.passed += (served + drop) * f.rc.rate * dt / offered
+			}
+			f.history = append(f.history, fluidAck{served: f.served, passed: f.passed, rtt: b.floor + delay})
+			if len(f.history) <= lag || b.rng.Float64() >= ackShare {
+				continue // no ACK this step: they come in bursts
+			}
+			a := f.history[len(f.history)-1-lag]
+			if f.srtt == 0 {
+				f.srtt = a.rtt
+			}
+			f.srtt = (7*f.srtt + a.rtt) / 8
+			f.rc.onAck(b.now, uint64(a.passed/(8*fluidChunk)), uint64(a.served/(8*fluidChunk)), a.rtt, f.srtt)
+		}
+	}
+}
+
+// deliveredSince returns what f delivered in the last d, in bit/s.
+func (b *bottleneck) deliveredSince(f *fluidFlow, d time.Duration) float64 {
+	h := f.history
+	n := min(int(d/b.step), len(h)-1)
+	return (h[len(h)-1].served - h[len(h)-1-n].served) / (time.Duration(n) * b.step).Seconds()
+}
+
+// fluidPaths are the bottlenecks the rate-control tests run on: the
+// issue's long-haul path at two rates, a slow one, and a fat one. On the
+// slow one each flow keeps fairQueueBits queued (what makes flows of
+// unequal rates converge), 21 ms there; on the fat one a second flow
+// converges at the additive probe's pace (probeBytes per round trip),
+// far slower than the shares test runs.
+var fluidPaths = []struct {
+	name     string
+	rate     float64
+	floor    time.Duration
+	capacity float64 // bytes
+	maxQueue time.Duration
+	shares   bool // run the shares test
+}{
+	{"1Gbit-10ms-8MB", 1e9, 10 * time.Millisecond, 8e6, 10 * time.Millisecond, true},
+	{"2Gbit-10ms-8MB", 2e9, 10 * time.Millisecond, 8e6, 10 * time.Millisecond, true},
+	{"100Mbit-10ms-1MB", 100e6, 10 * time.Millisecond, 1e6, 25 * time.Millisecond, true},
+	{"10Gbit-25ms-64MB", 10e9, 25 * time.Millisecond, 64e6, 25 * time.Millisecond, false},
+}
+
+// TestRateControlFillsBottleneck: one flow on a bottleneck starts up
+// without overflowing the queue and then keeps the link busy (what it
+// paces above the link only builds a queue of a few milliseconds).
+func TestRateControlFillsBottleneck(t *testing.T) {
+	for _, p := range fluidPaths {
+		t.Run(p.name, func(t *testing.T) {
+			b := newBottleneck(p.rate, p.floor, p.capacity*8)
+			f := b.add()
+			b.run(time.Second)
+			if b.dropped > 0 {
+				t.Errorf("startup overflowed the queue: %.0f kB dropped", b.dropped/8e3)
+			}
+			maxQueue := 0.0
+			for range 40 {
+				b.run(50 * time.Millisecond)
+				maxQueue = max(maxQueue, b.queue)
+			}
+			got := b.deliveredSince(f, 2*time.Second)
+			t.Logf("delivered %.3f of the link; queue at most %.1f ms; rate %.1f Mbit/s", got/b.rate, maxQueue/b.rate*1e3, f.rc.rate/1e6)
+			if got < 0.97*b.rate {
+				t.Errorf("delivered %.1f Mbit/s on a %.0f Mbit/s bottleneck", got/1e6, b.rate/1e6)
+			}
+			if d := time.Duration(maxQueue / b.rate * 1e9); d > p.maxQueue {
+				t.Errorf("queue reached %v", d)
+			}
+		})
+	}
+}
+
+// TestRateControlShares: two flows on one bottleneck, the second starting
+// when the first has filled it, converge to even shares and keep it busy.
+func TestRateControlShares(t *testing.T) {
+	for _, p := range fluidPaths {
+		if !p.shares {
+			continue
+		}
+		t.Run(p.name, func(t *testing.T) {
+			b := newBottleneck(p.rate, p.floor, p.capacity*8)
+			f1 := b.add()
+			b.run(time.Second)
+			f2 := b.add()
+			b.run(3 * time.Second)
+			d1, d2 := b.deliveredSince(f1, 2*time.Second), b.deliveredSince(f2, 2*time.Second)
+			share := d1 / (d1 + d2)
+			t.Logf("shares %.2f/%.2f of %.3f of the link; dropped %.0f kB", share, 1-share, (d1+d2)/b.rate, b.dropped/8e3)
+			if share < 0.4 || share > 0.6 {
+				t.Errorf("first flow's share %.2f", share)
+			}
+			if d1+d2 < 0.95*b.rate {
+				t.Errorf("together %.1f Mbit/s on a %.0f Mbit/s bottleneck", (d1+d2)/1e6, b.rate/1e6)
+			}
+		})
+	}
+}
