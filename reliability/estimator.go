@@ -5,7 +5,7 @@ import (
 )
 
 // Estimator tracks what a receiver observes of its link — the round trip
-// (from a CTS to the first data it unlocks), the rate first passes arrive
+// (of its PINGs, and from a CTS to the first data it unlocks), the rate first passes arrive
 // at and the share of chunks they lose — for Auto's choice. The zero
 // value is not usable; ReceiverEngine owns one.
 type Estimator struct {
@@ -13,6 +13,8 @@ type Estimator struct {
 
 	rtts  [rttWindow]time.Duration // recent samples, a ring
 	nRTT  int
+	ping  time.Duration // the latest PING's round trip
+	nPing int
 	rates [rttWindow]float64 // recent first-pass arrival rates, bit/s, a ring
 	nRate int
 	lost  float64 // decayed counts of first-pass chunks lost and sent
@@ -78,13 +80,25 @@ func (e *Estimator) Bandwidth() float64 {
 	return m
 }
 
-// RTT returns the minimum of the recent samples, or the configured RTT
-// before the first.
+// observePing takes a PING's round trip: the path's as it is now, kept
+// apart from the ring (PINGs are rarer than transfers).
+func (e *Estimator) observePing(d time.Duration) {
+	if d > 0 {
+		e.ping = d
+		e.nPing++
+	}
+}
+
+// RTT returns the minimum of the recent samples and the latest PING's,
+// or the configured RTT before the first.
 func (e *Estimator) RTT() time.Duration {
-	if e.nRTT == 0 {
+	if e.nRTT == 0 && e.nPing == 0 {
 		return e.cfg.RTT
 	}
 	m := time.Duration(1<<63 - 1)
+	if e.nPing > 0 {
+		m = e.ping
+	}
 	for _, d := range e.rtts[:min(e.nRTT, rttWindow)] {
 		m = min(m, d)
 	}

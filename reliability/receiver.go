@@ -31,6 +31,11 @@ type ReceiverEngine struct {
 
 	est  Estimator
 	live liveness
+	// pingSeq numbers the receiver's own PINGs, pingAt is when the last
+	// went out: a PONG's round trip is the estimator's cleanest sample
+	// (a CTS's includes however long the sender took to start).
+	pingSeq uint64
+	pingAt  time.Time
 	// reorder is the reorder window in force: Config.ReorderWindow,
 	// doubled (up to maxReorder) each time a chunk NACKed once arrives
 	// sooner than its repair could have — it was late, not lost — and
@@ -221,7 +226,37 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	r.next++
 	r.active[x.id] = x
 	r.sendCTS(now, x)
+	if r.pingDue(now) {
+		r.ping(now)
+	}
 	return x.id, nil
+}
+
+// Receiver ping timing: a PING every receiverPingEvery while transfers
+// are posted keeps the round trip fresh; until the first PONG, one every
+// pingInterval while a transfer waits, at most firstPings of them.
+const (
+	receiverPingEvery = time.Second
+	firstPings        = 10
+)
+
+// pingDue reports whether the receiver should PING at now.
+func (r *ReceiverEngine) pingDue(now time.Time) bool {
+	if r.live.gone != nil {
+		return false
+	}
+	if r.est.nPing == 0 {
+		return r.pingSeq < firstPings && (r.pingSeq == 0 || now.Sub(r.pingAt) >= pingInterval)
+	}
+	return now.Sub(r.pingAt) >= receiverPingEvery
+}
+
+// ping sends the next PING.
+func (r *ReceiverEngine) ping(now time.Time) {
+	r.pingSeq++
+	r.pingAt = now
+	r.msg = control.Message{Type: control.Ping, Transfer: r.pingSeq}
+	r.send()
 }
 
 func (r *ReceiverEngine) sendCTS(now time.Time, x *recvXfer) {
@@ -256,6 +291,9 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 	}
 	for _, c := range r.confirming {
 		consider(c.at)
+	}
+	if len(r.active) > 0 && r.est.nPing == 0 && r.pingSeq < firstPings {
+		consider(r.pingAt.Add(pingInterval))
 	}
 	for _, x := range r.active {
 		consider(x.deadline)
@@ -561,6 +599,9 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 		return
 	}
 	r.repeatCompletions(now)
+	if len(r.active) > 0 && r.pingDue(now) {
+		r.ping(now)
+	}
 	for _, x := range r.active {
 		if !x.deadline.After(now) {
 			if now.Sub(r.live.heard) > 2*keepaliveInterval(r.cfg.Timeout) {
@@ -629,12 +670,9 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 	x.nackedBelow = limit
 }
 
-// renackHoles NACKs again the NACKed holes whose repair is overdue. The
-// wait doubles with each NACK of a hole, to 2^renackMaxBackoff times the
-// first: a repair queued behind a deep bottleneck queue is not asked for
-// over and over, and a lossy path that answers is not slowed to a crawl
-// (a silent peer ends at the liveness timeout). It costs O(log holes)
-// per hole due.
+// renackHoles NACKs again the NACKed holes whose repair is overdue (the
+// wait backs off as renackBackoff says; a silent peer ends at the
+// liveness timeout). It costs O(log holes) per hole due.
 func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for x.renacks.Len() > 0 && !x.renacks.Min().due.After(now) {
@@ -666,7 +704,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 func (r *ReceiverEngine) noteNack(now time.Time, x *recvXfer, i int) {
 	x.nackedN[i] = min(x.nackedN[i]+1, 255)
 	x.nackedAt[i] = uint32(now.Sub(x.stats.Start)/time.Microsecond) + 1
-	x.renacks.Push(renack{due: now.Add(r.renackBackoff(r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
+	x.renacks.Push(renack{due: now.Add(r.renackBackoff(now, x, r.renackInterval(), int(x.nackedN[i]))), chunk: i, n: x.nackedN[i]})
 	x.nackLog = append(x.nackLog, renack{chunk: i, n: x.nackedN[i]})
 }
 
@@ -740,13 +778,18 @@ func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 // one is larger): a busy host delays a chunk by milliseconds.
 const maxReorder = 10 * time.Millisecond
 
-// renackMaxBackoff bounds how many times a repeated NACK's wait doubles.
-const renackMaxBackoff = 3
+// renackMaxBackoff bounds how many times a repeated NACK's wait doubles:
+// at 30 % loss a hole takes several rounds, and an 8-fold wait made its
+// tail seconds long.
+const renackMaxBackoff = 1
 
 // renackBackoff is wait doubled for each NACK beyond the first, at most
-// renackMaxBackoff times (never with NoBackoff, the paper's semantics).
-func (r *ReceiverEngine) renackBackoff(wait time.Duration, nacks int) time.Duration {
-	if r.cfg.NoBackoff {
+// renackMaxBackoff times, while x's chunks have stopped coming: a path
+// that still delivers (repairs of other holes) is lossy, not silent, and
+// its holes are asked for every wait (never backed off with NoBackoff,
+// the paper's semantics).
+func (r *ReceiverEngine) renackBackoff(now time.Time, x *recvXfer, wait time.Duration, nacks int) time.Duration {
+	if r.cfg.NoBackoff || now.Sub(x.lastArrival) < wait {
 		return wait
 	}
 	return wait << min(max(nacks-1, 0), renackMaxBackoff)
@@ -798,7 +841,7 @@ func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) 
 	mds := l.Params().Kind == ec.MDS
 	r.nackRanges(x, func(emit func(first, n int)) {
 		for s := range min(limit, len(x.decodable)) {
-			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < r.renackBackoff(r.rto, int(x.nackedSubN[s]))) {
+			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < r.renackBackoff(now, x, r.rto, int(x.nackedSubN[s]))) {
 				continue
 			}
 			x.nackedSubAt[s] = now
@@ -916,6 +959,10 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 	case control.Ping:
 		r.msg = control.Message{Type: control.Pong, Transfer: r.msg.Transfer}
 		r.send()
+	case control.Pong:
+		if r.msg.Transfer == r.pingSeq && r.pingSeq > 0 {
+			r.est.observePing(now.Sub(r.pingAt))
+		}
 	case control.Fin:
 		delete(r.confirming, r.msg.Transfer)
 	case control.Probe:

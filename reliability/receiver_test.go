@@ -118,3 +118,116 @@ func TestOvertakenRepairRenacked(t *testing.T) {
 		})
 	}
 }
+
+// controls returns the control datagrams the receiver sent since the
+// last call, decoded.
+func (a *receiverAlone) controls() []control.Message {
+	a.t.Helper()
+	var ms []control.Message
+	a.acts = a.r.Actions(a.acts[:0])
+	for _, act := range a.acts {
+		if act.Kind != reliability.ActControl {
+			continue
+		}
+		var m control.Message
+		if err := m.Decode(act.Datagram); err != nil {
+			a.t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// TestReceiverPingsForRTT: posting the first transfer sends a PING, and
+// its PONG's round trip is the receiver's estimate — not the CTS's,
+// which counts however long the sender took to start.
+func TestReceiverPingsForRTT(t *testing.T) {
+	r, err := reliability.NewReceiverEngine(reliability.Config{Scheme: reliability.SRNACK, ChunkSize: 1024, MTU: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &receiverAlone{t: t, r: r, now: time.Unix(1000, 0)}
+	if a.id, err = r.Post(a.now, r.Plan(64*1024)); err != nil {
+		t.Fatal(err)
+	}
+	var ping *control.Message
+	for _, m := range a.controls() {
+		if m.Type == control.Ping {
+			ping = &m
+		}
+	}
+	if ping == nil {
+		t.Fatal("no PING with the first transfer")
+	}
+	// The sender starts 40 ms late: the CTS's sample is 47 ms.
+	a.now = a.now.Add(7 * time.Millisecond)
+	m := control.Message{Type: control.Pong, Transfer: ping.Transfer}
+	pong, err := m.Append(nil, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.HandleControl(a.now, pong)
+	a.arrive(40*time.Millisecond, 0, 1)
+	if got := r.Estimator().RTT(); got != 7*time.Millisecond {
+		t.Fatalf("estimated RTT %v, want the PONG's 7ms", got)
+	}
+}
+
+// TestSenderAnswersPing: the sender answers the receiver's PING with a
+// PONG of the same number.
+func TestSenderAnswersPing(t *testing.T) {
+	a := newSenderAlone(t, reliability.Config{Scheme: reliability.SRNACK})
+	a.control(control.Message{Type: control.Ping, Transfer: 42})
+	for _, act := range a.drain() {
+		var m control.Message
+		if act.Kind == reliability.ActControl && m.Decode(act.Datagram) == nil && m.Type == control.Pong && m.Transfer == 42 {
+			return
+		}
+	}
+	t.Fatal("no PONG 42")
+}
+
+// TestRenackBacksOffOnlyWhenSilent: a hole whose repairs keep being lost
+// is NACKed again every interval while other chunks still arrive (a
+// lossy path, not a silent one); once nothing arrives the wait doubles.
+func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
+	cfg := reliability.Config{Scheme: reliability.SRNACK, RTT: 10 * time.Millisecond, ReorderWindow: time.Millisecond, FixedRate: true}
+	a := newReceiverAlone(t, cfg, 512)
+	a.arrive(5*time.Millisecond, 0, 3)
+	a.arrive(2*time.Millisecond, 4, 1)
+	a.arrive(2*time.Millisecond, 5, 1)
+	if got := a.nacked(); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("NACKed %v, want [3]", got)
+	}
+	var gaps []time.Duration
+	last := a.now
+	next := 6
+	for len(gaps) < 4 {
+		due, ok := a.r.Deadline()
+		if !ok {
+			t.Fatal("no timer")
+		}
+		// Chunks keep arriving until the third re-NACK, a millisecond
+		// apart; then nothing does.
+		for len(gaps) < 2 && a.now.Add(time.Millisecond).Before(due) {
+			a.arrive(time.Millisecond, next, 1)
+			next++
+			if got := a.nacked(); len(got) != 0 {
+				t.Fatalf("NACKed %v on chunk %d's arrival", got, next-1)
+			}
+		}
+		a.now = due
+		a.r.HandleTimer(a.now)
+		if got := a.nacked(); len(got) == 1 && got[0] == 3 {
+			gaps = append(gaps, a.now.Sub(last))
+			last = a.now
+		}
+	}
+	t.Logf("re-NACK gaps %v", gaps)
+	if gaps[1] > gaps[0]+time.Millisecond {
+		t.Errorf("re-NACK waits grew %v -> %v while chunks arrived", gaps[0], gaps[1])
+	}
+	if gaps[3] < 3*gaps[0]/2 {
+		t.Errorf("re-NACK waits %v -> %v: no backoff once nothing arrived", gaps[0], gaps[3])
+	}
+}

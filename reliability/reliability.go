@@ -238,7 +238,8 @@ type Config struct {
 	// and reliability/model; the simulator (testbed/sim) sets it to
 	// compare with the models. By default the sender's back off
 	// exponentially while the receiver is silent, and the receiver's
-	// repeated NACKs of one hole or submessage at most 8-fold.
+	// repeated NACKs of one hole or submessage at most 2-fold while the
+	// transfer's chunks have stopped arriving.
 	NoBackoff bool
 	// Window bounds the transfers a sender has started and not finished
 	// [8; the drivers also keep it within half the QP's slots].

@@ -820,6 +820,10 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		}
 	case control.Pong:
 		s.handlePong(now, m.Transfer)
+	case control.Ping:
+		// The receiver times its round trip too.
+		s.msg = control.Message{Type: control.Pong, Transfer: m.Transfer}
+		s.send()
 	}
 	s.release(now)
 }
