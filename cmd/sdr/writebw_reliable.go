@@ -236,6 +236,26 @@ type serverVerdict struct {
 	Ends     []int64 `json:"ends"`
 }
 
+// measuredSpan is how long the measured transfers took to complete: from
+// the last warm-up transfer's completion (the start, without warm-up) to
+// the last completion. With several transfers under way at once the
+// measured ones began during the warm-up, and counting from when the
+// first of them was submitted would charge them the warm-up's time.
+func measuredSpan(warmup, measured []reliability.Stats, start time.Time) time.Duration {
+	from, to := start, start
+	for _, st := range warmup {
+		if st.End.After(from) {
+			from = st.End
+		}
+	}
+	for _, st := range measured {
+		if st.End.After(to) {
+			to = st.End
+		}
+	}
+	return to.Sub(from)
+}
+
 // clientReliable sends Warmup+Iterations transfers and measures the
 // last Iterations of them.
 func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*reliableResult, error) {
@@ -264,21 +284,17 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*re
 	}
 	close(next)
 	patterns := newReliablePatterns(p.Size)
-	var measured time.Time
-	var once sync.Once
+	start := time.Now()
 	var wg sync.WaitGroup
 	for range p.reliableWindow() {
 		wg.Go(func() {
 			for i := range next {
-				if i == p.Warmup {
-					once.Do(func() { measured = time.Now() })
-				}
 				stats[i], errs[i] = s.Write(context.Background(), patterns.of(i), uint32(i))
 			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(measured)
+	elapsed := measuredSpan(stats[:p.Warmup], stats[p.Warmup:], start)
 	var server serverVerdict
 	if err := bs.RecvJSON(&server); err != nil {
 		return nil, fmt.Errorf("the server's verdict: %w", err)
