@@ -16,9 +16,10 @@ import (
 //   - A round lasts one smoothed round trip. What the path delivered in
 //     it is the rate at which the receiver passed the sender's chunks:
 //     the newest chunk sent once that an ACK covers, counted in the order
-//     chunks were released, whether or not the chunks before it arrived;
-//     its goodput is the chunks the ACKs covered. Its verdict rests on the
-//     smallest round-trip sample it saw (a chunk sent once, Karn's rule)
+//     chunks were released, whether or not the chunks before it arrived
+//     (a chunk of many packets is rarely whole on a lossy path). Its
+//     verdict rests on the smallest round-trip sample it saw (a chunk
+//     sent once, Karn's rule)
 //     against the path's floor (the smallest sample of the last 10 s): a
 //     queue is building above floor + the larger of floor/2, 2 ms and
 //     the time fairQueueBits take at the flow's rate (a slower flow
@@ -33,9 +34,11 @@ import (
 //     the path delivered lately) until the queue shows — in a round's
 //     minimum, or in eight samples in a row, which ends the round at
 //     once — or until two rounds in a row delivered less than 1.25 times
-//     the best before; then the sender paces at half the goodput of the
-//     last rounds (what arrived: an overflowing queue passes everything)
-//     until the queue has drained, and at that goodput afterwards.
+//     the best before; then the sender paces at half the rate the path
+//     delivered in the last rounds until the queue has drained, and at
+//     that rate afterwards — halved for every three rounds the queue
+//     does not drain in (a queue that overflowed passed everything, and
+//     the path's rate is less).
 //   - Afterwards a round with a queue cuts the rate, or what the path
 //     delivered lately if less, by 0.8 × the excess delay's share of the
 //     round trip (at most half, never below 0.9 × what the path delivered
@@ -59,11 +62,12 @@ type rateControl struct {
 	startup  bool
 	draining bool    // startup ended with a queue that is draining
 	cruise   float64 // the rate after draining
+	// drainingRounds counts the draining rounds since the cruise was set.
+	drainingRounds int
 	// recent holds the last rounds' delivered rates, newest first: one
 	// round's sample is noisy (ACKs come in bursts).
-	recent  [3]float64
-	goodput [3]float64 // and what the ACKs covered in them
-	flat    int        // startup rounds in a row whose sample did not grow
+	recent [3]float64
+	flat   int // startup rounds in a row whose sample did not grow
 	// queuedRounds counts rounds in a row judged queued, queuedRTT the
 	// smallest round trip among them.
 	queuedRounds int
@@ -74,7 +78,6 @@ type rateControl struct {
 
 	roundStart  time.Time
 	roundPassed uint64        // the passed count at the round's start
-	roundAcked  uint64        // the acked count at the round's start
 	roundRTT    time.Duration // the smallest sample of this round (0: none)
 	// latest holds the latest round-trip samples, a ring.
 	latest  [startupSamples]time.Duration
@@ -124,6 +127,9 @@ const (
 	fairQueueBits = 4 * probeBytes * 8
 	// startupLead bounds startup's rate by what the path delivered.
 	startupLead = 3
+	// drainRounds is how many rounds a startup queue may take to drain
+	// before the cruise rate halves.
+	drainRounds = 3
 	// startupSamples is how many round-trip samples in a row must all
 	// show a queue for startup to end before its round does.
 	startupSamples = 8
@@ -176,7 +182,7 @@ func (rc *rateControl) onRTT(now time.Time, sample time.Duration) {
 // (the ones before it lost or not), acked how many chunks ACKs have
 // covered in all, sample the round trip of a chunk sent once (0: none),
 // srtt the smoothed round trip. It reports whether the rate changed.
-func (rc *rateControl) onAck(now time.Time, passed, acked uint64, sample, srtt time.Duration) bool {
+func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Duration) bool {
 	if rc.fixed {
 		return false
 	}
@@ -192,7 +198,7 @@ func (rc *rateControl) onAck(now time.Time, passed, acked uint64, sample, srtt t
 	}
 	span := now.Sub(rc.roundStart)
 	if rc.roundStart.IsZero() || rc.floor == 0 {
-		rc.newRound(now, passed, acked) // no verdict before the path's round trip is known
+		rc.newRound(now, passed) // no verdict before the path's round trip is known
 		return false
 	}
 	// The allowance keeps a queue standing that covers a busy host's
@@ -209,11 +215,10 @@ func (rc *rateControl) onAck(now time.Time, passed, acked uint64, sample, srtt t
 	}
 	queued = queued || early
 	delivered := float64(passed-rc.roundPassed) * rc.chunkBits / span.Seconds()
-	goodput := float64(acked-rc.roundAcked) * rc.chunkBits / span.Seconds()
 	if span < rc.floor/2 {
 		// A round cut short by the early exit: its few ACKs, a burst or
 		// two, tell no rate.
-		delivered, goodput = rc.recent[0], rc.goodput[0]
+		delivered = rc.recent[0]
 	}
 	old := rc.rate
 	if queued && !rc.limited {
@@ -221,7 +226,7 @@ func (rc *rateControl) onAck(now time.Time, passed, acked uint64, sample, srtt t
 			rc.queuedRTT = rc.roundRTT
 		}
 		rc.queuedRounds++
-		if rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*97/100 && rc.rate < 0.9*max(goodput, rc.goodput[0]) {
+		if rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*97/100 && rc.rate < 0.9*max(delivered, rc.recent[0]) {
 			// A queue that does not shrink while the sender sends less
 			// than arrives is no queue: the round trip itself grew (a
 			// longer route, a host that got slower). Take it as the new
@@ -235,16 +240,20 @@ func (rc *rateControl) onAck(now time.Time, passed, acked uint64, sample, srtt t
 	switch {
 	case rc.draining:
 		// Startup left a queue: pace at half the path's rate until it
-		// has drained, then at the path's rate.
+		// has drained, then at the path's rate. A queue that does not
+		// drain in drainRounds rounds had overflowed (then everything
+		// startup sent passed, and the path's rate is less): halve it.
 		if !queued {
 			rc.draining = false
 			rc.rate = rc.clamp(rc.cruise)
+		} else if rc.drainingRounds++; rc.drainingRounds >= drainRounds {
+			rc.cruise, rc.drainingRounds = rc.cruise/2, 0
+			rc.rate = rc.clamp(rc.cruise / 2)
 		}
 	case rc.startup && !rc.limited && (queued || rc.plateau(delivered)):
 		rc.startup, rc.draining = false, true
-		// What arrived, not what passed: a queue that overflowed passed
-		// everything startup sent.
-		rc.cruise = max(goodput, rc.goodput[0], rc.goodput[1], rc.goodput[2])
+		rc.cruise = max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
+		rc.drainingRounds = 0
 		rc.rate = rc.clamp(rc.cruise / 2)
 		rc.lastCut = now
 	case queued:
@@ -277,8 +286,7 @@ func (rc *rateControl) onAck(now time.Time, passed, acked uint64, sample, srtt t
 		rc.rate = rc.clamp(rc.rate + step)
 	}
 	rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
-	rc.goodput = [3]float64{goodput, rc.goodput[0], rc.goodput[1]}
-	rc.newRound(now, passed, acked)
+	rc.newRound(now, passed)
 	return rc.rate != old
 }
 
@@ -295,8 +303,8 @@ func (rc *rateControl) plateau(delivered float64) bool {
 	return rc.flat >= 2
 }
 
-func (rc *rateControl) newRound(now time.Time, passed, acked uint64) {
-	rc.roundStart, rc.roundPassed, rc.roundAcked, rc.roundRTT, rc.limited = now, passed, acked, 0, false
+func (rc *rateControl) newRound(now time.Time, passed uint64) {
+	rc.roundStart, rc.roundPassed, rc.roundRTT, rc.limited = now, passed, 0, false
 }
 
 // idle tells the controller the sender had nothing to release: the

@@ -88,7 +88,7 @@ func (b *bottleneck) run(d time.Duration) {
 				f.srtt = a.rtt
 			}
 			f.srtt = (7*f.srtt + a.rtt) / 8
-			f.rc.onAck(b.now, uint64(a.passed/(8*fluidChunk)), uint64(a.served/(8*fluidChunk)), a.rtt, f.srtt)
+			f.rc.onAck(b.now, uint64(a.passed/(8*fluidChunk)), a.rtt, f.srtt)
 		}
 	}
 }

@@ -749,18 +749,18 @@ type renack struct {
 func (e renack) Less(o renack) bool { return e.due.Before(o.due) }
 
 // repaired learns from chunk i, NACKed, arriving now: sooner than half
-// the path's round trip after the last NACK it cannot be its repair (for
-// a hole NACKed once, the reorder window grows); otherwise the repair has
-// overtaken those of holes NACKed earlier, and of a hole NACKed once it
-// samples the repair's latency.
+// the path's round trip after the last NACK it cannot be its repair, and
+// the reorder window grows; otherwise the repair has overtaken those of
+// holes NACKed earlier, and of a hole NACKed once it samples the repair's
+// latency.
 func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 	d := now.Sub(x.stats.Start.Add(time.Duration(x.nackedAt[i]-1) * time.Microsecond))
 	if d < r.est.RTT()/2 {
-		if x.nackedN[i] == 1 {
-			x.spurious = true
-			r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
-		}
-		return // the original or an earlier repair, late: no sample
+		// The original or an earlier repair, late: the (re-)NACK was
+		// spurious, and no sample.
+		x.spurious = true
+		r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
+		return
 	}
 	x.overtakenAt = max(x.overtakenAt, x.nackedAt[i])
 	if x.nackedN[i] > 1 {

@@ -32,7 +32,6 @@ type SenderEngine struct {
 	// count up to the newest chunk sent once that an ACK covered (lost
 	// ones before it included: the rate control's measure of the path).
 	released, passed uint64
-	ackedChunks      uint64      // chunks ACKs covered, all transfers
 	departures       []departure // recent runs: for round-trip samples
 	forgotten        uint64      // the release count below which departures are gone
 	rateAnnounced    bool        // an ActRate went out
@@ -900,7 +899,6 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
-		s.ackedChunks++
 		if x.lastFlight != nil {
 			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
 		}
@@ -937,7 +935,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 			s.observeRTT(sample)
 		}
 	}
-	if s.rc.onAck(now, s.passed, s.ackedChunks, sample, s.srtt) {
+	if s.rc.onAck(now, s.passed, sample, s.srtt) {
 		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
 	}
 	if m.AckFlags&control.AckImmMissing != 0 && now.Sub(x.lastImm) >= s.cfg.RTT {
