@@ -253,6 +253,9 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	case rc.startup && !rc.limited && (queued || rc.plateau(delivered)):
 		rc.startup, rc.draining = false, true
 		rc.cruise = max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
+		if rc.cruise == 0 {
+			rc.cruise = rc.rate / 2 // nothing delivered seen: the rate a round ago
+		}
 		rc.drainingRounds = 0
 		rc.rate = rc.clamp(rc.cruise / 2)
 		rc.lastCut = now
@@ -266,8 +269,11 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		}
 		excess := float64(rc.roundRTT-target) / float64(rc.roundRTT)
 		lately := max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
+		if lately == 0 {
+			lately = rc.rate // nothing delivered seen: the cut is the rate's
+		}
 		mean := (delivered + rc.recent[0] + rc.recent[1]) / 3
-		rc.rate = rc.clamp(max(min(rc.rate, lately)*max(0.5, 1-decreaseGain*excess), cutFloor*mean))
+		rc.rate = rc.clamp(min(rc.rate, max(min(rc.rate, lately)*max(0.5, 1-decreaseGain*excess), cutFloor*mean)))
 		rc.lastCut, rc.cutRTT, rc.ceiling = now, rc.roundRTT, lately
 	case rc.limited || rc.roundRTT == 0:
 		// A round the sender was short of data for says nothing of the
@@ -275,8 +281,12 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	case rc.startup:
 		// Doubling, but never beyond startupLead times what the path
 		// delivered lately: ACKs reflect the rate of a round ago, so a
-		// path that keeps up delivers about half the rate.
-		rc.rate = rc.clamp(min(2*rc.rate, startupLead*max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])))
+		// path that keeps up delivers about half the rate. No chunk sent
+		// once ACKed yet (on a lossy path a chunk of many packets is
+		// rarely whole without a repair) tells nothing.
+		if path := max(delivered, rc.recent[0], rc.recent[1], rc.recent[2]); path > 0 {
+			rc.rate = rc.clamp(min(2*rc.rate, startupLead*path))
+		}
 	default:
 		step := probeBytes * 8 / rc.floor.Seconds()
 		step = max(min(step, rc.rate/probeShare), step/probeShare)
@@ -295,6 +305,9 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 // before (BBR's full-pipe test), the path full before its queue shows.
 func (rc *rateControl) plateau(delivered float64) bool {
 	best := max(rc.recent[0], rc.recent[1], rc.recent[2])
+	if delivered == 0 {
+		return false // nothing delivered seen: no news either way
+	}
 	if rc.limited || best == 0 || delivered >= 1.25*best {
 		rc.flat = 0
 		return false
