@@ -237,23 +237,39 @@ type serverVerdict struct {
 }
 
 // measuredSpan is how long the measured transfers took to complete: from
-// the last warm-up transfer's completion (the start, without warm-up) to
-// the last completion. With several transfers under way at once the
-// measured ones began during the warm-up, and counting from when the
-// first of them was submitted would charge them the warm-up's time.
+// the last warm-up transfer's completion to the last measured one's —
+// with several transfers under way the measured ones began during the
+// warm-up, and counting from their submission would charge them its
+// time. When a measured transfer completed before the warm-up did (a
+// warm-up with a long tail), that is no pipeline's steady state: then
+// from the first measured transfer's start. Without warm-up, from start.
 func measuredSpan(warmup, measured []reliability.Stats, start time.Time) time.Duration {
-	from, to := start, start
+	var warmed, firstStart, firstEnd, last time.Time
 	for _, st := range warmup {
-		if st.End.After(from) {
-			from = st.End
+		if st.End.After(warmed) {
+			warmed = st.End
 		}
 	}
 	for _, st := range measured {
-		if st.End.After(to) {
-			to = st.End
+		if firstStart.IsZero() || st.Start.Before(firstStart) {
+			firstStart = st.Start
+		}
+		if firstEnd.IsZero() || st.End.Before(firstEnd) {
+			firstEnd = st.End
+		}
+		if st.End.After(last) {
+			last = st.End
 		}
 	}
-	return to.Sub(from)
+	from := start
+	switch {
+	case len(warmup) == 0 || len(measured) == 0:
+	case warmed.Before(firstEnd):
+		from = warmed
+	default:
+		from = firstStart
+	}
+	return last.Sub(from)
 }
 
 // clientReliable sends Warmup+Iterations transfers and measures the

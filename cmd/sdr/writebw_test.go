@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/testbed"
 )
 
@@ -259,6 +260,28 @@ func TestWriteBWReliableLoopback(t *testing.T) {
 		{"write-bw", "-link", "delay=1ms"}, {"write-bw", "-loopback", "-flows", "2"}, {"write-bw", "-scheme", "ec", "-flows", "2"}} {
 		if code, _, _ := runSDR(args...); code != exitUsage {
 			t.Errorf("sdr %v: exit %d, want usage", args, code)
+		}
+	}
+}
+
+// TestMeasuredSpan: the measured span starts when the warm-up has
+// completed — unless a measured transfer completed first, when it starts
+// with the measured transfers — and is never negative.
+func TestMeasuredSpan(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	st := func(start, end int) reliability.Stats { return reliability.Stats{Start: at(start), End: at(end)} }
+	for _, tc := range []struct {
+		name             string
+		warmup, measured []reliability.Stats
+		want             time.Duration
+	}{
+		{"one at a time", []reliability.Stats{st(0, 100)}, []reliability.Stats{st(110, 200), st(210, 300)}, 200 * time.Millisecond},
+		{"pipelined", []reliability.Stats{st(0, 100)}, []reliability.Stats{st(0, 190), st(0, 290)}, 190 * time.Millisecond},
+		{"warm-up last", []reliability.Stats{st(0, 500)}, []reliability.Stats{st(10, 190), st(20, 290)}, 280 * time.Millisecond},
+		{"no warm-up", nil, []reliability.Stats{st(5, 100)}, 100 * time.Millisecond},
+	} {
+		if got := measuredSpan(tc.warmup, tc.measured, at(0)); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
