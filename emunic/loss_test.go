@@ -8,7 +8,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
-	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/wire"
 )
 

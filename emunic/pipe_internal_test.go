@@ -6,7 +6,7 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/link"
 )
 
 // recvBufs returns n receive buffers as a Device allocates them.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 )
 

@@ -15,10 +15,10 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/emunic/udp"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // endpoints is one direction of a reliable connection between two

@@ -11,9 +11,9 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // openPipeEnd opens an SDR context on one end of an in-memory link, an
@@ -31,7 +31,7 @@ func openPipeEnd(port emunic.Port, gid string, mac byte) *sdr.Context {
 }
 
 // pipeOver joins two emulated NIC ports by an in-memory link of spec
-// (testbed/link's text form) in both directions.
+// (package link's text form) in both directions.
 func pipeOver(spec string) (a, b *emunic.PipePort) {
 	cfg, err := link.ParseConfig(spec)
 	if err != nil {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // cutEndpoints are endpoints over a path that can go silent.

@@ -23,9 +23,9 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
-	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/testbed/sim"
 )
 
@@ -33,7 +33,7 @@ const simUsage = `usage: sdr sim [flags]
 
 Simulates reliable transfers over a long-haul link with the reliability
 engines themselves (package testbed/sim: discrete events, virtual time,
-the link model of testbed/link) and sets each point against the paper's
+the link model, package link) and sets each point against the paper's
 analytic models (reliability/model). Two sweeps: size × drop rate × scheme
 at -rtt, and, for the largest size at -distance-drop, the one-way
 distance (fibre, 5 µs/km). Progress goes to stderr; the Markdown table
@@ -920,7 +920,7 @@ func simReport(rows []simRow, sum simSummary, f *simFlags, plotDir string, plots
 	fmt.Fprintf(&b, "Setup: %g Gbit/s, RTT %v (one-way %g km of fibre), %d-byte chunks (one packet each), α = %g "+
 		"(RTO = %v, %s), %s loss per chunk, control datagrams lost at %g. Each sample is one transfer through the project's "+
 		"own engines (`reliability.SenderEngine`/`ReceiverEngine`) in the discrete-event simulator `testbed/sim`, over the "+
-		"link model `testbed/link`; a completion time runs from the first bit injected to the receiver holding every byte, and "+
+		"link model `link`; a completion time runs from the first bit injected to the receiver holding every byte, and "+
 		"slowdown, as in the paper, is that time as the sender learns it (RTT/2 later) over the lossless one: "+
 		"(t + RTT/2) / (N·T_inj + RTT). The analytic models of `reliability/model` are shown beside.\n\n",
 		f.gbps, f.rtt, f.rtt.Seconds()/2*link.FibreSpeed, f.chunk, f.alpha, time.Duration((1+f.alpha)*float64(f.rtt)), backoffWords(f.backoff), f.loss, f.ctlLoss)

@@ -72,7 +72,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	var f testbedFlags
 	fs.StringVar(&f.scenarioFile, "scenario", "", "scenario `file` (JSON; see testbed/scenario); flags override its fields")
 	fs.StringVar(&f.carrier, "carrier", "auto", "what carries the link: netns (namespaces + AF_XDP link emulator, root), pipe (in-process), auto (netns when permitted)")
-	fs.Func("link", "link `spec` (testbed/link text form, e.g. "+scenario.DefaultLink+"); repeat to sweep links", func(s string) error {
+	fs.Func("link", "link `spec` (package link's text form, e.g. "+scenario.DefaultLink+"); repeat to sweep links", func(s string) error {
 		f.links = append(f.links, s)
 		return nil
 	})

@@ -19,9 +19,9 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/caps"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 const writeBWUsage = `usage: sdr write-bw [flags]            (server)
@@ -149,7 +149,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&p.Scheme, "scheme", "", "move every message reliably with this `scheme`: sr-rto, sr-nack, ec, hybrid or auto (default: raw SDR writes); every byte is verified")
 	fs.StringVar(&p.Code, "code", "", "erasure `code` of -scheme ec and hybrid, e.g. mds(32,8) (default: the reliability layer's)")
 	fs.IntVar(&f.flows, "flows", 1, "with -loopback -scheme: this many reliable `connections` at once over the one link (each runs -n transfers); per-flow goodput shows how they share it")
-	fs.StringVar(&f.link, "link", "", "with -loopback: the in-memory link both ways, as testbed/link's `spec` (e.g. rate=1Gbit,delay=5ms,loss=1%,queue=8MB)")
+	fs.StringVar(&f.link, "link", "", "with -loopback: the in-memory link both ways, as package link's `spec` (e.g. rate=1Gbit,delay=5ms,loss=1%,queue=8MB)")
 	fs.BoolVar(&p.Verify, "verify", false, "check every delivered chunk's bytes and every message's immediate at the server (a memory compare per chunk)")
 	fs.StringVar(&f.dev, "dev", "udp", "emulated NIC port: `xsk` or udp")
 	fs.StringVar(&f.iface, "i", "", "network `interface` for -dev xsk")

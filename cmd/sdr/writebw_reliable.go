@@ -11,11 +11,11 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // reliableResult is what a reliable write-bw run measured: the client's

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // datagramPair opens a context on each backend and a connected datagram

@@ -11,9 +11,9 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/sdr/backend"
-	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/wire"
 )
 

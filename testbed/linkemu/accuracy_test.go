@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/wire"
 )

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed"
-	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 )
 

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sdr-rdma/sdr/emunic/xsk"
-	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/wire"
 )
 

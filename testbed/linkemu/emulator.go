@@ -6,7 +6,7 @@
 // On each interface it attaches the project's XDP program (package ebpf)
 // in all-frames mode and binds an AF_XDP socket (package emunic/xsk), so
 // every frame — RoCEv2, ARP, ICMP, TCP alike — reaches the emulator. Per
-// direction the link model (package testbed/link) decides each frame's
+// direction the link model (package link) decides each frame's
 // fate: dropped (MTU, tail drop, loss), or due at an arrival time, maybe
 // duplicated, with a bit flipped or marked ECN CE. Surviving frames wait
 // in the emulator's own buffers until then and leave on the other
@@ -55,8 +55,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // Dir names a direction of the emulated link.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )

@@ -12,8 +12,8 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // childEnv names the namespace a TestKilledLeavesNothing child runs its

@@ -9,8 +9,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // TopologyConfig describes two hosts joined by an emulated long-haul link.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed"
-	"github.com/sdr-rdma/sdr/testbed/link"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 )
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/sdr-rdma/sdr/emunic"
-	"github.com/sdr-rdma/sdr/testbed/link"
+	"github.com/sdr-rdma/sdr/link"
 )
 
 // Network carries the scenario's link between two emulated NICs. Run asks

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // Row is one link, size and scheme's result. Completion times run from

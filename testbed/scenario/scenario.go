@@ -5,7 +5,7 @@
 // completion times beside reliability/model's prediction for the link.
 //
 // A Scenario (flags or a JSON file) names the link of each direction in
-// testbed/link's text form, the message sizes, the schemes and the
+// package link's text form, the message sizes, the schemes and the
 // repetitions; Run sweeps links × sizes × schemes over a Network, which
 // carries the link either as the in-process pipe port (no privileges) or
 // between network namespaces through the AF_XDP link emulator
@@ -21,9 +21,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // ErrInvalid is wrapped by every error about a scenario out of range.
@@ -40,7 +40,7 @@ const (
 type Scenario struct {
 	// Name labels the report.
 	Name string `json:"name"`
-	// Links are the link settings swept, each in testbed/link's text form
+	// Links are the link settings swept, each in package link's text form
 	// (link.ParseConfig).
 	Links []LinkSpec `json:"links"`
 	// Sizes are the message sizes in bytes.

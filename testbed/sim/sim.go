@@ -1,6 +1,6 @@
 // Package sim is a discrete-event simulator of one reliable transfer over a
 // long-haul link: a virtual clock (an event heap), the link model of
-// testbed/link for data and control, and the reliability package's own
+// link for data and control, and the reliability package's own
 // engines — reliability.SenderEngine and ReceiverEngine, not a
 // re-implementation — so that what it measures is what the engines do, at
 // the paper's scale (400 Gbit/s, 25 ms RTT, up to 8 GiB), where no real
@@ -66,10 +66,10 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/internal/minheap"
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // Errors; test with errors.Is.

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
-	"github.com/sdr-rdma/sdr/testbed/link"
 )
 
 // The four schemes of the paper's comparison.
