@@ -26,7 +26,6 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/testbed/linkemu"
 )
 
 // Devices collects emulated NICs' counters under a role label ("a", "b",
@@ -114,40 +113,61 @@ func (d *Devices) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// LinkCounters is one direction's counters of a link emulator, field for
+// field testbed/linkemu's Counters (convert with LinkCounters(c)): the
+// collector takes them without importing the emulator and its AF_XDP.
+type LinkCounters struct {
+	FramesIn, BytesIn                                      uint64
+	Forwarded, BytesForwarded                              uint64
+	DroppedLoss                                            uint64
+	DroppedQueue                                           uint64
+	DroppedMTU                                             uint64
+	DroppedNoBuffer                                        uint64
+	DroppedOversize                                        uint64
+	DroppedTX                                              uint64
+	Duplicated                                             uint64
+	Corrupted                                              uint64
+	CEMarked                                               uint64
+	TXRingFull                                             uint64
+	TXErrors                                               uint64
+	KernelRXDropped, KernelRXRingFull, KernelFillRingEmpty uint64
+}
+
 // Link collects a link emulator's counters per direction ("a_to_b",
 // "b_to_a").
 type Link struct {
-	emu   *linkemu.Emulator
+	read  func() (aToB, bToA LinkCounters)
 	descs []linkMetric
 }
 
 type linkMetric struct {
 	desc *prometheus.Desc
-	get  func(linkemu.Counters) uint64
+	get  func(LinkCounters) uint64
 }
 
 var _ prometheus.Collector = (*Link)(nil)
 
-// NewLink returns a collector over emu's counters.
-func NewLink(emu *linkemu.Emulator) *Link {
-	l := &Link{emu: emu}
-	m := func(name, help string, get func(linkemu.Counters) uint64) {
+// NewLink returns a collector over the counters read returns when
+// scraped.
+func NewLink(read func() (aToB, bToA LinkCounters)) *Link {
+	l := &Link{read: read}
+	m := func(name, help string, get func(LinkCounters) uint64) {
 		l.descs = append(l.descs, linkMetric{prometheus.NewDesc("sdr_linkemu_"+name+"_total", help, []string{"direction"}, nil), get})
 	}
-	m("frames_in", "frames the link emulator received", func(c linkemu.Counters) uint64 { return c.FramesIn })
-	m("bytes_in", "bytes the link emulator received", func(c linkemu.Counters) uint64 { return c.BytesIn })
-	m("frames_forwarded", "frames the link emulator sent on (duplicates included)", func(c linkemu.Counters) uint64 { return c.Forwarded })
-	m("bytes_forwarded", "bytes the link emulator sent on", func(c linkemu.Counters) uint64 { return c.BytesForwarded })
-	m("dropped_loss", "frames the loss process dropped", func(c linkemu.Counters) uint64 { return c.DroppedLoss })
-	m("dropped_queue", "frames tail-dropped at the full emulated queue", func(c linkemu.Counters) uint64 { return c.DroppedQueue })
-	m("dropped_mtu", "frames longer than the link's MTU", func(c linkemu.Counters) uint64 { return c.DroppedMTU })
+	m("frames_in", "frames the link emulator received", func(c LinkCounters) uint64 { return c.FramesIn })
+	m("bytes_in", "bytes the link emulator received", func(c LinkCounters) uint64 { return c.BytesIn })
+	m("frames_forwarded", "frames the link emulator sent on (duplicates included)", func(c LinkCounters) uint64 { return c.Forwarded })
+	m("bytes_forwarded", "bytes the link emulator sent on", func(c LinkCounters) uint64 { return c.BytesForwarded })
+	m("dropped_loss", "frames the loss process dropped", func(c LinkCounters) uint64 { return c.DroppedLoss })
+	m("dropped_queue", "frames tail-dropped at the full emulated queue", func(c LinkCounters) uint64 { return c.DroppedQueue })
+	m("dropped_mtu", "frames longer than the link's MTU", func(c LinkCounters) uint64 { return c.DroppedMTU })
 	m("dropped_resources", "frames the emulator could not hold or send (buffers, TX ring, kernel RX ring)",
-		func(c linkemu.Counters) uint64 {
+		func(c LinkCounters) uint64 {
 			return c.DroppedNoBuffer + c.DroppedOversize + c.DroppedTX + c.KernelRXDropped
 		})
-	m("duplicated", "extra copies the link made", func(c linkemu.Counters) uint64 { return c.Duplicated })
-	m("corrupted", "frames with a bit flipped", func(c linkemu.Counters) uint64 { return c.Corrupted })
-	m("ce_marked", "ECN-capable frames marked Congestion Experienced", func(c linkemu.Counters) uint64 { return c.CEMarked })
+	m("duplicated", "extra copies the link made", func(c LinkCounters) uint64 { return c.Duplicated })
+	m("corrupted", "frames with a bit flipped", func(c LinkCounters) uint64 { return c.Corrupted })
+	m("ce_marked", "ECN-capable frames marked Congestion Experienced", func(c LinkCounters) uint64 { return c.CEMarked })
 	return l
 }
 
@@ -160,11 +180,13 @@ func (l *Link) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (l *Link) Collect(ch chan<- prometheus.Metric) {
-	for _, dir := range []linkemu.Dir{linkemu.AToB, linkemu.BToA} {
-		c := l.emu.Counters(dir)
-		label := strings.ReplaceAll(strings.ToLower(dir.String()), "→", "_to_")
+	aToB, bToA := l.read()
+	for _, d := range []struct {
+		label string
+		c     LinkCounters
+	}{{"a_to_b", aToB}, {"b_to_a", bToA}} {
 		for _, m := range l.descs {
-			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(c)), label)
+			ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(d.c)), d.label)
 		}
 	}
 }

@@ -150,7 +150,10 @@ func TestLinkAndServe(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("ping across the emulator: %v", err)
 	}
-	srv, err := metrics.Serve("127.0.0.1:0", metrics.NewRegistry(metrics.NewLink(topo.Emulator)))
+	emu := topo.Emulator
+	srv, err := metrics.Serve("127.0.0.1:0", metrics.NewRegistry(metrics.NewLink(func() (a, b metrics.LinkCounters) {
+		return metrics.LinkCounters(emu.Counters(linkemu.AToB)), metrics.LinkCounters(emu.Counters(linkemu.BToA))
+	})))
 	if err != nil {
 		t.Fatal(err)
 	}

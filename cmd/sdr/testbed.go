@@ -24,6 +24,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 )
 
@@ -178,7 +179,10 @@ func serveTestbedMetrics(addr string, net scenario.Network, hooks *scenario.Hook
 	devs, transfers := metrics.NewDevices(), metrics.NewTransfers()
 	cs := append(transfers.Collectors(), devs)
 	if ns, ok := net.(*scenario.Namespaces); ok {
-		cs = append(cs, metrics.NewLink(ns.Emulator()))
+		emu := ns.Emulator()
+		cs = append(cs, metrics.NewLink(func() (a, b metrics.LinkCounters) {
+			return metrics.LinkCounters(emu.Counters(linkemu.AToB)), metrics.LinkCounters(emu.Counters(linkemu.BToA))
+		}))
 	}
 	srv, err := metrics.Serve(addr, metrics.NewRegistry(cs...))
 	if err != nil {
