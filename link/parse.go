@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sdr-rdma/sdr/internal/units"
 )
 
 // ParseConfig reads the textual form of a Config, for flags and scenario
@@ -150,19 +152,16 @@ func (c Config) String() string {
 	return strings.Join(b, ",")
 }
 
-// unit is a unit of a rate or a byte count as printed; parsing matches it
+// unit is a unit of a rate as printed; parsing matches it
 // case-insensitively.
 type unit struct {
 	name string
 	mul  float64
 }
 
-// Units, largest first within each family (and "B" last, the suffix of
-// the others).
-var (
-	rateUnits = []unit{{"Tbit", 1e12}, {"Gbit", 1e9}, {"Mbit", 1e6}, {"Kbit", 1e3}, {"bit", 1}}
-	byteUnits = []unit{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
-)
+// rateUnits are the rate units, largest first (byte counts are
+// internal/units').
+var rateUnits = []unit{{"Tbit", 1e12}, {"Gbit", 1e9}, {"Mbit", 1e6}, {"Kbit", 1e3}, {"bit", 1}}
 
 // splitUnit returns the number before one of units (or before nothing)
 // and the unit's multiplier (1 without one).
@@ -273,19 +272,11 @@ func formatGE(l Loss) string {
 }
 
 func parseBytes(s string) (int, error) {
-	num, mul := splitUnit(s, byteUnits)
-	v, err := strconv.ParseUint(num, 10, 63)
-	if err != nil || float64(v)*mul > math.MaxInt64/2 {
+	n, err := units.ParseBytes(s)
+	if err != nil {
 		return 0, fmt.Errorf("%q is not a byte count: %w", s, ErrInvalid)
 	}
-	return int(v) * int(mul), nil
+	return int(n), nil
 }
 
-func formatBytes(n int) string {
-	for _, u := range byteUnits {
-		if m := int(u.mul); n != 0 && n%m == 0 {
-			return strconv.Itoa(n/m) + u.name
-		}
-	}
-	return "0"
-}
+func formatBytes(n int) string { return units.FormatBytes(int64(n)) }

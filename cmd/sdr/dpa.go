@@ -3,9 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/sdr-rdma/sdr/hwnic/dpa"
+	"github.com/sdr-rdma/sdr/internal/units"
 )
 
 const dpaUsage = `usage: sdr dpa plan [flags]
@@ -68,21 +68,11 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// parseDPASize parses "4096", "4KiB", "1MiB".
+// parseDPASize parses "4096", "4KiB", "1MiB" (internal/units), up to 1 GiB.
 func parseDPASize(s string) (int, error) {
-	mult := 1
-	for _, u := range []struct {
-		suffix string
-		mult   int
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSuffix(s, u.suffix), u.mult
-			break
-		}
-	}
-	var n int
-	if _, err := fmt.Sscan(s, &n); err != nil || n <= 0 || n > 1<<30/mult {
+	n, err := units.ParseBytes(s)
+	if err != nil || n <= 0 || n > 1<<30 {
 		return 0, fmt.Errorf("size %q", s)
 	}
-	return n * mult, nil
+	return int(n), nil
 }

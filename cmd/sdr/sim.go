@@ -23,6 +23,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
@@ -390,24 +391,13 @@ func simParseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
 	return out, nil
 }
 
-// simParseSize parses a byte count with an optional B, KiB, MiB or GiB suffix.
+// simParseSize parses a positive byte count up to 1 TiB (internal/units).
 func simParseSize(s string) (int64, error) {
-	mult := int64(1)
-	num := s
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			num, mult = strings.TrimSuffix(s, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-	if err != nil || n <= 0 || n > (1<<40)/mult {
+	n, err := units.ParseBytes(s)
+	if err != nil || n <= 0 || n > 1<<40 {
 		return 0, fmt.Errorf("size %q: want a positive byte count up to 1 TiB, e.g. 128KiB", s)
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 func simParseDrop(s string) (float64, error) {
