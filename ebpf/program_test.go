@@ -7,8 +7,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -54,7 +54,7 @@ func loadWithSocket(t *testing.T, opts ebpf.Options) *ebpf.Program {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	ns, err := testbed.NewNamespace("xdptest")
+	ns, err := hostnet.NewNamespace("xdptest")
 	if err != nil {
 		t.Fatal(err)
 	}

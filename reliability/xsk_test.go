@@ -15,12 +15,12 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 // xskQPAttr gives 4 slots of 64 MiB (two transfers in flight, each a data
@@ -46,7 +46,7 @@ type xskLink struct {
 
 func newXSKLink(t *testing.T) *xskLink {
 	t.Helper()
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func newXSKLink(t *testing.T) *xskLink {
 		}
 	})
 	l := &xskLink{}
-	for i, h := range []*testbed.Host{pair.A, pair.B} {
+	for i, h := range []*hostnet.Host{pair.A, pair.B} {
 		l.hosts[i] = emunictest.NewXSKHost(t, h, xsk.PortConfig{Socket: xskSocket}, nil)
 	}
 	return l

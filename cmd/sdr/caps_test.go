@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
@@ -106,7 +106,7 @@ func (o outcome) String() string {
 // thread's network namespace; nil: this thread's) and waits for it, at
 // most timeout. A command that cannot start or be waited for ends with
 // code -1 and the error as its stderr. Any goroutine may call it.
-func runIn(ns *testbed.Namespace, cmd *exec.Cmd, timeout time.Duration) outcome {
+func runIn(ns *hostnet.Namespace, cmd *exec.Cmd, timeout time.Duration) outcome {
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := cmd.Start
@@ -159,7 +159,7 @@ func memlockStandsIn(t *testing.T) bool {
 // the refusal the member was found by.
 func TestCapsWriteBWOverXSK(t *testing.T) {
 	bin, setpriv := sdrForNobody(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestCapsWriteBWOverXSK(t *testing.T) {
 		t.Fatalf("%v\n%s", err, client.out)
 	}
 	checkAllVerified(t, "as nobody with caps.XSK", r, iters, 1)
-	for _, h := range []*testbed.Host{pair.A, pair.B} {
+	for _, h := range []*hostnet.Host{pair.A, pair.B} {
 		checkNoXDP(t, h)
 	}
 
@@ -219,13 +219,13 @@ func TestCapsWriteBWOverXSK(t *testing.T) {
 			t.Errorf("without %v, unchecked: want the kernel's refusal %q:\nserver %v\nclient %v", c, refusal[c], server, client)
 		}
 	}
-	for _, h := range []*testbed.Host{pair.A, pair.B} {
+	for _, h := range []*hostnet.Host{pair.A, pair.B} {
 		checkNoXDP(t, h)
 	}
 }
 
 // checkNoXDP fails t if an XDP program is attached to h's interface.
-func checkNoXDP(t *testing.T, h *testbed.Host) {
+func checkNoXDP(t *testing.T, h *hostnet.Host) {
 	t.Helper()
 	nl, err := h.NS.Handle()
 	if err != nil {
@@ -241,27 +241,27 @@ func checkNoXDP(t *testing.T, h *testbed.Host) {
 	}
 }
 
-// privateNetnsDir makes testbed.RunDir in this InPrivateMounts child's
+// privateNetnsDir makes hostnet.RunDir in this InPrivateMounts child's
 // fresh /run, or takes the one there, and gives it to uid.
 func privateNetnsDir(t *testing.T, uid int) {
 	t.Helper()
-	if err := os.MkdirAll(testbed.RunDir, 0o755); err != nil {
+	if err := os.MkdirAll(hostnet.RunDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(testbed.RunDir, uid, uid); err != nil {
+	if err := os.Chown(hostnet.RunDir, uid, uid); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// checkNetnsEmpty fails t if anything is left in testbed.RunDir.
+// checkNetnsEmpty fails t if anything is left in hostnet.RunDir.
 func checkNetnsEmpty(t *testing.T, what string) {
 	t.Helper()
-	entries, err := os.ReadDir(testbed.RunDir)
+	entries, err := os.ReadDir(hostnet.RunDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		t.Errorf("%s: %s left in %s", what, e.Name(), testbed.RunDir)
+		t.Errorf("%s: %s left in %s", what, e.Name(), hostnet.RunDir)
 	}
 }
 
@@ -307,7 +307,7 @@ func TestCapsTestbed(t *testing.T) {
 		}
 		checkNetnsEmpty(t, fmt.Sprintf("failed run without %v", c))
 	}
-	if err := os.Chown(testbed.RunDir, 0, 0); err != nil {
+	if err := os.Chown(hostnet.RunDir, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	checkNamesMissing(t, "testbed -carrier netns", runIn(nil, asUser(setpriv, nobody, caps.Testbed, nil, bin, args...), time.Minute), caps.DACOverride)
@@ -324,7 +324,7 @@ func TestCapsTestbedClean(t *testing.T) {
 		return
 	}
 	privateNetnsDir(t, nobody)
-	planted := testbedtest.PlantLeftovers(t, testbed.NamePrefix+"capclean-")
+	planted := testbedtest.PlantLeftovers(t, hostnet.NamePrefix+"capclean-")
 	for _, c := range caps.Clean {
 		less := without(caps.Clean, c)
 		checkNamesMissing(t, "testbed clean", runIn(nil, asUser(setpriv, nobody, less, nil, bin, "testbed", "clean"), time.Minute), c)
@@ -336,7 +336,7 @@ func TestCapsTestbedClean(t *testing.T) {
 		if l.Kind == "file" { // a file without a mount needs no capability to go
 			continue
 		}
-		if _, err := os.Lstat(testbed.RunDir + "/" + l.Name); err != nil {
+		if _, err := os.Lstat(hostnet.RunDir + "/" + l.Name); err != nil {
 			t.Errorf("%s (%s) went without its capabilities: %v", l.Name, l.Kind, err)
 		}
 	}
@@ -346,6 +346,6 @@ func TestCapsTestbedClean(t *testing.T) {
 	for _, l := range planted {
 		l.CheckGone(t)
 		// The planted namespace of this process's own is gone: forget it.
-		(&testbed.Namespace{Name: l.Name}).Close()
+		(&hostnet.Namespace{Name: l.Name}).Close()
 	}
 }

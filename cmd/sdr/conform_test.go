@@ -12,8 +12,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/conform"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -85,7 +85,7 @@ func checkConformPcap(t *testing.T, path, target string) {
 // (target description, AF_XDP port on the named interface) end to end.
 func TestConformExternal(t *testing.T) {
 	privileged.Require(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

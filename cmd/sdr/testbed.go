@@ -21,9 +21,9 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/metrics"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 )
@@ -43,8 +43,8 @@ in-process pipe devices with the same link model, and says so. Ctrl-C stops
 it cleanly.
 
 clean   delete every network namespace the testbed created (names starting
-        with "` + testbed.NamePrefix + `") that a crashed run left behind in
-        ` + testbed.RunDir + `, also those whose mount a later bind mount of
+        with "` + hostnet.NamePrefix + `") that a crashed run left behind in
+        ` + hostnet.RunDir + `, also those whose mount a later bind mount of
         the directory hides; their veth links and XDP programs go with them.
         Needs root.
 
@@ -255,7 +255,7 @@ func openNetwork(carrier string, mtu int) (net scenario.Network, why string, err
 	}
 	// Name the capabilities a user lacks rather than fail on an EPERM
 	// half-way through building namespaces.
-	err = caps.Check(caps.Testbed, "-carrier netns", testbed.RunDir)
+	err = caps.Check(caps.Testbed, "-carrier netns", hostnet.RunDir)
 	if err == nil {
 		net, err = scenario.NewNamespaces(mtu)
 	}
@@ -269,11 +269,11 @@ func openNetwork(carrier string, mtu int) (net scenario.Network, why string, err
 }
 
 func testbedClean(stdout, stderr io.Writer) int {
-	if err := caps.Check(caps.Clean, "sdr testbed clean", testbed.RunDir); err != nil {
+	if err := caps.Check(caps.Clean, "sdr testbed clean", hostnet.RunDir); err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitFault
 	}
-	deleted, err := testbed.CleanupLeftovers()
+	deleted, err := hostnet.CleanupLeftovers()
 	for _, name := range deleted {
 		fmt.Fprintf(stdout, "deleted %s\n", name)
 	}

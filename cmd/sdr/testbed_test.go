@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
@@ -31,7 +31,7 @@ func TestTestbedClean(t *testing.T) {
 	if !testbedtest.InPrivateMounts(t, time.Minute) {
 		return
 	}
-	planted := testbedtest.PlantLeftovers(t, testbed.NamePrefix+"clean-")
+	planted := testbedtest.PlantLeftovers(t, hostnet.NamePrefix+"clean-")
 	code, out, errOut := runSDR("testbed", "clean")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
@@ -125,7 +125,7 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 // leaves no namespace behind.
 func TestTestbedInterrupted(t *testing.T) {
 	privileged.Require(t)
-	before := testbed.Live()
+	before := hostnet.Live()
 	dir := t.TempDir()
 	errOut := &signalWriter{trigger: "[ 1/3]"}
 	var out strings.Builder
@@ -137,7 +137,7 @@ func TestTestbedInterrupted(t *testing.T) {
 	if !strings.Contains(out.String(), " 128KiB   ec       2/2 ") {
 		t.Errorf("the finished point is not reported:\n%s", out.String())
 	}
-	if after := testbed.Live(); len(after) != len(before) {
+	if after := hostnet.Live(); len(after) != len(before) {
 		t.Errorf("namespaces before %v, after %v", before, after)
 	}
 }

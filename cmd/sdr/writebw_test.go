@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 // checkAllVerified fails t unless the server received every chunk of
@@ -123,7 +123,7 @@ func TestWriteBWMetrics(t *testing.T) {
 // server's counts must add up.
 func TestWriteBWOverXSK(t *testing.T) {
 	privileged.Require(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -46,7 +46,7 @@ type Host struct {
 	PD     *emunic.PD
 	SendCQ *emunic.CQ
 	RecvCQ *emunic.CQ
-	Net    *testbed.Host
+	Net    *hostnet.Host
 	XSK    *xsk.Port
 }
 
@@ -89,7 +89,7 @@ func NewHost(tb testing.TB, port emunic.Port, gid netip.Addr, mac [6]byte, tap *
 // (cfg.Interface is set from th) and a host on it with th's address and
 // MAC, its tap as NewHost's. The port and device are closed when the test
 // ends. It needs root.
-func NewXSKHost(tb testing.TB, th *testbed.Host, cfg xsk.PortConfig, tap *wire.PcapWriter) *Host {
+func NewXSKHost(tb testing.TB, th *hostnet.Host, cfg xsk.PortConfig, tap *wire.PcapWriter) *Host {
 	tb.Helper()
 	cfg.Interface = th.IfName
 	var port *xsk.Port
@@ -109,7 +109,7 @@ func NewXSKHost(tb testing.TB, th *testbed.Host, cfg xsk.PortConfig, tap *wire.P
 // deleted when the test ends. It needs root.
 func NewXSKPair(tb testing.TB, cfg xsk.PortConfig) (a, b *Host) {
 	tb.Helper()
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}

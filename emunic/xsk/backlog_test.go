@@ -7,8 +7,8 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 // TestRXBacklog sends frames to a port that nobody receives from: its RX
@@ -16,7 +16,7 @@ import (
 // frame, and falls to zero once Recv took them.
 func TestRXBacklog(t *testing.T) {
 	privileged.Require(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{MTU: 1500, Switched: true})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{MTU: 1500, Switched: true})
 	if err != nil {
 		t.Fatal(err)
 	}

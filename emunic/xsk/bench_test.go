@@ -10,8 +10,8 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -81,7 +81,7 @@ func benchRawXSK(b *testing.B, size int) {
 
 // sendOnlyFields describes a UC SEND-Only frame with payload from pair's
 // host A to host B, as the raw benchmark and tests send.
-func sendOnlyFields(pair *testbed.Pair, payload []byte) wire.Fields {
+func sendOnlyFields(pair *hostnet.Pair, payload []byte) wire.Fields {
 	f := wire.Fields{SrcMAC: pair.A.MAC, DstMAC: pair.B.MAC, SrcIP: pair.A.Addr, DstIP: pair.B.Addr,
 		TTL: 64, DontFragment: true, SrcPort: 0xC000, Payload: payload}
 	f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: 0xFFFF, DestQP: 0x11}
@@ -93,10 +93,10 @@ func sendOnlyFields(pair *testbed.Pair, payload []byte) wire.Fields {
 // which B's steering program (attached, all RoCE steered) delivers; it
 // fills in the interfaces and the mode. Everything is closed when the
 // test ends. It needs root.
-func newRawSockets(tb testing.TB, txCfg, rxCfg xsk.Config) (pair *testbed.Pair, tx, rx *xsk.Socket) {
+func newRawSockets(tb testing.TB, txCfg, rxCfg xsk.Config) (pair *hostnet.Pair, tx, rx *xsk.Socket) {
 	tb.Helper()
 	privileged.Require(tb)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -146,13 +146,13 @@ func BenchmarkUCWriteImm(b *testing.B) {
 		for _, size := range sizes[kind] {
 			b.Run(fmt.Sprintf("%s/%dB", kind, size), func(b *testing.B) {
 				privileged.Require(b)
-				pair, err := testbed.NewPair(testbed.PairConfig{})
+				pair, err := hostnet.NewPair(hostnet.PairConfig{})
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { pair.Close() })
 				var hosts []*emunictest.Host
-				for _, h := range []*testbed.Host{pair.A, pair.B} {
+				for _, h := range []*hostnet.Host{pair.A, pair.B} {
 					if kind == "xsk" {
 						hosts = append(hosts, emunictest.NewXSKHost(b, h, xsk.PortConfig{}, nil))
 						continue
@@ -176,7 +176,7 @@ func BenchmarkUCWriteImm(b *testing.B) {
 // namespaces joined by a veth pair (see emunictest.BenchWriteLat).
 func BenchmarkWriteLat(b *testing.B) {
 	privileged.Require(b)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 // TestPortCloseWhileSending closes a port while another goroutine keeps
@@ -17,7 +17,7 @@ import (
 // after Close fail with emunic.ErrClosed instead of panicking.
 func TestPortCloseWhileSending(t *testing.T) {
 	privileged.Require(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -24,10 +24,10 @@ import (
 // newXSKPair builds two namespaces joined by a switch with an emunic host
 // on an AF_XDP port in each; with dir set, the devices' pcap taps write to
 // emunic-a.pcap and emunic-b.pcap there (call flush before reading them).
-func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (a, b *emunictest.Host, pair *testbed.Pair, flush func()) {
+func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (a, b *emunictest.Host, pair *hostnet.Pair, flush func()) {
 	t.Helper()
 	privileged.Require(t)
-	pair, err := testbed.NewPair(testbed.PairConfig{MTU: mtu, Switched: true})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{MTU: mtu, Switched: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (a, b *emun
 	})
 	var hosts []*emunictest.Host
 	var taps []*wire.PcapWriter
-	for i, h := range []*testbed.Host{pair.A, pair.B} {
+	for i, h := range []*hostnet.Host{pair.A, pair.B} {
 		var tap *wire.PcapWriter
 		if dir != "" {
 			if tap, err = wire.CreatePcap(filepath.Join(dir, fmt.Sprintf("emunic-%c.pcap", 'a'+i))); err != nil {
@@ -112,9 +112,9 @@ func exchange(t *testing.T, typ emunic.QPType, a *emunictest.Host, qa *emunic.QP
 // startTcpdump captures RoCEv2 on the switch between the hosts (AF_XDP
 // traffic bypasses the taps of the hosts' own interfaces) until stop is
 // called.
-func startTcpdump(t *testing.T, pair *testbed.Pair, path string) (stop func()) {
+func startTcpdump(t *testing.T, pair *hostnet.Pair, path string) (stop func()) {
 	t.Helper()
-	stop, err := testbed.StartCapture(pair.WAN, pair.WANIf, path, "udp port 4791")
+	stop, err := hostnet.StartCapture(pair.WAN, pair.WANIf, path, "udp port 4791")
 	if err != nil {
 		t.Fatal(err)
 	}

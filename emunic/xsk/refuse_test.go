@@ -18,7 +18,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -623,14 +623,14 @@ func TestFetchAddAnsweredOnce(t *testing.T) {
 // addBridgeHost puts a third namespace on a switched pair's bridge, its
 // interface veth0 at addr with the pair's MTU, and returns it as a
 // testbed host.
-func addBridgeHost(t *testing.T, pair *testbed.Pair, addr netip.Prefix) *testbed.Host {
+func addBridgeHost(t *testing.T, pair *hostnet.Pair, addr netip.Prefix) *hostnet.Host {
 	t.Helper()
-	ns, err := testbed.NewNamespace("c")
+	ns, err := hostnet.NewNamespace("c")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	if err := testbed.AddVeth(pair.WAN, "to-c", ns, "veth0", 1500); err != nil {
+	if err := hostnet.AddVeth(pair.WAN, "to-c", ns, "veth0", 1500); err != nil {
 		t.Fatal(err)
 	}
 	wan, err := pair.WAN.Handle()
@@ -670,7 +670,7 @@ func addBridgeHost(t *testing.T, pair *testbed.Pair, addr netip.Prefix) *testbed
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testbed.Host{NS: ns, IfName: "veth0", Ifindex: l.Attrs().Index, MAC: [6]byte(l.Attrs().HardwareAddr), Addr: addr.Addr()}
+	return &hostnet.Host{NS: ns, IfName: "veth0", Ifindex: l.Attrs().Index, MAC: [6]byte(l.Attrs().HardwareAddr), Addr: addr.Addr()}
 }
 
 // TestThirdHostAttack: a third host on the same bridge knows a connected

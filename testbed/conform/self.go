@@ -9,7 +9,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -64,7 +64,7 @@ func RunSelf(ctx context.Context, cfg SelfConfig) (*Report, error) {
 		defer dev.Close()
 		return runAt(ctx, ours, dev, rc, selfBatteryIP, selfBatteryMAC, nil)
 	}
-	pair, err := testbed.NewPair(testbed.PairConfig{})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{})
 	if err != nil {
 		return nil, err
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/sdr"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -110,7 +110,7 @@ func tail(s string, n int) string {
 // device itself misses unicast frames the bridge forwards between ports.)
 func startCapture(t *testing.T, n *Network, path string) func() {
 	t.Helper()
-	stop, err := testbed.StartCapture(n.QEMU, n.HostPort, path, "udp port 4791")
+	stop, err := hostnet.StartCapture(n.QEMU, n.HostPort, path, "udp port 4791")
 	if err != nil {
 		t.Fatal(err)
 	}

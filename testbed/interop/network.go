@@ -8,7 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/hostnet"
 )
 
 // Network joins the guest and an emunic host: namespace QEMU holds a
@@ -16,12 +16,12 @@ import (
 // Host.IfName in namespace Host.NS, carries emunic's AF_XDP port. Captures
 // of the bridge see every frame both ways.
 type Network struct {
-	QEMU   *testbed.Namespace
+	QEMU   *hostnet.Namespace
 	Tap    string
 	Bridge string
 	// HostPort is the bridge port toward the emunic host: capture there.
 	HostPort string
-	Host     *testbed.Host
+	Host     *hostnet.Host
 	// GuestAddr is the guest's address, GuestPrefix it with its prefix.
 	GuestAddr   netip.Addr
 	GuestPrefix string
@@ -43,14 +43,14 @@ func NewNetwork() (*Network, error) {
 
 func (n *Network) build() error {
 	var err error
-	if n.QEMU, err = testbed.NewNamespace("qemu"); err != nil {
+	if n.QEMU, err = hostnet.NewNamespace("qemu"); err != nil {
 		return err
 	}
-	ns, err := testbed.NewNamespace("emunic")
+	ns, err := hostnet.NewNamespace("emunic")
 	if err != nil {
 		return err
 	}
-	n.Host = &testbed.Host{NS: ns, IfName: "veth0", Addr: netip.MustParseAddr("10.77.0.3")}
+	n.Host = &hostnet.Host{NS: ns, IfName: "veth0", Addr: netip.MustParseAddr("10.77.0.3")}
 	h, err := n.QEMU.Handle()
 	if err != nil {
 		return err
@@ -67,7 +67,7 @@ func (n *Network) build() error {
 	}); err != nil {
 		return fmt.Errorf("interop: tap: %w", err)
 	}
-	if err := testbed.AddVeth(n.QEMU, n.HostPort, ns, "veth0", 1500); err != nil {
+	if err := hostnet.AddVeth(n.QEMU, n.HostPort, ns, "veth0", 1500); err != nil {
 		return err
 	}
 	for _, name := range []string{n.Tap, n.HostPort} {

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 )
 
@@ -38,7 +38,7 @@ func BenchmarkForward(b *testing.B) {
 			}
 			// The receiving port's program drops frames to another MAC:
 			// the raw flood is addressed to the wan veth's.
-			wanA := &testbed.Host{NS: topo.WAN, IfName: topo.WANIfA}
+			wanA := &hostnet.Host{NS: topo.WAN, IfName: topo.WANIfA}
 			tx := newSender(b, topo.A, topo.B, size, 0)
 			tx.setDstMAC(macOf(b, topo.WAN, topo.WANIfA))
 			raw, _, rawCPU := flood(b, tx, wanA, b.N, 0)
@@ -106,7 +106,7 @@ func floodEmulator(b *testing.B, topo *linkemu.Topology, tx *sender, cfg link.Co
 // time per frame sent (sender, receiver, emulator, and the kernel's work
 // in their system calls, which includes the veths' XDP: a measure that
 // does not depend on what else keeps the machine busy).
-func flood(b *testing.B, tx *sender, to *testbed.Host, n int, delay time.Duration) (rate float64, received int, cpuPerFrame float64) {
+func flood(b *testing.B, tx *sender, to *hostnet.Host, n int, delay time.Duration) (rate float64, received int, cpuPerFrame float64) {
 	b.Helper()
 	rx := newXSKReceiver(b, to, 0, func() uint64 { return 0 })
 	b.ResetTimer()
@@ -138,7 +138,7 @@ func flood(b *testing.B, tx *sender, to *testbed.Host, n int, delay time.Duratio
 }
 
 // macOf returns the Ethernet address of interface name in ns.
-func macOf(b *testing.B, ns *testbed.Namespace, name string) [6]byte {
+func macOf(b *testing.B, ns *hostnet.Namespace, name string) [6]byte {
 	h, err := ns.Handle()
 	if err != nil {
 		b.Fatal(err)

@@ -38,7 +38,7 @@
 // the place of testbed's bridge. ARP crosses the emulator like any frame
 // (delayed, and lost on a lossy link, as on a real one), or is not needed
 // at all with TopologyConfig.StaticNeighbors. The hosts' veths have TX
-// checksum offload off (testbed.DisableTxChecksum): a veth leaves TCP and
+// checksum offload off (hostnet.DisableTxChecksum): a veth leaves TCP and
 // UDP checksums for the peer to fill, which a frame redirected by XDP to
 // AF_XDP and sent on never gets. The wan namespace's own stack is kept off
 // the link (no IPv6 on its veths).
@@ -55,8 +55,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 // Dir names a direction of the emulated link.
@@ -153,7 +153,7 @@ type side struct {
 // locked to a thread of its own at real-time priority when the process
 // may have it (see RealTime); it raises GOMAXPROCS by one per thread
 // until Close (see addProcs). Close releases it all.
-func Start(ns *testbed.Namespace, ifA, ifB string, ab, ba link.Config) (*Emulator, error) {
+func Start(ns *hostnet.Namespace, ifA, ifB string, ab, ba link.Config) (*Emulator, error) {
 	var e *Emulator
 	err := ns.Do(func() (err error) {
 		e, err = start(ifA, ifB, ab, ba)

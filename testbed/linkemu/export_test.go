@@ -4,7 +4,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/hostnet"
 )
 
 // BareForward forwards every frame arriving on ifA out of ifB, in
@@ -12,7 +12,7 @@ import (
 // model, no delay line and no second thread: the floor a forwarder of
 // two copy-mode AF_XDP hops costs, for BenchmarkForward to compare the
 // emulator with. stop closes both sides and waits for the forwarder.
-func BareForward(ns *testbed.Namespace, ifA, ifB string) (stop func() error, err error) {
+func BareForward(ns *hostnet.Namespace, ifA, ifB string) (stop func() error, err error) {
 	var in, out *side
 	err = ns.Do(func() (err error) {
 		if in, err = openSide(ifA); err != nil {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 // childEnv names the namespace a TestKilledLeavesNothing child runs its
@@ -95,7 +95,7 @@ func TestKilledLeavesNothing(t *testing.T) {
 // and waits to be killed.
 func runChild(t *testing.T, name string) {
 	runtime.LockOSThread()
-	h, err := netns.GetFromPath(testbed.RunDir + "/" + name)
+	h, err := netns.GetFromPath(hostnet.RunDir + "/" + name)
 	if err == nil {
 		err = netns.Set(h)
 	}
@@ -111,7 +111,7 @@ func runChild(t *testing.T, name string) {
 
 // XDPAttached reports whether an XDP program is attached to interface
 // name of ns (exported for the package's external tests).
-func XDPAttached(t *testing.T, ns *testbed.Namespace, name string) bool {
+func XDPAttached(t *testing.T, ns *hostnet.Namespace, name string) bool {
 	t.Helper()
 	h, err := ns.Handle()
 	if err != nil {

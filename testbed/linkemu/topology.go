@@ -9,13 +9,13 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/testbed"
 )
 
 // TopologyConfig describes two hosts joined by an emulated long-haul link.
 type TopologyConfig struct {
-	// Subnet and MTU are testbed.PairConfig's (defaults 10.77.0.0/24 and
+	// Subnet and MTU are hostnet.PairConfig's (defaults 10.77.0.0/24 and
 	// 1500); MTU at most MaxMTU.
 	Subnet netip.Prefix
 	MTU    int
@@ -32,12 +32,12 @@ type TopologyConfig struct {
 // where the emulator forwards between WANIfA (the veth toward host A) and
 // WANIfB.
 type Topology struct {
-	A, B           *testbed.Host
-	WAN            *testbed.Namespace
+	A, B           *hostnet.Host
+	WAN            *hostnet.Namespace
 	WANIfA, WANIfB string
 	Emulator       *Emulator
 
-	pair *testbed.Pair
+	pair *hostnet.Pair
 }
 
 // NewTopology builds the namespaces and links and starts the emulator. On
@@ -48,7 +48,7 @@ type Topology struct {
 // (addresses, one queue per veth, MTU); the emulator takes the bridge's
 // place on the same two veths.
 func NewTopology(cfg TopologyConfig) (*Topology, error) {
-	pair, err := testbed.NewPair(testbed.PairConfig{Subnet: cfg.Subnet, MTU: cfg.MTU, Switched: true})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{Subnet: cfg.Subnet, MTU: cfg.MTU, Switched: true})
 	if err != nil {
 		return nil, fmt.Errorf("linkemu: topology: %w", err)
 	}
@@ -73,8 +73,8 @@ func (t *Topology) build(cfg TopologyConfig) error {
 	}
 	// Frames the hosts' stacks send leave with checksums the veth was
 	// to fill in; redirected through XDP they would arrive unfilled.
-	for _, h := range []*testbed.Host{t.A, t.B} {
-		if err := testbed.DisableTxChecksum(h.NS, h.IfName); err != nil {
+	for _, h := range []*hostnet.Host{t.A, t.B} {
+		if err := hostnet.DisableTxChecksum(h.NS, h.IfName); err != nil {
 			return fmt.Errorf("linkemu: topology: %w", err)
 		}
 	}
@@ -92,7 +92,7 @@ func (t *Topology) build(cfg TopologyConfig) error {
 }
 
 // removeBridge deletes the switched pair's bridge; its ports stay up.
-func removeBridge(wan *testbed.Namespace) error {
+func removeBridge(wan *hostnet.Namespace) error {
 	h, err := wan.Handle()
 	if err != nil {
 		return fmt.Errorf("linkemu: topology: %w", err)
@@ -109,7 +109,7 @@ func removeBridge(wan *testbed.Namespace) error {
 }
 
 // disableIPv6 turns IPv6 off on interface ifname of ns.
-func disableIPv6(ns *testbed.Namespace, ifname string) error {
+func disableIPv6(ns *hostnet.Namespace, ifname string) error {
 	// /proc/sys/net shows the network namespace of the thread that opens it.
 	err := ns.Do(func() error {
 		return os.WriteFile("/proc/sys/net/ipv6/conf/"+ifname+"/disable_ipv6", []byte("1"), 0)
@@ -121,7 +121,7 @@ func disableIPv6(ns *testbed.Namespace, ifname string) error {
 }
 
 // neighbor gives host a permanent neighbour entry for peer.
-func neighbor(host, peer *testbed.Host) error {
+func neighbor(host, peer *hostnet.Host) error {
 	h, err := host.NS.Handle()
 	if err != nil {
 		return fmt.Errorf("linkemu: topology: %w", err)

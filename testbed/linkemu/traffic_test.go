@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sdr-rdma/sdr/emunic/xsk"
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -39,7 +39,7 @@ type sender struct {
 // newSender opens the socket in from's namespace and builds frames of
 // size bytes (at least 64; past the RoCEv2 packet, whose payload is a
 // multiple of 4, an Ethernet trailer) to to, with IPv4 TOS byte tos.
-func newSender(t testing.TB, from, to *testbed.Host, size int, tos uint8) *sender {
+func newSender(t testing.TB, from, to *hostnet.Host, size int, tos uint8) *sender {
 	t.Helper()
 	if size < 64 {
 		t.Fatalf("probe size %d: at least 64", size)
@@ -181,7 +181,7 @@ func (r *xskReceiver) record() received {
 	return c
 }
 
-func newXSKReceiver(t testing.TB, at *testbed.Host, n int, fwd func() uint64) *xskReceiver {
+func newXSKReceiver(t testing.TB, at *hostnet.Host, n int, fwd func() uint64) *xskReceiver {
 	t.Helper()
 	r := &xskReceiver{received: received{seen: make([]int, n), batches: make([]batchArrival, 0, n)},
 		done: make(chan struct{}), fwd: fwd}
@@ -283,7 +283,7 @@ type udpReceiver struct {
 	delays []time.Duration
 }
 
-func newUDPReceiver(t testing.TB, at *testbed.Host) *udpReceiver {
+func newUDPReceiver(t testing.TB, at *hostnet.Host) *udpReceiver {
 	t.Helper()
 	r := &udpReceiver{done: make(chan struct{})}
 	if err := at.NS.Do(func() (err error) {

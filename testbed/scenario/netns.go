@@ -6,8 +6,8 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 )
 
@@ -55,7 +55,7 @@ func (n *Namespaces) Devices(forward, reverse link.Config, seed uint64) (a, b *e
 	return a, b, nil
 }
 
-func openXSKDevice(h *testbed.Host) (*emunic.Device, error) {
+func openXSKDevice(h *hostnet.Host) (*emunic.Device, error) {
 	var port *xsk.Port
 	if err := h.NS.Do(func() (err error) {
 		port, err = xsk.NewPort(xsk.PortConfig{Interface: h.IfName})

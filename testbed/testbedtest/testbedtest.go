@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sdr-rdma/sdr/testbed"
+	"github.com/sdr-rdma/sdr/hostnet"
 )
 
 // RunChecked runs a package's tests (call it from TestMain) and fails the
@@ -27,7 +27,7 @@ import (
 // afterwards, deleting it so the next run starts clean.
 func RunChecked(m *testing.M) int {
 	code := m.Run()
-	if err := testbed.CloseLive(); err != nil {
+	if err := hostnet.CloseLive(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = max(code, 1)
 	}
@@ -79,7 +79,7 @@ func InPrivateMounts(t *testing.T, timeout time.Duration) bool {
 	return false
 }
 
-// Leftover is a namespace a run left in testbed.RunDir, and the identity
+// Leftover is a namespace a run left in hostnet.RunDir, and the identity
 // of the network namespace mounted there, to prove it unmounted later.
 type Leftover struct {
 	Name string
@@ -91,24 +91,24 @@ type Leftover struct {
 	ino  uint64 // nsfs inode of the namespace; 0 for a bare file
 }
 
-// Track records the namespace mounted at testbed.RunDir/name now, for
+// Track records the namespace mounted at hostnet.RunDir/name now, for
 // CheckGone.
 func Track(t testing.TB, name, kind string) Leftover {
 	t.Helper()
 	var st unix.Stat_t
-	if err := unix.Stat(testbed.RunDir+"/"+name, &st); err != nil {
+	if err := unix.Stat(hostnet.RunDir+"/"+name, &st); err != nil {
 		t.Fatalf("testbedtest: %v", err)
 	}
 	return Leftover{Name: name, Kind: kind, ino: st.Ino}
 }
 
-// CheckGone fails t if the leftover's file is still in testbed.RunDir or
+// CheckGone fails t if the leftover's file is still in hostnet.RunDir or
 // any mount of this mount namespace still holds its network namespace or
 // sits on its path (a shadowed one included: /proc/self/mountinfo lists
 // hidden mounts too).
 func (l Leftover) CheckGone(t testing.TB) {
 	t.Helper()
-	path := testbed.RunDir + "/" + l.Name
+	path := hostnet.RunDir + "/" + l.Name
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Errorf("%s (%s): %s is still there (%v)", l.Name, l.Kind, path, err)
 	}
@@ -126,7 +126,7 @@ func (l Leftover) CheckGone(t testing.TB) {
 }
 
 // PlantLeftovers leaves namespaces named with prefix (which must start
-// with testbed.NamePrefix) in testbed.RunDir in every state runs have
+// with hostnet.NamePrefix) in hostnet.RunDir in every state runs have
 // left them, and returns them. Only a child of InPrivateMounts may call
 // it: it breaks RunDir's mounts on purpose, before the testbed set them
 // up, as older testbed versions and iproute2 together did:
@@ -143,7 +143,7 @@ func (l Leftover) CheckGone(t testing.TB) {
 //   - one bare file ("file").
 func PlantLeftovers(t *testing.T, prefix string) []Leftover {
 	t.Helper()
-	if os.Getenv(privateEnv) != t.Name() || !strings.HasPrefix(prefix, testbed.NamePrefix) {
+	if os.Getenv(privateEnv) != t.Name() || !strings.HasPrefix(prefix, hostnet.NamePrefix) {
 		t.Fatal("testbedtest: PlantLeftovers runs only in an InPrivateMounts child, with a testbed prefix")
 	}
 	var out []Leftover
@@ -154,30 +154,30 @@ func PlantLeftovers(t *testing.T, prefix string) []Leftover {
 	}
 	ipNetns(t, "add", prefix+"ip")
 	ipNetns(t, "delete", prefix+"ip")
-	if err := unix.Unmount(testbed.RunDir+"/"+out[1].Name, unix.MNT_DETACH); err != nil {
+	if err := unix.Unmount(hostnet.RunDir+"/"+out[1].Name, unix.MNT_DETACH); err != nil {
 		t.Fatalf("testbedtest: remove the top copy: %v", err)
 	}
-	ns, err := testbed.NewNamespace(strings.TrimPrefix(prefix, testbed.NamePrefix) + "mounted")
+	ns, err := hostnet.NewNamespace(strings.TrimPrefix(prefix, hostnet.NamePrefix) + "mounted")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out = append(out, Track(t, ns.Name, "mounted"))
 	file := prefix + "file"
-	if err := os.WriteFile(testbed.RunDir+"/"+file, nil, 0o444); err != nil {
+	if err := os.WriteFile(hostnet.RunDir+"/"+file, nil, 0o444); err != nil {
 		t.Fatal(err)
 	}
 	return append(out, Leftover{Name: file, Kind: "file"})
 }
 
 // mountUnconventional creates a network namespace and mounts it on
-// testbed.RunDir/name without iproute2's convention, as testbed did before
+// hostnet.RunDir/name without iproute2's convention, as hostnet did before
 // it followed it.
 func mountUnconventional(t *testing.T, name string) {
 	t.Helper()
-	if err := os.MkdirAll(testbed.RunDir, 0o755); err != nil {
+	if err := os.MkdirAll(hostnet.RunDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := testbed.RunDir + "/" + name
+	path := hostnet.RunDir + "/" + name
 	if err := os.WriteFile(path, nil, 0o444); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func ipNetns(t testing.TB, args ...string) {
 // returns a connection to it dialled from from's namespace (5 s to
 // connect): TCP across whatever joins the two hosts. Both are closed when
 // the test ends.
-func EchoConn(tb testing.TB, from, to *testbed.Host) net.Conn {
+func EchoConn(tb testing.TB, from, to *hostnet.Host) net.Conn {
 	tb.Helper()
 	var ln net.Listener
 	if err := to.NS.Do(func() (err error) {

@@ -1,4 +1,4 @@
-package testbed_test
+package hostnet_test
 
 import (
 	"os"
@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
-	"github.com/sdr-rdma/sdr/testbed"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
@@ -23,12 +23,12 @@ func TestPairPings(t *testing.T) {
 }
 
 func testPairPings(t *testing.T, switched bool) {
-	pair, err := testbed.NewPair(testbed.PairConfig{MTU: 2048, Switched: switched})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{MTU: 2048, Switched: switched})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := pair.A, pair.B
-	spaces := []*testbed.Namespace{a.NS, b.NS}
+	spaces := []*hostnet.Namespace{a.NS, b.NS}
 	if pair.WAN != nil {
 		spaces = append(spaces, pair.WAN)
 	}
@@ -37,7 +37,7 @@ func testPairPings(t *testing.T, switched bool) {
 			t.Error(err)
 		}
 		for _, ns := range spaces {
-			if _, err := os.Stat(testbed.RunDir + "/" + ns.Name); !os.IsNotExist(err) {
+			if _, err := os.Stat(hostnet.RunDir + "/" + ns.Name); !os.IsNotExist(err) {
 				t.Errorf("namespace %s left behind", ns.Name)
 			}
 		}
@@ -82,9 +82,9 @@ func TestCoexistsWithIPNetns(t *testing.T) {
 		return
 	}
 	var tracked []testbedtest.Leftover
-	var spaces []*testbed.Namespace
+	var spaces []*hostnet.Namespace
 	for _, role := range []string{"coexist", "coexist"} {
-		ns, err := testbed.NewNamespace(role)
+		ns, err := hostnet.NewNamespace(role)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestCoexistsWithIPNetns(t *testing.T) {
 	for _, l := range tracked {
 		l.CheckGone(t)
 	}
-	if live := testbed.Live(); len(live) != 0 {
+	if live := hostnet.Live(); len(live) != 0 {
 		t.Errorf("still live: %v", live)
 	}
 	if out, err := exec.Command("ip", "-n", "iproute2-keep", "link", "show", "lo").CombinedOutput(); err != nil {
@@ -135,30 +135,30 @@ func TestCloseShadowed(t *testing.T) {
 	if !testbedtest.InPrivateMounts(t, time.Minute) {
 		return
 	}
-	ns, err := testbed.NewNamespace("shadowed")
+	ns, err := hostnet.NewNamespace("shadowed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := testbedtest.Track(t, ns.Name, "shadowed by a bind mount")
 	// Shared, the directory's mounts would propagate unmounts to the copies
 	// a bind makes of them (the point of the convention): undo it first.
-	if err := unix.Mount("", testbed.RunDir, "none", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+	if err := unix.Mount("", hostnet.RunDir, "none", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(testbed.RunDir, testbed.RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if err := unix.Mount(hostnet.RunDir, hostnet.RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		t.Fatal(err)
 	}
 	// A plain unmount and unlink, as `ip netns delete` does, cannot
 	// remove it: the hidden mount keeps the file busy.
-	unix.Unmount(testbed.RunDir+"/"+ns.Name, unix.MNT_DETACH)
-	if err := unix.Unlink(testbed.RunDir + "/" + ns.Name); err != unix.EBUSY {
+	unix.Unmount(hostnet.RunDir+"/"+ns.Name, unix.MNT_DETACH)
+	if err := unix.Unlink(hostnet.RunDir + "/" + ns.Name); err != unix.EBUSY {
 		t.Fatalf("unlink beside a hidden mount: %v, want EBUSY (the test did not shadow the mount)", err)
 	}
 	if err := ns.Close(); err != nil {
 		t.Fatal(err)
 	}
 	l.CheckGone(t)
-	if slices.Contains(testbed.Live(), ns.Name) {
+	if slices.Contains(hostnet.Live(), ns.Name) {
 		t.Errorf("%s still counted live", ns.Name)
 	}
 }
@@ -171,9 +171,9 @@ func TestCleanupLeftovers(t *testing.T) {
 	if !testbedtest.InPrivateMounts(t, time.Minute) {
 		return
 	}
-	planted := testbedtest.PlantLeftovers(t, testbed.NamePrefix+"left-")
+	planted := testbedtest.PlantLeftovers(t, hostnet.NamePrefix+"left-")
 	ipNetns(t, "add", "iproute2-keep")
-	deleted, err := testbed.CleanupLeftovers()
+	deleted, err := hostnet.CleanupLeftovers()
 	if err != nil {
 		t.Fatal(err)
 	}

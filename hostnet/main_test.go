@@ -1,4 +1,4 @@
-package testbed_test
+package hostnet_test
 
 import (
 	"os"

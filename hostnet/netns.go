@@ -1,4 +1,4 @@
-// Package testbed builds test networks out of real kernel objects: hosts
+// Package hostnet builds test networks out of real kernel objects: hosts
 // are network namespaces joined by veth pairs, created and torn down with
 // netlink. Everything it creates is named with NamePrefix so that
 // CleanupLeftovers can find what a crashed run left behind.
@@ -11,7 +11,7 @@
 // while a testbed lives bind-mounts RunDir over the testbed's mounts and
 // leaves them unreachable (see Namespace.Close for how such shadowed
 // mounts are still removed).
-package testbed
+package hostnet
 
 import (
 	"crypto/rand"
