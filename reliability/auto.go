@@ -18,29 +18,39 @@ func (e *Estimator) choose(length int) (Scheme, ec.Params) {
 	if err != nil {
 		return SRRTO, ec.Params{} // a link the models reject: the scheme without assumptions
 	}
-	return fromModel(c)
+	return FromModel(c)
 }
 
-// ModelChoice returns the model's description of the plan (the inverse
-// of Auto's mapping), for predictions beside measurements. The model has
-// no hybrid: Hybrid is described as EC of its code, which repairs no
-// sooner, so its prediction bounds Hybrid's from above.
-func (p Plan) ModelChoice() model.Choice {
-	c := model.Choice{Scheme: model.SRRTO, Alpha: model.DefaultAlpha}
-	switch p.Scheme {
+// ModelChoice returns the model's description of a scheme with code and
+// timeout factor alpha (the inverse of FromModel), for predictions beside
+// measurements, and false for Hybrid and Auto, which the models do not
+// cover (Auto becomes one of the others per transfer).
+func ModelChoice(s Scheme, code ec.Params, alpha float64) (model.Choice, bool) {
+	c := model.Choice{Alpha: alpha}
+	switch s {
+	case SRRTO:
+		c.Scheme = model.SRRTO
 	case SRNACK:
 		c.Scheme = model.SRNACK
-	case EC, Hybrid:
-		c.Scheme, c.K, c.M = model.ECMDS, p.Code.K, p.Code.M
-		if p.Code.Kind == ec.XOR {
+	case EC:
+		c.Scheme, c.K, c.M = model.ECMDS, code.K, code.M
+		if code.Kind == ec.XOR {
 			c.Scheme = model.ECXOR
 		}
+	default:
+		return c, false
 	}
-	return c
+	return c, true
 }
 
-// fromModel maps a model choice to a scheme and code.
-func fromModel(c model.Choice) (Scheme, ec.Params) {
+// ModelChoice is the plan's model description (ModelChoice, with the
+// model's default alpha), and false for Hybrid.
+func (p Plan) ModelChoice() (model.Choice, bool) {
+	return ModelChoice(p.Scheme, p.Code, model.DefaultAlpha)
+}
+
+// FromModel maps a model choice to a scheme and code.
+func FromModel(c model.Choice) (Scheme, ec.Params) {
 	switch c.Scheme {
 	case model.SRNACK:
 		return SRNACK, ec.Params{}

@@ -3,6 +3,9 @@ package reliability
 import (
 	"testing"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/model"
 )
 
 // TestEstimatorBandwidth: the path's rate is the largest recent
@@ -62,5 +65,26 @@ func TestAutoUsesMeasuredRate(t *testing.T) {
 	e.observeRate(30518, time.Second)
 	if s, c := e.choose(64 << 20); s != SRNACK {
 		t.Fatalf("at a measured 1 Gbit/s: %v %v, want sr-nack", s, c)
+	}
+}
+
+// TestModelChoiceRoundTrip: FromModel and ModelChoice are each other's
+// inverse over the schemes the models cover; Hybrid and Auto have no
+// model.
+func TestModelChoiceRoundTrip(t *testing.T) {
+	for _, c := range []model.Choice{
+		{Scheme: model.SRRTO, Alpha: 2}, {Scheme: model.SRNACK, Alpha: 2},
+		{Scheme: model.ECMDS, K: 32, M: 8, Alpha: 2}, {Scheme: model.ECXOR, K: 8, M: 2, Alpha: 2},
+	} {
+		s, code := FromModel(c)
+		back, ok := ModelChoice(s, code, c.Alpha)
+		if !ok || back != c {
+			t.Errorf("%+v -> %v %v -> %+v, %v", c, s, code, back, ok)
+		}
+	}
+	for _, s := range []Scheme{Hybrid, Auto} {
+		if c, ok := ModelChoice(s, ec.Params{Kind: ec.MDS, K: 32, M: 8}, 2); ok {
+			t.Errorf("%v has a model: %+v", s, c)
+		}
 	}
 }

@@ -348,7 +348,10 @@ func TestReliabilityXSK(t *testing.T) {
 				for i, size := range sizes(loss) {
 					sent, recvd := transfer(t, e, size, 0xA5000000+uint32(i), uint64(size)+uint64(loss*1e4))
 					took := recvd.Duration()
-					pred := predict(mlink, size, recvd.Plan.ModelChoice())
+					pred := "none (hybrid)"
+					if c, ok := recvd.Plan.ModelChoice(); ok {
+						pred = predict(mlink, size, c)
+					}
 					t.Logf("%d MiB: %v in %v, model %s; sent %d chunks (%d again, %d parity, %d packets alone), %d decoded, %d fallbacks, %d NACKs",
 						size>>20, recvd.Plan, took.Round(time.Millisecond), pred, sent.ChunksSent, sent.Retransmitted,
 						sent.ParitySent, sent.PacketsResent, recvd.Decoded, recvd.Fallbacks, recvd.NACKs)

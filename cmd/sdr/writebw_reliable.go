@@ -367,8 +367,12 @@ func predictReliable(p *writeBWParams, last reliability.Stats) (float64, string)
 	if err != nil {
 		return 0, "no prediction: " + err.Error()
 	}
+	c, ok := plan.ModelChoice()
+	if !ok {
+		return 0, "no prediction: the models do not cover " + plan.Scheme.String()
+	}
 	l := model.Link{Bandwidth: last.PacingRate, RTT: last.SRTT, Loss: min(loss, model.MaxLoss), ChunkSize: plan.ChunkSize}
-	est, err := model.Predict(l, int64(p.Size), plan.ModelChoice())
+	est, err := model.Predict(l, int64(p.Size), c)
 	if err != nil {
 		return 0, "no prediction: " + err.Error()
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 )
 
@@ -251,22 +250,12 @@ func predict(sc *Scenario, lr LinkResult, size int, s reliability.Scheme) float6
 		return 0
 	}
 	l := model.Link{Bandwidth: lr.RateMbps * 1e6, RTT: time.Duration(lr.RTTMs * 1e6), Loss: loss, ChunkSize: sc.ChunkSize}
-	var c model.Choice
-	switch s {
-	case reliability.SRRTO:
-		c = model.Choice{Scheme: model.SRRTO, Alpha: 2}
-	case reliability.SRNACK:
-		c = model.Choice{Scheme: model.SRNACK, Alpha: 2}
-	case reliability.EC:
-		c = model.Choice{Scheme: model.ECMDS, K: sc.Code.K, M: sc.Code.M, Alpha: 2}
-		if sc.Code.Kind == ec.XOR {
-			c.Scheme = model.ECXOR
-		}
-	case reliability.Auto:
-		if c, err = model.Choose(l, int64(size)); err != nil {
-			return 0
-		}
-	default:
+	c, ok := reliability.ModelChoice(s, sc.Code, model.DefaultAlpha)
+	if s == reliability.Auto {
+		c, err = model.Choose(l, int64(size))
+		ok = err == nil
+	}
+	if !ok {
 		return 0
 	}
 	est, err := model.Predict(l, int64(size), c)

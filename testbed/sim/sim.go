@@ -169,7 +169,7 @@ func (p Point) withDefaults() (Point, error) {
 		if err != nil {
 			return p, fmt.Errorf("sim: auto: %w", err)
 		}
-		p.Scheme, p.Code = fromChoice(c)
+		p.Scheme, p.Code = reliability.FromModel(c)
 	}
 	return p, nil
 }
@@ -177,19 +177,6 @@ func (p Point) withDefaults() (Point, error) {
 // WithDefaults returns p with its defaults filled in and Auto resolved to
 // the scheme it runs, or an error wrapping ErrInvalid.
 func (p Point) WithDefaults() (Point, error) { return p.withDefaults() }
-
-// fromChoice maps a model choice to the engines' scheme and code.
-func fromChoice(c model.Choice) (reliability.Scheme, ec.Params) {
-	switch c.Scheme {
-	case model.SRNACK:
-		return reliability.SRNACK, ec.Params{}
-	case model.ECMDS:
-		return reliability.EC, ec.Params{Kind: ec.MDS, K: c.K, M: c.M}
-	case model.ECXOR:
-		return reliability.EC, ec.Params{Kind: ec.XOR, K: c.K, M: c.M}
-	}
-	return reliability.SRRTO, ec.Params{}
-}
 
 // ModelLink is the point's link as reliability/model sees it: the data
 // direction's long-run loss rate as the per-chunk loss (a chunk is one
@@ -202,21 +189,7 @@ func (p Point) ModelLink() model.Link {
 // false for Hybrid, which the models do not cover. p must have its
 // defaults filled in (WithDefaults).
 func (p Point) ModelChoice() (model.Choice, bool) {
-	c := model.Choice{Alpha: p.Alpha}
-	switch p.Scheme {
-	case reliability.SRRTO:
-		c.Scheme = model.SRRTO
-	case reliability.SRNACK:
-		c.Scheme = model.SRNACK
-	case reliability.EC:
-		c.Scheme, c.K, c.M = model.ECMDS, p.Code.K, p.Code.M
-		if p.Code.Kind == ec.XOR {
-			c.Scheme = model.ECXOR
-		}
-	default:
-		return c, false
-	}
-	return c, true
+	return reliability.ModelChoice(p.Scheme, p.Code, p.Alpha)
 }
 
 // Sample is the outcome of one simulated transfer.
