@@ -416,6 +416,34 @@ func TestSchemeNames(t *testing.T) {
 	}
 }
 
+// TestParseSchemeCode: the commands' one scheme form, a scheme with an
+// optional code for ec and hybrid.
+func TestParseSchemeCode(t *testing.T) {
+	for in, want := range map[string]struct {
+		scheme reliability.Scheme
+		code   ec.Params
+	}{
+		"sr-rto":          {reliability.SRRTO, ec.Params{}},
+		"SR-NACK":         {reliability.SRNACK, ec.Params{}},
+		"ec":              {reliability.EC, ec.Params{}},
+		"ec-mds(32,8)":    {reliability.EC, ec.Params{Kind: ec.MDS, K: 32, M: 8}},
+		"EC-MDS(16,4)":    {reliability.EC, ec.Params{Kind: ec.MDS, K: 16, M: 4}},
+		"hybrid-xor(8,2)": {reliability.Hybrid, ec.Params{Kind: ec.XOR, K: 8, M: 2}},
+		"auto":            {reliability.Auto, ec.Params{}},
+		"hybrid":          {reliability.Hybrid, ec.Params{}},
+	} {
+		s, c, err := reliability.ParseSchemeCode(in)
+		if err != nil || s != want.scheme || c != want.code {
+			t.Errorf("ParseSchemeCode(%q) = %v %v, %v; want %v %v", in, s, c, err, want.scheme, want.code)
+		}
+	}
+	for _, in := range []string{"tcp", "sr-rto-mds(32,8)", "ec-mds(0,8)", "ec-", "auto-xor(8,2)"} {
+		if s, c, err := reliability.ParseSchemeCode(in); err == nil {
+			t.Errorf("ParseSchemeCode(%q) = %v %v, want an error", in, s, c)
+		}
+	}
+}
+
 // TestTimerRaces tunes the retransmission timeout to expire at the very
 // instant a lone chunk's ACK arrives (α = 1 and RTT half the link's round
 // trip plus the ACK delay — none for the completing ACK that ends a coded

@@ -117,6 +117,26 @@ func ParseScheme(s string) (Scheme, error) {
 	return 0, fmt.Errorf("reliability: scheme %q (sr-rto, sr-nack, ec, hybrid, auto): %w", s, ErrInvalid)
 }
 
+// ParseSchemeCode parses a scheme with an optional code, the one form
+// the commands take: "sr-rto", "sr-nack", "auto", "ec" or "hybrid" (code
+// zero: the caller's default), "ec-mds(32,8)", "hybrid-xor(8,2)".
+func ParseSchemeCode(s string) (Scheme, ec.Params, error) {
+	name, code, withCode := strings.Cut(strings.TrimSpace(s), "-")
+	if withCode && (strings.EqualFold(name, "ec") || strings.EqualFold(name, "hybrid")) {
+		p, err := ec.ParseParams(strings.ToLower(code))
+		if err != nil {
+			return 0, ec.Params{}, fmt.Errorf("reliability: scheme %q: %w", s, err)
+		}
+		scheme, _ := ParseScheme(name)
+		return scheme, p, nil
+	}
+	scheme, err := ParseScheme(strings.TrimSpace(s))
+	if err != nil {
+		return 0, ec.Params{}, fmt.Errorf("reliability: scheme %q (sr-rto, sr-nack, ec, hybrid, auto; ec and hybrid optionally with -mds(K,M) or -xor(K,M)): %w", s, ErrInvalid)
+	}
+	return scheme, ec.Params{}, nil
+}
+
 // coded reports whether the scheme sends parity.
 func (s Scheme) coded() bool { return s == EC || s == Hybrid }
 

@@ -133,7 +133,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("sim", simUsage, stderr)
 	fs.StringVar(&f.sizes, "sizes", "128KiB,512KiB,2MiB,8MiB,32MiB,128MiB,512MiB,2GiB,8GiB", "message sizes")
 	fs.StringVar(&f.drops, "drops", "1e-6,1e-5,1e-4,1e-3,1e-2", "drop rates (per chunk = per packet)")
-	fs.StringVar(&f.schemes, "schemes", "sr-rto,sr-nack,ec-xor(32,8),ec-mds(32,8),auto", "schemes")
+	fs.StringVar(&f.schemes, "schemes", "sr-rto,sr-nack,ec-xor(32,8),ec-mds(32,8),auto", "`schemes`, comma-separated, as write-bw -scheme takes them (ec and hybrid without a code: mds(32,8))")
 	fs.DurationVar(&f.rtt, "rtt", 25*time.Millisecond, "round-trip time of the grid")
 	fs.Float64Var(&f.distance, "distance", 0, "one-way fibre distance in km for the grid (overrides -rtt)")
 	fs.StringVar(&f.distances, "distances", "250,1000,2500,5000,10000,20000", "one-way distances (km) of the distance sweep (empty: none)")
@@ -416,33 +416,21 @@ func simParsePositive(s string) (float64, error) {
 	return v, nil
 }
 
-// parseSimScheme parses sr-rto, sr-nack, ec-mds(K,M), ec-xor(K,M), hybrid,
-// hybrid-mds(K,M), hybrid-xor(K,M) or auto.
+// parseSimScheme parses a scheme as every command does
+// (reliability.ParseSchemeCode); ec and hybrid without a code run
+// MDS(32,8).
 func parseSimScheme(s string) (simScheme, error) {
-	name := strings.ToLower(strings.TrimSpace(s))
-	switch name {
-	case "sr-rto":
-		return simScheme{label: name, scheme: reliability.SRRTO}, nil
-	case "sr-nack":
-		return simScheme{label: name, scheme: reliability.SRNACK}, nil
-	case "auto":
-		return simScheme{label: name, scheme: reliability.Auto}, nil
-	case "hybrid":
-		return simScheme{label: "hybrid-mds(32,8)", scheme: reliability.Hybrid, code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}, nil
+	scheme, code, err := reliability.ParseSchemeCode(s)
+	if err != nil {
+		return simScheme{}, err
 	}
-	for _, pre := range []struct {
-		prefix string
-		scheme reliability.Scheme
-	}{{"ec-", reliability.EC}, {"hybrid-", reliability.Hybrid}} {
-		if rest, ok := strings.CutPrefix(name, pre.prefix); ok {
-			code, err := ec.ParseParams(rest)
-			if err != nil {
-				return simScheme{}, fmt.Errorf("scheme %q: %w", s, err)
-			}
-			return simScheme{label: pre.prefix + code.String(), scheme: pre.scheme, code: code}, nil
+	if scheme == reliability.EC || scheme == reliability.Hybrid {
+		if code.K == 0 {
+			code = ec.Params{Kind: ec.MDS, K: 32, M: 8}
 		}
+		return simScheme{label: scheme.String() + "-" + code.String(), scheme: scheme, code: code}, nil
 	}
-	return simScheme{}, fmt.Errorf("scheme %q: want sr-rto, sr-nack, ec-mds(K,M), ec-xor(K,M), hybrid, hybrid-mds(K,M), hybrid-xor(K,M) or auto", s)
+	return simScheme{label: scheme.String(), scheme: scheme}, nil
 }
 
 func simMs(d time.Duration) float64 { return float64(d) / 1e6 }

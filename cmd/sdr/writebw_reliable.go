@@ -102,12 +102,15 @@ func reliableLoopback(f *writeBWFlags, ln net.Listener, client, server *emunic.D
 
 // reliableConfig is the reliability configuration of params.
 func (p *writeBWParams) reliableConfig() (reliability.Config, error) {
-	scheme, err := reliability.ParseScheme(p.Scheme)
+	scheme, code, err := reliability.ParseSchemeCode(p.Scheme)
 	if err != nil {
 		return reliability.Config{}, err
 	}
-	cfg := reliability.Config{Scheme: scheme}
+	cfg := reliability.Config{Scheme: scheme, Code: code}
 	if p.Code != "" {
+		if code.K != 0 {
+			return cfg, fmt.Errorf("-scheme %s names its code: -code %s is one too many", p.Scheme, p.Code)
+		}
 		if cfg.Code, err = ec.ParseParams(p.Code); err != nil {
 			return cfg, err
 		}
