@@ -80,7 +80,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.reverse, "reverse", "", "link `spec` of the reverse direction (default: as -link)")
 	fs.StringVar(&f.sizes, "s", "", "message `sizes`, comma-separated (e.g. 64KiB,1MiB,4MiB)")
 	fs.IntVar(&f.count, "n", 0, "transfers per link, size and scheme")
-	fs.StringVar(&f.schemes, "schemes", "", "`schemes`, comma-separated: rc (NIC go-back-N), uc (no reliability), sr-rto, sr-nack, ec, hybrid, auto")
+	fs.StringVar(&f.schemes, "schemes", "", "`schemes`, comma-separated: rc (NIC go-back-N), uc (no reliability), sr-rto, sr-nack, ec, hybrid, auto; ec and hybrid optionally with their code, e.g. ec-xor(8,2) (else -code)")
 	fs.StringVar(&f.code, "code", "", "erasure `code` of ec and hybrid: mds(k,m) or xor(k,m)")
 	fs.IntVar(&f.mtu, "mtu", 0, "path MTU")
 	fs.IntVar(&f.chunk, "c", 0, "chunk size in bytes (a multiple of the MTU, at most 64 MTUs)")
@@ -228,7 +228,11 @@ func (f *testbedFlags) scenario() (scenario.Scenario, error) {
 		}
 	}
 	if f.schemes != "" {
-		sc.Schemes = strings.Split(f.schemes, ",")
+		schemes, err := simParseList(f.schemes, func(s string) (string, error) { return s, nil })
+		if err != nil {
+			return sc, err
+		}
+		sc.Schemes = schemes
 	}
 	if f.code != "" {
 		if err := sc.Code.UnmarshalText([]byte(f.code)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 )
 
@@ -212,9 +213,12 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 		p.timeout = min(p.timeout, 3*clean+2*rtt)
 		m, err = p.raw(ctx, false)
 	default:
-		s, _ := reliability.ParseScheme(scheme)
-		m, err = p.reliable(ctx, reliability.Config{Scheme: s, Code: sc.Code})
-		row.ModelMs = predict(sc, lr, size, s)
+		s, code, _ := reliability.ParseSchemeCode(scheme) // validated
+		if code.K == 0 {
+			code = sc.Code
+		}
+		m, err = p.reliable(ctx, reliability.Config{Scheme: s, Code: code})
+		row.ModelMs = predict(sc, lr, size, s, code)
 	}
 	if err != nil {
 		return row, err
@@ -241,16 +245,16 @@ func (r *Row) summarize(m *measurement, size int) {
 	r.GoodputMbps = float64(m.completed) * float64(size) * 8 / m.wall.Seconds() / 1e6
 }
 
-// predict is reliability/model's mean completion time for a scheme on the
-// link at its sustained rate, in ms (0 where the models do not cover it:
-// hybrid, chunk loss beyond model.MaxLoss).
-func predict(sc *Scenario, lr LinkResult, size int, s reliability.Scheme) float64 {
+// predict is reliability/model's mean completion time for a scheme and
+// code on the link at its sustained rate, in ms (0 where the models do
+// not cover it: hybrid, chunk loss beyond model.MaxLoss).
+func predict(sc *Scenario, lr LinkResult, size int, s reliability.Scheme, code ec.Params) float64 {
 	loss, err := model.ChunkLoss(lr.Loss, sc.ChunkSize/sc.MTU)
 	if err != nil || loss > model.MaxLoss || lr.RateMbps <= 0 {
 		return 0
 	}
 	l := model.Link{Bandwidth: lr.RateMbps * 1e6, RTT: time.Duration(lr.RTTMs * 1e6), Loss: loss, ChunkSize: sc.ChunkSize}
-	c, ok := reliability.ModelChoice(s, sc.Code, model.DefaultAlpha)
+	c, ok := reliability.ModelChoice(s, code, model.DefaultAlpha)
 	if s == reliability.Auto {
 		c, err = model.Choose(l, int64(size))
 		ok = err == nil

@@ -47,10 +47,12 @@ type Scenario struct {
 	Sizes []int `json:"sizes"`
 	// Count is the transfers per link, size and scheme.
 	Count int `json:"count"`
-	// Schemes are SchemeRC, SchemeUC and reliability's scheme names
-	// (sr-rto, sr-nack, ec, hybrid, auto).
+	// Schemes are SchemeRC, SchemeUC and reliability's schemes as
+	// reliability.ParseSchemeCode reads them (sr-rto, sr-nack, ec,
+	// hybrid, auto; ec and hybrid optionally with a code, ec-xor(8,2)).
 	Schemes []string `json:"schemes"`
-	// Code is the erasure code of ec and hybrid.
+	// Code is the erasure code of ec and hybrid where the scheme names
+	// none.
 	Code ec.Params `json:"code"`
 	// MTU, ChunkSize and Channels shape the SDR QP.
 	MTU       int `json:"mtu"`
@@ -203,8 +205,12 @@ func (s *Scenario) Validate() error {
 		if name == SchemeRC || name == SchemeUC {
 			continue
 		}
-		if _, err := reliability.ParseScheme(name); err != nil {
+		if _, code, err := reliability.ParseSchemeCode(name); err != nil {
 			return errors.Join(ErrInvalid, err)
+		} else if code.K != 0 {
+			if err := code.Validate(); err != nil {
+				return errors.Join(ErrInvalid, err)
+			}
 		}
 	}
 	if i := firstDuplicate(s.Schemes); i >= 0 {

@@ -21,12 +21,19 @@ func TestValidate(t *testing.T) {
 	if err := d.Validate(); err != nil {
 		t.Fatalf("default scenario: %v", err)
 	}
+	coded := scenario.Default()
+	coded.Schemes = []string{"ec", "ec-xor(8,2)", "hybrid-mds(16,4)"}
+	if err := coded.Validate(); err != nil {
+		t.Fatalf("schemes with their codes: %v", err)
+	}
 	for name, edit := range map[string]func(*scenario.Scenario){
 		"bad link":       func(s *scenario.Scenario) { s.Links = []scenario.LinkSpec{{Forward: "rate=fast"}} },
 		"bad reverse":    func(s *scenario.Scenario) { s.Links[0].Reverse = "loss=200%" },
 		"zero size":      func(s *scenario.Scenario) { s.Sizes = []int{0} },
 		"no count":       func(s *scenario.Scenario) { s.Count = 0 },
 		"unknown scheme": func(s *scenario.Scenario) { s.Schemes = []string{"tcp"} },
+		"bad code":       func(s *scenario.Scenario) { s.Schemes = []string{"ec-mds(0,8)"} },
+		"code of sr":     func(s *scenario.Scenario) { s.Schemes = []string{"sr-rto-mds(32,8)"} },
 		"twice":          func(s *scenario.Scenario) { s.Schemes = []string{"ec", "rc", "ec"} },
 		"mtu":            func(s *scenario.Scenario) { s.MTU = 1500 },
 		"chunk":          func(s *scenario.Scenario) { s.ChunkSize = 1000 },
