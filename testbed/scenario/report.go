@@ -41,18 +41,22 @@ func (r *Report) WriteTable(w io.Writer) {
 	sc := &r.Scenario
 	fmt.Fprintf(w, " %d transfers per point   MTU %d B   chunk %d B   %d channels   code %s   every byte verified (SHA-256)\n",
 		sc.Count, sc.MTU, sc.ChunkSize, sc.Channels, sc.Code)
+	width := 8 // the scheme column: as wide as the longest name (ec-xor(8,2))
+	for _, name := range sc.Schemes {
+		width = max(width, len(name))
+	}
 	for _, lr := range r.Links {
 		fmt.Fprintln(w, line)
 		fmt.Fprintf(w, " link: %s\n       RTT %.1f ms, %.2f %% frames lost each way, %.0f Mbit/s sustained clean (the models use it)\n",
 			lr.Link, lr.RTTMs, 100*lr.Loss, lr.RateMbps)
-		fmt.Fprintf(w, " %-8s %-8s %-10s %-9s %-9s %-9s %-10s %-8s %-7s %-7s %s\n",
-			"size", "scheme", "completed", "mean[ms]", "p50[ms]", "max[ms]", "model[ms]", "Mbit/s", "resent", "parity", "plan")
+		fmt.Fprintf(w, " %-8s %-*s %-10s %-9s %-9s %-9s %-10s %-8s %-7s %-7s %s\n",
+			"size", width, "scheme", "completed", "mean[ms]", "p50[ms]", "max[ms]", "model[ms]", "Mbit/s", "resent", "parity", "plan")
 		for _, row := range r.Rows {
 			if row.Link != lr.Link {
 				continue
 			}
 			done := row.Completed > 0
-			fmt.Fprintf(w, " %-8s %-8s %-10s %-9s %-9s %-9s %-10s %-8.1f %-7d %-7d %s\n", SizeName(row.Size), row.Scheme,
+			fmt.Fprintf(w, " %-8s %-*s %-10s %-9s %-9s %-9s %-10s %-8.1f %-7d %-7d %s\n", SizeName(row.Size), width, row.Scheme,
 				fmt.Sprintf("%d/%d", row.Completed, row.Transfers), optMs(row.MeanMs, done), optMs(row.P50Ms, done),
 				optMs(row.MaxMs, done), optMs(row.ModelMs, true), row.GoodputMbps, row.Resent, row.Parity, row.Plans)
 			if row.Corrupt > 0 {
