@@ -45,15 +45,7 @@ func (a *receiverAlone) arrive(d time.Duration, first, n int) {
 func (a *receiverAlone) nacked() []int {
 	a.t.Helper()
 	var chunks []int
-	a.acts = a.r.Actions(a.acts[:0])
-	for _, act := range a.acts {
-		if act.Kind != reliability.ActControl {
-			continue
-		}
-		var m control.Message
-		if err := m.Decode(act.Datagram); err != nil {
-			a.t.Fatal(err)
-		}
+	for _, m := range a.controls() {
 		if m.Type != control.NACK {
 			continue
 		}
