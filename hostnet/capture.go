@@ -23,7 +23,7 @@ func StartCapture(ns *Namespace, ifname, path, filter string) (stop func(), err 
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("testbed: tcpdump: %w", err)
+		return nil, fmt.Errorf("hostnet: tcpdump: %w", err)
 	}
 	ready := make(chan struct{})
 	go func() {
@@ -41,7 +41,7 @@ func StartCapture(ns *Namespace, ifname, path, filter string) (stop func(), err 
 	case <-time.After(10 * time.Second):
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, fmt.Errorf("testbed: tcpdump on %s/%s did not start", ns.Name, ifname)
+		return nil, fmt.Errorf("hostnet: tcpdump on %s/%s did not start", ns.Name, ifname)
 	}
 	stopped := false
 	return func() {

@@ -64,7 +64,7 @@ func CloseLive() error {
 	if len(left) == 0 {
 		return nil
 	}
-	errs := []error{fmt.Errorf("testbed: %w: %d: %v", ErrLeaked, len(left), left)}
+	errs := []error{fmt.Errorf("hostnet: %w: %d: %v", ErrLeaked, len(left), left)}
 	for _, name := range left {
 		errs = append(errs, (&Namespace{Name: name}).Close())
 	}
@@ -103,7 +103,7 @@ func uniqueName(role string) string {
 // unmounted the directory since.
 func prepareRunDir() error {
 	if err := os.MkdirAll(RunDir, 0o755); err != nil {
-		return fmt.Errorf("testbed: %w", err)
+		return fmt.Errorf("hostnet: %w", err)
 	}
 	// iproute2 goes on without the lock when it cannot take it; so do we.
 	if fd, err := unix.Open(RunDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
@@ -117,10 +117,10 @@ func prepareRunDir() error {
 		}
 		// EINVAL: not a mount point yet (or still not, after our bind).
 		if !errors.Is(err, unix.EINVAL) || bound {
-			return fmt.Errorf("testbed: make %s a shared mount: %w", RunDir, err)
+			return fmt.Errorf("hostnet: make %s a shared mount: %w", RunDir, err)
 		}
 		if err := unix.Mount(RunDir, RunDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("testbed: bind-mount %s on itself: %w", RunDir, err)
+			return fmt.Errorf("hostnet: bind-mount %s on itself: %w", RunDir, err)
 		}
 	}
 }
@@ -137,7 +137,7 @@ func NewNamespace(role string) (*Namespace, error) {
 	path := filepath.Join(RunDir, name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {
-		return nil, fmt.Errorf("testbed: create namespace file: %w", err)
+		return nil, fmt.Errorf("hostnet: create namespace file: %w", err)
 	}
 	f.Close()
 	live.Store(name, struct{}{})
@@ -155,28 +155,28 @@ func (n *Namespace) create(path string) error {
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
-		return fmt.Errorf("testbed: current namespace: %w", err)
+		return fmt.Errorf("hostnet: current namespace: %w", err)
 	}
 	defer orig.Close()
 	h, err := netns.New() // switches this thread into it
 	if err != nil {
-		return fmt.Errorf("testbed: create namespace %s: %w", n.Name, err)
+		return fmt.Errorf("hostnet: create namespace %s: %w", n.Name, err)
 	}
 	n.file = os.NewFile(uintptr(h), n.Name)
 	err = unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "none", unix.MS_BIND, "")
 	if err != nil {
-		err = fmt.Errorf("testbed: mount namespace %s: %w", n.Name, err)
+		err = fmt.Errorf("hostnet: mount namespace %s: %w", n.Name, err)
 	} else if lo, lerr := netlink.LinkByName("lo"); lerr != nil {
-		err = fmt.Errorf("testbed: %s: loopback: %w", n.Name, lerr)
+		err = fmt.Errorf("hostnet: %s: loopback: %w", n.Name, lerr)
 	} else if lerr := netlink.LinkSetUp(lo); lerr != nil {
-		err = fmt.Errorf("testbed: %s: bring up lo: %w", n.Name, lerr)
+		err = fmt.Errorf("hostnet: %s: bring up lo: %w", n.Name, lerr)
 	}
 	if serr := netns.Set(orig); serr != nil {
 		// This thread is stuck in the new namespace: do not return it to
 		// the scheduler (a second lock outlives the deferred unlock, and
 		// the runtime ends a thread still locked when its goroutine exits).
 		runtime.LockOSThread()
-		return errors.Join(err, fmt.Errorf("testbed: return to the original namespace: %w", serr))
+		return errors.Join(err, fmt.Errorf("hostnet: return to the original namespace: %w", serr))
 	}
 	return err
 }
@@ -189,16 +189,16 @@ func (n *Namespace) Do(fn func() error) error {
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
-		return fmt.Errorf("testbed: current namespace: %w", err)
+		return fmt.Errorf("hostnet: current namespace: %w", err)
 	}
 	defer orig.Close()
 	if err := netns.Set(n.handle()); err != nil {
-		return fmt.Errorf("testbed: enter %s: %w", n.Name, err)
+		return fmt.Errorf("hostnet: enter %s: %w", n.Name, err)
 	}
 	ferr := fn()
 	if err := netns.Set(orig); err != nil {
 		runtime.LockOSThread() // keep the tainted thread out of the pool
-		return errors.Join(ferr, fmt.Errorf("testbed: leave %s: %w", n.Name, err))
+		return errors.Join(ferr, fmt.Errorf("hostnet: leave %s: %w", n.Name, err))
 	}
 	return ferr
 }
@@ -243,7 +243,7 @@ func deleteNamed(name string) error {
 		return nil
 	}
 	if !errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("testbed: delete namespace %s: %w", name, err)
+		return fmt.Errorf("hostnet: delete namespace %s: %w", name, err)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -253,7 +253,7 @@ func deleteNamed(name string) error {
 		done <- unlinkBeneath(path)
 	}()
 	if err := <-done; err != nil {
-		return fmt.Errorf("testbed: delete namespace %s (its mount is shadowed): %w", name, err)
+		return fmt.Errorf("hostnet: delete namespace %s (its mount is shadowed): %w", name, err)
 	}
 	return nil
 }
@@ -288,7 +288,7 @@ func cleanupMatching(prefix string) ([]string, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("testbed: list namespaces: %w", err)
+		return nil, fmt.Errorf("hostnet: list namespaces: %w", err)
 	}
 	var deleted []string
 	var errs []error

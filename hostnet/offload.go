@@ -36,7 +36,7 @@ func ethtoolValue(ns *Namespace, ifname string, cmd, data uint32) (uint32, error
 	err := ns.Do(func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("testbed: ethtool socket: %w", err)
+			return fmt.Errorf("hostnet: ethtool socket: %w", err)
 		}
 		defer unix.Close(fd)
 		var ifr struct { // struct ifreq with its union's data pointer
@@ -49,7 +49,7 @@ func ethtoolValue(ns *Namespace, ifname string, cmd, data uint32) (uint32, error
 		_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr)))
 		runtime.KeepAlive(&val)
 		if errno != 0 {
-			return fmt.Errorf("testbed: %s: ethtool command %#x: %w", ifname, cmd, errno)
+			return fmt.Errorf("hostnet: %s: ethtool command %#x: %w", ifname, cmd, errno)
 		}
 		return nil
 	})

@@ -104,7 +104,7 @@ func (p *Pair) build(cfg PairConfig) error {
 		defer h.Close()
 		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0", MTU: cfg.MTU}}
 		if err := h.LinkAdd(br); err != nil {
-			return fmt.Errorf("testbed: add bridge: %w", err)
+			return fmt.Errorf("hostnet: add bridge: %w", err)
 		}
 		for _, side := range []struct {
 			host *Host
@@ -121,11 +121,11 @@ func (p *Pair) build(cfg PairConfig) error {
 				err = h.LinkSetUp(l)
 			}
 			if err != nil {
-				return fmt.Errorf("testbed: bridge port %s: %w", side.port, err)
+				return fmt.Errorf("hostnet: bridge port %s: %w", side.port, err)
 			}
 		}
 		if err := h.LinkSetUp(br); err != nil {
-			return fmt.Errorf("testbed: bridge up: %w", err)
+			return fmt.Errorf("hostnet: bridge up: %w", err)
 		}
 	}
 	for _, host := range []*Host{p.A, p.B} {
@@ -156,13 +156,13 @@ func (host *Host) waitOperUp(timeout time.Duration) error {
 	for {
 		l, err := h.LinkByName(host.IfName)
 		if err != nil {
-			return fmt.Errorf("testbed: %s: %w", host.IfName, err)
+			return fmt.Errorf("hostnet: %s: %w", host.IfName, err)
 		}
 		if l.Attrs().OperState == netlink.OperUp {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testbed: %s/%s not operationally up after %v (state %v)", host.NS.Name, host.IfName, timeout, l.Attrs().OperState)
+			return fmt.Errorf("hostnet: %s/%s not operationally up after %v (state %v)", host.NS.Name, host.IfName, timeout, l.Attrs().OperState)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -188,7 +188,7 @@ func AddVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int
 		PeerName:  tmp, PeerNamespace: netlink.NsFd(nsB.handle()),
 	}
 	if err := hA.LinkAdd(veth); err != nil {
-		return fmt.Errorf("testbed: add veth %s/%s: %w", nsA.Name, nameA, err)
+		return fmt.Errorf("hostnet: add veth %s/%s: %w", nsA.Name, nameA, err)
 	}
 	peer, err := hB.LinkByName(tmp)
 	if err == nil {
@@ -198,7 +198,7 @@ func AddVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int
 		err = hB.LinkSetMTU(peer, mtu)
 	}
 	if err != nil {
-		return fmt.Errorf("testbed: configure veth peer %s/%s: %w", nsB.Name, nameB, err)
+		return fmt.Errorf("hostnet: configure veth peer %s/%s: %w", nsB.Name, nameB, err)
 	}
 	return nil
 }
@@ -213,14 +213,14 @@ func (host *Host) configure(subnet netip.Prefix) error {
 	defer h.Close()
 	l, err := h.LinkByName(host.IfName)
 	if err != nil {
-		return fmt.Errorf("testbed: %s: %w", host.IfName, err)
+		return fmt.Errorf("hostnet: %s: %w", host.IfName, err)
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: host.Addr.AsSlice(), Mask: net.CIDRMask(subnet.Bits(), 32)}}
 	if err := h.AddrAdd(l, addr); err != nil {
-		return fmt.Errorf("testbed: address %v: %w", host.Addr, err)
+		return fmt.Errorf("hostnet: address %v: %w", host.Addr, err)
 	}
 	if err := h.LinkSetUp(l); err != nil {
-		return fmt.Errorf("testbed: up %s: %w", host.IfName, err)
+		return fmt.Errorf("hostnet: up %s: %w", host.IfName, err)
 	}
 	if l, err = h.LinkByName(host.IfName); err != nil {
 		return err
