@@ -130,10 +130,25 @@ func (v *Verbs) Run(dev *emunic.Device, timeout time.Duration) error {
 	if _, err := io.ReadFull(conn, done); err != nil {
 		return fmt.Errorf("interop: no \"done\": %w", err)
 	}
-	if !isRead && string(buf[:v.Size]) != string(verbsPattern(v.Size)) {
-		return fmt.Errorf("interop: %s: the buffer does not hold what the peer wrote", v.Op)
+	if !isRead && !awaitBytes(buf[:v.Size], verbsPattern(v.Size), 5*time.Second) {
+		return fmt.Errorf("interop: %s: the buffer does not hold what the peer wrote (device %v)", v.Op, dev.Stats())
 	}
 	return nil
+}
+
+// awaitBytes reports whether buf comes to hold want within timeout. A UC
+// WRITE completes at the requester as soon as it is sent and nothing
+// acknowledges it, so the peer's "done" on TCP can overtake the frames
+// still on their way through the bridge and this device's receive ring.
+func awaitBytes(buf, want []byte, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for string(buf) != string(want) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
 
 type verbsDest struct {
