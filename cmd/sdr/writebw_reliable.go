@@ -239,42 +239,6 @@ type serverVerdict struct {
 	Ends     []int64 `json:"ends"`
 }
 
-// measuredSpan is how long the measured transfers took to complete: from
-// the last warm-up transfer's completion to the last measured one's —
-// with several transfers under way the measured ones began during the
-// warm-up, and counting from their submission would charge them its
-// time. When a measured transfer completed before the warm-up did (a
-// warm-up with a long tail), that is no pipeline's steady state: then
-// from the first measured transfer's start. Without warm-up, from start.
-func measuredSpan(warmup, measured []reliability.Stats, start time.Time) time.Duration {
-	var warmed, firstStart, firstEnd, last time.Time
-	for _, st := range warmup {
-		if st.End.After(warmed) {
-			warmed = st.End
-		}
-	}
-	for _, st := range measured {
-		if firstStart.IsZero() || st.Start.Before(firstStart) {
-			firstStart = st.Start
-		}
-		if firstEnd.IsZero() || st.End.Before(firstEnd) {
-			firstEnd = st.End
-		}
-		if st.End.After(last) {
-			last = st.End
-		}
-	}
-	from := start
-	switch {
-	case len(warmup) == 0 || len(measured) == 0:
-	case warmed.Before(firstEnd):
-		from = warmed
-	default:
-		from = firstStart
-	}
-	return last.Sub(from)
-}
-
 // clientReliable sends Warmup+Iterations transfers and measures the
 // last Iterations of them.
 func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*reliableResult, error) {
@@ -297,23 +261,32 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*re
 	n := p.Warmup + p.Iterations
 	stats := make([]reliability.Stats, n)
 	errs := make([]error, n)
-	next := make(chan int, n)
-	for i := range n {
-		next <- i
-	}
-	close(next)
 	patterns := newReliablePatterns(p.Size)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range p.reliableWindow() {
-		wg.Go(func() {
-			for i := range next {
-				stats[i], errs[i] = s.Write(context.Background(), patterns.of(i), uint32(i))
-			}
-		})
+	// The warm-up completes before the measured transfers begin (as
+	// perftest's iterations do), so that the measured span holds exactly
+	// the measured bytes: with transfers running side by side, a span
+	// that began when the warm-up ended would leave out what the
+	// measured ones had moved by then.
+	write := func(first, last int) {
+		var wg sync.WaitGroup
+		next := make(chan int, last-first)
+		for i := first; i < last; i++ {
+			next <- i
+		}
+		close(next)
+		for range p.reliableWindow() {
+			wg.Go(func() {
+				for i := range next {
+					stats[i], errs[i] = s.Write(context.Background(), patterns.of(i), uint32(i))
+				}
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
-	elapsed := measuredSpan(stats[:p.Warmup], stats[p.Warmup:], start)
+	write(0, p.Warmup)
+	start := time.Now()
+	write(p.Warmup, n)
+	elapsed := time.Since(start)
 	var server serverVerdict
 	if err := bs.RecvJSON(&server); err != nil {
 		return nil, fmt.Errorf("the server's verdict: %w", err)
