@@ -253,9 +253,9 @@ func (s *Sender) run() {
 		case id := <-s.cancels:
 			s.eng.Cancel(time.Now(), id, context.Canceled)
 		case p := <-s.l.ctl:
-			s.eng.HandleControl(time.Now(), p)
+			s.handleControl(time.Now(), p)
 		case <-s.l.timer.C:
-			s.l.drain(s.eng.HandleControl)
+			s.l.drain(s.handleControl)
 			s.eng.HandleTimer(time.Now())
 		case <-s.l.ctx.Done():
 			s.eng.Close(time.Now())
@@ -272,6 +272,16 @@ func (s *Sender) run() {
 		s.eng.Injected(time.Now()) // emunic's sends return once on the wire
 		s.l.arm(s.eng.Deadline())
 	}
+}
+
+// handleControl hands the engine a control datagram, and before it the
+// congestion notifications the QP has drawn (where the backend counts
+// them), so that the ACK's round sees them.
+func (s *Sender) handleControl(now time.Time, p []byte) {
+	if n, err := s.qp.CongestionNotifications(); err == nil {
+		s.eng.HandleCongestion(now, n)
+	}
+	s.eng.HandleControl(now, p)
 }
 
 func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {

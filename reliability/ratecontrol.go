@@ -28,8 +28,13 @@ import (
 //     sends less than arrives is the path's round trip grown, not a
 //     queue: it becomes the floor.
 //   - Loss lowers nothing: on these paths random loss is the link's
-//     nature, not a sign of congestion. (A queue too shallow to delay
-//     noticeably before it overflows is therefore not detected.)
+//     nature, not a sign of congestion. A queue too shallow to delay
+//     noticeably before it overflows is seen only through ECN: a round
+//     in which more than one packet in ecnShare drew a congestion
+//     notification (a CNP, the receiving NIC's answer to CE marks) is a
+//     queued round whatever its round trips show, and its cut is at
+//     least ecnCut. (Fewer are the marks a burst draws from a queue
+//     that is otherwise empty.)
 //   - Startup doubles the rate every round (never beyond three times what
 //     the path delivered lately) until the queue shows — in a round's
 //     minimum, or in eight samples in a row, which ends the round at
@@ -87,6 +92,10 @@ type rateControl struct {
 	// cutRTT is the round trip that made the last cut: while the queue
 	// shrinks below it, the cut works.
 	cutRTT time.Duration
+	// notifications is the QP's count of congestion notifications at the
+	// last look, roundNotifications how much it grew during this round.
+	notifications, roundNotifications uint64
+	chunkPackets                      float64
 	// ceiling is what the path delivered lately when a queue last forced
 	// a cut: near it the probe upward slows (CUBIC's plateau), so that
 	// the rate creeps past the bottleneck instead of overshooting it by
@@ -125,6 +134,14 @@ const (
 	// (Vegas's α): a slow flow's target delay is longer than a fast
 	// one's, so that flows of unequal rates converge.
 	fairQueueBits = 4 * probeBytes * 8
+	// ecnShare: a round is congested when more than one packet in
+	// ecnShare drew a congestion notification.
+	ecnShare = 64
+	// ecnCut is the excess delay a round with congestion notifications
+	// counts as at least: a cut of decreaseGain × ecnCut (10 %), once
+	// per cutSpacing round trips while the marks go on — what DCTCP
+	// cuts when about a fifth of its packets are marked.
+	ecnCut = 0.125
 	// startupLead bounds startup's rate by what the path delivered.
 	startupLead = 3
 	// drainRounds is how many rounds a startup queue may take to drain
@@ -145,7 +162,10 @@ const (
 )
 
 func newRateControl(cfg *Config) rateControl {
-	rc := rateControl{fixed: cfg.FixedRate, cap: cfg.rateCap, chunkBits: float64(cfg.ChunkSize) * 8}
+	rc := rateControl{fixed: cfg.FixedRate, cap: cfg.rateCap, chunkBits: float64(cfg.ChunkSize) * 8, chunkPackets: 1}
+	if cfg.MTU > 0 {
+		rc.chunkPackets = float64(max(1, cfg.ChunkSize/cfg.MTU))
+	}
 	if rc.fixed {
 		rc.rate = cfg.Bandwidth
 		return rc
@@ -205,7 +225,7 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	// stalls of a few milliseconds: with floor/4 the link ran dry in
 	// them (5 % less goodput on a 10 ms path).
 	target := rc.floor + max(rc.floor/2, queueAllowance, time.Duration(fairQueueBits/max(rc.rate, minRate)*1e9))
-	queued := rc.roundRTT > target
+	delayed := rc.roundRTT > target
 	// Startup ends as soon as the latest samples all show a queue
 	// (HyStart's delay test), not at the end of the round: its rate is
 	// up to startupLead times the path's, and the queue grows that fast.
@@ -213,7 +233,10 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	if span < max(srtt, rc.floor) && !early || span <= 0 {
 		return false
 	}
-	queued = queued || early
+	// The share of the round's packets that drew a notification.
+	marks := float64(rc.roundNotifications) / max(1, float64(passed-rc.roundPassed)*rc.chunkPackets)
+	marked := marks*ecnShare > 1
+	queued := delayed || early || marked
 	delivered := float64(passed-rc.roundPassed) * rc.chunkBits / span.Seconds()
 	if span < rc.floor/2 {
 		// A round cut short by the early exit: its few ACKs, a burst or
@@ -226,7 +249,7 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 			rc.queuedRTT = rc.roundRTT
 		}
 		rc.queuedRounds++
-		if rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*97/100 && rc.rate < 0.9*max(delivered, rc.recent[0]) {
+		if delayed && !marked && rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*97/100 && rc.rate < 0.9*max(delivered, rc.recent[0]) {
 			// A queue that does not shrink while the sender sends less
 			// than arrives is no queue: the round trip itself grew (a
 			// longer route, a host that got slower). Take it as the new
@@ -263,11 +286,14 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		// Faster than the path: cut in proportion to the excess delay
 		// (once per round trip, and not while already below what the
 		// path delivers, which drains the queue by itself).
-		if now.Sub(rc.lastCut) < cutSpacing*srtt || rc.roundRTT < rc.cutRTT ||
+		if now.Sub(rc.lastCut) < cutSpacing*srtt || rc.roundRTT < rc.cutRTT && !marked ||
 			rc.rate < 0.9*max(delivered, rc.recent[0]) || rc.limited {
 			break // not this round, draining already, or the tail of a transfer
 		}
-		excess := float64(rc.roundRTT-target) / float64(rc.roundRTT)
+		excess := max(0, float64(rc.roundRTT-target)/float64(rc.roundRTT))
+		if marked {
+			excess = max(excess, min(marks, 1))
+		}
 		lately := max(delivered, rc.recent[0], rc.recent[1], rc.recent[2])
 		if lately == 0 {
 			lately = rc.rate // nothing delivered seen: the cut is the rate's
@@ -317,7 +343,15 @@ func (rc *rateControl) plateau(delivered float64) bool {
 }
 
 func (rc *rateControl) newRound(now time.Time, passed uint64) {
-	rc.roundStart, rc.roundPassed, rc.roundRTT, rc.limited = now, passed, 0, false
+	rc.roundStart, rc.roundPassed, rc.roundRTT, rc.limited, rc.roundNotifications = now, passed, 0, false, 0
+}
+
+// onCongestion takes the QP's count of congestion notifications so far.
+func (rc *rateControl) onCongestion(notifications uint64) {
+	if notifications > rc.notifications {
+		rc.roundNotifications += notifications - rc.notifications
+	}
+	rc.notifications = notifications
 }
 
 // idle tells the controller the sender had nothing to release: the

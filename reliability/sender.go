@@ -681,6 +681,15 @@ func (s *SenderEngine) untime(x *sendXfer, i int) {
 // are SR-RTO's (as reliability/model has them).
 func (s *SenderEngine) timesRepairs(x *sendXfer) bool { return x.plan.Scheme != SRNACK }
 
+// HandleCongestion takes the count of congestion notifications (RoCEv2
+// CNPs: ECN marks on the path, or a receiving host over its backlog) the
+// connection's QP has drawn so far; the driver hands it over before each
+// control datagram. A round in which the count grew is a congested one
+// for the rate control, whatever its round trips show.
+func (s *SenderEngine) HandleCongestion(now time.Time, notifications uint64) {
+	s.rc.onCongestion(notifications)
+}
+
 // HandleTimer runs the timers that are due at now. The first call (or
 // any other call) starts the connection's liveness clock.
 func (s *SenderEngine) HandleTimer(now time.Time) {

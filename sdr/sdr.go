@@ -309,6 +309,18 @@ func (q *QP) SetRateLimit(bitsPerSecond float64) error {
 	return rl.SetRateLimit(bitsPerSecond)
 }
 
+// CongestionNotifications returns how many congestion notifications
+// (RoCEv2 CNPs, the answer to ECN marks on the path) the QP's packets
+// have drawn since it was created, where the backend counts them
+// (backend.CongestionCounter); elsewhere it returns ErrUnsupported.
+func (q *QP) CongestionNotifications() (uint64, error) {
+	cc, ok := q.bqp.(backend.CongestionCounter)
+	if !ok {
+		return 0, fmt.Errorf("sdr: congestion notifications: %w", errors.ErrUnsupported)
+	}
+	return cc.CongestionNotifications(), nil
+}
+
 // Attr returns the QP's attributes with defaults filled in.
 func (q *QP) Attr() QPAttr { return q.attr }
 

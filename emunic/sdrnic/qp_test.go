@@ -273,3 +273,64 @@ func TestForeignMemory(t *testing.T) {
 		t.Errorf("Write from no memory: %v", err)
 	}
 }
+
+// TestCongestionNotifications sends a message over a bottleneck that
+// CE-marks every frame finding a queue: the receiving device answers the
+// marks with CNPs, and the sending QP counts them
+// (sdr.QP.CongestionNotifications, what the reliability layer's rate
+// control reads). Over a link that marks nothing, it counts none.
+func TestCongestionNotifications(t *testing.T) {
+	for _, marking := range []bool{false, true} {
+		cfg := link.Config{Bandwidth: 100e6, QueueBytes: 8 << 20}
+		if marking {
+			cfg.ECNMinBytes, cfg.ECNMaxBytes, cfg.ECNMaxP = 0, 1, 1
+		}
+		toRecv, err := link.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		attr := sdr.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, MaxInFlightBytes: 4 << 20}
+		sq, rq, sctx, rctx := connectedPair(t, emunic.PipeConfig{AToB: toRecv}, sdrnic.Options{}, attr, 2)
+		const size = 256 << 10 // 256 packets, queued behind each other at the bottleneck
+		srcMR, err := sctx.RegisterMemory(make([]byte, size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dstMR, err := rctx.RegisterMemory(make([]byte, size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := rq.PostRecv(dstMR, 0, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sq.PostSend(sdr.SendRequest{MR: srcMR, Length: size, Imm: 1, HasImm: true}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for !h.Done() { // the fence: every frame arrived, marked or not
+			if err := h.Wait(ctx); err != nil {
+				t.Fatalf("marking %v: receive: %v", marking, err)
+			}
+		}
+		marked := toRecv.Counters().CEMarked
+		var n uint64
+		for n == 0 && marking && ctx.Err() == nil { // CNPs cross the other way after the last mark
+			if n, err = sq.CongestionNotifications(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		if !marking {
+			if n, err = sq.CongestionNotifications(); err != nil || n != 0 || marked != 0 {
+				t.Errorf("unmarked link: %d CE frames, %d notifications (%v)", marked, n, err)
+			}
+			continue
+		}
+		t.Logf("%d of 256 frames CE-marked, %d notifications", marked, n)
+		if marked == 0 || n == 0 {
+			t.Errorf("marking link: %d CE frames, %d notifications", marked, n)
+		}
+	}
+}

@@ -53,6 +53,11 @@ type Transport struct {
 	closeOnce sync.Once
 }
 
+var (
+	_ backend.RateLimiter       = (*Transport)(nil)
+	_ backend.CongestionCounter = (*Transport)(nil)
+)
+
 // TransportConfig plugs a backend's per-packet work into a Transport.
 type TransportConfig struct {
 	// Name prefixes the transport's errors ("sdrnic", "dpasim").
@@ -286,6 +291,19 @@ func (t *Transport) SetRateLimit(bitsPerSecond float64) error {
 		}
 	}
 	return nil
+}
+
+// CongestionNotifications returns the CNPs the transport's channel QPs
+// have received (backend.CongestionCounter). It takes each QP's lock in
+// turn.
+func (t *Transport) CongestionNotifications() uint64 {
+	var n uint64
+	for _, row := range t.chans {
+		for _, q := range row {
+			n += q.CongestionStats().CNPs
+		}
+	}
+	return n
 }
 
 // Break makes the transport unusable: Connect and Write return err from

@@ -136,6 +136,17 @@ type RateLimiter interface {
 	SetRateLimit(bitsPerSecond float64) error
 }
 
+// CongestionCounter is a QP that counts the congestion notifications
+// (RoCEv2 CNPs) its channels received. Why: a reliability layer pacing
+// the path learns of a marked queue from them one round trip after the
+// mark, where the queue's delay may never show (a shallow switch buffer
+// overflows first). Optional.
+type CongestionCounter interface {
+	// CongestionNotifications returns how many CNPs the QP's channels have
+	// received since it was created. It never blocks for long.
+	CongestionNotifications() uint64
+}
+
 // Write is a run of packets of one message to inject. Packet k of the
 // message goes to byte k·MTU of the receive buffer of message MsgID in
 // generation Gen.
