@@ -17,15 +17,16 @@ import (
 //     it is the rate at which the receiver passed the sender's chunks:
 //     the newest chunk sent once that an ACK covers, counted in the order
 //     chunks were released, whether or not the chunks before it arrived
-//     (a chunk of many packets is rarely whole on a lossy path). Its
-//     verdict rests on the smallest round-trip sample it saw (a chunk
-//     sent once, Karn's rule)
-//     against the path's floor (the smallest sample of the last 10 s): a
+//     (a chunk of many packets is rarely whole on a lossy path) — in a
+//     round with a queue, what arrived scaled by the path's own chunk
+//     loss instead, since an overflowing queue's drops passed nothing.
+//     Its verdict rests on the smallest round-trip sample it saw (a
+//     chunk sent once, Karn's rule) against the path's floor (the smallest sample of the last 10 s): a
 //     queue is building above floor + the larger of floor/2, 2 ms and
 //     the time fairQueueBits take at the flow's rate (a slower flow
 //     tolerates a longer queue, so flows sharing a bottleneck converge).
-//     A "queue" that does not shrink in four rounds while the sender
-//     sends less than arrives is the path's round trip grown, not a
+//     A "queue" that does not shrink in four rounds after a cut below
+//     what the path delivered is the path's round trip grown, not a
 //     queue: it becomes the floor.
 //   - Loss lowers nothing: on these paths random loss is the link's
 //     nature, not a sign of congestion. A queue too shallow to delay
@@ -73,10 +74,10 @@ type rateControl struct {
 	// round's sample is noisy (ACKs come in bursts).
 	recent [3]float64
 	flat   int // startup rounds in a row whose sample did not grow
-	// queuedRounds counts rounds in a row judged queued, queuedRTT the
-	// smallest round trip among them.
-	queuedRounds int
-	queuedRTT    time.Duration
+	// stuckRounds counts rounds in a row judged queued while the sender
+	// sent less than arrived, stuckRTT the first one's round trip.
+	stuckRounds int
+	stuckRTT    time.Duration
 
 	floor   time.Duration // the smallest round-trip sample of the floor window
 	floorAt time.Time
@@ -84,6 +85,14 @@ type rateControl struct {
 	roundStart  time.Time
 	roundPassed uint64        // the passed count at the round's start
 	roundRTT    time.Duration // the smallest sample of this round (0: none)
+	// roundArrived is the count of chunks sent once that arrived, at the
+	// round's start; losses holds the shares of passed chunks lost in the
+	// last samples (a ring), lossPassed and lossMissed the sample under
+	// way.
+	roundArrived           uint64
+	losses                 [lossSamples]float64
+	nLosses                int
+	lossPassed, lossMissed float64
 	// latest holds the latest round-trip samples, a ring.
 	latest  [startupSamples]time.Duration
 	nLatest int
@@ -134,6 +143,13 @@ const (
 	// (Vegas's α): a slow flow's target delay is longer than a fast
 	// one's, so that flows of unequal rates converge.
 	fairQueueBits = 4 * probeBytes * 8
+	// The path's own chunk loss is the least of the last lossSamples
+	// samples of lossChunks chunks (the rounds' passed chunks, lost or
+	// not); below minArrivedShare of chunks arriving whole the first
+	// time, arrivals tell no rate.
+	lossSamples     = 16
+	lossChunks      = 256
+	minArrivedShare = 0.1
 	// ecnShare: a round is congested when more than one packet in
 	// ecnShare drew a congestion notification.
 	ecnShare = 64
@@ -154,8 +170,10 @@ const (
 	// host's own delays (ACK coalescing, scheduling) stay below it.
 	queueAllowance = 2 * time.Millisecond
 	// staticRounds is how many queued rounds in a row whose round trip
-	// does not fall make the round trip the new floor.
+	// does not fall, below stuckShare of the last cut's ceiling, make the
+	// round trip the new floor.
 	staticRounds = 4
+	stuckShare   = 0.95
 	// floorWindow is how long the floor of the round trip is remembered:
 	// a route change that lengthens the path is learned after it.
 	floorWindow = 10 * time.Second
@@ -202,7 +220,7 @@ func (rc *rateControl) onRTT(now time.Time, sample time.Duration) {
 // (the ones before it lost or not), acked how many chunks ACKs have
 // covered in all, sample the round trip of a chunk sent once (0: none),
 // srtt the smoothed round trip. It reports whether the rate changed.
-func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Duration) bool {
+func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt time.Duration) bool {
 	if rc.fixed {
 		return false
 	}
@@ -218,7 +236,7 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	}
 	span := now.Sub(rc.roundStart)
 	if rc.roundStart.IsZero() || rc.floor == 0 {
-		rc.newRound(now, passed) // no verdict before the path's round trip is known
+		rc.newRound(now, passed, arrived) // no verdict before the path's round trip is known
 		return false
 	}
 	// The allowance keeps a queue standing that covers a busy host's
@@ -237,28 +255,34 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 	marks := float64(rc.roundNotifications) / max(1, float64(passed-rc.roundPassed)*rc.chunkPackets)
 	marked := marks*ecnShare > 1
 	queued := delayed || early || marked
-	delivered := float64(passed-rc.roundPassed) * rc.chunkBits / span.Seconds()
+	delivered := rc.delivered(passed, arrived, delayed || early || marked) * rc.chunkBits / span.Seconds()
 	if span < rc.floor/2 {
 		// A round cut short by the early exit: its few ACKs, a burst or
 		// two, tell no rate.
 		delivered = rc.recent[0]
 	}
 	old := rc.rate
-	if queued && !rc.limited {
-		if rc.queuedRounds == 0 || rc.roundRTT < rc.queuedRTT {
-			rc.queuedRTT = rc.roundRTT
-		}
-		rc.queuedRounds++
-		if delayed && !marked && rc.queuedRounds > staticRounds && rc.roundRTT >= rc.queuedRTT*97/100 && rc.rate < 0.9*max(delivered, rc.recent[0]) {
-			// A queue that does not shrink while the sender sends less
-			// than arrives is no queue: the round trip itself grew (a
-			// longer route, a host that got slower). Take it as the new
-			// floor.
-			rc.floor, rc.floorAt = rc.roundRTT, now
-			rc.queuedRounds, queued = 0, false
-		}
-	} else if !queued {
-		rc.queuedRounds, rc.cutRTT = 0, 0
+	// A queue that does not shrink after a cut below what the path
+	// delivered when the cut was made is no queue: the round trip itself
+	// grew (a longer route, a host that got slower). After staticRounds
+	// such rounds in a row, none of them 3 % below the first, it becomes
+	// the floor. (While the sender paces at what arrives, a standing
+	// queue and a longer path look alike; only a cut tells them apart.)
+	stuck := delayed && !marked && !rc.limited && rc.rate < stuckShare*rc.ceiling &&
+		(rc.stuckRounds == 0 || rc.roundRTT >= rc.stuckRTT*97/100)
+	switch {
+	case !stuck:
+		rc.stuckRounds = 0
+	case rc.stuckRounds == 0:
+		rc.stuckRounds, rc.stuckRTT = 1, rc.roundRTT
+	case rc.stuckRounds >= staticRounds:
+		rc.floor, rc.floorAt = rc.roundRTT, now
+		rc.stuckRounds, queued = 0, false
+	default:
+		rc.stuckRounds++
+	}
+	if !queued {
+		rc.cutRTT = 0
 	}
 	switch {
 	case rc.draining:
@@ -322,7 +346,7 @@ func (rc *rateControl) onAck(now time.Time, passed uint64, sample, srtt time.Dur
 		rc.rate = rc.clamp(rc.rate + step)
 	}
 	rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
-	rc.newRound(now, passed)
+	rc.newRound(now, passed, arrived)
 	return rc.rate != old
 }
 
@@ -342,8 +366,38 @@ func (rc *rateControl) plateau(delivered float64) bool {
 	return rc.flat >= 2
 }
 
-func (rc *rateControl) newRound(now time.Time, passed uint64) {
-	rc.roundStart, rc.roundPassed, rc.roundRTT, rc.limited, rc.roundNotifications = now, passed, 0, false, 0
+func (rc *rateControl) newRound(now time.Time, passed, arrived uint64) {
+	rc.roundStart, rc.roundPassed, rc.roundArrived, rc.roundRTT, rc.limited, rc.roundNotifications = now, passed, arrived, 0, false, 0
+}
+
+// delivered returns how many chunks the round got past the bottleneck:
+// those it passed, lost or not, when no queue could have dropped them (a
+// round without one); otherwise those that arrived, scaled by the path's
+// own chunk loss — the least share lost in the recent samples of
+// lossChunks chunks each (a queue's drops only add to it) — since a
+// queue that overflowed passed nothing of what it dropped. (Where nearly
+// every chunk sent once is lost — many packets to a chunk, heavy loss —
+// arrivals tell nothing: then all that passed.)
+func (rc *rateControl) delivered(passed, arrived uint64, queued bool) float64 {
+	n, got := float64(passed-rc.roundPassed), float64(arrived-rc.roundArrived)
+	if n <= 0 {
+		return 0
+	}
+	rc.lossPassed += n
+	rc.lossMissed += max(0, n-got)
+	if rc.lossPassed >= lossChunks {
+		rc.losses[rc.nLosses%len(rc.losses)] = rc.lossMissed / rc.lossPassed
+		rc.nLosses++
+		rc.lossPassed, rc.lossMissed = 0, 0
+	}
+	if !queued || rc.nLosses == 0 {
+		return n
+	}
+	arriving := 1 - slices.Min(rc.losses[:min(rc.nLosses, len(rc.losses))])
+	if arriving < minArrivedShare {
+		return n
+	}
+	return got / arriving
 }
 
 // onCongestion takes the QP's count of congestion notifications so far.

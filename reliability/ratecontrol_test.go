@@ -21,6 +21,10 @@ type bottleneck struct {
 	// at ecnMax, all above; zero ecnMax: no marking. Each marked packet
 	// draws a notification.
 	ecnMin, ecnMax, ecnMaxP float64
+	// chunkLoss is the share of delivered chunks that arrive incomplete
+	// the first time (random loss, repaired later: no ACK of a chunk
+	// sent once).
+	chunkLoss float64
 
 	rng     *rand.Rand
 	queue   float64 // bits
@@ -35,6 +39,7 @@ type fluidFlow struct {
 	start   time.Time
 	srtt    time.Duration
 	served  float64 // bits delivered so far
+	arrived float64 // of them, in chunks complete the first time
 	passed  float64 // and dropped
 	marked  float64 // packets that drew a notification
 	history []fluidAck
@@ -42,10 +47,11 @@ type fluidFlow struct {
 
 // fluidAck is what an ACK leaving the receiver at a step carries.
 type fluidAck struct {
-	served float64
-	passed float64 // served, and dropped at the queue (what the sender released before the newest chunk acknowledged)
-	rtt    time.Duration
-	marked float64
+	served  float64
+	arrived float64
+	passed  float64 // served, and dropped at the queue (what the sender released before the newest chunk acknowledged)
+	rtt     time.Duration
+	marked  float64
 }
 
 const (
@@ -93,10 +99,11 @@ func (b *bottleneck) run(d time.Duration) {
 		for _, f := range b.flows {
 			if offered > 0 {
 				f.served += served * f.rc.rate * dt / offered
+				f.arrived += (1 - b.chunkLoss) * served * f.rc.rate * dt / offered
 				f.passed += (served + drop) * f.rc.rate * dt / offered
 				f.marked += marking * served * f.rc.rate * dt / offered / (8 * fluidMTU)
 			}
-			f.history = append(f.history, fluidAck{served: f.served, passed: f.passed, rtt: b.floor + delay, marked: f.marked})
+			f.history = append(f.history, fluidAck{served: f.served, arrived: f.arrived, passed: f.passed, rtt: b.floor + delay, marked: f.marked})
 			if len(f.history) <= lag || b.rng.Float64() >= ackShare {
 				continue // no ACK this step: they come in bursts
 			}
@@ -106,7 +113,7 @@ func (b *bottleneck) run(d time.Duration) {
 			}
 			f.srtt = (7*f.srtt + a.rtt) / 8
 			f.rc.onCongestion(uint64(a.marked))
-			f.rc.onAck(b.now, uint64(a.passed/(8*fluidChunk)), a.rtt, f.srtt)
+			f.rc.onAck(b.now, uint64(a.passed/(8*fluidChunk)), uint64(a.arrived/(8*fluidChunk)), a.rtt, f.srtt)
 		}
 	}
 }
@@ -207,7 +214,7 @@ func TestRateControlWithoutDeliveries(t *testing.T) {
 	start := rc.rate
 	for range 100 {
 		now = now.Add(250 * time.Microsecond)
-		rc.onAck(now, 0, time.Millisecond, time.Millisecond)
+		rc.onAck(now, 0, 0, time.Millisecond, time.Millisecond)
 	}
 	if rc.rate != start {
 		t.Fatalf("rate %.1f Mbit/s after rounds without deliveries, started at %.1f", rc.rate/1e6, start/1e6)
@@ -215,7 +222,7 @@ func TestRateControlWithoutDeliveries(t *testing.T) {
 	// Fence: with deliveries the same rounds do move it.
 	for i := range 100 {
 		now = now.Add(250 * time.Microsecond)
-		rc.onAck(now, uint64(i), time.Millisecond, time.Millisecond)
+		rc.onAck(now, uint64(i), uint64(i), time.Millisecond, time.Millisecond)
 	}
 	if rc.rate == start {
 		t.Fatal("the rate did not move with deliveries either")
@@ -252,5 +259,61 @@ func TestRateControlECN(t *testing.T) {
 	}
 	if share > 0.005 {
 		t.Errorf("%.2f %% of the bits dropped after startup", 100*share)
+	}
+}
+
+// TestRateControlLongerPath: the path's round trip grows from 10 to 30 ms
+// (a new route) under a flow that fills it. The longer round trip reads
+// as a standing queue at first; once rounds that send less than arrives
+// show it does not shrink, it becomes the floor, and the flow fills the
+// link again rather than cutting on a queue that is not there.
+func TestRateControlLongerPath(t *testing.T) {
+	const rate = 1e9
+	b := newBottleneck(rate, 10*time.Millisecond, 8e6*8)
+	f := b.add()
+	b.run(time.Second)
+	b.floor = 30 * time.Millisecond
+	b.run(3 * time.Second)
+	got := b.deliveredSince(f, 2*time.Second)
+	t.Logf("delivered %.3f of the link; floor %v", got/rate, f.rc.floor)
+	if f.rc.floor < 25*time.Millisecond {
+		t.Errorf("floor %v after the round trip grew to 30 ms", f.rc.floor)
+	}
+	if got < 0.9*rate {
+		t.Errorf("delivered %.1f Mbit/s on a %.0f Mbit/s bottleneck", got/1e6, rate/1e6)
+	}
+}
+
+// TestRateControlOvershoot: startup ends believing the path far faster
+// than it is (delivery samples that count what an overflowing queue
+// dropped as passed), so the sender paces above the link and the deep
+// queue stays full. What the rounds passed is then corrected by what
+// arrived, so the cuts reach below the link; the full queue's round trip
+// does not become the floor; the flow ends at the link's rate with
+// nothing dropped. With random chunk loss too (4 %: 4-packet chunks at
+// 1 % packet loss; 47 %: 64-packet ones), which the correction must not
+// take for the queue's.
+func TestRateControlOvershoot(t *testing.T) {
+	const rate = 1e9
+	for _, chunkLoss := range []float64{0, 0.04, 0.47} {
+		b := newBottleneck(rate, 10*time.Millisecond, 8e6*8)
+		b.chunkLoss = chunkLoss
+		f := b.add()
+		b.run(100 * time.Millisecond)
+		f.rc.startup, f.rc.draining, f.rc.drainingRounds = false, true, 0
+		f.rc.cruise, f.rc.rate = 2.8*rate, 1.4*rate
+		b.run(3 * time.Second)
+		dropped := b.dropped
+		b.run(2 * time.Second)
+		got := b.deliveredSince(f, 2*time.Second)
+		t.Logf("chunk loss %.2f: delivered %.3f of the link; floor %v; dropped in the last 2 s %.0f kB",
+			chunkLoss, got/rate, f.rc.floor, (b.dropped-dropped)/8e3)
+		if f.rc.floor > 15*time.Millisecond {
+			t.Errorf("chunk loss %.2f: floor %v on a 10 ms path: a full queue became the floor", chunkLoss, f.rc.floor)
+		}
+		if got < 0.95*rate || b.dropped > dropped {
+			t.Errorf("chunk loss %.2f: delivered %.1f Mbit/s on a %.0f Mbit/s bottleneck, %.0f kB dropped",
+				chunkLoss, got/1e6, rate/1e6, (b.dropped-dropped)/8e3)
+		}
 	}
 }

@@ -30,11 +30,12 @@ type SenderEngine struct {
 	repairs, fresh []pendingSend
 	// released counts the chunks handed over, in order; passed is the
 	// count up to the newest chunk sent once that an ACK covered (lost
-	// ones before it included: the rate control's measure of the path).
-	released, passed uint64
-	departures       []departure // recent runs: for round-trip samples
-	forgotten        uint64      // the release count below which departures are gone
-	rateAnnounced    bool        // an ActRate went out
+	// ones before it included: the rate control's measure of the path),
+	// arrived how many chunks sent once an ACK covered.
+	released, passed, arrived uint64
+	departures                []departure // recent runs: for round-trip samples
+	forgotten                 uint64      // the release count below which departures are gone
+	rateAnnounced             bool        // an ActRate went out
 	// silent counts retransmission timeouts in a row with no answer from
 	// the receiver in between: timers back off by it (and only then);
 	// lastAnswer is when the receiver last answered (any ACK, NACK or
@@ -917,6 +918,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 			// count everything released before it, still queued, as
 			// delivered.
 			s.passed = max(s.passed, x.order[i])
+			s.arrived++
 			newest = max(newest, x.order[i])
 		}
 	}
@@ -944,7 +946,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 			s.observeRTT(sample)
 		}
 	}
-	if s.rc.onAck(now, s.passed, sample, s.srtt) {
+	if s.rc.onAck(now, s.passed, s.arrived, sample, s.srtt) {
 		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
 	}
 	if m.AckFlags&control.AckImmMissing != 0 && now.Sub(x.lastImm) >= s.cfg.RTT {
