@@ -345,7 +345,12 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		}
 		rc.rate = rc.clamp(rc.rate + step)
 	}
-	rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
+	if !rc.limited || delivered > max(rc.recent[0], rc.recent[1], rc.recent[2]) {
+		// A round the sender was short of data for tells what it
+		// offered, not what the path takes: it may raise the estimate
+		// (BBR's application-limited samples), never lower it.
+		rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
+	}
 	rc.newRound(now, passed, arrived)
 	return rc.rate != old
 }

@@ -42,6 +42,8 @@ type fluidFlow struct {
 	arrived float64 // of them, in chunks complete the first time
 	passed  float64 // and dropped
 	marked  float64 // packets that drew a notification
+	idle    bool    // the sender has next to nothing to send (a repair now and then: fluidTrickle)
+	stalled bool    // the same, but the controller is not told (the sender waits for the receiver's credit)
 	history []fluidAck
 }
 
@@ -57,7 +59,9 @@ type fluidAck struct {
 const (
 	fluidChunk = 4096
 	fluidMTU   = 1024
-	ackShare   = 0.3 // the share of steps an ACK comes in
+	// fluidTrickle is what an idle flow sends: a repair now and then.
+	fluidTrickle = 10e6
+	ackShare     = 0.3 // the share of steps an ACK comes in
 )
 
 func newBottleneck(rate float64, floor time.Duration, capacity float64) *bottleneck {
@@ -80,7 +84,7 @@ func (b *bottleneck) run(d time.Duration) {
 		dt := b.step.Seconds()
 		offered := 0.0
 		for _, f := range b.flows {
-			offered += f.rc.rate * dt
+			offered += f.offer() * dt
 		}
 		served := min(b.queue+offered, b.rate*dt)
 		b.queue += offered - served
@@ -98,10 +102,11 @@ func (b *bottleneck) run(d time.Duration) {
 		}
 		for _, f := range b.flows {
 			if offered > 0 {
-				f.served += served * f.rc.rate * dt / offered
-				f.arrived += (1 - b.chunkLoss) * served * f.rc.rate * dt / offered
-				f.passed += (served + drop) * f.rc.rate * dt / offered
-				f.marked += marking * served * f.rc.rate * dt / offered / (8 * fluidMTU)
+				share := f.offer() * dt / offered
+				f.served += served * share
+				f.arrived += (1 - b.chunkLoss) * served * share
+				f.passed += (served + drop) * share
+				f.marked += marking * served * share / (8 * fluidMTU)
 			}
 			f.history = append(f.history, fluidAck{served: f.served, arrived: f.arrived, passed: f.passed, rtt: b.floor + delay, marked: f.marked})
 			if len(f.history) <= lag || b.rng.Float64() >= ackShare {
@@ -116,6 +121,18 @@ func (b *bottleneck) run(d time.Duration) {
 			f.rc.onAck(b.now, uint64(a.passed/(8*fluidChunk)), uint64(a.arrived/(8*fluidChunk)), a.rtt, f.srtt)
 		}
 	}
+}
+
+// offer returns the rate f sends at: its pacing rate, or a trickle while
+// it is idle (and then tells its controller so).
+func (f *fluidFlow) offer() float64 {
+	if f.idle {
+		f.rc.idle()
+	}
+	if f.idle || f.stalled {
+		return min(f.rc.rate, fluidTrickle)
+	}
+	return f.rc.rate
 }
 
 // deliveredSince returns what f delivered in the last d, in bit/s.
@@ -314,6 +331,41 @@ func TestRateControlOvershoot(t *testing.T) {
 		if got < 0.95*rate || b.dropped > dropped {
 			t.Errorf("chunk loss %.2f: delivered %.1f Mbit/s on a %.0f Mbit/s bottleneck, %.0f kB dropped",
 				chunkLoss, got/1e6, rate/1e6, (b.dropped-dropped)/8e3)
+		}
+	}
+}
+
+// TestRateControlAfterIdle: a flow that fills the path, then has nothing
+// to send for a while (the tail of a transfer, the application between
+// transfers), then sends again: the rounds it was short of data say how
+// much it offered, not what the path takes, so it resumes at the link's
+// rate instead of the trickle of its idle rounds — also when its first
+// rounds back bring little (it waits a round trip for the receiver's
+// credit), and when startup had not ended (a path whose queue never
+// showed before the flow went idle).
+func TestRateControlAfterIdle(t *testing.T) {
+	const rate = 1e9
+	for _, name := range []string{"after startup", "in startup"} {
+		b := newBottleneck(rate, 10*time.Millisecond, 8e6*8)
+		f := b.add()
+		if name == "after startup" {
+			b.run(time.Second)
+		} else {
+			b.run(60 * time.Millisecond)
+			if !f.rc.startup {
+				t.Fatalf("%s: startup ended within 60 ms", name)
+			}
+		}
+		f.idle = true
+		b.run(500 * time.Millisecond)
+		f.idle, f.stalled = false, true
+		b.run(25 * time.Millisecond)
+		f.stalled = false
+		b.run(300 * time.Millisecond)
+		got := b.deliveredSince(f, 200*time.Millisecond)
+		t.Logf("%s: delivered %.3f of the link in the 200 ms after resuming; rate %.1f Mbit/s", name, got/rate, f.rc.rate/1e6)
+		if got < 0.9*rate {
+			t.Errorf("%s: delivered %.1f Mbit/s after an idle spell on a %.0f Mbit/s bottleneck", name, got/1e6, rate/1e6)
 		}
 	}
 }

@@ -946,6 +946,11 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 			s.observeRTT(sample)
 		}
 	}
+	if len(s.repairs) == 0 && len(s.fresh) == 0 {
+		// Nothing waits to leave (a transfer's tail, or a new one waiting
+		// for its credit): the round says what the sender offered.
+		s.rc.idle()
+	}
 	if s.rc.onAck(now, s.passed, s.arrived, sample, s.srtt) {
 		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
 	}
