@@ -749,15 +749,23 @@ type renack struct {
 func (e renack) Less(o renack) bool { return e.due.Before(o.due) }
 
 // repaired learns from chunk i, NACKed, arriving now: sooner than half
-// the path's round trip after the last NACK it cannot be its repair, and
-// the reorder window grows; otherwise the repair has overtaken those of
+// the path's round trip after the last NACK it cannot be its repair —
+// after the only NACK it is the original, late, and the reorder window
+// grows; otherwise the repair has overtaken those of
 // holes NACKed earlier, and of a hole NACKed once it samples the repair's
 // latency.
 func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 	d := now.Sub(x.stats.Start.Add(time.Duration(x.nackedAt[i]-1) * time.Microsecond))
+	if d < r.est.RTT()/2 && x.nackedN[i] > 1 {
+		// An earlier NACK's repair, late: the hole was asked for again
+		// before its repair was due, which says nothing of reordering on
+		// the path (at 30 % loss most holes are asked for more than once),
+		// and no sample.
+		return
+	}
 	if d < r.est.RTT()/2 {
-		// The original or an earlier repair, late: the (re-)NACK was
-		// spurious, and no sample.
+		// The original, late: the NACK was spurious (reordering), and no
+		// sample.
 		x.spurious = true
 		r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
 		return

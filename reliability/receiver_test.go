@@ -223,3 +223,54 @@ func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
 		t.Errorf("re-NACK waits %v -> %v: no backoff once nothing arrived", gaps[0], gaps[3])
 	}
 }
+
+// TestLateRepairKeepsReorderWindow: a NACKed chunk that arrives sooner
+// than half a round trip after its last NACK is not that NACK's repair.
+// After the only NACK it is the original, late — the path reorders, and
+// the reorder window widens, so the next hole waits longer for its NACK.
+// After a re-NACK it is the first NACK's repair, late — which says
+// nothing of reordering (at 30 % loss most holes are NACKed more than
+// once), and the window stays: the next hole is NACKed as soon as before.
+func TestLateRepairKeepsReorderWindow(t *testing.T) {
+	cfg := reliability.Config{Scheme: reliability.SRNACK, RTT: 10 * time.Millisecond, ReorderWindow: time.Millisecond, FixedRate: true}
+	for _, renacked := range []bool{false, true} {
+		a := newReceiverAlone(t, cfg, 64)
+		a.arrive(5*time.Millisecond, 0, 3)
+		a.arrive(0, 4, 1)
+		a.arrive(2*time.Millisecond, 5, 1)
+		if got := a.nacked(); len(got) != 1 || got[0] != 3 {
+			t.Fatalf("NACKed %v, want [3]", got)
+		}
+		for i := 0; renacked; i++ {
+			due, ok := a.r.Deadline()
+			if !ok || i == 10 {
+				t.Fatal("hole 3 was not NACKed again")
+			}
+			a.now = due
+			a.r.HandleTimer(a.now)
+			if got := a.nacked(); len(got) == 1 && got[0] == 3 {
+				break
+			}
+		}
+		a.arrive(time.Millisecond, 3, 1) // 1 ms after the last NACK: late
+		// Hole 7, passed by chunk 8; chunk 9 comes 1.5 ms later, past a
+		// 1 ms window but within a widened one.
+		a.arrive(0, 6, 1)
+		a.arrive(0, 8, 1)
+		a.arrive(1500*time.Microsecond, 9, 1)
+		got := a.nacked()
+		if renacked && (len(got) != 1 || got[0] != 7) {
+			t.Errorf("after a re-NACKed hole's late repair: NACKed %v at 1.5 ms, want [7] (window kept)", got)
+		}
+		if !renacked {
+			if len(got) != 0 {
+				t.Errorf("after the original came late: NACKed %v at 1.5 ms, want none (window widened)", got)
+			}
+			// Fence: the hole is NACKed once the widened window has passed.
+			a.arrive(2*time.Millisecond, 10, 1)
+			if got := a.nacked(); len(got) != 1 || got[0] != 7 {
+				t.Errorf("after the original came late: NACKed %v at 3.5 ms, want [7]", got)
+			}
+		}
+	}
+}
