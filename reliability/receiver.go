@@ -31,11 +31,10 @@ type ReceiverEngine struct {
 
 	est  Estimator
 	live liveness
-	// pingSeq numbers the receiver's own PINGs, pingAt is when the last
-	// went out: a PONG's round trip is the estimator's cleanest sample
-	// (a CTS's includes however long the sender took to start).
-	pingSeq uint64
-	pingAt  time.Time
+	// pings times the receiver's own PINGs: a PONG's round trip is the
+	// estimator's cleanest sample (a CTS's includes however long the
+	// sender took to start).
+	pings pingClock
 	// reorder is the reorder window in force: Config.ReorderWindow,
 	// doubled (up to maxReorder) each time a chunk NACKed once arrives
 	// sooner than its repair could have — it was late, not lost — and
@@ -233,8 +232,8 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 }
 
 // Receiver ping timing: a PING every receiverPingEvery while transfers
-// are posted keeps the round trip fresh; until the first PONG, one every
-// pingInterval while a transfer waits, at most firstPings of them.
+// are posted keeps the round trip fresh; until the first PONG, retries
+// as pingClock spaces them while a transfer waits, at most firstPings.
 const (
 	receiverPingEvery = time.Second
 	firstPings        = 10
@@ -246,16 +245,14 @@ func (r *ReceiverEngine) pingDue(now time.Time) bool {
 		return false
 	}
 	if r.est.nPing == 0 {
-		return r.pingSeq < firstPings && (r.pingSeq == 0 || now.Sub(r.pingAt) >= pingInterval)
+		return r.pings.seq < firstPings && (r.pings.seq == 0 || !now.Before(r.pings.retryAt()))
 	}
-	return now.Sub(r.pingAt) >= receiverPingEvery
+	return now.Sub(r.pings.last()) >= receiverPingEvery
 }
 
 // ping sends the next PING.
 func (r *ReceiverEngine) ping(now time.Time) {
-	r.pingSeq++
-	r.pingAt = now
-	r.msg = control.Message{Type: control.Ping, Transfer: r.pingSeq}
+	r.msg = control.Message{Type: control.Ping, Transfer: r.pings.next(now)}
 	r.send()
 }
 
@@ -292,8 +289,8 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 	for _, c := range r.confirming {
 		consider(c.at)
 	}
-	if len(r.active) > 0 && r.est.nPing == 0 && r.pingSeq < firstPings {
-		consider(r.pingAt.Add(pingInterval))
+	if len(r.active) > 0 && r.est.nPing == 0 && r.pings.seq < firstPings {
+		consider(r.pings.retryAt())
 	}
 	for _, x := range r.active {
 		consider(x.deadline)
@@ -782,6 +779,10 @@ func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 	r.repairRTT = (7*r.repairRTT + d) / 8
 }
 
+// nackTwiceLoss is the packet loss from which NACKs go out twice: at 5 %
+// a NACK and its copy are both lost 0.25 % of the time.
+const nackTwiceLoss = 0.05
+
 // maxReorder bounds the adaptive reorder window (unless the configured
 // one is larger): a busy host delays a chunk by milliseconds.
 const maxReorder = 10 * time.Millisecond
@@ -897,11 +898,17 @@ func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 
 // nackRanges asks for the data chunks that gen emits: runs of whole
 // chunks in NACKs and, with a packet view, the missing packets of chunks
-// that are mostly there in PNACKs.
+// that are mostly there in PNACKs — each datagram twice where the path
+// loses nackTwiceLoss of its packets or more (a lost NACK costs its holes
+// a round; the sender ignores the second copy, see justSent).
 func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
 	perRange, perEntry := control.MaxNackRanges(r.cfg.ControlMTU), control.MaxPacketNackEntries(r.cfg.ControlMTU)
 	r.nack = control.Message{Type: control.NACK, Transfer: x.id, Ranges: r.nack.Ranges[:0]}
 	r.pnack = control.Message{Type: control.PacketNACK, Transfer: x.id, Packets: r.pnack.Packets[:0]}
+	copies := 1
+	if r.est.total > 0 && 1-math.Pow(1-r.est.Loss(), 1/float64(x.packetsOf(0))) >= nackTwiceLoss {
+		copies = 2
+	}
 	flush := func(m *control.Message) {
 		if len(m.Ranges)+len(m.Packets) == 0 {
 			return
@@ -911,7 +918,9 @@ func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int
 		if err != nil {
 			panic(fmt.Sprintf("reliability: encoding %v: %v", m.Type, err)) // sizes are bounded by construction
 		}
-		r.actions = append(r.actions, Action{Kind: ActControl, Transfer: x.id, Datagram: p})
+		for range copies {
+			r.actions = append(r.actions, Action{Kind: ActControl, Transfer: x.id, Datagram: p})
+		}
 		m.Ranges, m.Packets = m.Ranges[:0], m.Packets[:0]
 	}
 	addRange := func(first, n int) {
@@ -968,8 +977,8 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 		r.msg = control.Message{Type: control.Pong, Transfer: r.msg.Transfer}
 		r.send()
 	case control.Pong:
-		if r.msg.Transfer == r.pingSeq && r.pingSeq > 0 {
-			r.est.observePing(now.Sub(r.pingAt))
+		if d, ok := r.pings.sample(now, r.msg.Transfer); ok {
+			r.est.observePing(d)
 		}
 	case control.Fin:
 		delete(r.confirming, r.msg.Transfer)

@@ -18,6 +18,8 @@ type SenderEngine struct {
 	rto time.Duration
 	// srtt and rttvar smooth the measured round trip (RFC 6298 weights).
 	srtt, rttvar time.Duration
+	// leastRTT is the smallest round trip measured (0: none yet).
+	leastRTT time.Duration
 
 	// wireFree is when the last chunk handed to the caller has left, by
 	// the injection clock (chunks queue behind each other at the pacing
@@ -44,14 +46,11 @@ type SenderEngine struct {
 	silent     int
 	lastAnswer time.Time
 	lastNews   time.Time
-	// pings times the round trip before the first transfer leaves: the
-	// send times of recent pings by number (Transfer of the PING), and
-	// whether a PONG came back.
-	pings     [4]time.Time
-	pingSeq   uint64
-	firstPing time.Time
-	measured  bool
-	lastCTS   time.Time // when a CTS last credited a transfer not started
+	// pings times the round trip before the first transfer leaves;
+	// measured says a PONG came back.
+	pings    pingClock
+	measured bool
+	lastCTS  time.Time // when a CTS last credited a transfer not started
 	// backedOff is when silent last grew.
 	backedOff time.Time
 	live      liveness
@@ -220,8 +219,8 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 	case s.measured:
 		consider(s.wireFree.Add(-paceHorizon))
 	default:
-		consider(s.lastPing().Add(pingInterval))
-		consider(s.firstPing.Add(pingPatience))
+		consider(s.pings.retryAt())
+		consider(s.pings.first.Add(pingPatience))
 	}
 	return t, !t.IsZero()
 }
@@ -375,11 +374,11 @@ func (s *SenderEngine) awaitingPong(now time.Time) bool {
 	if s.measured || s.rc.fixed {
 		return false
 	}
-	if s.pingSeq > 0 && now.Sub(s.firstPing) >= pingPatience {
+	if s.pings.seq > 0 && now.Sub(s.pings.first) >= pingPatience {
 		s.measured = true // a silent path: start from Config.RTT
 		return false
 	}
-	if s.pingSeq == 0 || now.Sub(s.lastPing()) >= pingInterval {
+	if s.pings.seq == 0 || !now.Before(s.pings.retryAt()) {
 		s.ping(now)
 	}
 	return true
@@ -414,21 +413,13 @@ func (s *SenderEngine) watch(now time.Time) {
 
 // ping sends the next PING.
 func (s *SenderEngine) ping(now time.Time) {
-	if s.pingSeq == 0 {
-		s.firstPing = now
-	}
-	s.pingSeq++
-	s.pings[s.pingSeq%uint64(len(s.pings))] = now
-	s.msg = control.Message{Type: control.Ping, Transfer: s.pingSeq}
+	s.msg = control.Message{Type: control.Ping, Transfer: s.pings.next(now)}
 	s.send()
 }
 
-// lastPing is when the last PING went out (zero: none).
-func (s *SenderEngine) lastPing() time.Time { return s.pings[s.pingSeq%uint64(len(s.pings))] }
-
 // nextKeepalive is when a sender that hears nothing pings next.
 func (s *SenderEngine) nextKeepalive() time.Time {
-	return maxTime(s.live.heard, s.lastPing()).Add(keepaliveInterval(s.cfg.Timeout))
+	return maxTime(s.live.heard, s.pings.last()).Add(keepaliveInterval(s.cfg.Timeout))
 }
 
 // peerGone fails every transfer that has not finished, started or not,
@@ -447,19 +438,14 @@ func (s *SenderEngine) peerGone(now time.Time) {
 	s.repairs, s.fresh = s.repairs[:0], s.fresh[:0]
 }
 
-// Ping timing.
-const (
-	pingInterval = 100 * time.Millisecond
-	pingPatience = time.Second
-)
-
 // handlePong folds a PONG's round trip into the timers and the rate
 // control.
 func (s *SenderEngine) handlePong(now time.Time, seq uint64) {
-	if seq == 0 || seq > s.pingSeq || s.pingSeq-seq >= uint64(len(s.pings))-1 {
+	sample, ok := s.pings.sample(now, seq)
+	if !ok {
 		return // not ours, or too old to time
 	}
-	sample := now.Sub(s.pings[seq%uint64(len(s.pings))])
+	s.leastRTT = minNonZeroDuration(s.leastRTT, sample)
 	if !s.cfg.FixedRTT {
 		s.observeRTT(sample)
 	}
@@ -618,11 +604,14 @@ func (s *SenderEngine) departed(order uint64) (time.Time, bool) {
 // and not already waiting to be resent, ahead of first passes (with timers
 // unless the receiver asks again itself); with a flight number, only
 // those that flight carried last.
-func (s *SenderEngine) resend(x *sendXfer, first, n int, onlyFlight uint32) int {
+func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlight uint32) int {
 	sent := 0
 	timed := s.timesRepairs(x) || onlyFlight != 0
 	wanted := func(i int) bool {
-		return !x.queued.has(i) && (onlyFlight == 0 || x.lastFlight[i] == onlyFlight)
+		if onlyFlight == 0 {
+			return !x.queued.has(i) && !s.justSent(x, i, now)
+		}
+		return !x.queued.has(i) && x.lastFlight[i] == onlyFlight
 	}
 	x.acked.clearRuns(first, min(first+n, x.chunks), func(f, c int) {
 		for i := f; i < f+c; {
@@ -652,12 +641,12 @@ func (s *SenderEngine) resend(x *sendXfer, first, n int, onlyFlight uint32) int 
 // resendPackets sends again the packets of data chunk i in mask, ahead of
 // first passes. A PNACK asked for them, and its receiver asks again if
 // they are lost: no timer.
-func (s *SenderEngine) resendPackets(x *sendXfer, i int, mask uint64) {
+func (s *SenderEngine) resendPackets(now time.Time, x *sendXfer, i int, mask uint64) {
 	packets := (min(x.plan.ChunkSize, x.plan.Length-i*x.plan.ChunkSize) + x.plan.MTU - 1) / x.plan.MTU
 	if packets < 64 {
 		mask &= 1<<packets - 1
 	}
-	if mask == 0 || x.acked.has(i) || x.queued.has(i) {
+	if mask == 0 || x.acked.has(i) || x.queued.has(i) || s.justSent(x, i, now) {
 		return
 	}
 	x.queued.set(i)
@@ -665,6 +654,23 @@ func (s *SenderEngine) resendPackets(x *sendXfer, i int, mask uint64) {
 	s.untime(x, i)
 	x.stats.PacketsResent += bits.OnesCount64(mask)
 	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: i, count: 1, packets: mask})
+}
+
+// justSent reports whether data chunk i (some of its packets, or all)
+// left less than half the least round trip measured before now: a NACK
+// arriving now left the receiver before that copy could reach it, so it
+// asks for an earlier one (a NACK sent twice, or one that crossed the
+// repair on its way) and the copy in flight answers it.
+func (s *SenderEngine) justSent(x *sendXfer, i int, now time.Time) bool {
+	least := s.leastRTT
+	if least == 0 || s.cfg.FixedRTT {
+		least = s.cfg.RTT
+	}
+	if x.order[i] == 0 {
+		return false
+	}
+	at, ok := s.departed(x.order[i])
+	return ok && now.Sub(at) < least/2
 }
 
 // untime detaches data chunk i from the flight that carried it, whose
@@ -727,7 +733,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 			}
 			continue
 		}
-		if s.resend(x, f.first, f.size, f.seq) > 0 {
+		if s.resend(now, x, f.first, f.size, f.seq) > 0 {
 			s.timedOut(now)
 			if !x.probedAt.Equal(now) {
 				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
@@ -808,7 +814,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		s.news(now)
 		for _, r := range m.Ranges {
 			if int(r.First) < x.chunks {
-				s.resend(x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0)
+				s.resend(now, x, int(r.First), int(min(r.Count, uint32(x.chunks)-r.First)), 0)
 			}
 		}
 	case control.PacketNACK:
@@ -820,7 +826,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		s.news(now)
 		for _, e := range m.Packets {
 			if int(e.Chunk) < x.chunks {
-				s.resendPackets(x, int(e.Chunk), e.Mask)
+				s.resendPackets(now, x, int(e.Chunk), e.Mask)
 			}
 		}
 	case control.Abort:
@@ -942,6 +948,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	var sample time.Duration
 	if at, ok := s.departed(newest); newest > 0 && ok {
 		sample = now.Sub(at)
+		s.leastRTT = minNonZeroDuration(s.leastRTT, sample)
 		if !s.cfg.FixedRTT {
 			s.observeRTT(sample)
 		}
@@ -1059,4 +1066,13 @@ func (s *SenderEngine) Close(now time.Time) {
 func (x *sendXfer) statsCopy() *Stats {
 	st := x.stats
 	return &st
+}
+
+// minNonZeroDuration returns the smaller of a and b, where a zero a is
+// none.
+func minNonZeroDuration(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
