@@ -33,9 +33,9 @@ import (
 //     noticeably before it overflows is seen only through ECN: a round
 //     in which more than one packet in ecnShare drew a congestion
 //     notification (a CNP, the receiving NIC's answer to CE marks) is a
-//     queued round whatever its round trips show, and its cut is at
-//     least ecnCut. (Fewer are the marks a burst draws from a queue
-//     that is otherwise empty.)
+//     queued round whatever its round trips show, and its excess is at
+//     least the share of packets marked, as DCTCP cuts. (Fewer are the
+//     marks a burst draws from a queue that is otherwise empty.)
 //   - Startup doubles the rate every round (never beyond three times what
 //     the path delivered lately) until the queue shows — in a round's
 //     minimum, or in eight samples in a row, which ends the round at
@@ -153,11 +153,6 @@ const (
 	// ecnShare: a round is congested when more than one packet in
 	// ecnShare drew a congestion notification.
 	ecnShare = 64
-	// ecnCut is the excess delay a round with congestion notifications
-	// counts as at least: a cut of decreaseGain × ecnCut (10 %), once
-	// per cutSpacing round trips while the marks go on — what DCTCP
-	// cuts when about a fifth of its packets are marked.
-	ecnCut = 0.125
 	// startupLead bounds startup's rate by what the path delivered.
 	startupLead = 3
 	// drainRounds is how many rounds a startup queue may take to drain

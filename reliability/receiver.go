@@ -124,6 +124,7 @@ type recvXfer struct {
 type confirmation struct {
 	at      time.Time // the next repeat
 	repeats int       // repeats so far
+	copies  int       // datagrams per repeat (lossyCopies)
 }
 
 // confirmRepeats bounds the repeats of a completing ACK: a sender that
@@ -511,9 +512,14 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 	if !x.lossSampled {
 		r.sampleLoss(now, x)
 	}
-	// The sender learns first: it need not wait for the decoding.
+	// The sender learns first: it need not wait for the decoding. On a
+	// lossy path twice, so that it learns within a round trip.
+	c := &confirmation{at: now.Add(r.confirmInterval(0)), copies: r.lossyCopies(x)}
 	r.sendAck(x, control.AckComplete, 0)
-	r.confirming[x.id] = &confirmation{at: now.Add(r.confirmInterval(0))}
+	if c.copies > 1 {
+		r.sendAck(x, control.AckComplete, 0)
+	}
+	r.confirming[x.id] = c
 	if x.coded {
 		for s := range x.decodable {
 			if first, n := x.layout.DataRange(s); x.data.countRange(first, n) < n {
@@ -566,10 +572,11 @@ func (r *ReceiverEngine) flushAcks(x *recvXfer) {
 }
 
 // confirmInterval is how long the repeat after repeats earlier ones waits
-// for the sender's FIN: a round trip (as the receiver measures it),
-// doubling.
+// for the sender's FIN: a round trip (as the receiver measures it), and
+// from the third repeat on doubling (the FIN is lost as often as the
+// ACK; a sender that is gone need not be asked often).
 func (r *ReceiverEngine) confirmInterval(repeats int) time.Duration {
-	return max(r.est.RTT(), r.cfg.AckDelay) << repeats
+	return max(r.est.RTT(), r.cfg.AckDelay) << max(0, repeats-2)
 }
 
 // repeatCompletions resends the completing ACKs whose FIN is overdue.
@@ -579,7 +586,9 @@ func (r *ReceiverEngine) repeatCompletions(now time.Time) {
 			continue
 		}
 		r.msg = control.Message{Type: control.ACK, Transfer: id, AckFlags: control.AckComplete}
-		r.send()
+		for range c.copies {
+			r.send()
+		}
 		if c.repeats++; c.repeats == confirmRepeats {
 			delete(r.confirming, id)
 			continue
@@ -779,9 +788,20 @@ func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 	r.repairRTT = (7*r.repairRTT + d) / 8
 }
 
-// nackTwiceLoss is the packet loss from which NACKs go out twice: at 5 %
-// a NACK and its copy are both lost 0.25 % of the time.
-const nackTwiceLoss = 0.05
+// lossyCopies is how many copies of a NACK or a completing ACK of x go
+// out: two where the path loses twiceLoss of its packets or more (as the
+// estimator has it, from chunks of x's size), else one.
+func (r *ReceiverEngine) lossyCopies(x *recvXfer) int {
+	if r.est.total > 0 && 1-math.Pow(1-r.est.Loss(), 1/float64(x.packetsOf(0))) >= twiceLoss {
+		return 2
+	}
+	return 1
+}
+
+// twiceLoss is the packet loss from which NACKs and completing ACKs go
+// out twice: at 5 % a datagram and its copy are both lost 0.25 % of the
+// time.
+const twiceLoss = 0.05
 
 // maxReorder bounds the adaptive reorder window (unless the configured
 // one is larger): a busy host delays a chunk by milliseconds.
@@ -899,16 +919,13 @@ func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 // nackRanges asks for the data chunks that gen emits: runs of whole
 // chunks in NACKs and, with a packet view, the missing packets of chunks
 // that are mostly there in PNACKs — each datagram twice where the path
-// loses nackTwiceLoss of its packets or more (a lost NACK costs its holes
+// loses twiceLoss of its packets or more (a lost NACK costs its holes
 // a round; the sender ignores the second copy, see justSent).
 func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
 	perRange, perEntry := control.MaxNackRanges(r.cfg.ControlMTU), control.MaxPacketNackEntries(r.cfg.ControlMTU)
 	r.nack = control.Message{Type: control.NACK, Transfer: x.id, Ranges: r.nack.Ranges[:0]}
 	r.pnack = control.Message{Type: control.PacketNACK, Transfer: x.id, Packets: r.pnack.Packets[:0]}
-	copies := 1
-	if r.est.total > 0 && 1-math.Pow(1-r.est.Loss(), 1/float64(x.packetsOf(0))) >= nackTwiceLoss {
-		copies = 2
-	}
+	copies := r.lossyCopies(x)
 	flush := func(m *control.Message) {
 		if len(m.Ranges)+len(m.Packets) == 0 {
 			return

@@ -274,3 +274,69 @@ func TestLateRepairKeepsReorderWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestCompletionRepeats: a completing ACK goes out twice on a path that
+// loses half its packets (once on a clean one), and until the FIN comes
+// it is repeated a round trip apart three times, then doubling — the
+// sender learns of completion within about a round trip however lossy
+// the path.
+func TestCompletionRepeats(t *testing.T) {
+	cfg := reliability.Config{Scheme: reliability.SRNACK, RTT: 10 * time.Millisecond, ReorderWindow: time.Millisecond, FixedRate: true}
+	for _, lossy := range []bool{false, true} {
+		a := newReceiverAlone(t, cfg, 64)
+		step := 1
+		if lossy {
+			step = 2 // every other chunk of the first pass lost
+		}
+		for i := 0; i < 64; i += step {
+			a.arrive(10*time.Microsecond, i, 1)
+		}
+		a.arrive(10*time.Microsecond, 63, 1)
+		for i := 1; lossy && i < 63; i += 2 {
+			a.arrive(10*time.Microsecond, i, 1)
+		}
+		a.r.HandleChunks(a.now, a.id, reliability.Data, 0, 1, true) // the immediate
+		completing := func() int {
+			n := 0
+			for _, m := range a.controls() {
+				if m.Type == control.ACK && m.AckFlags&control.AckComplete != 0 {
+					n++
+				}
+			}
+			return n
+		}
+		want := 1
+		if lossy {
+			want = 2
+		}
+		if n := completing(); n != want {
+			t.Fatalf("lossy %v: %d completing ACKs, want %d", lossy, n, want)
+		}
+		done := a.now
+		var repeats []time.Duration
+		for len(repeats) < 4 {
+			due, ok := a.r.Deadline()
+			if !ok {
+				t.Fatalf("lossy %v: no timer after %d repeats", lossy, len(repeats))
+			}
+			a.now = due
+			a.r.HandleTimer(a.now)
+			switch n := completing(); n {
+			case 0:
+			case want:
+				repeats = append(repeats, a.now.Sub(done))
+			default:
+				t.Fatalf("lossy %v: a repeat of %d completing ACKs, want %d", lossy, n, want)
+			}
+		}
+		// Gaps of one round trip as the receiver measures it (g), three
+		// times, then 2g.
+		g := repeats[0]
+		for i, k := range []time.Duration{1, 1, 2} {
+			if gap := repeats[i+1] - repeats[i]; gap < k*g*9/10 || gap > k*g*11/10 {
+				t.Errorf("lossy %v: repeats at %v after completion, want gaps of %v, %v, %v", lossy, repeats, g, g, 2*g)
+				break
+			}
+		}
+	}
+}
