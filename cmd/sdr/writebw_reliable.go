@@ -140,8 +140,11 @@ type reliablePatterns struct {
 
 func newReliablePatterns(size int) reliablePatterns {
 	base := make([]byte, size+256)
-	for j := range base {
+	for j := range min(len(base), 256) {
 		base[j] = byte(j)
+	}
+	for n := 256; n < len(base); n *= 2 { // the 256-byte period, copied in doubling runs
+		copy(base[n:], base[:n])
 	}
 	return reliablePatterns{size: size, base: base}
 }
@@ -208,8 +211,11 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (veri
 	close(next)
 	for range p.reliableWindow() {
 		wg.Go(func() {
-			buf := make([]byte, p.Size)
+			var buf []byte // allocated by the readers that get a transfer
 			for range next {
+				if buf == nil {
+					buf = make([]byte, p.Size)
+				}
 				imm, st, err := r.Read(context.Background(), buf)
 				ok := err == nil && string(buf) == string(patterns.of(int(imm)))
 				mu.Lock()

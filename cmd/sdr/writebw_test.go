@@ -282,3 +282,22 @@ func TestReliableGoodputWithinLink(t *testing.T) {
 		t.Errorf("goodput %.1f Mbit/s over a %d Mbit/s link: %s", rr.GoodputMbps, rateMbps, out)
 	}
 }
+
+// TestReliablePatterns: byte j of transfer i's pattern is j+7i mod 256,
+// for every size around the 256-byte period the buffer is built from.
+func TestReliablePatterns(t *testing.T) {
+	for _, size := range []int{0, 1, 255, 256, 257, 1000, 70000} {
+		p := newReliablePatterns(size)
+		for _, i := range []int{0, 1, 5, 300} {
+			b := p.of(i)
+			if len(b) != size {
+				t.Fatalf("size %d transfer %d: %d bytes", size, i, len(b))
+			}
+			for j, v := range b {
+				if v != byte(j+7*i) {
+					t.Fatalf("size %d transfer %d: byte %d is %d, want %d", size, i, j, v, byte(j+7*i))
+				}
+			}
+		}
+	}
+}
