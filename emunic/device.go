@@ -75,6 +75,9 @@ type Device struct {
 	// ipID numbers IPv4 packets as Linux does for a connected socket: one
 	// counter, incremented per packet (the ICRC covers it).
 	ipID atomic.Uint32
+	// kernelSrcPort is the UDP source port a KernelSender port's kernel
+	// writes (0: the device writes its own headers).
+	kernelSrcPort uint16
 
 	tx     txState // transmission: pacing scheduler, ECN, DCQCN parameters
 	stats  counters
@@ -122,6 +125,9 @@ func NewDevice(cfg Config) (*Device, error) {
 	d.keys.fixed = cfg.FixedKeys
 	d.backlog, _ = cfg.Port.(RXBacklogPort)
 	d.lender, _ = cfg.Port.(TxBufferLender)
+	if ks, ok := cfg.Port.(KernelSender); ok {
+		d.kernelSrcPort = ks.KernelSourcePort()
+	}
 	d.backlogThreshold = cfg.RXBacklogThreshold
 	if d.backlogThreshold == 0 {
 		d.backlogThreshold = defaultRXBacklogThreshold
@@ -192,7 +198,15 @@ func (d *Device) Close() error {
 	return err
 }
 
-func (d *Device) nextIPID() uint16 { return uint16(d.ipID.Add(1) - 1) }
+// nextIPID returns the IPv4 ID of the next packet: 0 where the kernel
+// writes the headers (KernelSender), as it does for DF packets of an
+// unconnected socket.
+func (d *Device) nextIPID() uint16 {
+	if d.kernelSrcPort != 0 {
+		return 0
+	}
+	return uint16(d.ipID.Add(1) - 1)
+}
 
 func (d *Device) lookupQP(qpn uint32) *QP { return (*d.qps.Load())[qpn] }
 

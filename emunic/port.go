@@ -60,6 +60,16 @@ type TxBufferLender interface {
 // nothing.
 type KernelReceiver interface{ KernelReceived() }
 
+// KernelSender is implemented by ports whose kernel writes the IP and UDP
+// headers of what they send (the UDP port of package emunic/udp: IP ID
+// 0, DF, its socket's source port). The device builds their frames with
+// those values, so that the ICRC it computes holds for the headers on
+// the wire and the port sends the frame's UDP payload as it is.
+type KernelSender interface {
+	// KernelSourcePort returns the UDP source port the kernel writes.
+	KernelSourcePort() uint16
+}
+
 // MaxFrameLen is the largest frame a device sends or receives: a 4096-byte
 // MTU packet with every header (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
 // ImmDt, ICRC) fits.

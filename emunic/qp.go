@@ -323,9 +323,12 @@ func (qp *QP) frameTemplate(gid netip.Addr, mac [6]byte, destQPN uint32) wire.Fi
 	}
 	f.SrcIP, f.DstIP = src, dst
 	f.TTL, f.DontFragment = wire.DefaultTTL, true
-	if qp.typ == UD {
+	switch {
+	case qp.dev.kernelSrcPort != 0:
+		f.SrcPort = qp.dev.kernelSrcPort // the kernel's, which it writes
+	case qp.typ == UD:
 		f.SrcPort = wire.SourcePortUD(qp.qpn)
-	} else {
+	default:
 		f.SrcPort = wire.SourcePort(qp.qpn, destQPN)
 	}
 	f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, destQPN

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: scripts/peer-compare.sh PEER_SRC [-loss 0,1,5] [-sizes 16M,64M] [-schemes sr,ec] [-runs 3] [-timeout 60] [-json FILE] [-peer-ec 32,8] [-keep DIR]
+# usage: scripts/peer-compare.sh PEER_SRC [-loss 0,1,5] [-sizes 16M,64M] [-schemes sr,ec] [-runs 3] [-timeout 60] [-json FILE] [-peer-ec 32,8] [-pin 1] [-keep DIR]
 #
 # Compares our reliable transfers (sdr write-bw -dev udp -scheme sr-nack|ec)
 # with the sdr-udp prototype of harish876/SDR_RDMA_UDP across one lossy
@@ -22,14 +22,19 @@
 # -timeout seconds is killed and counted as failed. Needs root, and the
 # Debian packages cmake g++ libisal-dev nftables jq time iproute2.
 # SDR names our binary (default: go build ./cmd/sdr, once); -keep DIR
-# keeps every run's output there.
+# keeps every run's output there. -pin 1 (the default) runs every sender
+# on CPU 0 and every receiver on CPU 1, ours and the peer's alike, as two
+# hosts would each have their own: unpinned, both ends and the bridge
+# share the cores, and a Go runtime's idle threads (which look for work
+# on a core they would have to themselves) take time from the other end.
+# -pin 0 leaves placement to the scheduler.
 set -euo pipefail
-usage() { sed -n 2,25p "$0"; exit 2; }
+usage() { sed -n 2,30p "$0"; exit 2; }
 [ $# -ge 1 ] || usage
 case $1 in -h | -help | --help) usage ;; esac
 peer=$1
 shift
-losses=0,1,5 sizes=16M,64M schemes=sr,ec runs=3 run_timeout=60 json= keep= peer_ec=32,8
+losses=0,1,5 sizes=16M,64M schemes=sr,ec runs=3 run_timeout=60 json= keep= peer_ec=32,8 pin_cpus=1
 while [ $# -gt 0 ]; do
 	[ $# -ge 2 ] || usage
 	case $1 in
@@ -41,6 +46,7 @@ while [ $# -gt 0 ]; do
 	-json) json=$2 ;;
 	-keep) keep=$2 ;;
 	-peer-ec) peer_ec=$2 ;;
+	-pin) pin_cpus=$2 ;;
 	*) usage ;;
 	esac
 	shift 2
@@ -55,12 +61,13 @@ cd "$(dirname "$0")/.."
 	{ echo "$peer: not the SDR_RDMA_UDP repository or its sdr-udp directory" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, nftables)" >&2; exit 2; }
 missing=
-for t in cmake:cmake g++:g++ nft:nftables jq:jq ip:iproute2 ss:iproute2 timeout:coreutils; do
+for t in cmake:cmake g++:g++ nft:nftables jq:jq ip:iproute2 ss:iproute2 timeout:coreutils taskset:util-linux; do
 	command -v "${t%%:*}" >/dev/null || missing="$missing ${t#*:}"
 done
 [ -x /usr/bin/time ] || missing="$missing time"
 [ -e /usr/include/isa-l/erasure_code.h ] || missing="$missing libisal-dev"
 [ -z "$missing" ] || { echo "missing:$missing (e.g. apt-get install$missing)" >&2; exit 2; }
+[ "$pin_cpus" = 0 ] || [ "$(nproc)" -ge 2 ] || { echo "-pin 1 needs two CPUs (-pin 0 runs on one)" >&2; exit 2; }
 bytes() { # 16M, 64MiB, 1G, 65536 -> bytes
 	local v=${1%iB} v2
 	v2=${v%[KkMmGg]}
@@ -146,9 +153,13 @@ wait_listen() { # PORT: until the receiver's TCP port listens (10 s)
 # timed NS TAG CMD...: runs CMD in NS under timeout and GNU time; output in
 # $dir/TAG.out, .err, .time (elapsed user sys exit).
 timed() {
-	local ns=$1 tag=$2
+	local ns=$1 tag=$2 pin=()
 	shift 2
-	ip netns exec "$ns" /usr/bin/time -q -o "$dir/$tag.time" -f '%e %U %S %x' \
+	if [ "$pin_cpus" = 1 ]; then
+		pin=(taskset -c 0)
+		[ "$tag" = receiver ] && pin=(taskset -c 1)
+	fi
+	ip netns exec "$ns" "${pin[@]}" /usr/bin/time -q -o "$dir/$tag.time" -f '%e %U %S %x' \
 		timeout -k 2 "$run_timeout" "$@" >"$dir/$tag.out" 2>"$dir/$tag.err"
 }
 cpu() { [ -s "$dir/$1.time" ] && tail -1 "$dir/$1.time" | awk '{ printf "%.3f", $2 + $3 }' || echo null; }
@@ -310,11 +321,14 @@ jq -r --argjson runs "$runs" '
 		"\(.tx_packets | f(0)) | \(if .tx_packets then .tx_packets / .needed | f(3) else "-" end) | " +
 		"\(.bridge_dropped | f(0)) | \(.rcvbuf_errors | f(0)) | " +
 		"\(.cpu_sender_s | f(2)) | \(.cpu_receiver_s | f(2)) |")' "$out/summary.json"
-sed "s/EC_CODE/$peer_ec/" <<'EOF'
+placement="every sender on CPU 0, every receiver on CPU 1 (-pin 1)"
+[ "$pin_cpus" = 1 ] || placement="placement left to the scheduler (-pin 0)"
+sed -e "s/EC_CODE/$peer_ec/" -e "s/PLACEMENT/$placement/" <<'EOF'
 
 ours-* is sdr write-bw -dev udp (-scheme sr-nack, or ec -code mds(32,8)), -m 1024 -c 65536 -n 1 -w 0;
 peer-* is sdr_test_sender/receiver --mode sr|ec with mtu_bytes=1024, packets_per_chunk=64;
 peer-sr10 adds sr_nack_delay_ms=10 (its receiver's ACK/NACK interval; default 50 ms).
+Both implementations alike: PLACEMENT.
 ok: done and verified at both ends; goodput and times are medians of the ok runs.
 Goodput = size / the sender's completion time (ours: elapsed_seconds; peer: "Done in N ms", which
 includes its OFFER/CTS handshake). Receiver ms: the peer's "Transfer completed in"; ours, the

@@ -55,6 +55,7 @@ type Port struct {
 var (
 	_ emunic.Port           = (*Port)(nil)
 	_ emunic.KernelReceiver = (*Port)(nil)
+	_ emunic.KernelSender   = (*Port)(nil)
 )
 
 const (
@@ -163,12 +164,28 @@ func (p *Port) Send(frames [][]byte) (int, error) {
 	return sent, nil
 }
 
-// prepare makes datagram i of the send batch the UDP payload of frame,
-// its ICRC recomputed for the headers the kernel will write.
+// prepare makes datagram i of the send batch the UDP payload of frame:
+// the frame's own bytes where the device built it with the headers the
+// kernel will write (IP ID 0, DF, the socket's source port: see
+// KernelSourcePort), else a copy with its ICRC recomputed for them.
 func (p *Port) prepare(frame []byte, i int) bool {
 	pkt := &p.sendPkt
 	if pkt.Decode(frame) != nil {
 		return false
+	}
+	transport := pkt.UDP.Length() - wire.UDPHeaderLen
+	var dst netip.AddrPort
+	if pkt.IPv4 != nil {
+		dst = netip.AddrPortFrom(pkt.IPv4.Dst(), wire.RoCEv2Port)
+	} else {
+		dst = netip.AddrPortFrom(pkt.IPv6.Dst().Unmap(), wire.RoCEv2Port)
+	}
+	if pkt.UDP.SrcPort() == p.local.Port() && (pkt.IPv4 == nil || pkt.IPv4.ID() == 0 && pkt.IPv4.DontFragment()) {
+		// The UDP header's view reaches through the datagram (it is a
+		// slice of frame).
+		p.send.setBuffer(i, pkt.UDP[wire.UDPHeaderLen:wire.UDPHeaderLen+transport])
+		p.send.setAddr(i, dst)
+		return true
 	}
 	f := pkt.Fields()
 	f.IPID, f.DontFragment, f.SrcPort = 0, true, p.local.Port()
@@ -177,11 +194,14 @@ func (p *Port) prepare(frame []byte, i int) bool {
 	if err != nil {
 		return false
 	}
-	transport := pkt.UDP.Length() - wire.UDPHeaderLen
 	p.send.setBuffer(i, buf[n-transport:n])
-	p.send.setAddr(i, netip.AddrPortFrom(f.DstIP.Unmap(), wire.RoCEv2Port))
+	p.send.setAddr(i, dst)
 	return true
 }
+
+// KernelSourcePort returns the UDP source port the kernel writes on this
+// port's datagrams (emunic.KernelSender): the socket's, 4791.
+func (p *Port) KernelSourcePort() uint16 { return p.local.Port() }
 
 // KernelReceived marks the port as one whose frames carry no Ethernet
 // addresses (emunic.KernelReceiver): the kernel filtered them at layer 2.

@@ -14,14 +14,23 @@ import (
 // another on loopback: each arrives rebuilt as the frame the sender's
 // device encoded (headers as the kernel sent them, MACs zero), its ICRC
 // valid and its payload intact, a non-RoCE frame in the batch is skipped,
-// and Send allocates nothing.
+// and Send allocates nothing. Every other frame is built as a device on
+// this port builds them (emunic.KernelSender: IP ID 0, the kernel's
+// source port), and goes out as it is; the others, with another source
+// port and IP ID, are re-encoded for the headers the kernel writes.
 func TestPortCarriesRoCE(t *testing.T) {
 	a, b := open(t, "127.0.3.1"), open(t, "127.0.3.2")
+	if got := a.KernelSourcePort(); got != wire.RoCEv2Port {
+		t.Fatalf("KernelSourcePort = %d, want %d", got, wire.RoCEv2Port)
+	}
 	const n = 70 // more than one sendmmsg batch
 	frames := make([][]byte, n+1)
 	for i := range n {
 		f := wire.Fields{SrcIP: netip.MustParseAddr("127.0.3.1"), DstIP: netip.MustParseAddr("127.0.3.2"),
-			TTL: wire.DefaultTTL, DontFragment: true, TrafficClass: wire.ECNECT0, SrcPort: 0xC000}
+			TTL: wire.DefaultTTL, DontFragment: true, TrafficClass: wire.ECNECT0, SrcPort: 0xC000, IPID: uint16(i)}
+		if i%2 == 0 {
+			f.SrcPort, f.IPID = a.KernelSourcePort(), 0
+		}
 		f.BTH = wire.BTHFields{Opcode: wire.UCSendOnly, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: wire.PSN(i)}
 		f.Payload = bytes.Repeat([]byte{byte(i)}, 256)
 		frames[i] = make([]byte, emunic.MaxFrameLen)
