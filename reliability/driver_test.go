@@ -30,7 +30,15 @@ type endpoints struct {
 
 // connectPair builds two contexts on two devices joined by ports, an SDR
 // QP pair and datagram channels, and the drivers on them.
-func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr.QPAttr, cfg reliability.Config) endpoints {
+func connectPair(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr.QPAttr, cfg reliability.Config) endpoints {
+	t.Helper()
+	sa, sb := openContexts(t, pa, pb, gidA, gidB)
+	return connectContexts(t, sa, sb, qa, cfg)
+}
+
+// openContexts opens an SDR context (4 channels) on a device on each of
+// two ports; the test's cleanup closes them.
+func openContexts(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr) (sa, sb *sdr.Context) {
 	t.Helper()
 	var ctxs []*sdr.Context
 	for i, p := range []emunic.Port{pa, pb} {
@@ -46,12 +54,12 @@ func connectPair(t *testing.T, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr
 		t.Cleanup(func() { sc.Close() })
 		ctxs = append(ctxs, sc)
 	}
-	return connectContexts(t, ctxs[0], ctxs[1], qa, cfg)
+	return ctxs[0], ctxs[1]
 }
 
 // connectContexts connects a Sender on sa to a Receiver on sb with QPs of
 // attributes qa; the test's cleanup closes both.
-func connectContexts(t *testing.T, sa, sb *sdr.Context, qa sdr.QPAttr, cfg reliability.Config) endpoints {
+func connectContexts(t testing.TB, sa, sb *sdr.Context, qa sdr.QPAttr, cfg reliability.Config) endpoints {
 	t.Helper()
 	s, r, err := reliability.ConnectLocal(context.Background(), sa, sb, qa, cfg)
 	if err != nil {
