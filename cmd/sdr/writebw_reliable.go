@@ -81,6 +81,7 @@ func reliableLoopback(f *writeBWFlags, ln net.Listener, client, server *emunic.D
 			r.Failed += fl.Failed
 			r.GoodputMbps += fl.GoodputMbps * fl.ElapsedSecond // bits, in Mbit
 			r.Resent += fl.Resent
+			r.PacketsResent += fl.PacketsResent
 			r.Parity += fl.Parity
 			r.ElapsedSecond = max(r.ElapsedSecond, fl.ElapsedSecond)
 			for _, p := range fl.Plans {

@@ -255,6 +255,9 @@ func TestWriteBWReliableLoopback(t *testing.T) {
 		rr.Flows[0].Verified != 4 || rr.Flows[1].Verified != 4 || rr.GoodputMbps <= 0 {
 		t.Errorf("-flows 2: want two flows of 4 verified transfers: %s", out)
 	}
+	if sum := rr.Flows[0].Resent + rr.Flows[0].PacketsResent + rr.Flows[1].Resent + rr.Flows[1].PacketsResent; rr.Resent+rr.PacketsResent != sum {
+		t.Errorf("-flows 2: %d chunks and %d packets resent in all, the flows' sum %d: %s", rr.Resent, rr.PacketsResent, sum, out)
+	}
 	for _, args := range [][]string{{"write-bw", "-scheme", "tcp"}, {"write-bw", "-scheme", "ec", "-code", "mds(0,1)"},
 		{"write-bw", "-link", "delay=1ms"}, {"write-bw", "-loopback", "-flows", "2"}, {"write-bw", "-scheme", "ec", "-flows", "2"}} {
 		if code, _, _ := runSDR(args...); code != exitUsage {
