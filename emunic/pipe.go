@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/wire"
 )
 
 // PipeConfig configures NewPipe.
@@ -171,15 +170,7 @@ func (p *PipePort) send(frames [][]byte, owned bool) (int, error) {
 		if waited {
 			peer.signal(peer.space)
 		}
-		if fate.CE {
-			wire.MarkCE(c) // a frame that is not ECN-capable stays as it is
-		}
-		if dup != nil {
-			copy(dup, c) // the CE mark, not the corruption: it hits the first copy only
-		}
-		if fate.CorruptBit >= 0 {
-			link.FlipBit(c, fate.CorruptBit)
-		}
+		fate.Apply(c, dup)
 		peer.deliver(c, fate.Arrive, now)
 		if dup != nil {
 			peer.deliver(dup, fate.DupArrive, now)

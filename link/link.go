@@ -8,9 +8,9 @@
 //
 // It has three carriers. The simulator (testbed/sim) sends chunk-level runs
 // through SendRun; the packet carriers — emunic's in-process pipe and the
-// AF_XDP link emulator (testbed/linkemu) — ask Send (or SendFrame) for each
-// frame's Fate, apply it to their copy of the frame (FlipBit, wire.MarkCE)
-// and release it from a Line at its arrival time.
+// AF_XDP link emulator (testbed/linkemu) — ask SendFrame for each frame's
+// Fate, apply it to their copy of the frame (Fate.Apply: one order for
+// both) and release it from a Line at its arrival time.
 //
 // # Time
 //
@@ -42,6 +42,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sdr-rdma/sdr/wire"
 )
 
 // ErrInvalid is wrapped by every error about a configuration out of range
@@ -194,6 +196,25 @@ type Fate struct {
 // FlipBit flips bit i of frame, counting from the most significant bit of
 // frame[0] (network order): how a carrier applies Fate.CorruptBit.
 func FlipBit(frame []byte, i int) { frame[i>>3] ^= 0x80 >> (i & 7) }
+
+// Apply does to frame what the fate says, in the one order every carrier
+// shares: the CE mark (wire.MarkCE: an ECN-capable IP frame only), then
+// the duplicate — dup, when the fate duplicates and the carrier has room
+// for a copy (non-nil, len(frame) bytes), becomes a copy, marked like
+// the frame — then the corruption, of the first copy only. It reports
+// whether it marked the frame CE. It allocates nothing.
+func (f Fate) Apply(frame, dup []byte) (marked bool) {
+	if f.CE {
+		marked = wire.MarkCE(frame)
+	}
+	if f.Duplicate && dup != nil {
+		copy(dup, frame)
+	}
+	if f.CorruptBit >= 0 {
+		FlipBit(frame, f.CorruptBit)
+	}
+	return marked
+}
 
 // A Rule picks frames to drop by their contents: scripted faults for tests
 // (every other frame, the data frames of one message, everything while a

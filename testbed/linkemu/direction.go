@@ -11,7 +11,6 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/wire"
 )
 
 // batch is how many frames one receive or one transmit handles: the
@@ -134,18 +133,20 @@ func (f *forwarder) wait() {
 	unix.Munmap(f.slab)
 }
 
-// duplicate queues a copy of frame due at arrive in a free slot (dropped
-// and counted when there is none).
-func (f *forwarder) duplicate(frame []byte, arrive time.Time) {
+// duplicateSlot takes a free slot for the copy of a frame of size bytes
+// that fate duplicates, and returns its buffer (nil: no duplicate, or no
+// free slot, counted).
+func (f *forwarder) duplicateSlot(fate link.Fate, size int) ([]byte, int32) {
+	if !fate.Duplicate {
+		return nil, -1
+	}
 	if len(f.free) == 0 {
 		f.c.droppedNoBuffer.Add(1)
-		return
+		return nil, -1
 	}
 	s := f.free[len(f.free)-1]
 	f.free = f.free[:len(f.free)-1]
-	copy(f.slot(s), frame)
-	f.c.duplicated.Add(1)
-	f.line.Push(arrive, frameRef{slot: s, size: int32(len(frame))})
+	return f.slot(s)[:size], s
 }
 
 // rxBatch is the receive side's state between turns: the slots reserved
@@ -232,21 +233,20 @@ func (f *forwarder) receive(rx *rxBatch) bool {
 			f.c.droppedOversize.Add(1)
 			continue
 		}
-		fate := f.model.Send(now, size)
+		frame := f.slot(s)[:size]
+		fate := f.model.SendFrame(now, frame) // a Rule set on the model sees it first
 		if fate.Drop != link.NotDropped {
 			continue // counted by the model
 		}
-		frame := f.slot(s)[:size]
-		if fate.CorruptBit >= 0 {
-			link.FlipBit(frame, fate.CorruptBit)
-		}
-		if fate.CE && wire.MarkCE(frame) {
+		dup, dupSlot := f.duplicateSlot(fate, size)
+		if fate.Apply(frame, dup) {
 			f.c.ceMarked.Add(1)
 		}
 		f.line.Push(fate.Arrive, frameRef{slot: s, size: int32(size)})
 		rx.reserved[i] = -1
-		if fate.Duplicate {
-			f.duplicate(frame, fate.DupArrive)
+		if dup != nil {
+			f.c.duplicated.Add(1)
+			f.line.Push(fate.DupArrive, frameRef{slot: dupSlot, size: int32(size)})
 		}
 	}
 	f.c.framesIn.Add(uint64(n))
