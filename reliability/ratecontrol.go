@@ -19,12 +19,15 @@ import (
 //     chunks were released, whether or not the chunks before it arrived
 //     (a chunk of many packets is rarely whole on a lossy path) — in a
 //     round with a queue, what arrived scaled by the path's own chunk
-//     loss instead, since an overflowing queue's drops passed nothing.
-//     Its verdict rests on the smallest round-trip sample it saw (a
-//     chunk sent once, Karn's rule) against the path's floor (the smallest sample of the last 10 s): a
-//     queue is building above floor + the larger of floor/2, 2 ms and
-//     the time fairQueueBits take at the flow's rate (a slower flow
-//     tolerates a longer queue, so flows sharing a bottleneck converge).
+//     loss instead, since an overflowing queue's drops passed nothing. A
+//     round the sender was short of data for may raise that history,
+//     never lower it (BBR's application-limited samples). Its verdict
+//     rests on the smallest round-trip sample it saw (a chunk sent once,
+//     Karn's rule) against the path's floor (the smallest sample of the
+//     last 10 s): a queue is building above floor + the larger of
+//     floor/2, 2 ms and the time fairQueueBits take at the flow's rate
+//     (a slower flow tolerates a longer queue, so flows sharing a
+//     bottleneck converge).
 //     A "queue" that does not shrink in four rounds after a cut below
 //     what the path delivered is the path's round trip grown, not a
 //     queue: it becomes the floor.
