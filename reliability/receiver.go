@@ -836,14 +836,6 @@ func (r *ReceiverEngine) renackInterval() time.Duration {
 	return max(d, r.repairRTT+4*r.repairVar)
 }
 
-// minNonZero returns the earlier of a and b, where a zero time is none.
-func minNonZero(a, b time.Time) time.Time {
-	if a.IsZero() || b.Before(a) {
-		return b
-	}
-	return a
-}
-
 // fallbackLimit returns how many leading submessages the fallback may
 // NACK: those the first pass had gone past a reorder window ago (a chunk
 // of a later one arrived), all of them once it had reached the last

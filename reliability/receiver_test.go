@@ -58,6 +58,15 @@ func (a *receiverAlone) nacked() []int {
 	return chunks
 }
 
+// expectNacked fails the test unless the NACKs sent since the last look
+// ask for exactly chunk i.
+func (a *receiverAlone) expectNacked(i int) {
+	a.t.Helper()
+	if got := a.nacked(); len(got) != 1 || got[0] != i {
+		a.t.Fatalf("NACKed %v, want [%d]", got, i)
+	}
+}
+
 // TestOvertakenRepairRenacked: a hole whose repair is overtaken by the
 // repair of a hole NACKed later is NACKed again when that repair arrives
 // — without waiting for its re-NACK timer, which the test never runs.
@@ -74,9 +83,7 @@ func TestOvertakenRepairRenacked(t *testing.T) {
 			a.arrive(5*time.Millisecond, 0, 3)
 			a.arrive(0, 4, 6)
 			a.arrive(2*time.Millisecond, 10, 1)
-			if got := a.nacked(); len(got) != 1 || got[0] != 3 {
-				t.Fatalf("NACKed %v, want [3]", got)
-			}
+			a.expectNacked(3)
 			a.arrive(20*time.Millisecond, 11, 9)
 			a.arrive(0, 21, 10)
 			a.arrive(2*time.Millisecond, 31, 1)
@@ -188,9 +195,7 @@ func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
 	a.arrive(5*time.Millisecond, 0, 3)
 	a.arrive(2*time.Millisecond, 4, 1)
 	a.arrive(2*time.Millisecond, 5, 1)
-	if got := a.nacked(); len(got) != 1 || got[0] != 3 {
-		t.Fatalf("NACKed %v, want [3]", got)
-	}
+	a.expectNacked(3)
 	var gaps []time.Duration
 	last := a.now
 	next := 6
@@ -238,9 +243,7 @@ func TestLateRepairKeepsReorderWindow(t *testing.T) {
 		a.arrive(5*time.Millisecond, 0, 3)
 		a.arrive(0, 4, 1)
 		a.arrive(2*time.Millisecond, 5, 1)
-		if got := a.nacked(); len(got) != 1 || got[0] != 3 {
-			t.Fatalf("NACKed %v, want [3]", got)
-		}
+		a.expectNacked(3)
 		for i := 0; renacked; i++ {
 			due, ok := a.r.Deadline()
 			if !ok || i == 10 {

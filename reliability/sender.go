@@ -1070,12 +1070,3 @@ func (x *sendXfer) statsCopy() *Stats {
 	st := x.stats
 	return &st
 }
-
-// minNonZeroDuration returns the smaller of a and b, where a zero a is
-// none.
-func minNonZeroDuration(a, b time.Duration) time.Duration {
-	if a == 0 || b < a {
-		return b
-	}
-	return a
-}

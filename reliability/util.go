@@ -20,6 +20,23 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+// minNonZero returns the earlier of a and b, where a zero time is none.
+func minNonZero(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// minNonZeroDuration returns the smaller of a and b, where a zero a is
+// none.
+func minNonZeroDuration(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}
+
 // codeToWire and codeFromWire carry an EC code in a CTS: the kind in the
 // flags' low bits, k and m in their bytes.
 func codeToWire(p ec.Params) (flags, k, m uint8) { return uint8(p.Kind) & 3, uint8(p.K), uint8(p.M) }
