@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -128,6 +127,7 @@ type Sender struct {
 	reqs  chan *sendReq
 	// cancels carries transfers whose Write gave up.
 	cancels chan uint64
+	parity  parityPool // the loop's
 	// wireFactor turns payload bits into frame bits (the NIC's limiter
 	// counts frames).
 	wireFactor float64
@@ -146,9 +146,9 @@ type sendIO struct {
 	req          *sendReq
 	plan         Plan
 	data, parity *sdr.Stream
-	parityBuf    []byte
-	parityMR     *sdr.MR
 	dataMR       *sdr.MR
+	area         parityArea     // coded transfers
+	encoder      *parityEncoder // coded transfers: fills area.buf
 }
 
 // NewSender starts a sender on qp (connected to the peer's receiving QP)
@@ -165,7 +165,7 @@ func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Send
 	}
 	a := qp.Attr()
 	s := &Sender{sc: sc, qp: qp, eng: eng, l: newLoop(dg), reqs: make(chan *sendReq), cancels: make(chan uint64, 16),
-		wireFactor: float64(a.MTU+frameOverhead) / float64(a.MTU)}
+		parity: parityPool{sc: sc}, wireFactor: float64(a.MTU+frameOverhead) / float64(a.MTU)}
 	go s.run()
 	return s, nil
 }
@@ -265,6 +265,7 @@ func (s *Sender) run() {
 				req.result <- result{err: ErrClosed}
 				delete(pending, id)
 			}
+			s.parity.close()
 			return
 		}
 		acts = s.eng.Actions(acts[:0])
@@ -305,12 +306,17 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 				err = s.sendPackets(x, a.First, a.Packets)
 				break
 			}
+			if a.Part == Parity {
+				if err = x.parityReady(a.First + a.Count - 1); err != nil {
+					break
+				}
+			}
 			err = s.waitOutRetry(func() error {
 				if a.Part == Data {
 					off := a.First * cs
 					return x.data.Continue(x.dataMR, off, min(a.Count*cs, x.plan.Length-off), a.First)
 				}
-				return x.parity.Continue(x.parityMR, a.First*cs, a.Count*cs, a.First)
+				return x.parity.Continue(x.area.mr, a.First*cs, a.Count*cs, a.First)
 			})
 		case ActSendImm:
 			if x != nil {
@@ -333,7 +339,7 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 				continue
 			}
 			delete(xfers, a.Transfer)
-			x.close()
+			s.close(x)
 			if x.req != nil {
 				x.req.result <- result{stats: *a.Stats, err: a.Err}
 			}
@@ -395,7 +401,7 @@ func (s *Sender) open(a Action, req *sendReq) (*sendIO, error) {
 		}
 	}
 	if a.Discard || req == nil || len(req.buf) != a.Plan.Length {
-		x.close()
+		s.close(x)
 		return nil, nil
 	}
 	if a.Plan.Messages() == 2 {
@@ -403,17 +409,10 @@ func (s *Sender) open(a Action, req *sendReq) (*sendIO, error) {
 		if err != nil {
 			return x, err
 		}
-		coder, err := ec.NewCoder(l)
-		if err != nil {
+		if x.area, err = s.parity.get(l); err != nil {
 			return x, err
 		}
-		x.parityBuf = make([]byte, a.Plan.ParityLen())
-		if err := coder.Encode(req.buf, x.parityBuf); err != nil {
-			return x, err
-		}
-		if x.parityMR, err = s.sc.RegisterMemory(x.parityBuf); err != nil {
-			return x, err
-		}
+		x.encoder = startEncoder(x.area.coder, req.buf, x.area.buf)
 	}
 	return x, nil
 }
@@ -458,16 +457,25 @@ func (s *Sender) waitOutRetry(try func() error) error {
 // retryFor bounds how long waitOutRetry waits for room.
 const retryFor = 2 * time.Second
 
-// close ends the transfer's messages and releases its parity buffer.
-func (x *sendIO) close() {
+// parityReady waits until the parity chunks up to last are encoded.
+func (x *sendIO) parityReady(last int) error {
+	if x.encoder == nil {
+		return fmt.Errorf("reliability: parity of a transfer without an encoder: %w", ErrInvalid)
+	}
+	return x.encoder.waitFor(x.area.coder.Layout().ParitySubmessage(last))
+}
+
+// close ends x's messages and returns its parity area to the pool.
+func (s *Sender) close(x *sendIO) {
 	for _, st := range []*sdr.Stream{x.data, x.parity} {
 		if st != nil {
 			st.End()
 		}
 	}
-	if x.parityMR != nil {
-		x.parityMR.Deregister()
+	if x.encoder != nil {
+		x.encoder.stop()
 	}
+	s.parity.put(x.area)
 }
 
 // Receiver receives transfers reliably over an SDR QP (Recv enabled) from
@@ -483,6 +491,7 @@ type Receiver struct {
 	reqs    chan *readReq
 	cancels chan *readReq
 	wake    chan struct{} // a receive handle made progress
+	parity  parityPool    // the loop's
 }
 
 type readReq struct {
@@ -496,9 +505,7 @@ type recvIO struct {
 	req          *readReq
 	plan         Plan
 	data, parity *sdr.RecvHandle
-	parityBuf    []byte
-	parityMR     *sdr.MR
-	coder        *ec.Coder
+	area         parityArea // coded transfers
 	dataBits     []uint64
 	parityBits   []uint64
 	imm          uint32
@@ -519,7 +526,7 @@ func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Re
 		return nil, err
 	}
 	r := &Receiver{sc: sc, qp: qp, eng: eng, l: newLoop(dg), reqs: make(chan *readReq),
-		cancels: make(chan *readReq, 16), wake: make(chan struct{}, 1)}
+		cancels: make(chan *readReq, 16), wake: make(chan struct{}, 1), parity: parityPool{sc: sc}}
 	go r.run()
 	return r, nil
 }
@@ -608,7 +615,7 @@ func (r *Receiver) run() {
 			}
 			id, err := r.eng.Post(time.Now(), x.plan)
 			if err != nil {
-				x.release()
+				r.release(x)
 				x.req.result <- result{err: err}
 				continue
 			}
@@ -655,11 +662,12 @@ func (r *Receiver) run() {
 				req.result <- result{err: ErrClosed}
 			}
 			if half != nil {
-				half.release()
+				r.release(half)
 			}
 			if r.empty != nil {
 				r.empty.Deregister()
 			}
+			r.parity.close()
 			return
 		}
 		acts = r.eng.Actions(acts[:0])
@@ -691,18 +699,16 @@ func (r *Receiver) post(req *readReq, half *recvIO) (*recvIO, error) {
 		x.data = h
 	}
 	if x.plan.Messages() == 2 && x.parity == nil {
-		if x.parityMR == nil {
-			x.parityBuf = make([]byte, x.plan.ParityLen())
-			var err error
-			if x.parityMR, err = r.sc.RegisterMemory(x.parityBuf); err != nil {
+		if x.area.mr == nil {
+			l, err := x.plan.Layout()
+			if err != nil {
 				return x, err
 			}
-			l, _ := x.plan.Layout()
-			if x.coder, err = ec.NewCoder(l); err != nil {
+			if x.area, err = r.parity.get(l); err != nil {
 				return x, err
 			}
 		}
-		h, err := r.qp.PostRecv(x.parityMR, 0, x.plan.ParityLen())
+		h, err := r.qp.PostRecv(x.area.mr, 0, x.plan.ParityLen())
 		if err != nil {
 			return x, err
 		}
@@ -767,13 +773,11 @@ func (x *recvIO) quiesce() {
 	}
 }
 
-// release quiesces the transfer and frees its parity buffer.
-func (x *recvIO) release() {
+// release quiesces x and returns its parity area to the pool.
+func (r *Receiver) release(x *recvIO) {
 	x.quiesce()
-	if x.parityMR != nil {
-		x.parityMR.Deregister()
-		x.parityMR = nil
-	}
+	r.parity.put(x.area)
+	x.area = parityArea{}
 }
 
 // execute carries out the engine's actions; it reports whether a transfer
@@ -789,7 +793,7 @@ func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool)
 				continue
 			}
 			x.quiesce() // the transfer is complete: no packet may land while we decode
-			if err := x.coder.Reconstruct(a.Sub, x.req.buf, x.parityBuf, x.dataBits, x.parityBits); err != nil {
+			if err := x.area.coder.Reconstruct(a.Sub, x.req.buf, x.area.buf, x.dataBits, x.parityBits); err != nil {
 				// The engine judged it decodable from these bitmaps, so
 				// this is a bug; fail the transfer rather than deliver it.
 				r.eng.Cancel(time.Now(), a.Transfer, fmt.Errorf("reliability: decoding submessage %d: %w", a.Sub, err))
@@ -799,7 +803,7 @@ func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool)
 				continue
 			}
 			delete(xfers, a.Transfer)
-			x.release()
+			r.release(x)
 			if a.Stats.Decoded > 0 && a.Err == nil {
 				a.Stats.End = time.Now() // the buffer is whole once decoded
 			}
