@@ -75,9 +75,19 @@ static int setup(struct sdr_rx_ctx *c)
  * ld/sd of RISC-V (no read-modify-write reaches host memory); publishing
  * stores are release, a fence before a plain store. What orders them
  * for the host is the window fences around them.
+ *
+ * Every store through the window is a window_store. Built for hostsim
+ * (SDR_HOSTSIM), it goes to hostsim's memory model, which keeps it in the
+ * thread's copy of the window until a writeback: a plain C store would
+ * not tell the model which bytes the thread wrote.
  */
 static inline uint64_t win_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-static inline void win_store(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+#ifdef SDR_HOSTSIM
+#include <hostsim.h>
+#define window_store(p, v, order) hostsim_window_store((p), (uint64_t)(v), (int)sizeof(*(p)))
+#else
+#define window_store(p, v, order) __atomic_store_n((p), (v), (order))
+#endif
 
 /*
  * notify tells the host to look at slot: the entry, a writeback, then
@@ -90,13 +100,13 @@ static void notify(struct sdr_rx_ctx *c, uint32_t slot)
 	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
 	uint64_t pi = c->notify_pi, ci = __atomic_load_n(&n->ci, __ATOMIC_RELAXED);
 	if (pi - ci >= (1ull << n->log_cap)) {
-		__atomic_store_n(&n->overflow, 1, __ATOMIC_RELEASE);
+		window_store(&n->overflow, 1, __ATOMIC_RELEASE);
 		__dpa_thread_window_writeback();
 		return;
 	}
-	__atomic_store_n(&n->slot[pi & ((1ull << n->log_cap) - 1)], slot, __ATOMIC_RELAXED);
+	window_store(&n->slot[pi & ((1ull << n->log_cap) - 1)], slot, __ATOMIC_RELAXED);
 	__dpa_thread_window_writeback();
-	__atomic_store_n(&n->pi, pi + 1, __ATOMIC_RELEASE);
+	window_store(&n->pi, pi + 1, __ATOMIC_RELEASE);
 	__dpa_thread_window_writeback();
 	c->notify_pi = pi + 1;
 }
@@ -138,19 +148,19 @@ static void publish(const struct sdr_slot *s, uint64_t *host, uint32_t off, enum
 {
 	const struct sdr_geometry *g = &s->geo;
 	if (imm_changed)
-		win_store(&host[1], s->words[1]);
+		window_store(&host[1], s->words[1], __ATOMIC_RELAXED);
 	if (r == SDR_OUT_OF_RANGE || r == SDR_IMM_ONLY || r == SDR_DUPLICATE) {
 		if (imm_changed)
 			__dpa_thread_window_writeback();
 		return;
 	}
 	uint32_t chunk = off / g->chunk_pkts;
-	win_store(&host[SDR_HEADER_WORDS + chunk], s->words[SDR_HEADER_WORDS + chunk]);
+	window_store(&host[SDR_HEADER_WORDS + chunk], s->words[SDR_HEADER_WORDS + chunk], __ATOMIC_RELAXED);
 	__dpa_thread_window_writeback();
 	if (r != SDR_CHUNK_COMPLETE)
 		return;
 	uint32_t f = SDR_HEADER_WORDS + g->chunks + chunk / 64;
-	__atomic_store_n(&host[f], s->words[f], __ATOMIC_RELEASE);
+	window_store(&host[f], s->words[f], __ATOMIC_RELEASE);
 	__dpa_thread_window_writeback();
 }
 
@@ -170,8 +180,15 @@ static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t by
 	uint64_t *d = (uint64_t *)c->dpa_slots + (uint64_t)slot * (SDR_RX_SLOT_HDR_WORDS + c->slot_words);
 	uint64_t st = win_load(host);
 	if (!sdr_slot_accepts(st, l, gen, imm)) {
-		c->stale++;
-		return;
+		/* The host may have armed the slot since this thread last
+		 * read-invalidated (earlier in this run): look again before
+		 * dropping the packet as stale. */
+		__dpa_thread_window_read_inv();
+		st = win_load(host);
+		if (!sdr_slot_accepts(st, l, gen, imm)) {
+			c->stale++;
+			return;
+		}
 	}
 	spin_lock((struct spinlock_s *)d);
 	uint64_t lw = sync_slot(c, d, host, slot, &st);
@@ -220,7 +237,7 @@ static void fence(struct sdr_rx_ctx *c, uint32_t seq)
 	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
 	if ((int32_t)(seq - c->fence_seq) > 0) {
 		c->fence_seq = seq;
-		__atomic_store_n(&n->fence, seq, __ATOMIC_RELEASE);
+		window_store(&n->fence, seq, __ATOMIC_RELEASE);
 		__dpa_thread_window_writeback();
 	}
 	c->fences++;

@@ -9,7 +9,7 @@ import (
 
 // handlerTests are the tests test/handler_test.c runs, in order.
 var handlerTests = []string{"cqe_layout", "owner_wrap", "stale_generation", "duplicates_and_last_packet",
-	"immediate_from_nibbles", "threads_on_shared_slots", "fence_marker", "fence_closes_arm_race"}
+	"immediate_from_nibbles", "threads_on_shared_slots", "fence_marker", "fence_closes_arm_race", "notify_overflow", "activation_mid_run"}
 
 // TestHandler compiles the RX handler unchanged through the FlexIO shim
 // and runs its tests (mlx5 layouts from rdma-core's mlx5dv.h, owner-bit
@@ -28,7 +28,7 @@ func TestHandler(t *testing.T) {
 		{"tsan", []string{"-O1", "-fsanitize=thread"}},
 	} {
 		t.Run(build.name, func(t *testing.T) {
-			flags := append([]string{"-I" + dev("hostsim")}, build.flags...)
+			flags := append([]string{"-DSDR_HOSTSIM", "-I" + dev("hostsim")}, build.flags...)
 			bin := compileC(t, "handler_test", flags, dev("handler.c"), dev("hostsim/hostsim.c"), dev("test/handler_test.c"))
 			out := strings.TrimSpace(string(runC(t, bin, nil)))
 			var want []string

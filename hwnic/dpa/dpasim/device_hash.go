@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "fb0fbf845d34bb598b4b99641b2b3e6b346a12f62da1166ef7466ff1b3dcf9ed"
+const deviceSourceHash = "33af8152f63533f8d11a28d99ee92a6574e90c14e9c86c2051f43f3f56a81af2"

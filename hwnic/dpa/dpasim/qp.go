@@ -3,7 +3,7 @@
 package dpasim
 
 /*
-#cgo CFLAGS: -std=c11 -O2 -D_GNU_SOURCE -I${SRCDIR}/../device/hostsim
+#cgo CFLAGS: -std=c11 -O2 -D_GNU_SOURCE -DSDR_HOSTSIM -I${SRCDIR}/../device/hostsim
 #include <stdlib.h>
 #include "nic.h"
 */

@@ -6,7 +6,9 @@
 
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <dpaintrin.h>
 #include <libflexio-dev/flexio_dev_queue_access.h>
@@ -22,12 +24,48 @@ struct window {
 static pthread_mutex_t windows_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct window windows[HOSTSIM_WINDOWS];
 
+/*
+ * A view is a thread's copy of one window in the strict memory model
+ * (hostsim_strict_windows): what the handler's loads and stores through
+ * the window reach. dirty[i] marks the bytes of word i (0xff lanes) that
+ * the thread stored (window_store) and host memory does not have yet;
+ * pending lists the words whose dirty is not 0. first[i] numbers the
+ * oldest of word i's unperformed stores, last[i] its latest store, in
+ * the thread's store order.
+ */
+struct view {
+	uint32_t mkey;
+	uint64_t base, len; /* the registered window's host range */
+	uint8_t *shadow;
+	uint64_t *dirty;
+	uint32_t *pending, npending;
+	uint64_t *first, *last;
+};
+
+#define HOSTSIM_VIEWS 8
+
 struct flexio_dev_thread_ctx {
 	jmp_buf exit;
 	struct window window[FLEXIO_DEV_WINDOW_ENTITY_NUM]; /* per entity; len 0: not configured */
+	int view[FLEXIO_DEV_WINDOW_ENTITY_NUM];             /* strict model: index into views */
+	struct view views[HOSTSIM_VIEWS];                    /* strict model: kept across runs */
+	int nviews;
 	int armed;
 	uint32_t arm_ci, arm_cqn;
+	uint64_t stores;   /* strict model: window stores so far (their order) */
+	uint64_t covered;  /* strict model: stores before the latest writeback */
+	uint64_t rng;      /* strict model: this thread's seeded choices (xorshift64) */
+	int fenced_w;      /* a memory write fence since the last doorbell record update */
+	int cq_ci_pending; /* the CQ doorbell record moved and no write fence followed yet */
 };
+
+/* The strict model's settings (hostsim_strict_windows); off by default. */
+static struct {
+	int on;
+	uint64_t seed;
+	void (*visible)(void *arg, uint64_t haddr, uint64_t old, uint64_t now);
+	void *arg;
+} strict;
 
 struct hostsim_thread {
 	struct flexio_dev_thread_ctx ctx;
@@ -45,10 +83,208 @@ struct hostsim_thread *hostsim_thread_create(flexio_dev_event_handler_t *fn, uin
 		return NULL;
 	t->fn = fn;
 	t->arg = arg;
+	static uint64_t created;
+	t->ctx.rng = (strict.seed ^ (__atomic_add_fetch(&created, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull)) | 1;
 	return t;
 }
 
-void hostsim_thread_destroy(struct hostsim_thread *t) { free(t); }
+void hostsim_thread_destroy(struct hostsim_thread *t)
+{
+	for (int i = 0; i < t->ctx.nviews; i++) {
+		free(t->ctx.views[i].shadow);
+		free(t->ctx.views[i].dirty);
+		free(t->ctx.views[i].pending);
+		free(t->ctx.views[i].first);
+		free(t->ctx.views[i].last);
+	}
+	free(t);
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "hostsim: %s\n", what);
+	abort();
+}
+
+/* ---- the strict window model ---- */
+
+void hostsim_strict_windows(uint64_t seed, void (*visible)(void *arg, uint64_t haddr, uint64_t old, uint64_t now), void *arg)
+{
+	strict.on = 1;
+	strict.seed = seed;
+	strict.visible = visible;
+	strict.arg = arg;
+}
+
+/* rnd is xorshift64 over the thread's state: the model's seeded choices. */
+static uint64_t rnd(struct flexio_dev_thread_ctx *t)
+{
+	uint64_t x = t->rng;
+	x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+	return t->rng = x;
+}
+
+/* dirty_mask returns the bytes of word i (as a mask of 0xff lanes) that
+ * the thread stored and host memory does not have yet. */
+static uint64_t dirty_mask(const struct view *v, uint64_t i) { return v->dirty[i]; }
+
+/* refresh_word reads word i of the window from host memory into the
+ * view, keeping the thread's own unperformed stores. */
+static void refresh_word(struct view *v, uint64_t i)
+{
+	uint64_t m = dirty_mask(v, i), s;
+	uint64_t h = __atomic_load_n((uint64_t *)(uintptr_t)(v->base + 8 * i), __ATOMIC_ACQUIRE);
+	memcpy(&s, v->shadow + 8 * i, 8);
+	s = (h & ~m) | (s & m);
+	memcpy(v->shadow + 8 * i, &s, 8);
+}
+
+/* perform_word makes the thread's stores to word i visible in host
+ * memory (the host's bytes of the word are kept) and tells the harness.
+ * The caller takes i off the pending list. */
+static void perform_word(struct view *v, uint64_t i)
+{
+	uint64_t m = dirty_mask(v, i), s;
+	if (m == 0)
+		return;
+	memcpy(&s, v->shadow + 8 * i, 8);
+	uint64_t *host = (uint64_t *)(uintptr_t)(v->base + 8 * i);
+	uint64_t h = __atomic_load_n(host, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(host, &h, (h & ~m) | (s & m), 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
+	v->dirty[i] = 0;
+	if (strict.visible)
+		strict.visible(strict.arg, v->base + 8 * i, h, (h & ~m) | (s & m));
+}
+
+/* read_invalidate refreshes every view of the thread, word by word in a
+ * random order (a later read may be served before an earlier one). */
+static void read_invalidate(struct flexio_dev_thread_ctx *t)
+{
+	for (int k = 0; k < t->nviews; k++) {
+		struct view *v = &t->views[k];
+		/* A stride that is a prime above n visits every word once. */
+		static const uint64_t primes[] = {1000003, 1000033, 1000037, 1000039};
+		uint64_t n = v->len / 8, start = n ? rnd(t) % n : 0, stride = primes[rnd(t) % 4];
+		if (n >= primes[0])
+			stride = 1;
+		for (uint64_t j = 0; j < n; j++)
+			refresh_word(v, (start + j * stride) % n);
+	}
+}
+
+/* writeback performs every store the thread's views hold, in a random
+ * order: a writeback orders the stores before it against those after
+ * it, not among themselves. */
+static void writeback(struct flexio_dev_thread_ctx *t)
+{
+	t->covered = t->stores;
+	for (int k = 0; k < t->nviews; k++) {
+		struct view *v = &t->views[k];
+		for (uint32_t j = v->npending; j > 1; j--) {
+			uint32_t r = (uint32_t)(rnd(t) % j), x = v->pending[j - 1];
+			v->pending[j - 1] = v->pending[r], v->pending[r] = x;
+		}
+		/* Each perform may call the harness, which counts what is still
+		 * pending: take each word off the list as it is performed. */
+		while (v->npending > 0)
+			perform_word(v, v->pending[--v->npending]);
+	}
+}
+
+/* pending_stores counts the words of t's views holding unperformed stores. */
+static int pending_stores(const struct flexio_dev_thread_ctx *t)
+{
+	int n = 0;
+	for (int k = 0; k < t->nviews; k++)
+		n += (int)t->views[k].npending;
+	return n;
+}
+
+int hostsim_pending_stores_before(uint64_t haddr)
+{
+	const struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
+	uint64_t at = 0;
+	for (int k = 0; t && k < t->nviews; k++) {
+		const struct view *v = &t->views[k];
+		if (haddr >= v->base && haddr < v->base + v->len)
+			at = v->last[(haddr - v->base) / 8];
+	}
+	int n = 0;
+	for (int k = 0; at && k < t->nviews; k++)
+		for (uint32_t j = 0; j < t->views[k].npending; j++)
+			n += t->views[k].first[t->views[k].pending[j]] < at;
+	return n;
+}
+
+/* early does what a cache may do at any time: perform one of the
+ * thread's stores, or refresh one word it did not store, ahead of any
+ * fence. Called at every device call. */
+static void early(struct flexio_dev_thread_ctx *t)
+{
+	if (!strict.on || t->nviews == 0)
+		return;
+	struct view *v = &t->views[rnd(t) % (uint64_t)t->nviews];
+	uint64_t n = v->len / 8, r = rnd(t) % 4;
+	if (r == 0 && v->npending > 0) {
+		uint32_t j = (uint32_t)(rnd(t) % v->npending), i = v->pending[j];
+		v->pending[j] = v->pending[--v->npending];
+		perform_word(v, i);
+	} else if (r == 1 && n > 0) {
+		uint64_t i = rnd(t) % n;
+		if (dirty_mask(v, i) == 0)
+			refresh_word(v, i);
+	}
+}
+
+void hostsim_window_store(void *p, uint64_t value, int size)
+{
+	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
+	uint8_t *b = p;
+	for (int k = 0; strict.on && t && k < t->nviews; k++) {
+		struct view *v = &t->views[k];
+		if (b < v->shadow || b >= v->shadow + v->len)
+			continue;
+		uint64_t off = (uint64_t)(b - v->shadow);
+		if (off % (uint64_t)size != 0)
+			die("a misaligned window store");
+		memcpy(b, &value, (size_t)size); /* little-endian: the low bytes */
+		uint64_t seq = ++t->stores;
+		if (v->dirty[off / 8] == 0) {
+			v->pending[v->npending++] = (uint32_t)(off / 8);
+			v->first[off / 8] = seq;
+		}
+		v->last[off / 8] = seq;
+		v->dirty[off / 8] |= (size == 8 ? ~0ull : ((1ull << 8 * size) - 1)) << 8 * (off % 8);
+		return;
+	}
+	/* Not a window view: a release store (dpasim's host reads it concurrently). */
+	if (size == 8)
+		__atomic_store_n((uint64_t *)p, value, __ATOMIC_RELEASE);
+	else if (size == 4)
+		__atomic_store_n((uint32_t *)p, (uint32_t)value, __ATOMIC_RELEASE);
+	else
+		die("a window store of a size other than 4 or 8");
+}
+
+/* view_of returns the thread's view of window w, making it (a copy of
+ * host memory as it is now) at the thread's first use. */
+static int view_of(struct flexio_dev_thread_ctx *t, struct window w)
+{
+	for (int k = 0; k < t->nviews; k++)
+		if (t->views[k].mkey == w.mkey && t->views[k].base == w.base && t->views[k].len == w.len)
+			return k;
+	if (t->nviews == HOSTSIM_VIEWS || w.base % 8 != 0 || w.len % 8 != 0)
+		die("strict windows: too many windows, or one not 8-byte aligned and sized");
+	struct view *v = &t->views[t->nviews];
+	*v = (struct view){.mkey = w.mkey, .base = w.base, .len = w.len, .shadow = calloc(1, w.len), .dirty = calloc(w.len / 8, 8),
+			    .pending = calloc(w.len / 8, 4), .first = calloc(w.len / 8, 8), .last = calloc(w.len / 8, 8)};
+	if (!v->shadow || !v->dirty || !v->pending || !v->first || !v->last)
+		die("out of memory");
+	for (uint64_t i = 0; i < w.len / 8; i++)
+		refresh_word(v, i);
+	return t->nviews++;
+}
 
 enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t)
 {
@@ -56,6 +292,8 @@ enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t)
 		return HOSTSIM_FINISHED;
 	running = t;
 	t->ctx.armed = 0;
+	t->ctx.fenced_w = 0;
+	t->ctx.cq_ci_pending = 0;
 	/* A thread's window configuration does not survive its run. */
 	for (int e = 0; e < FLEXIO_DEV_WINDOW_ENTITY_NUM; e++)
 		t->ctx.window[e] = (struct window){0};
@@ -65,6 +303,10 @@ enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t)
 		how = HOSTSIM_FINISHED; /* returned without leaving through the API */
 	}
 	running = NULL;
+	/* A store the cache happened to perform early is no excuse: only a
+	 * writeback guarantees it reaches the host. */
+	if (strict.on && (t->ctx.stores != t->ctx.covered || pending_stores(&t->ctx) != 0))
+		die("a run ended with window stores not written back");
 	if (how == HOSTSIM_FINISHED)
 		t->finished = 1;
 	return (enum hostsim_exit)how;
@@ -121,6 +363,8 @@ flexio_dev_status_t flexio_dev_multi_window_config(enum flexio_window_entity e, 
 	for (int i = 0; i < HOSTSIM_WINDOWS; i++) {
 		if (windows[i].len != 0 && windows[i].mkey == mkey) {
 			dtctx->window[e] = windows[i];
+			if (strict.on)
+				dtctx->view[e] = view_of(dtctx, windows[i]);
 			st = FLEXIO_DEV_STATUS_SUCCESS;
 			break;
 		}
@@ -137,7 +381,11 @@ flexio_dev_status_t flexio_dev_multi_window_ptr_acquire(enum flexio_window_entit
 	struct window w = running->ctx.window[e];
 	if (w.len == 0 || haddr < w.base || haddr - w.base >= w.len)
 		return FLEXIO_DEV_STATUS_FAILED;
-	*daddr = haddr; /* the host's memory is the host's */
+	early(&running->ctx);
+	if (strict.on) /* the thread's copy, at an address of its own */
+		*daddr = (flexio_uintptr_t)(uintptr_t)(running->ctx.views[running->ctx.view[e]].shadow + (haddr - w.base));
+	else
+		*daddr = haddr; /* the host's memory is the host's */
 	return FLEXIO_DEV_STATUS_SUCCESS;
 }
 
@@ -147,6 +395,9 @@ void flexio_dev_thread_finish(void) { longjmp(running->ctx.exit, HOSTSIM_FINISHE
 
 void hostsim_cq_arm(uint32_t ci, uint32_t qnum)
 {
+	early(&running->ctx);
+	if (strict.on && running->ctx.cq_ci_pending)
+		die("CQ armed before a write fence ordered its doorbell record");
 	running->ctx.armed = 1;
 	running->ctx.arm_ci = ci & 0xffffff;
 	running->ctx.arm_cqn = qnum;
@@ -163,12 +414,22 @@ static uint32_t be32(uint32_t v)
 
 flexio_dev_status_t flexio_dev_dbr_cq_set_ci(uint32_t *cq_dbr, uint32_t ci)
 {
+	if (running) {
+		early(&running->ctx);
+		running->ctx.cq_ci_pending = 1;
+	}
 	__atomic_store_n(cq_dbr, be32(ci & 0xffffff), __ATOMIC_RELEASE);
 	return FLEXIO_DEV_STATUS_SUCCESS;
 }
 
 flexio_dev_status_t flexio_dev_dbr_rq_inc_pi(uint32_t *rq_dbr)
 {
+	if (running) {
+		early(&running->ctx);
+		if (strict.on && !running->ctx.fenced_w)
+			die("receive doorbell record moved without a write fence after the WQE");
+		running->ctx.fenced_w = 0;
+	}
 	uint32_t pi = be32(__atomic_load_n(rq_dbr, __ATOMIC_ACQUIRE));
 	__atomic_store_n(rq_dbr, be32((pi + 1) & 0xffff), __ATOMIC_RELEASE);
 	return FLEXIO_DEV_STATUS_SUCCESS;
@@ -176,7 +437,21 @@ flexio_dev_status_t flexio_dev_dbr_rq_inc_pi(uint32_t *rq_dbr)
 
 void hostsim_thread_fence(int space, int pred, int succ)
 {
-	(void)space, (void)pred, (void)succ;
+	(void)succ;
+	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
+	if (t && strict.on) {
+		early(t);
+		if (space == __DPA_MMIO || space == __DPA_SYSTEM) {
+			if (pred & __DPA_W)
+				writeback(t);
+			if (pred & __DPA_R)
+				read_invalidate(t);
+		}
+		if (space != __DPA_MMIO && (pred & __DPA_W)) {
+			t->fenced_w = 1;
+			t->cq_ci_pending = 0;
+		}
+	}
 #ifdef __SANITIZE_THREAD__
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 #else

@@ -41,6 +41,42 @@ enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t);
  */
 int hostsim_thread_armed(struct hostsim_thread *t, uint32_t *ci, uint32_t *cqn);
 
+/*
+ * hostsim_strict_windows switches on the strict memory model for threads
+ * created afterwards (call it first; it stays on for the process). Each
+ * thread then reaches a window through a copy of its own, at addresses
+ * distinct from the host's, kept across runs as a DPA cache would be:
+ *
+ *   - its stores reach host memory at a window writeback (an __DPA_MMIO
+ *     fence ordering writes), performed in a random order among
+ *     themselves, or earlier at random; visible(arg, haddr, old, now) is
+ *     called on the storing thread as each 8-byte word becomes visible
+ *     to the host, with the word's host value before and after;
+ *   - its loads see host memory as of its last read-invalidate (an
+ *     __DPA_MMIO fence ordering reads), refreshed word by word in a
+ *     random order, or a word refreshed earlier at random;
+ *   - a run that ends with stores not written back aborts;
+ *   - a receive doorbell record moved with no memory write fence since
+ *     the previous one (the WQE unordered), or a CQ armed with no write
+ *     fence after its doorbell record moved, aborts.
+ *
+ * seed makes the random choices repeatable. Window bases and lengths must
+ * be multiples of 8.
+ */
+void hostsim_strict_windows(uint64_t seed, void (*visible)(void *arg, uint64_t haddr, uint64_t old, uint64_t now), void *arg);
+
+/* hostsim_window_store is handler.c's window_store built for hostsim
+ * (SDR_HOSTSIM): a store of the low size bytes (4 or 8) of value at p.
+ * Into the running thread's view when p is in one (the strict model),
+ * else a release store. */
+void hostsim_window_store(void *p, uint64_t value, int size);
+
+/* hostsim_pending_stores_before returns how many window words hold
+ * stores of the running thread, made before its latest store to the word
+ * at host address haddr, that are not yet visible to the host (0 outside
+ * a run or a window). */
+int hostsim_pending_stores_before(uint64_t haddr);
+
 /* hostsim_window_register makes [base, base+len) reachable through mkey; 0 on success. */
 int hostsim_window_register(uint32_t mkey, uint64_t base, uint64_t len);
 void hostsim_window_unregister(uint32_t mkey);

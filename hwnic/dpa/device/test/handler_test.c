@@ -71,9 +71,62 @@ struct rig {
 	uint64_t *words, *lengths;
 	struct sdr_rx_notify *notify[MAX_CH];
 	struct channel ch[MAX_CH];
+	/* react, when set, is the host acting the moment a handler's window
+	 * store becomes visible (on the handler's thread, inside its run). */
+	void (*react)(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now);
 };
 
 static uint32_t qpn_of(uint32_t gen, uint32_t ch) { return 0x100 + gen * 16 + ch; }
+
+/* ---- the strict window model's check (hostsim_strict_windows) ---- */
+
+static struct rig *checked; /* the rig whose window visible() watches */
+
+/* publishing names the word at haddr if it is one that tells the host to
+ * read what was stored before it, and the change old → now moved it: a
+ * slot's chunk flags, a notification ring's producer index or overflow
+ * flag, a fence number. */
+static const char *publishing(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	uint64_t words = (uint64_t)(uintptr_t)r->words, slots_end = words + (uint64_t)r->slots * r->slot_words * 8;
+	if (haddr >= words && haddr < slots_end) {
+		uint64_t w = (haddr - words) / 8;
+		uint32_t slot = (uint32_t)(w / r->slot_words), idx = (uint32_t)(w % r->slot_words);
+		struct sdr_geometry g;
+		uint32_t length = (uint32_t)__atomic_load_n(&r->lengths[slot], __ATOMIC_ACQUIRE);
+		if (sdr_geometry_init(&g, length, r->mtu, r->chunk_size) == 0 && idx >= SDR_HEADER_WORDS + g.chunks)
+			return "a slot's chunk flags";
+		return NULL;
+	}
+	for (uint32_t c = 0; c < r->channels; c++) {
+		struct sdr_rx_notify *n = r->notify[c];
+		if (haddr == (uint64_t)(uintptr_t)&n->pi)
+			return "a notification producer index";
+		if (haddr == (uint64_t)(uintptr_t)&n->log_cap && (old ^ now) >> 32) /* overflow: the word's upper half */
+			return "a notification overflow flag";
+		if (haddr == (uint64_t)(uintptr_t)&n->fence && (uint32_t)(old ^ now))
+			return "a fence number";
+	}
+	return NULL;
+}
+
+/*
+ * visible is called as a handler thread's window store becomes visible to
+ * the host. When a publishing word moves, the host goes on to read what
+ * the handler stored before it: none of that may still be pending.
+ */
+static void visible(void *arg, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	(void)arg;
+	struct rig *r = __atomic_load_n(&checked, __ATOMIC_ACQUIRE);
+	if (!r || old == now)
+		return;
+	const char *what = publishing(r, haddr, old, now);
+	int pending = what ? hostsim_pending_stores_before(haddr) : 0;
+	CHECK(pending == 0, "%s became visible before %d window words the handler stored earlier", what, pending);
+	if (r->react)
+		r->react(r, haddr, old, now);
+}
 
 static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uint32_t slot_size, uint32_t mtu,
 			   uint32_t chunk_size, uint32_t log_cq, struct sdr_layout l)
@@ -94,6 +147,7 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 	r->words = (uint64_t *)r->host;
 	r->lengths = r->words + (size_t)slots * r->slot_words;
 	CHECK(hostsim_window_register(WINDOW_MKEY, (uint64_t)(uintptr_t)r->host, size) == 0, "window");
+	__atomic_store_n(&checked, r, __ATOMIC_RELEASE);
 	r->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + r->slot_words), 8);
 	CHECK(r->dpa_slots, "oom");
 	for (uint32_t c = 0; c < channels; c++) {
@@ -136,6 +190,7 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 
 static void rig_free(struct rig *r)
 {
+	__atomic_store_n(&checked, NULL, __ATOMIC_RELEASE);
 	hostsim_window_unregister(WINDOW_MKEY);
 	for (uint32_t c = 0; c < r->channels; c++) {
 		hostsim_thread_destroy(r->ch[c].thread);
@@ -248,7 +303,7 @@ static uint32_t notifications(struct rig *r, uint32_t c, uint32_t *per_slot)
 	uint64_t pi = __atomic_load_n(&n->pi, __ATOMIC_ACQUIRE), ci = n->ci, first = ci;
 	CHECK(!__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE), "notify ring overflowed");
 	for (; ci < pi; ci++) {
-		uint32_t s = n->slot[ci & ((1u << n->log_cap) - 1)];
+		uint32_t s = __atomic_load_n(&n->slot[ci & ((1u << n->log_cap) - 1)], __ATOMIC_RELAXED);
 		CHECK(s < r->slots, "notified slot %u", s);
 		if (per_slot)
 			per_slot[s]++;
@@ -636,8 +691,73 @@ static void test_fence_closes_arm_race(void)
 	rig_free(r);
 }
 
+/* activation_reaction: the host of test_activation_mid_run, which
+ * activates slot 1 for message 5 as soon as it sees fence 1 published and
+ * then the message's four packets arrive. */
+static void activation_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	if (haddr != (uint64_t)(uintptr_t)&r->notify[0]->fence || (uint32_t)old == (uint32_t)now || (uint32_t)now != 1)
+		return;
+	struct sdr_slot s = slot_of(r, 1, 4096);
+	sdr_slot_activate(&s, 5, 0);
+	for (uint32_t k = 0; k < 4; k++)
+		packet(r, 0, 0, 5u << 22 | k << 4, 1024);
+}
+
+/* The host activates a slot while the handler is still in the run that
+ * published the fence, and the message's packets come in behind it: the
+ * handler's view of the slot's state is older than the activation, and
+ * it must look again before it drops them as stale. */
+static void test_activation_mid_run(void)
+{
+	struct rig *r = rig_new(1, 1, 4, 4096, 1024, 1024, 4, L10);
+	prepare(r, 1, 4096);
+	r->react = activation_reaction;
+	marker(r, 0, 0, 1);
+	drain(r, 0);
+	struct channel *ch = &r->ch[0];
+	CHECK(ch->ctx.cqes == 5, "%lu CQEs taken: the packets behind the marker were not produced", (unsigned long)ch->ctx.cqes);
+	CHECK(ch->ctx.chunks == 4 && ch->ctx.stale == 0, "%lu chunks, %lu stale: the handler judged the packets by a stale view",
+	      (unsigned long)ch->ctx.chunks, (unsigned long)ch->ctx.stale);
+	struct sdr_slot s = slot_of(r, 1, 4096);
+	CHECK(chunks_done(&s) == 4, "%u chunks visible to the host", chunks_done(&s));
+	rig_free(r);
+}
+
+/* The notification ring: the handler reads the host's consumer index
+ * afresh at each event, so a ring the host keeps draining never
+ * overflows; a full one raises the overflow flag instead of overwriting
+ * entries the host has not consumed. */
+static void test_notify_overflow(void)
+{
+	struct rig *r = rig_new(1, 1, 2, 512 * 1024, 1024, 1024, 3, L10); /* 2^7 entries */
+	arm(r, 1, 512 * 1024, 1, 0);
+	struct sdr_rx_notify *n = r->notify[0];
+	uint32_t k = 0;
+	for (int phase = 0; phase < 3; phase++) {
+		for (uint32_t end = k + (phase < 2 ? 100 : 200); k < end; k++) {
+			packet(r, 0, 0, 1u << 22 | k << 4, 1024); /* one packet, one chunk */
+			if (k % 8 == 7)
+				drain(r, 0);
+		}
+		drain(r, 0);
+		if (phase < 2) {
+			CHECK(!__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE), "phase %d: overflow though the host consumed", phase);
+			CHECK(notifications(r, 0, NULL) == 100, "phase %d: notifications", phase);
+		}
+	}
+	CHECK(r->ch[0].ctx.chunks == 400, "chunks %lu", (unsigned long)r->ch[0].ctx.chunks);
+	CHECK(__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE) == 1, "no overflow after 200 unconsumed notifications");
+	CHECK(__atomic_load_n(&n->pi, __ATOMIC_ACQUIRE) == 200 + 128, "producer index %lu, want the consumer's 200 + 128",
+	      (unsigned long)n->pi);
+	rig_free(r);
+}
+
 int main(int argc, char **argv)
 {
+	/* The strict window model, seeded by $HOSTSIM_SEED (default 1). */
+	const char *seed = getenv("HOSTSIM_SEED");
+	hostsim_strict_windows(seed ? strtoull(seed, NULL, 0) : 1, visible, NULL);
 	static const struct {
 		const char *name;
 		void (*fn)(void);
@@ -650,6 +770,8 @@ int main(int argc, char **argv)
 		{"threads_on_shared_slots", test_threads_on_shared_slots},
 		{"fence_marker", test_fence_marker},
 		{"fence_closes_arm_race", test_fence_closes_arm_race},
+		{"notify_overflow", test_notify_overflow},
+		{"activation_mid_run", test_activation_mid_run},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
