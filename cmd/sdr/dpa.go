@@ -13,7 +13,9 @@ const dpaUsage = `usage: sdr dpa plan [flags]
 Capacity planning for the BlueField-3 backend (hwnic/dpa): how many DPA
 threads receive the given rate, from the SDR-RDMA paper's measurements of
 DPA thread time (~0.65 µs per packet, ~0.4 µs per completed chunk; 16
-threads ≈ 15 Mpps at one-packet chunks, 22.9 Mpps at 16-packet chunks).
+threads ≈ 15 Mpps at one-packet chunks, 22.9 Mpps at 16-packet chunks),
+and the same with the round trips to host memory that handler.c's
+window reads add.
 Sizes take B, KiB, MiB suffixes.
 
 flags:
@@ -32,35 +34,49 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	gbps := fs.Float64("gbps", 400, "target payload rate, Gbit/s")
 	mtu := fs.String("mtu", "4KiB", "payload bytes per packet (the path MTU)")
 	chunk := fs.String("chunk", "64KiB", "chunk size (a multiple of -mtu, at most 64 packets)")
+	rtt := fs.Duration("rtt", dpa.PCIeRoundTrip, "assumed latency of one read of host memory through a window")
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
 	}
-	m, errM := parseDPASize(*mtu)
+	m0, errM := parseDPASize(*mtu)
 	c, errC := parseDPASize(*chunk)
-	if errM != nil || errC != nil || fs.NArg() > 0 {
+	if errM != nil || errC != nil || fs.NArg() > 0 || *rtt < 0 {
 		fmt.Fprintf(stderr, "sdr dpa plan: bad -mtu %q, -chunk %q or extra arguments %q\n", *mtu, *chunk, fs.Args())
 		return exitUsage
 	}
-	model := dpa.PaperCost
-	p, err := model.Plan(*gbps*1e9, m, c)
-	if err != nil {
-		fmt.Fprintf(stderr, "sdr dpa plan: %v\n", err)
-		return exitUsage
+	handler := dpa.HandlerCost
+	handler.RoundTrip = *rtt
+	var plans [2]dpa.Plan
+	for i, m := range []dpa.CostModel{dpa.PaperCost, handler} {
+		p, err := m.Plan(*gbps*1e9, m0, c)
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr dpa plan: %v\n", err)
+			return exitUsage
+		}
+		plans[i] = p
 	}
-	fmt.Fprintf(stdout, "target            %.1f Gbit/s in %d B packets = %.2f Mpps\n", *gbps, m, p.PacketsPerSecond/1e6)
-	fmt.Fprintf(stdout, "chunk             %d B = %d packets\n", c, p.ChunkPackets)
-	fmt.Fprintf(stdout, "thread time       %.3f µs per packet (%.2f + %.2f / %d)\n", p.ThreadTime.Seconds()*1e6,
-		model.PerPacket.Seconds()*1e6, model.PerChunk.Seconds()*1e6, p.ChunkPackets)
-	fmt.Fprintf(stdout, "per thread        %.3f Mpps\n", p.PerThread/1e6)
-	fmt.Fprintf(stdout, "threads needed    %d (%.0f %% busy)\n", p.Threads, 100*p.Utilization)
-	if !p.Fits {
-		fmt.Fprintf(stdout, "DOES NOT FIT      a BlueField-3 DPA has %d threads\n", model.MaxThreads)
+	paper, ours := plans[0], plans[1]
+	fmt.Fprintf(stdout, "target            %.1f Gbit/s in %d B packets = %.2f Mpps\n", *gbps, m0, paper.PacketsPerSecond/1e6)
+	fmt.Fprintf(stdout, "chunk             %d B = %d packets\n", c, paper.ChunkPackets)
+	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "", "paper's handler", "handler.c (reads host memory)")
+	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "thread time", fmt.Sprintf("%.3f µs per packet", paper.ThreadTime.Seconds()*1e6),
+		fmt.Sprintf("%.3f µs per packet", ours.ThreadTime.Seconds()*1e6))
+	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "per thread", fmt.Sprintf("%.3f Mpps", paper.PerThread/1e6), fmt.Sprintf("%.3f Mpps", ours.PerThread/1e6))
+	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "threads needed", fmt.Sprintf("%d (%.0f %% busy)", paper.Threads, 100*paper.Utilization),
+		fmt.Sprintf("%d (%.0f %% busy)", ours.Threads, 100*ours.Utilization))
+	for i, p := range plans {
+		if !p.Fits {
+			fmt.Fprintf(stdout, "DOES NOT FIT      %s: a BlueField-3 DPA has %d threads\n", []string{"paper's handler", "handler.c"}[i], dpa.PaperCost.MaxThreads)
+		}
 	}
 	fmt.Fprintln(stdout, "\nassumptions:")
 	for _, a := range []string{
-		"thread time per packet and per chunk as the paper measured them on BlueField-3 (receive path only)",
-		"threads scale linearly (the paper measured up to 16; 16 cores × 16 threads = 256 in all)",
-		"the host's sends, the NIC's line rate and PCIe are not limits here",
+		fmt.Sprintf("thread time %.2f µs per packet and %.2f µs per completed chunk, as the paper measured them on BlueField-3 (receive path only)",
+			dpa.PaperCost.PerPacket.Seconds()*1e6, dpa.PaperCost.PerChunk.Seconds()*1e6),
+		fmt.Sprintf("handler.c also waits out %d window reads of host memory per packet (the slot's state and length words) and %d per completed chunk (the notification consumer index), %.2f µs each (-rtt; a PCIe read round trip, not measured on a BlueField-3)",
+			handler.ReadsPerPacket, handler.ReadsPerChunk, handler.RoundTrip.Seconds()*1e6),
+		"threads scale linearly (the paper measured up to 16; 16 cores × 16 threads = 256 in all); a thread waiting on a read leaves its core to the others",
+		"the host's sends, the NIC's line rate and PCIe bandwidth are not limits here",
 		"every packet carries a full MTU; carriers and retransmissions add packets",
 	} {
 		fmt.Fprintf(stdout, "  - %s\n", a)

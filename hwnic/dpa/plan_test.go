@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 )
 
 // TestPaperNumbers checks the model against the paper's measurements:
@@ -45,6 +46,26 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestHandlerRoundTrips checks that the window reads of handler.c are
+// priced: 400 Gbit/s of 4 KiB packets in 16-packet chunks costs a thread
+// 0.675 µs + (2 + 1/16) × 0.8 µs = 2.325 µs per packet, so 29 threads
+// where the paper's model needs 9.
+func TestHandlerRoundTrips(t *testing.T) {
+	p, err := HandlerCost.Plan(400e9, 4096, 64<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 2325 * time.Nanosecond; p.ThreadTime < want-time.Nanosecond || p.ThreadTime > want+time.Nanosecond {
+		t.Errorf("thread time %v, want %v", p.ThreadTime, want)
+	}
+	if p.Threads != 29 || !p.Fits {
+		t.Errorf("%d threads (fits %v), want 29", p.Threads, p.Fits)
+	}
+	if r, q := HandlerCost.Rate(16, 16), PaperCost.Rate(16, 16); !(r < q/3) {
+		t.Errorf("16 threads: %.2f Mpps with round trips, %.2f without: the reads cost nothing", r/1e6, q/1e6)
+	}
+}
+
 func TestPlanErrors(t *testing.T) {
 	for _, c := range []struct {
 		rate       float64
@@ -54,6 +75,9 @@ func TestPlanErrors(t *testing.T) {
 		if _, err := PaperCost.Plan(c.rate, c.mtu, c.chunk); !errors.Is(err, ErrPlan) {
 			t.Errorf("Plan(%g, %d, %d): %v", c.rate, c.mtu, c.chunk, err)
 		}
+	}
+	if _, err := (CostModel{PerPacket: 1, MaxThreads: 1, RoundTrip: -1}).Plan(1e9, 4096, 4096); !errors.Is(err, ErrPlan) {
+		t.Errorf("negative round trip: %v", err)
 	}
 	if _, err := (CostModel{}).Plan(1e9, 4096, 4096); !errors.Is(err, ErrPlan) {
 		t.Errorf("zero model: %v", err)
