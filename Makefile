@@ -29,7 +29,7 @@ build: ## the sdr command, as $(BIN)
 # Debian packages the suite needs: tshark cross-checks the encoder; clang
 # and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
 # namespace tests; libibverbs-dev gives hwnic/dpa the mlx5 layouts (mlx5dv.h).
-APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev util-linux
+APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev util-linux linux-headers-amd64
 
 # The main job: what the project can show so far, with no setup. Real SDR
 # traffic from Soft-RoCE decoded; then the point of the project: two hosts

@@ -307,6 +307,7 @@ static struct mlx5dv_devx_obj *sdr_dpa_create_rqp(struct sdr_dpa_dev *d, flexio_
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_LOG_RQ_SIZE, log_rq);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_LOG_RQ_STRIDE, 0); /* 16-byte WQEs: 2^(0+4) */
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_NO_SQ, 1);
+	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_TS_FORMAT, SDR_QPC_TS_FORMAT_DEFAULT);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_CQN_SND, cqn);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_CQN_RCV, cqn);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_RQ_TYPE, 0); /* regular */

@@ -61,6 +61,7 @@
 #define SDR_QPC_LOG_RQ_SIZE 0x49, 4
 #define SDR_QPC_LOG_RQ_STRIDE 0x4d, 3
 #define SDR_QPC_NO_SQ 0x50, 1
+#define SDR_QPC_TS_FORMAT 0x58, 2
 #define SDR_QPC_UAR_PAGE 0x68, 24
 #define SDR_QPC_REMOTE_QPN 0xa8, 24
 /* primary_address_path (an ads at qpc bit 0xc0) */
@@ -81,6 +82,14 @@
 #define SDR_QPC_DBR_UMEM_ID 0x720, 32
 
 #define SDR_QPC_ST_UC 0x1
+/*
+ * The device's default timestamp format: what the kernel's
+ * mlx5_get_qp_default_ts picks when the device reports a real-time clock
+ * (qp_ts_format capability not FREE_RUNNING only), as the ConnectX-7
+ * generation of a BlueField-3 does; 0 (free running) is refused by a
+ * device that offers only the real-time clock.
+ */
+#define SDR_QPC_TS_FORMAT_DEFAULT 0x1
 #define SDR_QPC_PM_STATE_MIGRATED 0x3
 
 /* create_mkey_in: the mkey context starts at bit 0x80. */
