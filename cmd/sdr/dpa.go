@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sdr-rdma/sdr/hwnic/dpa"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/doctor"
 	"github.com/sdr-rdma/sdr/internal/units"
 )
 
 const dpaUsage = `usage: sdr dpa plan [flags]
+       sdr dpa doctor [flags]
 
 Capacity planning for the BlueField-3 backend (hwnic/dpa): how many DPA
 threads receive the given rate, from the SDR-RDMA paper's measurements of
@@ -18,11 +22,21 @@ and the same with the round trips to host memory that handler.c's
 window reads add.
 Sizes take B, KiB, MiB suffixes.
 
+doctor walks the BlueField-3 backend's bring-up in order (device and
+firmware, FlexIO process and window, UC QP creation, memory, root mkey
+and Arm, one SDR message end to end), printing pass or fail per step and
+where to look when one fails. With -dev it runs on the BlueField-3 (a
+build with -tags dpa); without, on dpasim over an in-process pipe, where
+the hardware-only steps are skipped. Exit status 1 when a step failed.
+
 flags:
 `
 
 // runDPA dispatches sdr dpa's subcommands.
 func runDPA(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "doctor" {
+		return runDPADoctor(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "plan" {
 		fmt.Fprint(stderr, dpaUsage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
@@ -82,6 +96,48 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "  - %s\n", a)
 	}
 	return exitOK
+}
+
+// runDPADoctor runs sdr dpa doctor.
+func runDPADoctor(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("sdr dpa doctor", dpaUsage, stderr)
+	dev := fs.String("dev", "", "the sender's verbs device, e.g. mlx5_0 (none: dpasim on this machine)")
+	peer := fs.String("peer", "", "the receiver's verbs device (default: -dev, looped back)")
+	port := fs.Int("port", 1, "device port")
+	gid := fs.Int("gid", 3, "RoCEv2 GID index")
+	timeout := fs.Duration("timeout", 10*time.Second, "time each step may take")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 || *timeout <= 0 {
+		fmt.Fprintf(stderr, "sdr dpa doctor: extra arguments %q or bad -timeout\n", fs.Args())
+		return exitUsage
+	}
+	var target doctor.Target
+	if *dev == "" {
+		t, closeTarget, err := doctor.Simulated()
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr dpa doctor: %v\n", err)
+			return exitFault
+		}
+		defer closeTarget()
+		target = t
+	} else {
+		if *peer == "" {
+			*peer = *dev
+		}
+		target = doctor.Target{Name: fmt.Sprintf("BlueField-3 %s → %s", *dev, *peer), Hardware: true,
+			Sender:   dpa.New(dpa.Options{Device: *dev, Port: *port, GIDIndex: *gid}),
+			Receiver: dpa.New(dpa.Options{Device: *peer, Port: *port, GIDIndex: *gid})}
+	}
+	fmt.Fprintf(stdout, "sdr dpa doctor on %s\n", target.Name)
+	code := exitOK
+	for _, r := range doctor.Run(context.Background(), target, *timeout, stdout) {
+		if r.Status == doctor.Fail {
+			code = exitFault
+		}
+	}
+	return code
 }
 
 // parseDPASize parses "4096", "4KiB", "1MiB" (internal/units), up to 1 GiB.

@@ -27,3 +27,23 @@ func TestDPAPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestDPADoctor runs sdr dpa doctor on dpasim (every step but the
+// hardware-only one passes) and on a BlueField this build lacks (the
+// first step fails, exit 1, with where to look).
+func TestDPADoctor(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"dpa", "doctor"}, &out, &errb); code != exitOK {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	for _, want := range []string{"dpasim", "[1/5] device and firmware", "skipped: hardware only", "[5/5] one SDR message end to end       pass"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run([]string{"dpa", "doctor", "-dev", "mlx5_0"}, &out, &errb); code != exitFault ||
+		!strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "look at:") {
+		t.Errorf("exit %d, output:\n%s", code, out.String())
+	}
+}

@@ -1,0 +1,60 @@
+package doctor_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sdr-rdma/sdr/hwnic/dpa"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/doctor"
+)
+
+// TestSimulatedWalk runs the bring-up walk on dpasim: every step but the
+// hardware-only one passes, in order, and the message arrives intact.
+func TestSimulatedWalk(t *testing.T) {
+	target, closeTarget, err := doctor.Simulated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeTarget()
+	var out strings.Builder
+	results := doctor.Run(context.Background(), target, 10*time.Second, &out)
+	t.Logf("walk on %s:\n%s", target.Name, out.String())
+	if len(results) != 5 {
+		t.Fatalf("%d steps reported, want 5", len(results))
+	}
+	for _, r := range results {
+		want := doctor.Pass
+		if r.Step == "FlexIO process and window" {
+			want = doctor.Skipped
+		}
+		if r.Status != want {
+			t.Errorf("%s: %v (%s), want %v", r.Step, r.Status, r.Detail, want)
+		}
+	}
+	if last := results[len(results)-1]; !strings.Contains(last.Detail, "intact") {
+		t.Errorf("last step: %q", last.Detail)
+	}
+}
+
+// TestWalkStopsAtFirstFailure walks a target that cannot open (the
+// BlueField backend in a build without it): the first step fails with
+// where to look, and no later step runs.
+func TestWalkStopsAtFirstFailure(t *testing.T) {
+	target := doctor.Target{Name: "no BlueField", Sender: dpa.New(dpa.Options{Device: "mlx5_0"}),
+		Receiver: dpa.New(dpa.Options{Device: "mlx5_1"}), Hardware: true}
+	var out strings.Builder
+	results := doctor.Run(context.Background(), target, time.Second, &out)
+	if results[0].Status != doctor.Fail || results[0].Hint == "" || !strings.Contains(results[0].Detail, "dpa") {
+		t.Fatalf("first step: %+v", results[0])
+	}
+	for _, r := range results[1:] {
+		if r.Status != doctor.NotRun {
+			t.Errorf("%s ran after the first step failed: %v", r.Step, r.Status)
+		}
+	}
+	if !strings.Contains(out.String(), "look at:") {
+		t.Errorf("no hint printed:\n%s", out.String())
+	}
+}
