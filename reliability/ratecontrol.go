@@ -323,10 +323,14 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		mean := (delivered + rc.recent[0] + rc.recent[1]) / 3
 		rc.rate = rc.clamp(min(rc.rate, max(min(rc.rate, lately)*max(0.5, 1-decreaseGain*excess), cutFloor*mean)))
 		rc.lastCut, rc.cutRTT, rc.ceiling = now, rc.roundRTT, lately
-	case rc.limited || rc.roundRTT == 0:
+	case rc.roundRTT == 0 || rc.limited && !rc.startup:
 		// A round the sender was short of data for says nothing of the
 		// path's room, nor one without a round-trip sample of the queue.
 	case rc.startup:
+		// (A short round in startup without a queue still doubles, within
+		// what the path delivered: otherwise a connection of transfers
+		// shorter than a round never leaves its first rate, BBR's
+		// application-limited samples raising its estimate.)
 		// Doubling, but never beyond startupLead times what the path
 		// delivered lately: ACKs reflect the rate of a round ago, so a
 		// path that keeps up delivers about half the rate. No chunk sent

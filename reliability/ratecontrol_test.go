@@ -44,7 +44,11 @@ type fluidFlow struct {
 	marked  float64 // packets that drew a notification
 	idle    bool    // the sender has next to nothing to send (a repair now and then: fluidTrickle)
 	stalled bool    // the same, but the controller is not told (the sender waits for the receiver's credit)
-	history []fluidAck
+	// transfers: the flow sends budget bits (a transfer) and then nothing
+	// until the test gives it the next one; the controller is told.
+	transfers bool
+	budget    float64
+	history   []fluidAck
 }
 
 // fluidAck is what an ACK leaving the receiver at a step carries.
@@ -84,7 +88,11 @@ func (b *bottleneck) run(d time.Duration) {
 		dt := b.step.Seconds()
 		offered := 0.0
 		for _, f := range b.flows {
-			offered += f.offer() * dt
+			o := f.offer() * dt
+			offered += o
+			if f.transfers {
+				f.budget -= o
+			}
 		}
 		served := min(b.queue+offered, b.rate*dt)
 		b.queue += offered - served
@@ -126,6 +134,13 @@ func (b *bottleneck) run(d time.Duration) {
 // offer returns the rate f sends at: its pacing rate, or a trickle while
 // it is idle (and then tells its controller so).
 func (f *fluidFlow) offer() float64 {
+	if f.transfers {
+		if f.budget <= 0 {
+			f.rc.idle()
+			return 0
+		}
+		return f.rc.rate
+	}
 	if f.idle {
 		f.rc.idle()
 	}
@@ -367,5 +382,38 @@ func TestRateControlAfterIdle(t *testing.T) {
 		if got < 0.9*rate {
 			t.Errorf("%s: delivered %.1f Mbit/s after an idle spell on a %.0f Mbit/s bottleneck", name, got/1e6, rate/1e6)
 		}
+	}
+}
+
+// TestRateControlShortTransfers: a connection that moves transfers
+// shorter than a round trip, one after another, is short of data in
+// every round; its startup still doubles the rate in rounds without a
+// queue, so a later transfer leaves at a multiple of the first's rate
+// (it would stay at the first rate, ~52 Mbit/s on this path, for ever
+// otherwise), and the rate stays within what the path delivered.
+func TestRateControlShortTransfers(t *testing.T) {
+	const rate, size = 500e6, 192 << 10 * 8 // a 64 KiB EC transfer with its parity, in bits
+	b := newBottleneck(rate, 20*time.Millisecond, 8e6*8)
+	f := b.add()
+	f.transfers = true
+	var inject []time.Duration
+	for range 12 {
+		f.budget = size
+		start := b.now
+		for f.budget > 0 {
+			b.run(b.step)
+		}
+		inject = append(inject, b.now.Sub(start))
+		b.run(b.floor) // the completion's round trip before the next transfer
+	}
+	t.Logf("injection times: %v; rate %.0f Mbit/s, startup %v", inject, f.rc.rate/1e6, f.rc.startup)
+	if last := inject[len(inject)-1]; last > inject[0]/4 {
+		t.Errorf("the 12th transfer took %v to leave, the first %v: the rate did not grow over short transfers", last, inject[0])
+	}
+	if f.rc.rate > startupLead*rate {
+		t.Errorf("rate %.0f Mbit/s on a %.0f Mbit/s path", f.rc.rate/1e6, rate/1e6)
+	}
+	if b.dropped > 0 {
+		t.Errorf("%.0f bits dropped at the queue", b.dropped)
 	}
 }
