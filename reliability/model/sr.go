@@ -58,7 +58,14 @@ func (m *srModel) level(k repairKind, tau float64) int {
 	if tau < k.start+k.first {
 		return 0
 	}
-	return 1 + int(math.Floor((tau-k.start-k.first)/m.rto))
+	// Levels from len(logq) on all contribute log 1 = 0; clamping there
+	// also keeps the conversion in range when τ/RTO exceeds an int (a
+	// link of a few bit/s with a nanosecond round trip).
+	f := math.Floor((tau - k.start - k.first) / m.rto)
+	if !(f < float64(len(m.logq))) {
+		return len(m.logq)
+	}
+	return 1 + int(f)
 }
 
 // integrateLogQ is ∫_lo^hi log P(delivered by offset τ) dτ for lo ≥ start.
