@@ -675,19 +675,19 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 // openSDR opens a context on b and a sending or receiving QP connected to
 // the peer through bs. The caller closes the context.
 func openSDR(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, send bool) (*sdr.Context, *sdr.QP, error) {
-	ctx, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
+	sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
 	if err != nil {
 		return nil, nil, err
 	}
-	qp, err := ctx.NewQP(p.qpAttr(send))
+	qp, err := sc.NewQP(p.qpAttr(send))
 	if err == nil {
 		err = bs.ConnectQP(qp)
 	}
 	if err != nil {
-		ctx.Close()
+		sc.Close()
 		return nil, nil, err
 	}
-	return ctx, qp, nil
+	return sc, qp, nil
 }
 
 func transportName(p *writeBWParams) string {

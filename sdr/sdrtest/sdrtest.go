@@ -134,9 +134,9 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-func register(t *testing.T, ctx *sdr.Context, buf []byte) *sdr.MR {
+func register(t *testing.T, sc *sdr.Context, buf []byte) *sdr.MR {
 	t.Helper()
-	mr, err := ctx.RegisterMemory(buf)
+	mr, err := sc.RegisterMemory(buf)
 	if err != nil {
 		t.Fatal(err)
 	}
