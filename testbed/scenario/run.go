@@ -94,9 +94,15 @@ type Hooks struct {
 	Transfer func(scheme string, st reliability.Stats, delivered bool)
 }
 
-// calibrationTransfers is how many clean transfers of the largest size
-// measure a link's sustained rate.
-const calibrationTransfers = 3
+// calibrationTransfers is how many clean transfers of the largest size,
+// or of calibrationMinBytes if that is larger, measure a link's sustained
+// rate: a transfer much shorter than the path's bandwidth-delay product
+// tells how fast a connection starts, not the rate the models need
+// (64 KiB on the default link reported 67 Mbit/s of its 500).
+const (
+	calibrationTransfers = 3
+	calibrationMinBytes  = 4 << 20
+)
 
 // Run sweeps the scenario's links × sizes × schemes over net, calling the
 // hooks as it goes. It stops at ctx's end with the rows so far and ctx's
@@ -159,7 +165,7 @@ func clean(c link.Config) link.Config {
 // impairments, for the models and for how long raw UC waits.
 func calibrate(ctx context.Context, sc *Scenario, net Network, spec LinkSpec, forward, reverse link.Config) (LinkResult, error) {
 	lr := LinkResult{Link: spec.String(), RTTMs: ms(forward.Delay + reverse.Delay), Loss: forward.Loss.Rate()}
-	size := slices.Max(sc.Sizes)
+	size := max(slices.Max(sc.Sizes), calibrationMinBytes)
 	a, b, err := net.Devices(clean(forward), clean(reverse), 0)
 	if err != nil {
 		return lr, fmt.Errorf("scenario: calibrate %s: %w", spec, err)
