@@ -180,13 +180,14 @@ func TestRunInterrupted(t *testing.T) {
 }
 
 // TestCalibrationRate runs a scenario of 64 KiB transfers only, on a path
-// whose bandwidth-delay product (1.25 MB) is twenty of them: the link's
+// whose bandwidth-delay product (625 KB) is ten of them: the link's
 // sustained rate, which the models use, is still measured near the
-// link's rate, on transfers long enough to reach it.
+// link's rate, on transfers long enough to reach it. (100 Mbit/s: what
+// the emulated NICs sustain under the race detector too.)
 func TestCalibrationRate(t *testing.T) {
 	sc := scenario.Scenario{
 		Name:    "calibration",
-		Links:   []scenario.LinkSpec{{Forward: "rate=500Mbit,delay=10ms"}},
+		Links:   []scenario.LinkSpec{{Forward: "rate=100Mbit,delay=25ms"}},
 		Sizes:   []int{64 << 10},
 		Count:   1,
 		Schemes: []string{"uc"},
@@ -196,7 +197,9 @@ func TestCalibrationRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lr := rep.Links[0]; lr.RateMbps < 0.8*500 || lr.RateMbps > 500 {
-		t.Errorf("sustained rate %.1f Mbit/s on a 500 Mbit/s link", lr.RateMbps)
+	if lr := rep.Links[0]; lr.RateMbps < 0.8*100 || lr.RateMbps > 100 {
+		t.Errorf("sustained rate %.1f Mbit/s on a 100 Mbit/s link", lr.RateMbps)
+	} else {
+		t.Logf("sustained rate %.1f Mbit/s on a 100 Mbit/s link", lr.RateMbps)
 	}
 }
