@@ -30,10 +30,14 @@ var survivors = map[[2]string]string{
 		"owner byte's in DPA memory, which hostsim does not model: x86-64 keeps loads in order, so no run here can observe its absence",
 }
 
+// functionDefinition matches the first line of a top-level C function
+// definition in handler.c, the name in its group.
+var functionDefinition = regexp.MustCompile(`(?m)^(?:static [^(\n]*?|__dpa_global__ void )\**(\w+)\(`)
+
 // enclosingFunction returns the name of the C function whose body holds
 // offset off of src (the last top-level definition line before it).
 func enclosingFunction(src []byte, off int) string {
-	defs := regexp.MustCompile(`(?m)^(?:static [^(\n]*?|__dpa_global__ void )\**(\w+)\(`).FindAllSubmatchIndex(src[:off], -1)
+	defs := functionDefinition.FindAllSubmatchIndex(src[:off], -1)
 	if len(defs) == 0 {
 		return ""
 	}
@@ -64,6 +68,7 @@ func TestHandlerMutations(t *testing.T) {
 		t.Fatal(err)
 	}
 	var table strings.Builder
+	listed := map[[2]string]bool{}
 	for _, site := range sites {
 		line := 1 + bytes.Count(src[:site[0]], []byte("\n"))
 		stmt := string(src[site[0]:site[1]])
@@ -78,6 +83,7 @@ func TestHandlerMutations(t *testing.T) {
 		fn := enclosingFunction(src, site[0])
 		caught := runMutant(bin)
 		why, known := survivors[[2]string{fn, stmt}]
+		listed[[2]string{fn, stmt}] = known
 		switch {
 		case caught == "" && known:
 			caught = "survives: " + why
@@ -87,6 +93,11 @@ func TestHandlerMutations(t *testing.T) {
 		fmt.Fprintf(&table, "\n  handler.c:%-4d %-16s %-52s %s", line, fn, stmt, caught)
 	}
 	t.Logf("each ordering statement removed in turn, and what failed:%s", table.String())
+	for key := range survivors {
+		if !listed[key] {
+			t.Errorf("survivors names %s in %s, which handler.c no longer has: remove the entry", key[1], key[0])
+		}
+	}
 }
 
 // runMutant runs a handler test program built from a mutated handler.c

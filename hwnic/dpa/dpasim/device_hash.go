@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "33af8152f63533f8d11a28d99ee92a6574e90c14e9c86c2051f43f3f56a81af2"
+const deviceSourceHash = "47d157640649f1f4f499f8048e9460d8c7841b3fed298e0ce09e192adf72cee2"
