@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/testbed/conform"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -217,7 +218,7 @@ func runExternal(ctx context.Context, iface, srcIP string, cfg conform.Config) (
 		if cfg.SrcIP, err = netip.ParseAddr(srcIP); err != nil {
 			return nil, fmt.Errorf("-src-ip: %w", err)
 		}
-	} else if cfg.SrcIP, err = firstIPv4(ifc); err != nil {
+	} else if cfg.SrcIP, err = hostnet.FirstIPv4(ifc); err != nil {
 		return nil, fmt.Errorf("%w (give -src-ip)", err)
 	}
 	if cfg.Target.MAC == ([6]byte{}) {

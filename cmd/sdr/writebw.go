@@ -18,6 +18,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
+	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/link"
@@ -258,7 +259,7 @@ func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, 
 		if f.iface == "" {
 			return nil, "", nil, fmt.Errorf("-dev xsk needs -i IFACE: %w", errUsage)
 		}
-		iface, gid, err := interfaceIPv4(f.iface)
+		iface, gid, err := hostnet.InterfaceIPv4(f.iface)
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -282,7 +283,7 @@ func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, 
 		}
 		addr := f.addr
 		if addr == "" && f.iface != "" {
-			_, gid, err := interfaceIPv4(f.iface)
+			_, gid, err := hostnet.InterfaceIPv4(f.iface)
 			if err != nil {
 				return nil, "", nil, err
 			}
@@ -307,34 +308,6 @@ func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, 
 
 var errUsage = errors.New("usage")
 
-// interfaceIPv4 returns the named interface and its first IPv4 address.
-func interfaceIPv4(name string) (*net.Interface, netip.Addr, error) {
-	iface, err := net.InterfaceByName(name)
-	if err != nil {
-		return nil, netip.Addr{}, err
-	}
-	ip, err := firstIPv4(iface)
-	if err != nil {
-		return nil, netip.Addr{}, err
-	}
-	return iface, ip, nil
-}
-
-// firstIPv4 returns the first IPv4 address of ifc.
-func firstIPv4(ifc *net.Interface) (netip.Addr, error) {
-	addrs, err := ifc.Addrs()
-	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
-				return ip.Unmap(), nil
-			}
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", ifc.Name)
-}
 
 func (p *writeBWParams) qpAttr(send bool) sdr.QPAttr {
 	slots := p.InFlight
