@@ -428,6 +428,12 @@ func (h *RecvHandle) Chunks() int { return h.es.Geometry().Chunks }
 // atomically. Costs one load per 64 chunks.
 func (h *RecvHandle) Bitmap(dst []uint64) []uint64 { return h.es.Bitmap(dst) }
 
+// BitmapWords returns the receive's live chunk bitmap, where the backend
+// writes it (bit i of word i/64 for chunk i): what the C API hands out as
+// the stable bitmap of sdr_recv_bitmap_get. It stays valid until Complete
+// and must be read atomically. nil for a zero-length receive.
+func (h *RecvHandle) BitmapWords() []uint64 { return h.es.BitmapWords() }
+
 // ChunkDone reports whether chunk i is complete.
 func (h *RecvHandle) ChunkDone(i int) bool { return h.es.ChunkDone(i) }
 
@@ -591,20 +597,29 @@ type StreamRequest struct {
 	Length int
 	Imm    uint32
 	HasImm bool
+	// Unsized says the message may end before Length (which the stream
+	// reserves): a piece that is not whole packets may end it anywhere,
+	// its short packet being the message's last. The SDK's streaming
+	// calls know no length at the start.
+	Unsized bool
 }
 
 // Stream is a message sent in pieces (sdr_send_stream): Continue writes
 // chunks at any chunk offset, in any order, as the data becomes ready;
 // End finishes the message. Its methods are safe for concurrent use.
 type Stream struct {
-	qp     *QP
-	length int
-	slot   int
-	msgID  uint32
-	gen    uint32
-	imm    uint32
-	hasImm bool
-	ended  atomic.Bool
+	qp      *QP
+	length  int
+	slot    int
+	msgID   uint32
+	gen     uint32
+	imm     uint32
+	hasImm  bool
+	unsized bool
+	ended   atomic.Bool
+	// sent has bit i set once a packet with nibble index i was sent:
+	// End sends carriers for the indices no Continue reached.
+	sent atomic.Uint64
 }
 
 // StartStream reserves the next message. It fails with ErrTooLong for
@@ -642,7 +657,7 @@ func (q *QP) startStream(req StreamRequest) (*Stream, error) {
 	q.sendNext++
 	q.sendOpen++
 	q.sendBytes += req.Length
-	return &Stream{qp: q, length: req.Length, slot: slot, msgID: msgID, gen: gen, imm: req.Imm, hasImm: req.HasImm}, nil
+	return &Stream{qp: q, length: req.Length, slot: slot, msgID: msgID, gen: gen, imm: req.Imm, hasImm: req.HasImm, unsized: req.Unsized}, nil
 }
 
 // write returns a backend write of the stream's message with no packets.
@@ -666,12 +681,46 @@ func (s *Stream) carriers() []int {
 	return out
 }
 
+// unsentCarriers lists carriers for the nibble indices that no packet
+// of the stream carried: a stream whose Continues skipped some of the
+// message's first packets still completes its immediate at End.
+func (s *Stream) unsentCarriers() []int {
+	if !s.hasImm {
+		return nil
+	}
+	l := s.qp.attr.ImmLayout
+	packets := (s.length + s.qp.attr.MTU - 1) / s.qp.attr.MTU
+	sent := s.sent.Load()
+	var out []int
+	for k := range min(packets, l.Nibbles()) {
+		if sent&(1<<k) == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// markSent records the nibble indices of packets [first, first+n).
+func (s *Stream) markSent(first, n int) {
+	l := s.qp.attr.ImmLayout
+	if n >= l.Nibbles() {
+		s.sent.Store(1<<l.Nibbles() - 1)
+		return
+	}
+	var bits uint64
+	for k := first; k < first+n; k++ {
+		bits |= 1 << l.NibbleIndex(uint32(k))
+	}
+	s.sent.Or(bits)
+}
+
 // Continue sends length bytes of mr from off as the message's bytes from
 // chunk chunkOffset on, all of them or (on error) none. Unless it reaches
 // the end of the message, length must be a multiple of the MTU (packets
 // are whole MTUs but the last). It fails with ErrTooLong for a range
 // outside the message, ErrInvalid for a range outside mr, ErrRetry when
-// the backend lacks room for now, and ErrDone after End.
+// the backend lacks room for now, and ErrDone after End. (An Unsized
+// stream takes a short piece anywhere: it ends the message.)
 func (s *Stream) Continue(mr *MR, off, length, chunkOffset int) error {
 	if chunkOffset < 0 || chunkOffset > s.length/s.qp.attr.ChunkSize {
 		return fmt.Errorf("sdr: continue: %d bytes at chunk %d of a %d-byte message: %w", length, chunkOffset, s.length, ErrTooLong)
@@ -697,7 +746,7 @@ func (s *Stream) ContinuePackets(mr *MR, off, length, packetOffset int) error {
 	if length > s.length-start {
 		return fmt.Errorf("sdr: continue: [%d,+%d) outside a %d-byte message: %w", start, length, s.length, ErrTooLong)
 	}
-	if start+length != s.length && length%q.attr.MTU != 0 {
+	if start+length != s.length && length%q.attr.MTU != 0 && !s.unsized {
 		return fmt.Errorf("sdr: continue: %d bytes is not whole packets of %d: %w", length, q.attr.MTU, ErrInvalid)
 	}
 	if err := checkRange(q.ctx, mr, off, length); err != nil {
@@ -707,6 +756,9 @@ func (s *Stream) ContinuePackets(mr *MR, off, length, packetOffset int) error {
 	w.Mem, w.Off, w.Length, w.FirstPacket = mr.mem, off, length, packetOffset
 	if err := q.bqp.Write(&w); err != nil {
 		return fmt.Errorf("sdr: continue: %w", err)
+	}
+	if s.hasImm {
+		s.markSent(packetOffset, (length+q.attr.MTU-1)/q.attr.MTU)
 	}
 	return nil
 }
@@ -722,27 +774,35 @@ func (s *Stream) SendImmCarriers() error {
 	if s.ended.Load() {
 		return ErrDone
 	}
-	w := s.write()
-	if w.Carriers = s.carriers(); len(w.Carriers) == 0 {
-		return nil
-	}
-	if err := s.qp.bqp.Write(&w); err != nil {
+	if err := s.sendCarriers(s.carriers()); err != nil {
 		return fmt.Errorf("sdr: immediate carriers: %w", err)
 	}
 	return nil
 }
 
-// End finishes the message: for a message with an immediate that is
-// shorter than the layout's nibble count it sends the zero-length
-// immediate carriers (if that fails the stream stays open and End may be
-// called again). The returned handle is complete: backends inject before
-// returning.
+// sendCarriers sends zero-length immediate carriers at the packet
+// offsets given, in one backend write.
+func (s *Stream) sendCarriers(offsets []int) error {
+	if len(offsets) == 0 {
+		return nil
+	}
+	w := s.write()
+	w.Carriers = offsets
+	return s.qp.bqp.Write(&w)
+}
+
+// End finishes the message: for a message with an immediate it sends
+// zero-length immediate carriers where no packet carried a nibble — past
+// the end of a message shorter than the layout's nibble count, and at
+// the first packets no Continue sent (if that fails the stream stays
+// open and End may be called again). The returned handle is complete:
+// backends inject before returning.
 func (s *Stream) End() (*SendHandle, error) {
 	if s.ended.Load() {
 		return nil, ErrDone
 	}
-	if err := s.SendImmCarriers(); err != nil {
-		return nil, fmt.Errorf("sdr: end: %w", err)
+	if err := s.sendCarriers(append(s.unsentCarriers(), s.carriers()...)); err != nil {
+		return nil, fmt.Errorf("sdr: end: immediate carriers: %w", err)
 	}
 	if !s.release(false) {
 		return nil, ErrDone

@@ -291,6 +291,17 @@ func (s *Slot) ChunkDone(i int) bool {
 	return atomic.LoadUint64(&s.words[headerWords+s.geo.Chunks+i/64])&(1<<(i%64)) != 0
 }
 
+// BitmapWords returns the slot's live chunk flags: ⌈C/64⌉ words, bit i
+// of word i/64 for chunk i, written by the receive path while the slot
+// is active (read them atomically). nil for a slot without chunks.
+func (s *Slot) BitmapWords() []uint64 {
+	if s.geo.Chunks == 0 {
+		return nil
+	}
+	first := headerWords + s.geo.Chunks
+	return s.words[first : first+(s.geo.Chunks+63)/64]
+}
+
 // Bitmap copies the chunk flags into dst (one bit per chunk, ⌈C/64⌉
 // words), growing it if needed, and returns it. Each word is read
 // atomically.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -673,4 +674,60 @@ func testSendImmCarriers(t *testing.T, e *env) {
 	if n := e.im.packets() - before; n != 0 {
 		t.Errorf("SendImmCarriers of an 8-packet message sent %d packets", n)
 	}
+}
+
+// testUnsizedStream: an Unsized stream (the C API's streaming send) ends
+// anywhere with a short piece, and End completes the immediate even when
+// no piece carried its first packets. BitmapWords is the live bitmap.
+func testUnsizedStream(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 2)
+	const size = 2*chunkSize + 100 // chunk 2 is one 100-byte packet
+	src := pattern(size, 29)
+	dst := make([]byte, size)
+	h, err := rq.PostRecv(register(t, rctx, dst), 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := h.BitmapWords()
+	if len(words) != 1 || atomic.LoadUint64(&words[0]) != 0 {
+		t.Fatalf("bitmap words %v for a 3-chunk receive", words)
+	}
+	smr := register(t, sctx, src)
+	st, err := sq.StartStream(sdr.StreamRequest{Length: sq.MaxMessageSize(), Imm: 0xA5A5F00D, HasImm: true, Unsized: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Continue(smr, 2*chunkSize, 100, 2); err != nil {
+		t.Fatalf("short last piece: %v", err)
+	}
+	if err := st.Continue(smr, chunkSize, chunkSize, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.End(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the immediate without chunk 0's packets", h, func() bool { _, ok := h.Imm(); return ok })
+	if imm, _ := h.Imm(); imm != 0xA5A5F00D {
+		t.Errorf("immediate %#x", imm)
+	}
+	waitFor(t, "chunks 1 and 2", h, func() bool { return h.CompleteChunks() == 2 })
+	if got := atomic.LoadUint64(&words[0]); got != 0b110 || h.Bitmap(nil)[0] != got {
+		t.Errorf("live bitmap %#b, copied %#b: want 0b110 in both", got, h.Bitmap(nil)[0])
+	}
+	if h.Done() || h.ChunkDone(0) {
+		t.Error("chunk 0 was never sent, yet the receive reads done")
+	}
+	if !bytes.Equal(dst[chunkSize:], src[chunkSize:]) {
+		t.Error("chunks 1 and 2 differ from the sent bytes")
+	}
+	h.Complete()
+	// A sized stream still refuses a short piece in the middle.
+	sized, err := sq.StartStream(sdr.StreamRequest{Length: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sized.Continue(smr, 0, 100, 0); !errors.Is(err, sdr.ErrInvalid) {
+		t.Errorf("short piece in a sized stream: %v, want ErrInvalid", err)
+	}
+	sized.End()
 }

@@ -50,6 +50,7 @@ func Run(t *testing.T, newBackends Factory) {
 		{"WakeOnImmediate", testWakeOnImmediate},
 		{"ZeroLength", testZeroLength},
 		{"SendImmCarriers", testSendImmCarriers},
+		{"UnsizedStream", testUnsizedStream},
 		{"StreamingContinue", testStreaming},
 		{"ErrRetry", testErrRetry},
 		{"LengthErrors", testLengthErrors},
