@@ -17,7 +17,7 @@ SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 REPORT      ?= testbed-report
 
-.PHONY: help build demo test deps lint generate-check unit fuzz bench interop docs dpa dpa-isa
+.PHONY: help build demo test deps lint generate-check unit fuzz bench interop docs dpa dpa-isa libsdr
 
 # help lists the targets: the line after '##' on each target's line.
 help: ## this list
@@ -26,10 +26,19 @@ help: ## this list
 build: ## the sdr command, as $(BIN)
 	$(GO) build -o $(BIN) ./cmd/sdr
 
+# The SDK's C interface: libsdr.so and libsdr.a with sdr.h, sdr_mr.h and
+# sdr.pc, and the C examples built against them (sdr_write_bw, sdr_sr).
+# LIBSDR_FLAGS go to go build (-tags dpa on a BlueField host).
+PREFIX ?= $(CURDIR)/build/libsdr
+libsdr: ## the SDK's C API (sdr.h) as libsdr.so/.a with sdr.pc, installed in $(PREFIX)
+	sh scripts/install-libsdr.sh $(PREFIX) $(LIBSDR_FLAGS)
+
 # Debian packages the suite needs: tshark cross-checks the encoder; clang
 # and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
-# namespace tests; libibverbs-dev gives hwnic/dpa the mlx5 layouts (mlx5dv.h).
-APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev util-linux linux-headers-amd64
+# namespace tests; libibverbs-dev gives hwnic/dpa the mlx5 layouts (mlx5dv.h);
+# gcc, g++ and pkg-config build libsdr's C programs as a user would.
+APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev util-linux linux-headers-amd64 \
+               gcc g++ pkg-config
 
 # The main job: what the project can show so far, with no setup. Real SDR
 # traffic from Soft-RoCE decoded; then the point of the project: two hosts

@@ -308,7 +308,6 @@ func openPort(f *writeBWFlags, server bool) (*emunic.Device, string, *xsk.Port, 
 
 var errUsage = errors.New("usage")
 
-
 func (p *writeBWParams) qpAttr(send bool) sdr.QPAttr {
 	slots := p.InFlight
 	return sdr.QPAttr{MTU: p.MTU, ChunkSize: p.ChunkSize, MaxMessages: slots,
