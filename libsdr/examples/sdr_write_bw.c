@@ -16,6 +16,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,25 +78,46 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
-/* pattern byte j of message i: what the client sends and the server checks. */
-static inline uint8_t pattern(long i, size_t j)
-{
-    return (uint8_t)(j * 131 + (j >> 8) + (size_t)i * 7);
-}
+/* A message's bytes: a fixed pattern, with the message's number stamped
+   in the first 8 bytes of each chunk, so that a chunk left over from an
+   earlier message in the same buffer does not pass the check. The client
+   writes the stamps only; the server compares chunk by chunk. */
+static uint8_t *reference; /* the fixed pattern, one message long */
 
-static void fill(uint8_t *buf, long i, size_t n)
+static void make_reference(size_t n)
 {
     size_t j;
+    reference = (uint8_t *)malloc(n);
+    if (!reference) {
+        perror("sdr_write_bw: reference");
+        exit(1);
+    }
     for (j = 0; j < n; j++)
-        buf[j] = pattern(i, j);
+        reference[j] = (uint8_t)(j * 131 + (j >> 8));
 }
 
-static int check(const uint8_t *buf, long i, size_t n)
+static void stamp(uint8_t *buf, long i, size_t n, size_t chunk)
 {
-    size_t j;
-    for (j = 0; j < n; j++)
-        if (buf[j] != pattern(i, j))
+    uint64_t v = (uint64_t)i;
+    size_t off;
+    for (off = 0; off + sizeof v <= n; off += chunk)
+        memcpy(buf + off, &v, sizeof v);
+}
+
+static int check(const uint8_t *buf, long i, size_t n, size_t chunk)
+{
+    uint64_t v = (uint64_t)i, got;
+    size_t off;
+    for (off = 0; off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        if (len >= sizeof v) {
+            memcpy(&got, buf + off, sizeof v);
+            if (got != v || memcmp(buf + off + sizeof v, reference + off + sizeof v, len - sizeof v) != 0)
+                return 0;
+        } else if (memcmp(buf + off, reference + off, len) != 0) {
             return 0;
+        }
+    }
     return 1;
 }
 
@@ -224,7 +246,8 @@ static void server(const struct params *p, struct sdr_qp *qp, uint8_t *buf, uint
             size_t d = 0;
             for (c = 0; c < chunks; c++)
                 d += (__atomic_load_n(&bm[c / 8], __ATOMIC_ACQUIRE) >> (c % 8)) & 1;
-            if (d != done)
+            int progressed = d != done;
+            if (progressed)
                 done = d, last = now();
             if (!imm_ok)
                 imm_ok = sdr_recv_imm_get(rh, &imm) == SDR_SUCCESS;
@@ -232,13 +255,15 @@ static void server(const struct params *p, struct sdr_qp *qp, uint8_t *buf, uint
                 break;
             if ((now() - last) * 1000 > (double)p->timeout_ms)
                 break; /* no progress: a lost packet */
+            if (!progressed)
+                sched_yield(); /* leave the core to the NIC's threads */
         }
         if (i >= p->warmup) {
             r->chunks += chunks;
             r->chunks_done += done;
             if (done == chunks && imm_ok && imm == (uint32_t)i) {
                 r->complete++;
-                if (!p->verify || check(data, i, p->size))
+                if (!p->verify || check(data, i, p->size, p->chunk))
                     r->verified++;
             }
         }
@@ -263,6 +288,8 @@ static void client(const struct params *p, struct sdr_qp *qp, uint8_t *buf, uint
 {
     long total = p->warmup + p->iters, i, window = total < (long)p->flight ? total : (long)p->flight;
     long credits = 0;
+    for (i = 0; i < window; i++)
+        memcpy(buf + (size_t)i * p->size, reference, p->size);
     for (i = 0; i < total; i++) {
         uint8_t *data = buf + (size_t)(i % window) * p->size;
         struct sdr_send_wr wr;
@@ -273,7 +300,7 @@ static void client(const struct params *p, struct sdr_qp *qp, uint8_t *buf, uint
             xread(fd, &c, sizeof c);
             credits += ntohl(c);
         }
-        fill(data, i, p->size);
+        stamp(data, i, p->size, p->chunk);
         wr.opcode = SDR_WR_WRITE_WITH_IMM;
         wr.imm_value = (uint32_t)i;
         wr.length = (uint32_t)p->size;
@@ -364,6 +391,7 @@ int main(int argc, char **argv)
     if (!buf)
         die("buffer");
     memset(buf, 0, bufsize);
+    make_reference(p.size);
     mr = sdr_mr_reg(ctx, buf, bufsize, SDR_ACCESS_REMOTE_WRITE);
     if (!mr || sdr_mr_lkey_get(mr, &lkey))
         die("mr");
@@ -412,5 +440,6 @@ int main(int argc, char **argv)
     if (sdr_mr_dereg(mr) || sdr_qp_destroy(qp) || sdr_context_destroy(ctx))
         die("teardown");
     free(buf);
+    free(reference);
     return r.verified == (uint64_t)p.iters ? 0 : 1;
 }
