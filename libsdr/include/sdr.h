@@ -44,10 +44,21 @@
  * later. A handle that is not (or no longer) valid is an error, never a
  * crash.
  *
- * Threads. Every call may be made from any thread. Calls on different QPs
- * run in parallel; calls on one QP are serialized where they share state
- * (posting), and the bitmap memory is written by the library's threads
- * while the application reads it.
+ * Threads. Every call may be made from any thread; per call:
+ *   sdr_recv_post, sdr_send_post, sdr_streaming_send_start: safe from
+ *     several threads on one QP; the library serializes them, and the
+ *     order in which they take the QP is the order of the messages.
+ *   sdr_streaming_send_continue: safe from several threads on one stream
+ *     (pieces may go in any order); sdr_streaming_send_end after them.
+ *   sdr_recv_imm_get, sdr_recv_bitmap_get, sdr_recv_bitmap_chunk_expand,
+ *     sdr_send_poll, sdr_qp_info_size_get, sdr_qp_info_get, sdr_mr_*key_get:
+ *     safe at any time, while the library's threads deliver packets.
+ *   sdr_recv_complete, sdr_send_poll reporting completion, sdr_mr_dereg,
+ *     sdr_qp_destroy, sdr_context_destroy, sdr_qp_connect: release or
+ *     change what a handle names; another thread's later call with that
+ *     handle fails with SDR_ERROR, and a bitmap pointer of a completed
+ *     receive must not be read any more.
+ *   sdr_context_create, sdr_qp_create, sdr_mr_reg, sdr_last_error: safe.
  */
 #ifndef SDR_H
 #define SDR_H
