@@ -73,16 +73,18 @@ func put(dt collective.DataType, buf []byte, i int, v int64) {
 	}
 }
 
-func get(dt collective.DataType, buf []byte, i int) int64 {
+// holds reports whether element i of buf is v, compared in the element's
+// own type (a float one ulp off is wrong).
+func holds(dt collective.DataType, buf []byte, i int, v int64) bool {
 	switch dt {
 	case collective.Float32:
-		return int64(math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:])))
+		return math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:])) == float32(v)
 	case collective.Float64:
-		return int64(math.Float64frombits(binary.LittleEndian.Uint64(buf[8*i:])))
+		return math.Float64frombits(binary.LittleEndian.Uint64(buf[8*i:])) == float64(v)
 	case collective.Int32:
-		return int64(int32(binary.LittleEndian.Uint32(buf[4*i:])))
+		return int32(binary.LittleEndian.Uint32(buf[4*i:])) == int32(v)
 	}
-	return int64(binary.LittleEndian.Uint64(buf[8*i:]))
+	return int64(binary.LittleEndian.Uint64(buf[8*i:])) == v
 }
 
 // checkSum verifies elements [from, to) of buf hold the sum over n ranks.
@@ -93,8 +95,8 @@ func checkSum(t *testing.T, dt collective.DataType, buf []byte, n, from, to int)
 		for r := range n {
 			want += value(r, i)
 		}
-		if got := get(dt, buf, i); got != want {
-			t.Fatalf("element %d = %d, want %d", i, got, want)
+		if !holds(dt, buf, i, want) {
+			t.Fatalf("element %d is not %d", i, want)
 		}
 	}
 }

@@ -207,6 +207,10 @@ func (p Plan) String() string {
 	return p.Scheme.String()
 }
 
+// DefaultCode is the code of EC and Hybrid when none is named: MDS(32,8),
+// the paper's.
+var DefaultCode = ec.Params{Kind: ec.MDS, K: 32, M: 8}
+
 // Config tunes the engines of one connection. Zero fields take the
 // defaults in brackets.
 type Config struct {
@@ -298,7 +302,7 @@ func (c *Config) setDefaults() error {
 		c.Scheme = Auto
 	}
 	if c.Code == (ec.Params{}) {
-		c.Code = ec.Params{Kind: ec.MDS, K: 32, M: 8}
+		c.Code = DefaultCode
 	}
 	if c.Window == 0 {
 		c.Window = defaultWindow

@@ -35,12 +35,13 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"conform":  {"RoCEv2 responder conformance battery (crafted frames) at emunic or any target", runConform},
-	"dpa":      {"BlueField-3 DPA capacity planning (plan: threads for a rate)", runDPA},
-	"pcap":     {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
-	"sim":      {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},
-	"testbed":  {"RC vs SDR reliability over an emulated long-haul link between namespaces; report with plots (clean: delete leftovers)", runTestbed},
-	"write-bw": {"SDR write bandwidth test, like perftest's ib_write_bw", runWriteBW},
+	"allreduce": {"ring Allreduce over SDR reliable hops, measured like nccl-tests (sizes, busbw, p99.9, model)", runAllreduce},
+	"conform":   {"RoCEv2 responder conformance battery (crafted frames) at emunic or any target", runConform},
+	"dpa":       {"BlueField-3 DPA capacity planning (plan: threads for a rate)", runDPA},
+	"pcap":      {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
+	"sim":       {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},
+	"testbed":   {"RC vs SDR reliability over an emulated long-haul link between namespaces; report with plots (clean: delete leftovers)", runTestbed},
+	"write-bw":  {"SDR write bandwidth test, like perftest's ib_write_bw", runWriteBW},
 }
 
 // newFlagSet returns a subcommand's flag set: errors and -h print usage,

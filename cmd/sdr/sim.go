@@ -426,7 +426,7 @@ func parseSimScheme(s string) (simScheme, error) {
 	}
 	if scheme == reliability.EC || scheme == reliability.Hybrid {
 		if code.K == 0 {
-			code = ec.Params{Kind: ec.MDS, K: 32, M: 8}
+			code = reliability.DefaultCode
 		}
 		return simScheme{label: scheme.String() + "-" + code.String(), scheme: scheme, code: code}, nil
 	}

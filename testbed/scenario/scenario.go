@@ -123,7 +123,7 @@ func Default() Scenario {
 		Sizes:     []int{64 << 10, 512 << 10, 4 << 20},
 		Count:     6,
 		Schemes:   []string{SchemeRC, "sr-rto", "sr-nack", "ec", "auto"},
-		Code:      ec.Params{Kind: ec.MDS, K: 32, M: 8},
+		Code:      reliability.DefaultCode,
 		MTU:       1024,
 		ChunkSize: 16 << 10,
 		Channels:  4,

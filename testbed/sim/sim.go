@@ -123,7 +123,7 @@ type Point struct {
 // withDefaults fills zero fields and validates.
 func (p Point) withDefaults() (Point, error) {
 	if p.Code == (ec.Params{}) {
-		p.Code = ec.Params{Kind: ec.MDS, K: 32, M: 8}
+		p.Code = reliability.DefaultCode
 	}
 	if p.Bandwidth == 0 {
 		p.Bandwidth = 400e9
