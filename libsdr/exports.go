@@ -26,6 +26,7 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/sdr-rdma/sdr/backends"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -53,7 +54,7 @@ func sdr_context_create(devName *C.libsdr_const_char, attr *C.struct_sdr_dev_att
 	if devName != nil {
 		name = C.GoString((*C.char)(unsafe.Pointer(devName)))
 	}
-	c, err := newContext(deviceName(name, os.Getenv), os.Getenv, contextAttr{
+	c, err := newContext(backends.Resolve(name, os.Getenv), os.Getenv, contextAttr{
 		Channels: int(attr.num_channels), LogMaxQPs: int(attr.log_max_qps),
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sdr-rdma/sdr/backends"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -34,7 +35,7 @@ type contextAttr struct {
 // registrations and the QP count.
 type contextObj struct {
 	handle uintptr
-	dev    *device
+	dev    *backends.Device
 	sc     *sdr.Context
 	env    env
 	maxQPs int
@@ -57,11 +58,11 @@ func newContext(name string, getenv func(string) string, attr contextAttr) (*con
 	if err != nil {
 		return nil, err
 	}
-	dev, err := openDevice(name, e)
+	dev, err := backends.Open(name, backends.Options{RC: e.RC})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("libsdr: %w", err)
 	}
-	sc, err := sdr.Open(dev.backend, sdr.DeviceAttr{Channels: attr.Channels})
+	sc, err := sdr.Open(dev.Backend, sdr.DeviceAttr{Channels: attr.Channels})
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("libsdr: context on %s: %w", name, err)

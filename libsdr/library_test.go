@@ -38,29 +38,6 @@ func TestReadEnv(t *testing.T) {
 	}
 }
 
-func TestDeviceName(t *testing.T) {
-	for _, tc := range []struct{ name, override, want string }{
-		{"", "", defaultDevice},
-		{"mlx5_0", "", "mlx5_0"},
-		{"mlx5_0", "udp:10.0.0.1", "udp:10.0.0.1"},
-		{"", "pipe:x", "pipe:x"},
-	} {
-		if got := deviceName(tc.name, envOf(map[string]string{deviceEnv: tc.override})); got != tc.want {
-			t.Errorf("deviceName(%q) with SDR_DEVICE=%q = %q, want %q", tc.name, tc.override, got, tc.want)
-		}
-	}
-	for _, bad := range []string{"mlx5_0", "udp:", "udp:not-an-ip", "bogus:x", "pipe:p/loss=lots",
-		"xsk:no-such-interface"} {
-		if d, err := openDevice(bad, env{}); err == nil {
-			d.Close()
-			t.Errorf("openDevice(%q) succeeded", bad)
-		}
-	}
-	if _, err := openDevice("mlx5_0", env{}); !errors.Is(err, errDevice) {
-		t.Errorf("a bare verbs name: %v, want errDevice", err)
-	}
-}
-
 func TestInfoFraming(t *testing.T) {
 	inner := []byte(`{"gid":"10.0.0.1"}`)
 	blob, err := frameInfo(inner)
