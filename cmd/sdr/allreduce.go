@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/sdr-rdma/sdr/backends"
 	"github.com/sdr-rdma/sdr/collective"
 	"github.com/sdr-rdma/sdr/collective/pipering"
 	"github.com/sdr-rdma/sdr/internal/units"
@@ -19,6 +21,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/sdr"
 )
 
 const allreduceUsage = `usage: sdr allreduce [flags]
@@ -37,6 +40,12 @@ an in-memory link with -link's model (both directions), so no network or
 privileges are needed. With no flags: 4 ranks, 1 Gbit/s hops with 5 ms one
 way and 0.5 % loss, 1 MiB to 16 MiB of float32, SR-RTO and EC side by side.
 
+Across processes or machines each process is one rank on its own device
+(-dev): under a launcher — srun -n 4 sdr allreduce, mpirun, torchrun — the
+rank, the size and rank 0's host come from its environment (Slurm,
+Open MPI, PMI, torchrun's RANK/WORLD_SIZE/MASTER_ADDR); otherwise from
+-rank, -size and -coordinator. Rank 0 prints the table.
+
 flags:
 `
 
@@ -51,6 +60,48 @@ type allreduceFlags struct {
 	link               string
 	segment            int64
 	check, json        bool
+	// Across processes: this rank, the ring's size (0: all ranks in this
+	// process), rank 0's coordinator address, this rank's device.
+	rank, size  int
+	coordinator string
+	dev, host   string
+	joinTimeout time.Duration
+}
+
+// fromLauncher fills the cross-process settings a flag left unset from
+// the launcher's environment (Slurm, Open MPI, PMI, torchrun) and the
+// defaults.
+func (f *allreduceFlags) fromLauncher(getenv func(string) string) error {
+	l, ok, err := collective.FromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	if f.size == 0 && ok {
+		f.rank, f.size = l.Rank, l.Size
+	}
+	if !f.joined() {
+		return nil
+	}
+	if f.size < 2 || f.rank < 0 || f.rank >= f.size {
+		return fmt.Errorf("rank %d of %d", f.rank, f.size)
+	}
+	if f.coordinator == "" {
+		host := l.CoordinatorHost
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		f.coordinator = collective.CoordinatorAddr(host, 29500)
+	}
+	if f.dev == "" {
+		f.dev = backends.Resolve("", func(k string) string {
+			if v := getenv(k); v != "" {
+				return v
+			}
+			return "udp:127.0.{rank}.1" // one loopback address per rank
+		})
+	}
+	f.dev = strings.ReplaceAll(f.dev, "{rank}", fmt.Sprint(f.rank))
+	return nil
 }
 
 // allreduceRow is one size and scheme's result.
@@ -96,15 +147,25 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.Func("segment", "most bytes per reliable transfer (default 1MiB)", bytesFlag(&f.segment))
 	fs.BoolVar(&f.check, "check", true, "verify every element of every rank's result")
 	fs.BoolVar(&f.json, "json", false, "print the rows as JSON")
+	fs.IntVar(&f.rank, "rank", 0, "this process's `rank` when the ring spans processes (default: the launcher's)")
+	fs.IntVar(&f.size, "size", 0, "the ring's `size` across processes; 0: all ranks in this process (default: the launcher's)")
+	fs.StringVar(&f.coordinator, "coordinator", "", "`host:port` rank 0 coordinates on (default: the launcher's first host, or 127.0.0.1, port 29500)")
+	fs.StringVar(&f.dev, "dev", "", "this rank's device: udp:ADDR, xsk:IFACE or dpa:MLX5DEV; {rank} is replaced by the rank (default: SDR_DEVICE, or udp:127.0.{rank}.1)")
+	fs.StringVar(&f.host, "host", "", "the address other ranks reach this one at (default: the device's)")
+	fs.DurationVar(&f.joinTimeout, "join-timeout", time.Minute, "how long the ranks may take to find each other")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if err := f.fromLauncher(os.Getenv); err != nil {
+		fmt.Fprintln(stderr, "sdr allreduce:", err)
+		return exitUsage
 	}
 	rows, err := allreduce(f, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "sdr allreduce:", err)
 		return exitFault
 	}
-	if f.json {
+	if f.json && (!f.joined() || f.rank == 0) { // rank 0 reports
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(rows)
@@ -130,106 +191,184 @@ func allreduce(f allreduceFlags, stdout io.Writer) ([]allreduceRow, error) {
 	if f.ranks < 2 || f.ranks > 32 || f.factor < 2 || f.iters < 1 || f.warmup < 0 || f.minBytes > f.maxBytes {
 		return nil, fmt.Errorf("want 2..32 ranks, -f ≥ 2, -n ≥ 1, -w ≥ 0 and -b ≤ -e")
 	}
-	if !f.json {
-		fmt.Fprintf(stdout, "# sdr allreduce: %d ranks in one process over pipes; every hop %s (both ways); %v sum; %d iterations after %d warm-up\n",
-			f.ranks, f.link, dt, f.iters, f.warmup)
+	where := fmt.Sprintf("%d ranks in one process over pipes; every hop %s (both ways)", f.ranks, f.link)
+	if f.joined() {
+		where = fmt.Sprintf("rank %d of %d on %s, coordinator %s", f.rank, f.size, f.dev, f.coordinator)
+	}
+	print := !f.json && (!f.joined() || f.rank == 0)
+	if print {
+		fmt.Fprintf(stdout, "# sdr allreduce: %s; %v sum; %d iterations after %d warm-up\n", where, dt, f.iters, f.warmup)
 		fmt.Fprintf(stdout, "#\n# %12s %12s %8s %14s %10s %10s %10s %12s %12s %7s %10s %10s\n", "size(B)", "count", "type",
 			"scheme", "mean(ms)", "p50(ms)", "p99.9(ms)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "model≥(ms)", "p99.9≤(ms)")
 	}
 	var rows []allreduceRow
 	for _, name := range strings.Split(f.schemes, ",") {
-		scheme, code, err := reliability.ParseSchemeCode(strings.TrimSpace(name))
+		name = strings.TrimSpace(name)
+		scheme, code, err := reliability.ParseSchemeCode(name)
 		if err != nil {
 			return nil, err
 		}
-		ctx := context.Background()
-		rs, err := pipering.New(ctx, pipering.Config{Ranks: f.ranks, Hop: func(int) link.Config { return hop },
-			Reliability: reliability.Config{Scheme: scheme, Code: code}, Ring: collective.Config{Segment: int(f.segment)}})
+		rc := reliability.Config{Scheme: scheme, Code: code}
+		rings, closeRings, err := f.connect(rc)
 		if err != nil {
 			return nil, err
 		}
-		for size := f.minBytes; size <= f.maxBytes; size *= int64(f.factor) {
-			row, err := allreduceSize(ctx, rs.Ranks, f, dt, size, strings.TrimSpace(name))
-			if err != nil {
-				rs.Close()
-				return nil, err
-			}
-			row.ModelMeanMs, row.ModelP999Ms = allreduceModel(hop, size, f.ranks, scheme, code)
-			rows = append(rows, row)
-			if !f.json {
-				check := fmt.Sprint(row.Wrong)
-				if !row.Checked {
-					check = "-"
+		// Every rank in this process runs the sweep; rank 0 reports.
+		results := make(chan allreduceRow)
+		errs := make(chan error, len(rings))
+		for _, r := range rings {
+			go func() { errs <- allreduceSweep(context.Background(), r, f, dt, name, results) }()
+		}
+		var failed error
+		for done := 0; done < len(rings); {
+			select {
+			case row := <-results:
+				row.ModelMeanMs, row.ModelP999Ms = allreduceModel(hop, row.Size, f.ringSize(), scheme, code)
+				if f.joined() {
+					row.ModelMeanMs, row.ModelP999Ms = 0, 0 // the hops are whatever the network is
 				}
-				fmt.Fprintf(stdout, "  %12d %12d %8s %14s %10.2f %10.2f %10.2f %12.3f %12.3f %7s %10s %10s\n", row.Size, row.Count, row.Type,
-					row.Scheme, row.MeanMs, row.P50Ms, row.P999Ms, row.AlgBWGBps, row.BusBWGBps, check,
-					orDash(row.ModelMeanMs), orDash(row.ModelP999Ms))
+				rows = append(rows, row)
+				if print {
+					check := fmt.Sprint(row.Wrong)
+					if !row.Checked {
+						check = "-"
+					}
+					fmt.Fprintf(stdout, "  %12d %12d %8s %14s %10.2f %10.2f %10.2f %12.3f %12.3f %7s %10s %10s\n", row.Size, row.Count, row.Type,
+						row.Scheme, row.MeanMs, row.P50Ms, row.P999Ms, row.AlgBWGBps, row.BusBWGBps, check,
+						orDash(row.ModelMeanMs), orDash(row.ModelP999Ms))
+				}
+			case err := <-errs:
+				done++
+				failed = errors.Join(failed, err)
 			}
 		}
-		if err := rs.Close(); err != nil {
+		if err := errors.Join(failed, closeRings()); err != nil {
 			return nil, err
 		}
 	}
 	return rows, nil
 }
 
-func orDash(ms float64) string {
-	if ms <= 0 {
-		return "-"
+// joined reports whether this process is one rank of a ring across
+// processes (-size or a launcher's environment).
+func (f *allreduceFlags) joined() bool { return f.size > 0 }
+
+// ringSize is the ring's size in either mode.
+func (f *allreduceFlags) ringSize() int {
+	if f.joined() {
+		return f.size
 	}
-	return fmt.Sprintf("%.2f", ms)
+	return f.ranks
 }
 
-// allreduceSize measures one size on rings: every iteration starts all
-// ranks together and lasts until the last one returns.
-func allreduceSize(ctx context.Context, ranks []*collective.Ring, f allreduceFlags, dt collective.DataType, size int64, scheme string) (allreduceRow, error) {
-	elem := int64(dt.Size())
-	size = max(elem, size/elem*elem)
-	row := allreduceRow{Size: size, Count: size / elem, Type: dt.String(), Scheme: scheme, Checked: f.check}
-	bufs := make([][]byte, len(ranks))
-	for i := range bufs {
-		bufs[i] = make([]byte, size)
+// connect builds this process's ranks: all of them over pipes, or this
+// rank joined to the others.
+func (f *allreduceFlags) connect(rc reliability.Config) ([]*collective.Ring, func() error, error) {
+	ring := collective.Config{Segment: int(f.segment)}
+	if !f.joined() {
+		hop, err := link.ParseConfig(f.link)
+		if err != nil {
+			return nil, nil, err
+		}
+		rs, err := pipering.New(context.Background(), pipering.Config{Ranks: f.ranks, Hop: func(int) link.Config { return hop },
+			Reliability: rc, Ring: ring})
+		if err != nil {
+			return nil, nil, err
+		}
+		return rs.Ranks, rs.Close, nil
 	}
-	var times []time.Duration
-	for it := range f.warmup + f.iters {
-		for i := range bufs {
-			fillRank(dt, bufs[i], i)
-		}
-		errs := make([]error, len(ranks))
-		var wg sync.WaitGroup
-		start := time.Now()
-		for i, r := range ranks {
-			wg.Go(func() { errs[i] = r.AllReduce(ctx, bufs[i], dt) })
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		for i, err := range errs {
-			if err != nil {
-				return row, fmt.Errorf("%s, %d bytes, rank %d: %w", scheme, size, i, err)
+	dev, err := backends.Open(f.dev, backends.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	sc, err := sdr.Open(dev.Backend, sdr.DeviceAttr{Channels: 4})
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	host := f.host
+	if host == "" && dev.Addr.IsValid() {
+		host = dev.Addr.String()
+	}
+	attr := sdr.QPAttr{MaxMessages: reliability.DefaultMaxMessages}
+	attr.MaxInFlightBytes = max(reliability.DefaultMaxInFlightBytes, attr.MaxMessages*int(f.segment))
+	ctx, cancel := context.WithTimeout(context.Background(), f.joinTimeout)
+	defer cancel()
+	r, closeRing, err := collective.Join(ctx, collective.JoinConfig{Rank: f.rank, Size: f.size, Coordinator: f.coordinator,
+		Host: host, Context: sc, QPAttr: attr, Reliability: rc, Ring: ring})
+	if err != nil {
+		sc.Close()
+		dev.Close()
+		return nil, nil, err
+	}
+	return []*collective.Ring{r}, func() error {
+		err := errors.Join(closeRing(), sc.Close())
+		dev.Close()
+		return err
+	}, nil
+}
+
+// allreduceSweep runs every size on rank r; rank 0 sends each size's row
+// to rows. An iteration's time is the slowest rank's, each rank timing
+// its own Allreduce (all ranks start within a hop's latency of each
+// other: the previous iteration's statistics exchange lines them up);
+// wrong elements are summed over the ranks.
+func allreduceSweep(ctx context.Context, r *collective.Ring, f allreduceFlags, dt collective.DataType, scheme string, rows chan<- allreduceRow) error {
+	n := r.Size()
+	elapsed := make([]byte, 8*n) // AllGather of each rank's time
+	wrong := make([]byte, 8)     // AllReduce of the wrong elements
+	for size := f.minBytes; size <= f.maxBytes; size *= int64(f.factor) {
+		elem := int64(dt.Size())
+		size = max(elem, size/elem*elem)
+		row := allreduceRow{Size: size, Count: size / elem, Type: dt.String(), Scheme: scheme, Checked: f.check}
+		buf := make([]byte, size)
+		var times []time.Duration
+		for it := range f.warmup + f.iters {
+			fillRank(dt, buf, r.Rank())
+			start := time.Now()
+			if err := r.AllReduce(ctx, buf, dt); err != nil {
+				return fmt.Errorf("%s, %d bytes: %w", scheme, size, err)
 			}
+			took := time.Since(start)
+			var bad int64
+			if f.check {
+				bad = wrongSums(dt, buf, n)
+			}
+			binary.LittleEndian.PutUint64(elapsed[8*r.Rank():], uint64(took))
+			binary.LittleEndian.PutUint64(wrong, uint64(bad))
+			if err := r.AllGather(ctx, elapsed); err != nil {
+				return err
+			}
+			if err := r.AllReduce(ctx, wrong, collective.Int64); err != nil {
+				return err
+			}
+			if it < f.warmup {
+				continue
+			}
+			var slowest time.Duration
+			for i := range n {
+				slowest = max(slowest, time.Duration(binary.LittleEndian.Uint64(elapsed[8*i:])))
+			}
+			times = append(times, slowest)
+			row.Wrong += int64(binary.LittleEndian.Uint64(wrong))
 		}
-		if it < f.warmup {
+		if r.Rank() != 0 {
 			continue
 		}
-		times = append(times, elapsed)
-		if f.check {
-			for i := range bufs {
-				row.Wrong += wrongSums(dt, bufs[i], len(ranks))
-			}
+		slices.Sort(times)
+		var sum time.Duration
+		for _, t := range times {
+			sum += t
 		}
+		mean := sum / time.Duration(len(times))
+		row.MeanMs = ms(mean)
+		row.P50Ms = ms(times[len(times)/2])
+		row.P999Ms = ms(times[min(len(times)-1, int(math.Ceil(0.999*float64(len(times))))-1)])
+		row.AlgBWGBps = float64(size) / mean.Seconds() / 1e9
+		row.BusBWGBps = row.AlgBWGBps * 2 * float64(n-1) / float64(n)
+		rows <- row
 	}
-	slices.Sort(times)
-	var sum time.Duration
-	for _, t := range times {
-		sum += t
-	}
-	mean := sum / time.Duration(len(times))
-	row.MeanMs = ms(mean)
-	row.P50Ms = ms(times[len(times)/2])
-	row.P999Ms = ms(times[min(len(times)-1, int(math.Ceil(0.999*float64(len(times))))-1)])
-	row.AlgBWGBps = float64(size) / mean.Seconds() / 1e9
-	row.BusBWGBps = row.AlgBWGBps * 2 * float64(len(ranks)-1) / float64(len(ranks))
-	return row, nil
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -304,4 +443,11 @@ func allreduceModel(hop link.Config, size int64, ranks int, s reliability.Scheme
 		return 0, 0
 	}
 	return ms(est.MeanLower), ms(est.P999Upper)
+}
+
+func orDash(ms float64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", ms)
 }

@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
+	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sdr-rdma/sdr/collective"
 )
@@ -70,4 +75,65 @@ func TestWrongSums(t *testing.T) {
 			t.Errorf("%v: %d wrong after corrupting one element", dt, n)
 		}
 	}
+}
+
+// TestAllreduceAcrossProcesses starts four sdr processes as srun would
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST; no flags naming
+// ranks), each on its own UDP address: rank 0's table must show every
+// size verified.
+func TestAllreduceAcrossProcesses(t *testing.T) {
+	const ranks = 4
+	port := freeTCPPort(t)
+	outs := make([]bytes.Buffer, ranks)
+	cmds := make([]*exec.Cmd, ranks)
+	for r := range ranks {
+		cmd := exec.Command(os.Args[0], "allreduce", "-b", "256KiB", "-e", "512KiB", "-n", "2", "-schemes", "sr-nack,ec",
+			"-coordinator", "127.0.0.1:"+port, "-dev", "udp:127.0.3{rank}.1", "-json")
+		cmd.Env = append(os.Environ(), asSDREnv+"=1", fmt.Sprintf("SLURM_PROCID=%d", r), fmt.Sprintf("SLURM_NTASKS=%d", ranks),
+			"SLURM_STEP_NODELIST=localhost")
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	timer := time.AfterFunc(2*time.Minute, func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+		}
+	})
+	defer timer.Stop()
+	for r, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Errorf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+	}
+	var rows []allreduceRow
+	if err := json.Unmarshal(outs[0].Bytes(), &rows); err != nil {
+		t.Fatalf("rank 0: %v\n%s", err, outs[0].String())
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	for _, row := range rows {
+		if row.Wrong != 0 || !row.Checked || row.BusBWGBps <= 0 {
+			t.Errorf("%+v", row)
+		}
+	}
+	for r := 1; r < ranks; r++ {
+		if outs[r].Len() != 0 {
+			t.Errorf("rank %d printed %q; only rank 0 reports", r, outs[r].String())
+		}
+	}
+}
+
+// freeTCPPort returns a loopback TCP port nothing listens on now.
+func freeTCPPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
 }

@@ -19,8 +19,18 @@ import (
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
 
+// asSDREnv makes the test binary run as the sdr command (its arguments
+// being sdr's), so that tests can start several sdr processes without
+// building one.
+const asSDREnv = "SDR_TEST_AS_SDR"
+
 // TestMain fails the run if a test leaves a network namespace behind.
-func TestMain(m *testing.M) { os.Exit(testbedtest.RunChecked(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(asSDREnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(testbedtest.RunChecked(m))
+}
 
 // TestTestbedClean plants leftover namespaces of every kind (mounted,
 // shadowed beneath a bind mount of /run/netns with and without the top
