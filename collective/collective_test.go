@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/collective"
-	"github.com/sdr-rdma/sdr/collective/pipering"
+	"github.com/sdr-rdma/sdr/collective/localring"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 )
@@ -20,7 +20,7 @@ func newRing(t *testing.T, n int, hop link.Config, rc reliability.Config, segmen
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rs, err := pipering.New(ctx, pipering.Config{Ranks: n, Hop: func(int) link.Config { return hop },
+	rs, err := localring.New(ctx, localring.Config{Ranks: n, Hops: localring.Pipes(func(int) link.Config { return hop }),
 		Reliability: rc, Ring: collective.Config{Segment: segment}})
 	if err != nil {
 		t.Fatal(err)

@@ -15,13 +15,17 @@ import (
 
 	"github.com/sdr-rdma/sdr/backends"
 	"github.com/sdr-rdma/sdr/collective"
-	"github.com/sdr-rdma/sdr/collective/pipering"
+	"github.com/sdr-rdma/sdr/collective/localring"
+	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/hostnet"
+	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/testbed/scenario"
 )
 
 const allreduceUsage = `usage: sdr allreduce [flags]
@@ -60,6 +64,7 @@ type allreduceFlags struct {
 	link               string
 	segment            int64
 	check, json        bool
+	netns              bool // hops between namespaces through the AF_XDP link emulator
 	// Across processes: this rank, the ring's size (0: all ranks in this
 	// process), rank 0's coordinator address, this rank's device.
 	rank, size  int
@@ -147,6 +152,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.Func("segment", "most bytes per reliable transfer (default 1MiB)", bytesFlag(&f.segment))
 	fs.BoolVar(&f.check, "check", true, "verify every element of every rank's result")
 	fs.BoolVar(&f.json, "json", false, "print the rows as JSON")
+	fs.BoolVar(&f.netns, "netns", false, "carry each hop between network namespaces through the AF_XDP link emulator, the ranks' NICs on AF_XDP (root), instead of in-memory pipes")
 	fs.IntVar(&f.rank, "rank", 0, "this process's `rank` when the ring spans processes (default: the launcher's)")
 	fs.IntVar(&f.size, "size", 0, "the ring's `size` across processes; 0: all ranks in this process (default: the launcher's)")
 	fs.StringVar(&f.coordinator, "coordinator", "", "`host:port` rank 0 coordinates on (default: the launcher's first host, or 127.0.0.1, port 29500)")
@@ -159,6 +165,16 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	if err := f.fromLauncher(os.Getenv); err != nil {
 		fmt.Fprintln(stderr, "sdr allreduce:", err)
 		return exitUsage
+	}
+	if f.netns {
+		if f.joined() {
+			fmt.Fprintln(stderr, "sdr allreduce: -netns runs every rank in this process: drop -size and the launcher")
+			return exitUsage
+		}
+		if err := caps.Check(caps.Testbed, "-netns", hostnet.RunDir); err != nil {
+			fmt.Fprintln(stderr, "sdr allreduce:", err)
+			return exitUsage
+		}
 	}
 	rows, err := allreduce(f, stdout)
 	if err != nil {
@@ -192,6 +208,9 @@ func allreduce(f allreduceFlags, stdout io.Writer) ([]allreduceRow, error) {
 		return nil, fmt.Errorf("want 2..32 ranks, -f ≥ 2, -n ≥ 1, -w ≥ 0 and -b ≤ -e")
 	}
 	where := fmt.Sprintf("%d ranks in one process over pipes; every hop %s (both ways)", f.ranks, f.link)
+	if f.netns {
+		where = fmt.Sprintf("%d ranks in one process, each hop between namespaces through the AF_XDP link emulator, NICs on AF_XDP; every hop %s (both ways)", f.ranks, f.link)
+	}
 	if f.joined() {
 		where = fmt.Sprintf("rank %d of %d on %s, coordinator %s", f.rank, f.size, f.dev, f.coordinator)
 	}
@@ -270,12 +289,15 @@ func (f *allreduceFlags) connect(rc reliability.Config) ([]*collective.Ring, fun
 		if err != nil {
 			return nil, nil, err
 		}
-		rs, err := pipering.New(context.Background(), pipering.Config{Ranks: f.ranks, Hop: func(int) link.Config { return hop },
-			Reliability: rc, Ring: ring})
-		if err != nil {
-			return nil, nil, err
+		hops, closeHops := localring.Pipes(func(int) link.Config { return hop }), func() error { return nil }
+		if f.netns {
+			hops, closeHops = namespaceHops(hop)
 		}
-		return rs.Ranks, rs.Close, nil
+		rs, err := localring.New(context.Background(), localring.Config{Ranks: f.ranks, Hops: hops, Reliability: rc, Ring: ring})
+		if err != nil {
+			return nil, nil, errors.Join(err, closeHops())
+		}
+		return rs.Ranks, func() error { return errors.Join(rs.Close(), closeHops()) }, nil
 	}
 	dev, err := backends.Open(f.dev, backends.Options{})
 	if err != nil {
@@ -450,4 +472,28 @@ func orDash(ms float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", ms)
+}
+
+// namespaceHops makes each hop of the ring a pair of host namespaces
+// joined through a wan namespace where the AF_XDP link emulator applies
+// model both ways (testbed/scenario's Namespaces network), the ranks'
+// emulated NICs on AF_XDP ports of the hosts' veths. closeAll deletes
+// them.
+func namespaceHops(model link.Config) (hops localring.Hops, closeAll func() error) {
+	var nets []*scenario.Namespaces
+	hops = func(i int) (a, b *emunic.Device, err error) {
+		n, err := scenario.NewNamespaces(1024)
+		if err != nil {
+			return nil, nil, err
+		}
+		nets = append(nets, n)
+		return n.Devices(model, model, uint64(2*i+1))
+	}
+	return hops, func() error {
+		var errs []error
+		for _, n := range nets {
+			errs = append(errs, n.Close())
+		}
+		return errors.Join(errs...)
+	}
 }

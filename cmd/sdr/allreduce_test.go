@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/collective"
+	"github.com/sdr-rdma/sdr/internal/privileged"
 )
 
 func TestAllreduceCommand(t *testing.T) {
@@ -136,4 +137,28 @@ func freeTCPPort(t *testing.T) string {
 	}
 	defer ln.Close()
 	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// TestAllreduceNamespaces runs the ring with every hop between network
+// namespaces through the AF_XDP link emulator (root).
+func TestAllreduceNamespaces(t *testing.T) {
+	privileged.Require(t)
+	var out, errOut bytes.Buffer
+	code := run([]string{"allreduce", "-netns", "-ranks", "3", "-b", "256KiB", "-e", "256KiB", "-n", "2", "-w", "0",
+		"-link", "rate=1Gbit,delay=2ms,loss=1%", "-schemes", "sr-nack,ec", "-json"}, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var rows []allreduceRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	for _, r := range rows {
+		if r.Wrong != 0 || !r.Checked || r.MeanMs < 2*2*2 { // at least a round trip per step
+			t.Errorf("%+v", r)
+		}
+	}
 }
