@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -129,6 +130,7 @@ type allreduceRow struct {
 
 func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("sdr allreduce", allreduceUsage, stderr)
+	simMode := false
 	f := allreduceFlags{minBytes: 1 << 20, maxBytes: 16 << 20, segment: 1 << 20}
 	bytesFlag := func(dst *int64) func(string) error {
 		return func(s string) error {
@@ -152,6 +154,14 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.Func("segment", "most bytes per reliable transfer (default 1MiB)", bytesFlag(&f.segment))
 	fs.BoolVar(&f.check, "check", true, "verify every element of every rank's result")
 	fs.BoolVar(&f.json, "json", false, "print the rows as JSON")
+	var sf allreduceSimFlags
+	fs.BoolVar(&simMode, "sim", false, "run the ring in the simulator at the paper's scale (400 Gbit/s, 25 ms) over -ranks-list × -drops instead of emulated NICs (the paper's Fig. 13)")
+	fs.StringVar(&sf.rankList, "ranks-list", "4,8", "with -sim: `ranks` (datacenters) to simulate")
+	fs.StringVar(&sf.drops, "drops", "1e-6,1e-5,1e-4,1e-3,1e-2", "with -sim: chunk drop `rates`")
+	fs.StringVar(&sf.size, "sim-size", "128MiB", "with -sim: the Allreduce's `size`")
+	fs.IntVar(&sf.samples, "samples", 1000, "with -sim: Allreduces per point")
+	fs.Uint64Var(&sf.seed, "seed", 1, "with -sim: the simulation's `seed`")
+	fs.StringVar(&sf.out, "out", "", "with -sim: write the rows, a README.md and the p99.9 speedup plot to `dir`")
 	fs.BoolVar(&f.netns, "netns", false, "carry each hop between network namespaces through the AF_XDP link emulator, the ranks' NICs on AF_XDP (root), instead of in-memory pipes")
 	fs.IntVar(&f.rank, "rank", 0, "this process's `rank` when the ring spans processes (default: the launcher's)")
 	fs.IntVar(&f.size, "size", 0, "the ring's `size` across processes; 0: all ranks in this process (default: the launcher's)")
@@ -161,6 +171,24 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.joinTimeout, "join-timeout", time.Minute, "how long the ranks may take to find each other")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if simMode {
+		set := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+		if !set["schemes"] {
+			f.schemes = "sr-rto,sr-nack,ec"
+		}
+		rows, err := allreduceSim(f, sf, stdout, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "sdr allreduce:", err)
+			return exitFault
+		}
+		if f.json {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(rows)
+		}
+		return exitOK
 	}
 	if err := f.fromLauncher(os.Getenv); err != nil {
 		fmt.Fprintln(stderr, "sdr allreduce:", err)
@@ -221,8 +249,11 @@ func allreduce(f allreduceFlags, stdout io.Writer) ([]allreduceRow, error) {
 			"scheme", "mean(ms)", "p50(ms)", "p99.9(ms)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "model≥(ms)", "p99.9≤(ms)")
 	}
 	var rows []allreduceRow
-	for _, name := range strings.Split(f.schemes, ",") {
-		name = strings.TrimSpace(name)
+	names, err := simParseList(f.schemes, func(s string) (string, error) { return s, nil })
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
 		scheme, code, err := reliability.ParseSchemeCode(name)
 		if err != nil {
 			return nil, err

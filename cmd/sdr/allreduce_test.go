@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +160,40 @@ func TestAllreduceNamespaces(t *testing.T) {
 	for _, r := range rows {
 		if r.Wrong != 0 || !r.Checked || r.MeanMs < 2*2*2 { // at least a round trip per step
 			t.Errorf("%+v", r)
+		}
+	}
+}
+
+// TestAllreduceSim runs a small Fig. 13 grid in the simulator: rows for
+// every point, the model's bounds around the simulated mean and p99.9,
+// and the report files.
+func TestAllreduceSim(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	code := run([]string{"allreduce", "-sim", "-samples", "10", "-ranks-list", "4", "-drops", "1e-3,1e-2",
+		"-sim-size", "16MiB", "-out", dir, "-json"}, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	js := out.Bytes()[bytes.IndexByte(out.Bytes(), '['):] // the table comes first
+	var rows []allreduceSimRow
+	if err := json.Unmarshal(js, &rows); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 2 drops × 3 schemes", len(rows))
+	}
+	for _, r := range rows {
+		if r.ModelMeanMs <= 0 || r.MeanMs < r.ModelMeanMs*0.999 || r.P999Ms > r.ModelP999Ms*1.001 {
+			t.Errorf("%+v: outside the model's bounds", r)
+		}
+		if r.Scheme == "ec-mds(32,8)" && r.SpeedupP999 <= 1 {
+			t.Errorf("EC's p99.9 speedup over SR-RTO %v at drop %g", r.SpeedupP999, r.Drop)
+		}
+	}
+	for _, f := range []string{"README.md", "allreduce.json", "speedup_p999.svg", "speedup_p999.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
 		}
 	}
 }
