@@ -1,6 +1,7 @@
 // Package backends opens an SDK backend by device name, the one syntax
-// every tool takes: udp:ADDR and xsk:IFACE (the emulated NIC on a UDP
-// socket or an AF_XDP port), pipe:NAME[/LINK] (one end of an in-process
+// every tool takes: udp:ADDR, udp:@IFACE and xsk:IFACE (the emulated NIC
+// on a UDP socket at ADDR or at IFACE's IPv4 address, or on an AF_XDP
+// port), pipe:NAME[/LINK] (one end of an in-process
 // link) and dpa:MLX5DEV (a BlueField-3). SDR_DEVICE, when set, overrides
 // the name a program passes (Resolve).
 package backends
@@ -81,6 +82,9 @@ func Open(name string, opts Options) (*Device, error) {
 	switch kind {
 	case "udp":
 		gid, err := netip.ParseAddr(arg)
+		if ifname, ok := strings.CutPrefix(arg, "@"); ok { // udp:@eth0: the interface's address
+			_, gid, err = hostnet.InterfaceIPv4(ifname)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("backends: device %q: %w", name, err)
 		}
