@@ -69,6 +69,7 @@ type simFlags struct {
 	workers                          int
 	out, report                      string
 	json, backoff                    bool
+	shard, merge                     string
 }
 
 // simScheme is one scheme of the run as the user named it.
@@ -106,6 +107,12 @@ type simRow struct {
 	ParitySent     float64  `json:"parity_sent"`
 	FallbackShare  float64  `json:"fallback_share"`
 	DataChunks     int64    `json:"data_chunks"`
+}
+
+// simFile is sim.json's shape (and -json's).
+type simFile struct {
+	Summary simSummary `json:"summary"`
+	Points  []simRow   `json:"points"`
 }
 
 // simSummary is what the run concludes.
@@ -155,8 +162,13 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.report, "report", "", "write the reproduction report (Markdown) to this file; plots go to -out")
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of the Markdown table")
 	fs.BoolVar(&f.backoff, "backoff", false, "let the engines double repeated timeouts (their default on real links; the paper and the models repeat one RTO)")
+	fs.StringVar(&f.shard, "shard", "", "run only shard `i/n` of the points (every n-th from the i-th, 0-based) and write it with -out, for a job array (default: SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT when set)")
+	fs.StringVar(&f.merge, "merge", "", "simulate nothing: join the shards' -out `directories` (comma-separated) into the run the same flags describe, as if it had run whole")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if f.shard == "" && f.merge == "" {
+		f.shard = simShardFromSlurm(os.Getenv)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sdr sim: unexpected arguments %q\n", fs.Args())
@@ -170,6 +182,19 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "sdr sim: %v\n", err)
 		return exitUsage
+	}
+	if f.merge != "" {
+		return simMerge(&f, args, jobs, meta, stdout, stderr)
+	}
+	if f.shard != "" {
+		if jobs, meta, err = simShard(f.shard, jobs, meta); err != nil {
+			fmt.Fprintf(stderr, "sdr sim: -shard: %v\n", err)
+			return exitUsage
+		}
+		if f.out == "" || f.report != "" {
+			fmt.Fprintln(stderr, "sdr sim: a shard writes its points with -out (no -report: sdr sim -merge writes it)")
+			return exitUsage
+		}
 	}
 	total := 0
 	var weight, weightDone float64 // ETA by samples × chunks
@@ -199,17 +224,24 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	for i := range results {
 		rows[i] = newSimRow(&results[i], meta[i])
 	}
+	if code := writeSimRun(&f, args, rows, wall, total, stdout, stderr); code != exitOK {
+		return code
+	}
+	fmt.Fprintf(stderr, "sdr sim: %d points, %d samples in %v\n", len(jobs), total, wall.Round(time.Millisecond))
+	return exitOK
+}
+
+// writeSimRun prints and writes a run's rows (a whole run, a shard or a
+// merge of shards) and returns the exit status.
+func writeSimRun(f *simFlags, args []string, rows []simRow, wall time.Duration, total int, stdout, stderr io.Writer) int {
 	sum := simSummarize(rows, f.alpha)
 	sum.Command = "sdr sim " + strings.Join(args, " ")
-	sum.Wall, sum.Workers, sum.Points, sum.Samples = wall, f.workers, len(jobs), total
+	sum.Wall, sum.Workers, sum.Points, sum.Samples = wall, f.workers, len(rows), total
 	md := simMarkdown(rows, sum)
 	if f.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(struct {
-			Summary simSummary `json:"summary"`
-			Points  []simRow   `json:"points"`
-		}{sum, rows}); err != nil {
+		if err := enc.Encode(simFile{sum, rows}); err != nil {
 			fmt.Fprintf(stderr, "sdr sim: %v\n", err)
 			return exitUsage
 		}
@@ -221,7 +253,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sdr sim: %v\n", err)
 			return exitUsage
 		}
-		plots, err := writeSimPlots(f.out, rows, &f)
+		plots, err := writeSimPlots(f.out, rows, f)
 		if err != nil {
 			fmt.Fprintf(stderr, "sdr sim: plots: %v\n", err)
 			return exitUsage
@@ -235,13 +267,12 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "sdr sim: %v\n", err)
 				return exitUsage
 			}
-			if err := os.WriteFile(f.report, []byte(simReport(rows, sum, &f, rel, plots)), 0o644); err != nil {
+			if err := os.WriteFile(f.report, []byte(simReport(rows, sum, f, rel, plots)), 0o644); err != nil {
 				fmt.Fprintf(stderr, "sdr sim: %v\n", err)
 				return exitUsage
 			}
 		}
 	}
-	fmt.Fprintf(stderr, "sdr sim: %d points, %d samples in %v\n", len(jobs), total, wall.Round(time.Millisecond))
 	return exitOK
 }
 
@@ -607,10 +638,7 @@ func writeSimOutputs(dir string, rows []simRow, s simSummary, md string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(struct {
-		Summary simSummary `json:"summary"`
-		Points  []simRow   `json:"points"`
-	}{s, rows}, "", "  ")
+	js, err := json.MarshalIndent(simFile{s, rows}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -1225,4 +1253,96 @@ func simRevision() string {
 		return "commit " + rev[:min(12, len(rev))] + " (with uncommitted changes)"
 	}
 	return "commit " + rev[:min(12, len(rev))]
+}
+
+// simShardFromSlurm returns the shard a Slurm job array task runs ("" outside one).
+func simShardFromSlurm(getenv func(string) string) string {
+	id, count := getenv("SLURM_ARRAY_TASK_ID"), getenv("SLURM_ARRAY_TASK_COUNT")
+	if id == "" || count == "" {
+		return ""
+	}
+	i, err1 := strconv.Atoi(id)
+	n, err2 := strconv.Atoi(count)
+	lo, err3 := strconv.Atoi(getenv("SLURM_ARRAY_TASK_MIN"))
+	if err1 != nil || err2 != nil {
+		return id + "/" + count // simShard reports it
+	}
+	if err3 == nil {
+		i -= lo // arrays may start anywhere: --array=1-4
+	}
+	return fmt.Sprintf("%d/%d", i, n)
+}
+
+// simShard keeps shard i/n of the points: every n-th from the i-th. A
+// sample's seed depends on its point and index only, so a shard's points
+// come out as they would in the whole run.
+func simShard(spec string, jobs []sim.Job, meta []simPointMeta) ([]sim.Job, []simPointMeta, error) {
+	is, ns, ok := strings.Cut(spec, "/")
+	i, err1 := strconv.Atoi(is)
+	n, err2 := strconv.Atoi(ns)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return nil, nil, fmt.Errorf("%q: want i/n with 0 ≤ i < n", spec)
+	}
+	var j2 []sim.Job
+	var m2 []simPointMeta
+	for k := i; k < len(jobs); k += n {
+		j2, m2 = append(j2, jobs[k]), append(m2, meta[k])
+	}
+	return j2, m2, nil
+}
+
+// simPointKey names a point independently of its position in a run.
+func simPointKey(sweep, scheme string, size int64, drop, distanceKm float64) string {
+	return fmt.Sprintf("%s|%s|%d|%g|%g", sweep, scheme, size, drop, distanceKm)
+}
+
+// simMerge joins shards' sim.json into the run jobs and meta describe,
+// in its order, and writes it as simOutput does a whole run: the rows,
+// hence sim.csv, are the whole run's, byte for byte.
+func simMerge(f *simFlags, args []string, jobs []sim.Job, meta []simPointMeta, stdout, stderr io.Writer) int {
+	byKey := map[string]simRow{}
+	var wall time.Duration
+	for _, dir := range strings.Split(f.merge, ",") {
+		blob, err := os.ReadFile(filepath.Join(strings.TrimSpace(dir), "sim.json"))
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr sim: -merge: %v\n", err)
+			return exitFault
+		}
+		var shard simFile
+		if err := json.Unmarshal(blob, &shard); err != nil {
+			fmt.Fprintf(stderr, "sdr sim: -merge: %s: %v\n", dir, err)
+			return exitFault
+		}
+		wall = max(wall, shard.Summary.Wall)
+		for _, r := range shard.Points {
+			k := simPointKey(r.Sweep, r.Scheme, r.SizeBytes, r.Drop, r.DistanceKm)
+			if _, dup := byKey[k]; dup {
+				fmt.Fprintf(stderr, "sdr sim: -merge: point %s is in two shards\n", k)
+				return exitFault
+			}
+			byKey[k] = r
+		}
+	}
+	rows := make([]simRow, len(jobs))
+	total := 0
+	for i, j := range jobs {
+		k := simPointKey(meta[i].sweep, meta[i].scheme.label, j.Point.Size, meta[i].drop, meta[i].distanceKm)
+		r, ok := byKey[k]
+		if !ok {
+			fmt.Fprintf(stderr, "sdr sim: -merge: no shard has point %s (were the shards run with these flags?)\n", k)
+			return exitFault
+		}
+		delete(byKey, k)
+		rows[i] = r
+		total += r.Samples
+	}
+	if len(byKey) > 0 {
+		fmt.Fprintf(stderr, "sdr sim: -merge: %d points of the shards are not in this run (other flags?)\n", len(byKey))
+		return exitFault
+	}
+	if code := writeSimRun(f, args, rows, wall, total, stdout, stderr); code != exitOK {
+		return code
+	}
+	fmt.Fprintf(stderr, "sdr sim: merged %d points, %d samples\n", len(rows), total)
+	return exitOK
 }

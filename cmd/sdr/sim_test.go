@@ -13,12 +13,6 @@ import (
 	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
-// simOutput is sim.json's shape.
-type simOutput struct {
-	Summary simSummary `json:"summary"`
-	Points  []simRow   `json:"points"`
-}
-
 func TestSimOutputs(t *testing.T) {
 	dir := t.TempDir()
 	out, report := filepath.Join(dir, "out"), filepath.Join(dir, "docs", "reproduction.md")
@@ -34,7 +28,7 @@ func TestSimOutputs(t *testing.T) {
 	if !strings.Contains(stderr.String(), "28/28 points") || !strings.Contains(stderr.String(), "ETA") {
 		t.Errorf("progress on stderr: %q", stderr.String())
 	}
-	var js simOutput
+	var js simFile
 	raw, err := os.ReadFile(filepath.Join(out, "sim.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +92,7 @@ func TestSimJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	var js simOutput
+	var js simFile
 	if err := json.Unmarshal(stdout.Bytes(), &js); err != nil {
 		t.Fatalf("stdout is not JSON: %v", err)
 	}
@@ -164,5 +158,52 @@ func TestParseSimScheme(t *testing.T) {
 	sizes, err := simParseList("128KiB,1MiB,2GiB,4096", simParseSize)
 	if err != nil || len(sizes) != 4 || sizes[0] != 128<<10 || sizes[2] != 2<<30 || sizes[3] != 4096 {
 		t.Errorf("sizes: %v, %v", sizes, err)
+	}
+}
+
+// TestSimShardMerge: a sweep run as three shards (one of them told its
+// place by Slurm's job-array variables) and merged gives the whole run's
+// sim.csv byte for byte; a missing shard fails the merge.
+func TestSimShardMerge(t *testing.T) {
+	dir := t.TempDir()
+	grid := []string{"sim", "-sizes", "128KiB,1MiB", "-drops", "1e-3,1e-2", "-distances", "1000", "-samples", "4", "-focus-size", "1MiB"}
+	runSim := func(extra ...string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := run(append(append([]string{}, grid...), extra...), &stdout, &stderr); code != exitOK {
+			t.Fatalf("%v: exit %d: %s", extra, code, stderr.String())
+		}
+	}
+	runSim("-out", filepath.Join(dir, "whole"))
+	runSim("-shard", "0/3", "-out", filepath.Join(dir, "s0"))
+	runSim("-shard", "2/3", "-out", filepath.Join(dir, "s2"))
+	t.Setenv("SLURM_ARRAY_TASK_ID", "2") // --array=1-3: task 2 is shard 1
+	t.Setenv("SLURM_ARRAY_TASK_MIN", "1")
+	t.Setenv("SLURM_ARRAY_TASK_COUNT", "3")
+	runSim("-out", filepath.Join(dir, "s1"))
+	shards := strings.Join([]string{filepath.Join(dir, "s0"), filepath.Join(dir, "s1"), filepath.Join(dir, "s2")}, ",")
+	runSim("-merge", shards, "-out", filepath.Join(dir, "merged"), "-report", filepath.Join(dir, "merged.md"))
+	whole, err := os.ReadFile(filepath.Join(dir, "whole", "sim.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := os.ReadFile(filepath.Join(dir, "merged", "sim.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(whole, merged) {
+		t.Errorf("merged sim.csv differs from the whole run's:\n%s\nvs\n%s", merged, whole)
+	}
+	if n := bytes.Count(whole, []byte("\n")); n != 1+2*2*5+4 {
+		t.Errorf("%d lines in the whole run's CSV", n)
+	}
+	part, err := os.ReadFile(filepath.Join(dir, "s1", "sim.csv"))
+	if err != nil || bytes.Count(part, []byte("\n")) >= bytes.Count(whole, []byte("\n")) {
+		t.Errorf("shard 1 holds %d lines, not a part: %v", bytes.Count(part, []byte("\n")), err)
+	}
+	var stdout, stderr bytes.Buffer
+	args := append(append([]string{}, grid...), "-merge", filepath.Join(dir, "s0")+","+filepath.Join(dir, "s1"), "-out", filepath.Join(dir, "bad"))
+	if code := run(args, &stdout, &stderr); code == exitOK || !strings.Contains(stderr.String(), "no shard has point") {
+		t.Errorf("a merge without shard 2: exit %d, %q", code, stderr.String())
 	}
 }
