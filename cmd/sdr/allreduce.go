@@ -62,7 +62,7 @@ type allreduceFlags struct {
 	iters, warmup      int
 	dtype              string
 	schemes            string
-	link               string
+	links              []string // -link, repeatable: a sweep
 	segment            int64
 	check, json        bool
 	netns              bool // hops between namespaces through the AF_XDP link emulator
@@ -112,20 +112,23 @@ func (f *allreduceFlags) fromLauncher(getenv func(string) string) error {
 
 // allreduceRow is one size and scheme's result.
 type allreduceRow struct {
-	Size          int64   `json:"size"`
-	Count         int64   `json:"count"`
-	Type          string  `json:"type"`
-	Scheme        string  `json:"scheme"`
-	MeanMs        float64 `json:"mean_ms"`
-	P50Ms         float64 `json:"p50_ms"`
-	P999Ms        float64 `json:"p999_ms"`
-	AlgBWGBps     float64 `json:"algbw_gbps"`
-	BusBWGBps     float64 `json:"busbw_gbps"`
-	Wrong         int64   `json:"wrong"`
-	Checked       bool    `json:"checked"`
-	ModelMeanMs   float64 `json:"model_mean_lower_ms,omitempty"`
-	ModelP999Ms   float64 `json:"model_p999_upper_ms,omitempty"`
-	Retransmitted int     `json:"chunks_retransmitted"`
+	Size        int64   `json:"size"`
+	Count       int64   `json:"count"`
+	Type        string  `json:"type"`
+	Scheme      string  `json:"scheme"`
+	MeanMs      float64 `json:"mean_ms"`
+	P50Ms       float64 `json:"p50_ms"`
+	P999Ms      float64 `json:"p999_ms"`
+	AlgBWGBps   float64 `json:"algbw_gbps"`
+	BusBWGBps   float64 `json:"busbw_gbps"`
+	Wrong       int64   `json:"wrong"`
+	Checked     bool    `json:"checked"`
+	ModelMeanMs float64 `json:"model_mean_lower_ms,omitempty"`
+	ModelP999Ms float64 `json:"model_p999_upper_ms,omitempty"`
+	// Link and Loss are the hops' link model and its loss rate (in one
+	// process; empty across processes).
+	Link string  `json:"link,omitempty"`
+	Loss float64 `json:"loss,omitempty"`
 }
 
 func runAllreduce(args []string, stdout, stderr io.Writer) int {
@@ -150,7 +153,13 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.warmup, "w", 1, "warm-up `iterations` per size")
 	fs.StringVar(&f.dtype, "d", "float32", "element `type`: float32, float64, int32 or int64")
 	fs.StringVar(&f.schemes, "schemes", "sr-rto,ec", "comma-separated `schemes` of every hop, as write-bw -scheme takes them (sr-rto, sr-nack, ec, ec-mds(32,8), hybrid, auto)")
-	fs.StringVar(&f.link, "link", "rate=1Gbit,delay=5ms,loss=0.5%", "every hop's link model, both directions (package link's `spec`)")
+	fs.Func("link", "every hop's link model, both directions (package link's `spec`); repeat to sweep (default rate=1Gbit,delay=5ms,loss=0.5%)", func(s string) error {
+		if _, err := link.ParseConfig(s); err != nil {
+			return err
+		}
+		f.links = append(f.links, s)
+		return nil
+	})
 	fs.Func("segment", "most bytes per reliable transfer (default 1MiB)", bytesFlag(&f.segment))
 	fs.BoolVar(&f.check, "check", true, "verify every element of every rank's result")
 	fs.BoolVar(&f.json, "json", false, "print the rows as JSON")
@@ -161,7 +170,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&sf.size, "sim-size", "128MiB", "with -sim: the Allreduce's `size`")
 	fs.IntVar(&sf.samples, "samples", 1000, "with -sim: Allreduces per point")
 	fs.Uint64Var(&sf.seed, "seed", 1, "with -sim: the simulation's `seed`")
-	fs.StringVar(&sf.out, "out", "", "with -sim: write the rows, a README.md and the p99.9 speedup plot to `dir`")
+	fs.StringVar(&sf.out, "out", "", "write the rows, a README.md and the plot of the p99.9 speedup over SR-RTO against the loss rate (of -link's sweep; with -sim, of -drops) to `dir`")
 	fs.BoolVar(&f.netns, "netns", false, "carry each hop between network namespaces through the AF_XDP link emulator, the ranks' NICs on AF_XDP (root), instead of in-memory pipes")
 	fs.IntVar(&f.rank, "rank", 0, "this process's `rank` when the ring spans processes (default: the launcher's)")
 	fs.IntVar(&f.size, "size", 0, "the ring's `size` across processes; 0: all ranks in this process (default: the launcher's)")
@@ -171,6 +180,9 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.joinTimeout, "join-timeout", time.Minute, "how long the ranks may take to find each other")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if len(f.links) == 0 {
+		f.links = []string{"rate=1Gbit,delay=5ms,loss=0.5%"}
 	}
 	if simMode {
 		set := map[string]bool{}
@@ -209,6 +221,12 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sdr allreduce:", err)
 		return exitFault
 	}
+	if sf.out != "" && !f.joined() {
+		if err := writeAllreduceLive(sf.out, f, rows, shellCommand(append([]string{"sdr", "allreduce"}, args...))); err != nil {
+			fmt.Fprintln(stderr, "sdr allreduce:", err)
+			return exitFault
+		}
+	}
 	if f.json && (!f.joined() || f.rank == 0) { // rank 0 reports
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -228,72 +246,74 @@ func allreduce(f allreduceFlags, stdout io.Writer) ([]allreduceRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	hop, err := link.ParseConfig(f.link)
-	if err != nil {
-		return nil, fmt.Errorf("-link: %w", err)
-	}
 	if f.ranks < 2 || f.ranks > 32 || f.factor < 2 || f.iters < 1 || f.warmup < 0 || f.minBytes > f.maxBytes {
 		return nil, fmt.Errorf("want 2..32 ranks, -f ≥ 2, -n ≥ 1, -w ≥ 0 and -b ≤ -e")
 	}
-	where := fmt.Sprintf("%d ranks in one process over pipes; every hop %s (both ways)", f.ranks, f.link)
-	if f.netns {
-		where = fmt.Sprintf("%d ranks in one process, each hop between namespaces through the AF_XDP link emulator, NICs on AF_XDP; every hop %s (both ways)", f.ranks, f.link)
-	}
-	if f.joined() {
-		where = fmt.Sprintf("rank %d of %d on %s, coordinator %s", f.rank, f.size, f.dev, f.coordinator)
-	}
-	print := !f.json && (!f.joined() || f.rank == 0)
-	if print {
-		fmt.Fprintf(stdout, "# sdr allreduce: %s; %v sum; %d iterations after %d warm-up\n", where, dt, f.iters, f.warmup)
-		fmt.Fprintf(stdout, "#\n# %12s %12s %8s %14s %10s %10s %10s %12s %12s %7s %10s %10s\n", "size(B)", "count", "type",
-			"scheme", "mean(ms)", "p50(ms)", "p99.9(ms)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "model≥(ms)", "p99.9≤(ms)")
-	}
-	var rows []allreduceRow
 	names, err := simParseList(f.schemes, func(s string) (string, error) { return s, nil })
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range names {
-		scheme, code, err := reliability.ParseSchemeCode(name)
+	print := !f.json && (!f.joined() || f.rank == 0)
+	var rows []allreduceRow
+	for _, spec := range f.links {
+		hop, err := link.ParseConfig(spec)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("-link: %w", err)
 		}
-		rc := reliability.Config{Scheme: scheme, Code: code}
-		rings, closeRings, err := f.connect(rc)
-		if err != nil {
-			return nil, err
-		}
-		// Every rank in this process runs the sweep; rank 0 reports.
-		results := make(chan allreduceRow)
-		errs := make(chan error, len(rings))
-		for _, r := range rings {
-			go func() { errs <- allreduceSweep(context.Background(), r, f, dt, name, results) }()
-		}
-		var failed error
-		for done := 0; done < len(rings); {
-			select {
-			case row := <-results:
-				row.ModelMeanMs, row.ModelP999Ms = allreduceModel(hop, row.Size, f.ringSize(), scheme, code)
-				if f.joined() {
-					row.ModelMeanMs, row.ModelP999Ms = 0, 0 // the hops are whatever the network is
-				}
-				rows = append(rows, row)
-				if print {
-					check := fmt.Sprint(row.Wrong)
-					if !row.Checked {
-						check = "-"
-					}
-					fmt.Fprintf(stdout, "  %12d %12d %8s %14s %10.2f %10.2f %10.2f %12.3f %12.3f %7s %10s %10s\n", row.Size, row.Count, row.Type,
-						row.Scheme, row.MeanMs, row.P50Ms, row.P999Ms, row.AlgBWGBps, row.BusBWGBps, check,
-						orDash(row.ModelMeanMs), orDash(row.ModelP999Ms))
-				}
-			case err := <-errs:
-				done++
-				failed = errors.Join(failed, err)
+		if print {
+			where := fmt.Sprintf("%d ranks in one process over pipes; every hop %s (both ways)", f.ranks, spec)
+			if f.netns {
+				where = fmt.Sprintf("%d ranks in one process, each hop between namespaces through the AF_XDP link emulator, NICs on AF_XDP; every hop %s (both ways)", f.ranks, spec)
 			}
+			if f.joined() {
+				where = fmt.Sprintf("rank %d of %d on %s, coordinator %s", f.rank, f.size, f.dev, f.coordinator)
+			}
+			fmt.Fprintf(stdout, "# sdr allreduce: %s; %v sum; %d iterations after %d warm-up\n", where, dt, f.iters, f.warmup)
+			fmt.Fprintf(stdout, "#\n# %12s %12s %8s %14s %10s %10s %10s %12s %12s %7s %10s %10s\n", "size(B)", "count", "type",
+				"scheme", "mean(ms)", "p50(ms)", "p99.9(ms)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "model≥(ms)", "p99.9≤(ms)")
 		}
-		if err := errors.Join(failed, closeRings()); err != nil {
-			return nil, err
+		for _, name := range names {
+			scheme, code, err := reliability.ParseSchemeCode(name)
+			if err != nil {
+				return nil, err
+			}
+			rc := reliability.Config{Scheme: scheme, Code: code}
+			rings, closeRings, err := f.connect(rc, hop)
+			if err != nil {
+				return nil, err
+			}
+			// Every rank in this process runs the sweep; rank 0 reports.
+			results := make(chan allreduceRow)
+			errs := make(chan error, len(rings))
+			for _, r := range rings {
+				go func() { errs <- allreduceSweep(context.Background(), r, f, dt, name, results) }()
+			}
+			var failed error
+			for done := 0; done < len(rings); {
+				select {
+				case row := <-results:
+					if !f.joined() { // the hops are the link model; across processes whatever the network is
+						row.Link, row.Loss = spec, hop.Loss.P
+						row.ModelMeanMs, row.ModelP999Ms = allreduceModel(hop, row.Size, f.ringSize(), scheme, code)
+					}
+					rows = append(rows, row)
+					if print {
+						check := fmt.Sprint(row.Wrong)
+						if !row.Checked {
+							check = "-"
+						}
+						fmt.Fprintf(stdout, "  %12d %12d %8s %14s %10.2f %10.2f %10.2f %12.3f %12.3f %7s %10s %10s\n", row.Size, row.Count, row.Type,
+							row.Scheme, row.MeanMs, row.P50Ms, row.P999Ms, row.AlgBWGBps, row.BusBWGBps, check,
+							orDash(row.ModelMeanMs), orDash(row.ModelP999Ms))
+					}
+				case err := <-errs:
+					done++
+					failed = errors.Join(failed, err)
+				}
+			}
+			if err := errors.Join(failed, closeRings()); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return rows, nil
@@ -313,13 +333,9 @@ func (f *allreduceFlags) ringSize() int {
 
 // connect builds this process's ranks: all of them over pipes, or this
 // rank joined to the others.
-func (f *allreduceFlags) connect(rc reliability.Config) ([]*collective.Ring, func() error, error) {
+func (f *allreduceFlags) connect(rc reliability.Config, hop link.Config) ([]*collective.Ring, func() error, error) {
 	ring := collective.Config{Segment: int(f.segment)}
 	if !f.joined() {
-		hop, err := link.ParseConfig(f.link)
-		if err != nil {
-			return nil, nil, err
-		}
 		hops, closeHops := localring.Pipes(func(int) link.Config { return hop }), func() error { return nil }
 		if f.netns {
 			hops, closeHops = namespaceHops(hop)
@@ -527,4 +543,44 @@ func namespaceHops(model link.Config) (hops localring.Hops, closeAll func() erro
 		}
 		return errors.Join(errs...)
 	}
+}
+
+// writeAllreduceLive writes a run's report: the largest size's rows per
+// link, each scheme's p99.9 speedup over SR-RTO against the hops' loss.
+func writeAllreduceLive(dir string, f allreduceFlags, rows []allreduceRow, command string) error {
+	var largest int64
+	for _, r := range rows {
+		largest = max(largest, r.Size)
+	}
+	var pts []allreduceSimRow
+	for _, r := range rows {
+		if r.Size == largest {
+			pts = append(pts, allreduceSimRow{Ranks: f.ranks, Drop: r.Loss, Scheme: r.Scheme, MeanMs: r.MeanMs, P50Ms: r.P50Ms,
+				P999Ms: r.P999Ms, ModelMeanMs: r.ModelMeanMs, ModelP999Ms: r.ModelP999Ms})
+		}
+	}
+	setSpeedups(pts)
+	carrier := "in-process pipes"
+	if f.netns {
+		carrier = "network namespaces and the AF_XDP link emulator, NICs on AF_XDP"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Ring Allreduce of %s (%v) over %d ranks, every hop over %s; %d iterations per point after %d warm-up, every element verified (%d wrong). Links: %s.\n\n",
+		simSizeName(largest), f.dtype, f.ranks, carrier, f.iters, f.warmup, wrongTotal(rows), strings.Join(f.links, " | "))
+	fmt.Fprintln(&b, "| ranks | loss | scheme | mean (ms) | p50 (ms) | p99.9 (ms) | model mean ≥ (ms) | model p99.9 ≤ (ms) | p99.9 speedup vs SR-RTO |")
+	fmt.Fprintln(&b, "|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range pts {
+		fmt.Fprintf(&b, "| %d | %g | %s | %.1f | %.1f | %.1f | %s | %s | %s |\n", r.Ranks, r.Drop, r.Scheme, r.MeanMs, r.P50Ms, r.P999Ms,
+			orDash(r.ModelMeanMs), orDash(r.ModelP999Ms), speedupCell(r.SpeedupP999))
+	}
+	return writeAllreduceReport(dir, "Ring Allreduce across emulated datacenters", command, "packet loss rate of every hop", pts, b.String())
+}
+
+// wrongTotal sums the rows' wrong elements.
+func wrongTotal(rows []allreduceRow) int64 {
+	var n int64
+	for _, r := range rows {
+		n += r.Wrong
+	}
+	return n
 }

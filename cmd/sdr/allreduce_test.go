@@ -197,3 +197,32 @@ func TestAllreduceSim(t *testing.T) {
 		}
 	}
 }
+
+// TestAllreduceLinkSweep: -link repeated sweeps the hops' link; -out
+// writes the rows, a README and the speedup plot.
+func TestAllreduceLinkSweep(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	code := run([]string{"allreduce", "-ranks", "3", "-b", "64KiB", "-e", "64KiB", "-n", "2", "-w", "0",
+		"-link", "rate=1Gbit,delay=1ms,loss=0.1%", "-link", "rate=1Gbit,delay=1ms,loss=2%", "-schemes", "sr-rto,ec",
+		"-out", dir, "-json"}, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var rows []allreduceRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if len(rows) != 4 || rows[0].Loss != 0.001 || rows[3].Loss != 0.02 || !strings.Contains(rows[3].Link, "loss=2%") {
+		t.Fatalf("rows %+v", rows)
+	}
+	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil || !strings.Contains(string(readme), "p99.9 speedup vs SR-RTO") || !strings.Contains(string(readme), "| 3 | 0.02 | ec |") {
+		t.Errorf("README: %v\n%s", err, readme)
+	}
+	for _, f := range []string{"allreduce.json", "speedup_p999.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
