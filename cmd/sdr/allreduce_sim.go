@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,7 +183,7 @@ func writeAllreduceReport(dir, title, command, xLabel string, rows []allreduceSi
 			order = append(order, k)
 		}
 		series[k] = append(series[k], plotter.XY{X: r.Drop, Y: r.SpeedupP999})
-		if len(order) == 1 {
+		if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == r.Drop }) {
 			ticks = append(ticks, plot.Tick{Value: r.Drop, Label: simDropLabel(r.Drop)})
 		}
 	}
