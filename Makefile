@@ -115,10 +115,11 @@ bench: ## wire and emunic benchmarks
 # 8 GiB sample costs about a second of CPU); the report says so. Built
 # with go build so that the report can name the revision it measured.
 DOCS_SIM_FLAGS ?= -samples 300 -large-samples 10
-docs: ## docs/reproduction.md and plots from sdr sim, the paper-direction testbed report
+docs: ## docs/reproduction.md and plots from sdr sim, the paper-direction testbed report, Fig. 13 (allreduce)
 	$(GO) build -buildvcs=true -o $(BIN) ./cmd/sdr
 	$(BIN) sim $(DOCS_SIM_FLAGS) -out docs/sim -report docs/reproduction.md >/dev/null
 	$(BIN) testbed -q -scenario docs/testbed/paper-direction.json -o docs/testbed/paper-direction >/dev/null
+	$(BIN) allreduce -sim -out docs/allreduce >/dev/null
 
 # The DPA handler for the DPA's ISA with Debian's clang (RV64IMAC, -Werror,
 # -c only) against the shim's FlexIO headers: builds at the declared

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,7 +63,8 @@ type allreduceFlags struct {
 	iters, warmup      int
 	dtype              string
 	schemes            string
-	links              []string // -link, repeatable: a sweep
+	links              []string            // -link, repeatable: a sweep
+	hops               map[int]link.Config // -hop: one hop's own link, overriding -link
 	segment            int64
 	check, json        bool
 	netns              bool // hops between namespaces through the AF_XDP link emulator
@@ -161,6 +163,20 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 		return nil
 	})
 	fs.Func("segment", "most bytes per reliable transfer (default 1MiB)", bytesFlag(&f.segment))
+	f.hops = map[int]link.Config{}
+	fs.Func("hop", "`i=spec`: hop i (rank i to i+1) has its own link model instead of -link's, e.g. 2=delay=20ms,loss=2%; repeatable", func(s string) error {
+		is, spec, ok := strings.Cut(s, "=")
+		i, err := strconv.Atoi(is)
+		if !ok || err != nil || i < 0 {
+			return fmt.Errorf("want i=spec: %q", s)
+		}
+		c, err := link.ParseConfig(spec)
+		if err != nil {
+			return err
+		}
+		f.hops[i] = c
+		return nil
+	})
 	fs.BoolVar(&f.check, "check", true, "verify every element of every rank's result")
 	fs.BoolVar(&f.json, "json", false, "print the rows as JSON")
 	var sf allreduceSimFlags
@@ -253,6 +269,14 @@ func allreduce(f allreduceFlags, stdout io.Writer) ([]allreduceRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	var own []string
+	for i, c := range f.hops {
+		if i >= f.ranks || f.joined() {
+			return nil, fmt.Errorf("-hop %d: the ring in this process has hops 0..%d", i, f.ranks-1)
+		}
+		own = append(own, fmt.Sprintf("hop %d: %s", i, c.String()))
+	}
+	slices.Sort(own)
 	print := !f.json && (!f.joined() || f.rank == 0)
 	var rows []allreduceRow
 	for _, spec := range f.links {
@@ -264,6 +288,9 @@ func allreduce(f allreduceFlags, stdout io.Writer) ([]allreduceRow, error) {
 			where := fmt.Sprintf("%d ranks in one process over pipes; every hop %s (both ways)", f.ranks, spec)
 			if f.netns {
 				where = fmt.Sprintf("%d ranks in one process, each hop between namespaces through the AF_XDP link emulator, NICs on AF_XDP; every hop %s (both ways)", f.ranks, spec)
+			}
+			if len(own) > 0 {
+				where += " but " + strings.Join(own, ", ")
 			}
 			if f.joined() {
 				where = fmt.Sprintf("rank %d of %d on %s, coordinator %s", f.rank, f.size, f.dev, f.coordinator)
@@ -294,7 +321,9 @@ func allreduce(f allreduceFlags, stdout io.Writer) ([]allreduceRow, error) {
 				case row := <-results:
 					if !f.joined() { // the hops are the link model; across processes whatever the network is
 						row.Link, row.Loss = spec, hop.Loss.P
-						row.ModelMeanMs, row.ModelP999Ms = allreduceModel(hop, row.Size, f.ringSize(), scheme, code)
+						if len(f.hops) == 0 { // the model's ring has one link everywhere
+							row.ModelMeanMs, row.ModelP999Ms = allreduceModel(hop, row.Size, f.ringSize(), scheme, code)
+						}
 					}
 					rows = append(rows, row)
 					if print {
@@ -336,9 +365,15 @@ func (f *allreduceFlags) ringSize() int {
 func (f *allreduceFlags) connect(rc reliability.Config, hop link.Config) ([]*collective.Ring, func() error, error) {
 	ring := collective.Config{Segment: int(f.segment)}
 	if !f.joined() {
-		hops, closeHops := localring.Pipes(func(int) link.Config { return hop }), func() error { return nil }
+		model := func(i int) link.Config {
+			if c, ok := f.hops[i]; ok {
+				return c
+			}
+			return hop
+		}
+		hops, closeHops := localring.Pipes(model), func() error { return nil }
 		if f.netns {
-			hops, closeHops = namespaceHops(hop)
+			hops, closeHops = namespaceHops(model)
 		}
 		rs, err := localring.New(context.Background(), localring.Config{Ranks: f.ranks, Hops: hops, Reliability: rc, Ring: ring})
 		if err != nil {
@@ -523,10 +558,10 @@ func orDash(ms float64) string {
 
 // namespaceHops makes each hop of the ring a pair of host namespaces
 // joined through a wan namespace where the AF_XDP link emulator applies
-// model both ways (testbed/scenario's Namespaces network), the ranks'
+// hop i's model both ways (testbed/scenario's Namespaces network), the ranks'
 // emulated NICs on AF_XDP ports of the hosts' veths. closeAll deletes
 // them.
-func namespaceHops(model link.Config) (hops localring.Hops, closeAll func() error) {
+func namespaceHops(model func(i int) link.Config) (hops localring.Hops, closeAll func() error) {
 	var nets []*scenario.Namespaces
 	hops = func(i int) (a, b *emunic.Device, err error) {
 		n, err := scenario.NewNamespaces(1024)
@@ -534,7 +569,7 @@ func namespaceHops(model link.Config) (hops localring.Hops, closeAll func() erro
 			return nil, nil, err
 		}
 		nets = append(nets, n)
-		return n.Devices(model, model, uint64(2*i+1))
+		return n.Devices(model(i), model(i), uint64(2*i+1))
 	}
 	return hops, func() error {
 		var errs []error

@@ -226,3 +226,25 @@ func TestAllreduceLinkSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestAllreduceOwnHop: -hop gives one hop its own link; its 20 ms one way
+// holds up every step of the ring.
+func TestAllreduceOwnHop(t *testing.T) {
+	var out, errOut bytes.Buffer
+	args := []string{"allreduce", "-ranks", "3", "-b", "16KiB", "-e", "16KiB", "-n", "2", "-w", "0", "-link", "delay=1ms",
+		"-schemes", "sr-nack", "-json"}
+	if code := run(append(args, "-hop", "1=delay=20ms"), &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var rows []allreduceRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	// 4 steps, each waiting for hop 1's 20 ms, less what pipelining hides.
+	if rows[0].MeanMs < 40 || rows[0].Wrong != 0 || rows[0].ModelMeanMs != 0 {
+		t.Errorf("%+v: want at least 40 ms, verified, no single-link model", rows[0])
+	}
+	if code := run(append(args, "-hop", "3=delay=1ms"), &out, &errOut); code == exitOK {
+		t.Error("hop 3 of a 3-rank ring accepted")
+	}
+}
