@@ -3,6 +3,7 @@ package collective_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -269,5 +270,24 @@ func BenchmarkSum(b *testing.B) {
 				collective.Sum(dt, dst, src)
 			}
 		})
+	}
+}
+
+// TestBroken: a collective that fails part-way (here its context ended)
+// leaves the ring refusing further collectives with ErrBroken instead
+// of exchanging transfers that no longer line up.
+func TestBroken(t *testing.T) {
+	ranks := newRing(t, 2, link.Config{}, reliability.Config{}, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, r := range ranks {
+		if err := r.AllReduce(ctx, make([]byte, 1<<16), collective.Int32); err == nil {
+			t.Fatalf("rank %d: an Allreduce with an ended context succeeded", r.Rank())
+		}
+	}
+	for _, r := range ranks {
+		if err := r.AllGather(context.Background(), make([]byte, 64)); !errors.Is(err, collective.ErrBroken) {
+			t.Errorf("rank %d after a failure: %v, want ErrBroken", r.Rank(), err)
+		}
 	}
 }

@@ -50,6 +50,9 @@ func Join(ctx context.Context, cfg JoinConfig) (ring *Ring, close func() error, 
 	if cfg.Size < 2 || cfg.Rank < 0 || cfg.Rank >= cfg.Size || cfg.Context == nil {
 		return nil, nil, fmt.Errorf("collective: join rank %d of %d", cfg.Rank, cfg.Size)
 	}
+	if cfg.Host == "" {
+		return nil, nil, errors.New("collective: join: JoinConfig.Host: the address other ranks reach this rank at")
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, "0"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("collective: join: %w", err)

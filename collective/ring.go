@@ -12,6 +12,12 @@
 // and was reduced, so the hops of a step overlap and a slow segment holds
 // up only itself. Transfers carry their step and segment in the
 // immediate, so they may complete in any order.
+//
+// Every rank posts its receives when a collective starts, so a rank that
+// starts more than its connections' reliability.Config.Timeout (10 s by
+// default) after its neighbour fails the collective on both: give the
+// connections a Timeout above the longest straggle (a checkpoint, say).
+// A failed collective breaks the ring (ErrBroken).
 package collective
 
 import (
@@ -38,6 +44,11 @@ type Config struct {
 // not expect: the ranks disagree on the operation, its size or segment.
 var ErrOutOfStep = errors.New("collective: ranks out of step")
 
+// ErrBroken means an earlier collective on the ring failed (or its
+// context ended) part-way: the hops' transfers no longer line up with
+// the peers', so the ring takes no more collectives; build a new one.
+var ErrBroken = errors.New("collective: the ring failed earlier")
+
 // Ring is one rank of a ring. Its collectives are serialized (one at a
 // time per rank, the same sequence on every rank); within one, its
 // goroutines share the per-segment progress under mu.
@@ -47,7 +58,8 @@ type Ring struct {
 	prev       *reliability.Receiver
 	cfg        Config
 
-	run     sync.Mutex // one collective at a time
+	run     sync.Mutex // one collective at a time; guards the fields to mu
+	broken  error      // why an earlier collective failed
 	work    []uint64   // the padded blocks, reused
 	scratch [][]uint64 // a receive buffer per reader, reused
 
@@ -180,8 +192,24 @@ func (r *Ring) allGatherSteps(afterReduce bool) []step {
 }
 
 // execute runs steps over the work buffer laid out as l: writers send
-// each (step, segment) once it is ready, readers apply what arrives.
+// each (step, segment) once it is ready, readers apply what arrives. A
+// failure breaks the ring (ErrBroken from then on).
 func (r *Ring) execute(ctx context.Context, steps []step, l layout, dt DataType) error {
+	if r.broken != nil {
+		return fmt.Errorf("%w (%v)", ErrBroken, r.broken)
+	}
+	if l.nseg > maxSegments || len(steps) > maxSteps {
+		return fmt.Errorf("collective: %d segments of %d bytes in %d steps: more than the immediate names (raise Config.Segment)", l.nseg, l.segLen, len(steps))
+	}
+	if err := r.transfer(ctx, steps, l, dt); err != nil {
+		r.broken = err
+		return err
+	}
+	return nil
+}
+
+// transfer is execute's work.
+func (r *Ring) transfer(ctx context.Context, steps []step, l layout, dt DataType) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() {
@@ -266,6 +294,12 @@ func (r *Ring) execute(ctx context.Context, steps []step, l layout, dt DataType)
 	}
 	return nil
 }
+
+// The immediate holds a transfer's step (6 bits) and segment (26 bits).
+const (
+	maxSteps    = 1 << 6
+	maxSegments = 1 << 26
+)
 
 // immOf packs a transfer's step and segment into its immediate.
 func immOf(step, seg int) uint32 { return uint32(step)<<26 | uint32(seg) }

@@ -32,6 +32,10 @@ import (
 
 func main() {}
 
+// maxRegion bounds a registration (1 TiB): beyond it, and beyond the
+// address space, a length is an error rather than a Go slice panic.
+const maxRegion = 1 << 40
+
 // status turns err into the SDK's return code, recording failures.
 func status(err error) C.int {
 	switch {
@@ -151,7 +155,7 @@ func sdr_mr_reg(ctx *C.struct_sdr_context, addr unsafe.Pointer, length C.size_t,
 	if err == nil && flags != C.SDR_ACCESS_REMOTE_WRITE {
 		err = fmt.Errorf("libsdr: mr reg: access flags %d: %w", flags, sdr.ErrInvalid)
 	}
-	if err == nil && (addr == nil || length == 0) {
+	if err == nil && (addr == nil || length == 0 || uint64(length) > maxRegion || uintptr(addr)+uintptr(length) < uintptr(addr)) {
 		err = fmt.Errorf("libsdr: mr reg: %d bytes at %p: %w", length, addr, sdr.ErrInvalid)
 	}
 	if err != nil {
@@ -374,6 +378,7 @@ func sdr_send_poll(handle *C.struct_sdr_send_handle, completed *C.int, st *C.str
 func sdr_last_error(buf *C.char, size C.size_t) C.size_t {
 	msg := lastErrorMessage()
 	if buf != nil && size > 0 {
+		size = min(size, C.size_t(len(msg)+1)) // what is written, whatever size claims
 		out := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(size))
 		n := copy(out[:len(out)-1], msg)
 		out[n] = 0

@@ -246,6 +246,7 @@ func TestSelectiveRepeatExample(t *testing.T) {
 	for _, args := range [][]string{
 		nil, // its default: 8 MiB, 5 % loss each way, 1 ms one way
 		{"-d", "pipe:heavy/loss=25%,delay=2ms", "-s", "2097152", "-c", "2048"},
+		{"-d", "pipe:short/delay=1ms", "-s", "3000"}, // fewer packets than the immediate has nibbles
 	} {
 		out := run(t, bin, args...)
 		if !strings.Contains(out, "every byte verified") {

@@ -44,7 +44,6 @@ type contextObj struct {
 	qps     int
 	keys    map[uint32]*mrObj
 	nextKey uint32
-	closed  bool
 }
 
 func (c *contextObj) owner() *contextObj { return c }
@@ -74,13 +73,9 @@ func newContext(name string, getenv func(string) string, attr contextAttr) (*con
 
 // destroy closes the context and drops every handle made from it.
 func (c *contextObj) destroy() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !table.take(c.handle) {
 		return fmt.Errorf("libsdr: context destroy: %w", errHandle)
 	}
-	c.closed = true
-	c.mu.Unlock()
 	table.dropOwned(c)
 	err := c.sc.Close()
 	c.dev.Close()
@@ -117,16 +112,18 @@ func (c *contextObj) register(addr uintptr, buf []byte) (*mrObj, error) {
 	return m, nil
 }
 
-// deregister releases the registration and its key.
+// deregister releases the registration, then its key and handle: a
+// registration the backend refuses to release (a receive still posted in
+// it) keeps both, and may be deregistered again later.
 func (m *mrObj) deregister() error {
+	if err := m.mr.Deregister(); err != nil {
+		return fmt.Errorf("libsdr: mr dereg: %w", err)
+	}
 	c := m.ctx
 	c.mu.Lock()
 	delete(c.keys, m.key)
 	c.mu.Unlock()
 	table.drop(m.handle)
-	if err := m.mr.Deregister(); err != nil {
-		return fmt.Errorf("libsdr: mr dereg: %w", err)
-	}
 	return nil
 }
 
@@ -181,7 +178,6 @@ type qpObj struct {
 	handle uintptr
 	ctx    *contextObj
 	qp     *sdr.QP
-	closed atomic.Bool
 }
 
 func (q *qpObj) owner() *contextObj { return q.ctx }
@@ -209,23 +205,17 @@ func (c *contextObj) newQP(a qpAttr) (*qpObj, error) {
 
 // destroy closes the QP and drops the handles of its sends and receives.
 func (q *qpObj) destroy() error {
-	if q.closed.Swap(true) {
+	if !table.take(q.handle) {
 		return fmt.Errorf("libsdr: qp destroy: %w", errHandle)
 	}
-	table.drop(q.handle)
-	table.m.Range(func(k, v any) bool {
-		switch o := v.(type) {
+	table.dropWhere(func(o object) bool {
+		switch o := o.(type) {
 		case *recvObj:
-			if o.qp == q {
-				table.drop(k.(uintptr))
-				o.pin.Unpin()
-			}
+			return o.qp == q
 		case *sendObj:
-			if o.qp == q {
-				table.drop(k.(uintptr))
-			}
+			return o.qp == q
 		}
-		return true
+		return false
 	})
 	q.ctx.mu.Lock()
 	q.ctx.qps--
@@ -316,16 +306,22 @@ func (q *qpObj) postRecv(key uint32, addr uintptr, length int) (*recvObj, error)
 	return r, nil
 }
 
-// complete releases the receive, its handle and its bitmap.
+// complete releases the receive, its handle and its bitmap; of
+// concurrent calls (or a QP's or context's destroy) one does it.
 func (r *recvObj) complete() error {
-	table.drop(r.handle)
+	if !table.take(r.handle) {
+		return fmt.Errorf("libsdr: recv complete: %w", errHandle)
+	}
 	err := r.h.Complete()
-	r.pin.Unpin()
+	r.release()
 	if err != nil {
 		return fmt.Errorf("libsdr: recv complete: %w", err)
 	}
 	return nil
 }
+
+// release unpins the bitmap: called once, by whoever took the handle.
+func (r *recvObj) release() { r.pin.Unpin() }
 
 // sendObj is a struct sdr_send_handle: a posted message, or a stream
 // until it ends. The stream is safe for concurrent use; ended is set by

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -217,4 +219,107 @@ func BenchmarkGoSide(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestReleaseRaces: a receive released twice at once, or with its
+// context, is released once (the second call fails with errHandle) and
+// its pinned bitmap is unpinned: a pinned pointer the garbage collector
+// finds leaking aborts the process.
+func TestReleaseRaces(t *testing.T) {
+	pair := func(name string) (*contextObj, *contextObj, *qpObj, *mrObj) {
+		t.Helper()
+		a, err := newContext(name, envOf(nil), contextAttr{Channels: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := newContext(name, envOf(nil), contextAttr{Channels: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attr := qpAttr{LogChunk: 12, LogInFlight: 20, LogMessages: 2, MTU: 4, Send: true, Recv: true}
+		qa, err := a.newQP(attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qb, err := b.newQP(attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ia, _ := qa.info()
+		ib, _ := qb.info()
+		if err := errors.Join(qa.connect(ib), qb.connect(ia)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.register(0x10000, make([]byte, 1<<16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b, qb, m
+	}
+	for round := range 20 {
+		a, b, q, m := pair(fmt.Sprintf("pipe:release-%d", round))
+		r, err := q.postRecv(m.key, 0x10000, 1<<16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round%2 == 0 { // two completes at once: one wins
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() { errs <- r.complete() }()
+			}
+			e1, e2 := <-errs, <-errs
+			if (e1 == nil) == (e2 == nil) || !errors.Is(errors.Join(e1, e2), errHandle) {
+				t.Fatalf("two completes: %v, %v", e1, e2)
+			}
+		} // odd rounds: the receive goes with its context
+		if err := errors.Join(a.destroy(), b.destroy()); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+	}
+	runtime.GC()
+}
+
+// TestDeregisterBusy: a registration the backend will not release yet
+// (a receive posted in it) keeps its key and handle, and goes once the
+// receive completed.
+func TestDeregisterBusy(t *testing.T) {
+	a, err := newContext("pipe:dereg", envOf(nil), contextAttr{Channels: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.destroy()
+	b, err := newContext("pipe:dereg", envOf(nil), contextAttr{Channels: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.destroy()
+	attr := qpAttr{LogChunk: 12, LogInFlight: 20, LogMessages: 2, MTU: 4, Send: true, Recv: true}
+	qa, _ := a.newQP(attr)
+	qb, _ := b.newQP(attr)
+	ia, _ := qa.info()
+	ib, _ := qb.info()
+	if err := errors.Join(qa.connect(ib), qb.connect(ia)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := b.register(0x10000, make([]byte, 1<<16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := qb.postRecv(m.key, 0x10000, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.deregister(); err == nil {
+		t.Skip("the backend releases a registration under a posted receive; nothing to keep")
+	}
+	if _, _, err := b.region(m.key, 0x10000, 16); err != nil {
+		t.Errorf("the refused deregistration dropped the key: %v", err)
+	}
+	if err := r.complete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.deregister(); err != nil {
+		t.Errorf("after the receive completed: %v", err)
+	}
 }

@@ -35,14 +35,34 @@ func (t *objects) add(o object) uintptr {
 // drop releases a handle; later lookups fail.
 func (t *objects) drop(id uintptr) { t.m.Delete(id) }
 
-// dropOwned releases every handle owned by c.
-func (t *objects) dropOwned(c *contextObj) {
+// take releases handle id and reports whether this call released it: of
+// concurrent releases of one handle exactly one proceeds to clean up.
+func (t *objects) take(id uintptr) bool {
+	_, ok := t.m.LoadAndDelete(id)
+	return ok
+}
+
+// releaser is an object with something to undo when its handle goes
+// with its QP or context (a receive's pinned bitmap).
+type releaser interface{ release() }
+
+// dropWhere releases every handle whose object match selects, undoing
+// what each one this call released holds.
+func (t *objects) dropWhere(match func(object) bool) {
 	t.m.Range(func(k, v any) bool {
-		if v.(object).owner() == c {
-			t.m.Delete(k)
+		o := v.(object)
+		if match(o) && t.take(k.(uintptr)) {
+			if r, ok := o.(releaser); ok {
+				r.release()
+			}
 		}
 		return true
 	})
+}
+
+// dropOwned releases every handle owned by c.
+func (t *objects) dropOwned(c *contextObj) {
+	t.dropWhere(func(o object) bool { return o.owner() == c })
 }
 
 // lookup returns the object of handle id as a T.

@@ -120,15 +120,16 @@ struct sdr_qp_attr {
                                              ibv_qp_attr.rate_limit; 0: none */
 };
 
-/* One whole message (or its tail: see remote_offset). */
+/* One whole message. */
 struct sdr_send_wr {
     enum sdr_wr_opcode opcode;
     uint32_t imm_value;     /* with SDR_WR_WRITE_WITH_IMM */
     uint32_t length;        /* bytes */
     uint32_t lkey;          /* of the registration holding local_addr */
     uint64_t local_addr;
-    uint64_t remote_offset; /* in bitmap chunks: the bytes land from chunk
-                               remote_offset of the receive buffer on */
+    uint64_t remote_offset; /* in bitmap chunks; must be 0 here (a message's
+                               pieces at other offsets go through the
+                               streaming calls) */
 };
 
 /* Opens a streamed message. */
@@ -208,8 +209,9 @@ int sdr_recv_bitmap_chunk_expand(struct sdr_recv_handle *handle, uint32_t chunk_
    posted receive must be completed. */
 int sdr_recv_complete(struct sdr_recv_handle *handle);
 
-/* Sends one message, all of it or nothing. SDR_RETRY when the QP has no
-   free message (slots or in-flight bytes) at the moment. */
+/* Sends one message, all of it or nothing, from the start of the peer's
+   receive buffer (remote_offset 0; anything else is SDR_ERROR). SDR_RETRY
+   when the QP has no free message (slots or in-flight bytes) at the moment. */
 int sdr_send_post(struct sdr_qp *qp, struct sdr_send_wr *wr,
                   struct sdr_send_handle **handle);
 

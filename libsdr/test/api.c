@@ -265,6 +265,13 @@ static void test_misuse(struct end *tx, struct end *rx)
     bad = qp_attr();
     bad.bitmap_chunk_size_log_bytes = 9; /* smaller than the MTU */
     CHECK(sdr_qp_create(tx->ctx, &bad) == NULL);
+    CHECK(sdr_mr_reg(tx->ctx, tx->buf, (size_t)-1, SDR_ACCESS_REMOTE_WRITE) == NULL); /* no crash */
+    CHECK(sdr_mr_reg(tx->ctx, (void *)(uintptr_t)-4096, 8192, SDR_ACCESS_REMOTE_WRITE) == NULL);
+    {
+        static char big[65536];
+        n = sdr_last_error(big, (size_t)-1); /* writes the message, not size bytes */
+        CHECK(n > 0 && strlen(big) == n);
+    }
     CHECK(sdr_context_create("nosuch:device", &da) == NULL);
     sdr_last_error(why, sizeof why);
     CHECK(strstr(why, "unknown device") != NULL);
