@@ -219,7 +219,10 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 		p.timeout = min(p.timeout, 3*clean+2*rtt)
 		m, err = p.raw(ctx, false)
 	default:
-		s, code, _ := reliability.ParseSchemeCode(scheme) // validated
+		s, code, perr := reliability.ParseSchemeCode(scheme)
+		if perr != nil { // Validate refused it already; a new caller might not have validated
+			return row, fmt.Errorf("scenario: %w", perr)
+		}
 		if code.K == 0 {
 			code = sc.Code
 		}
