@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sdr-rdma/sdr/collective"
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed/ring"
 )
 
 func TestAllreduceCommand(t *testing.T) {
@@ -24,7 +24,7 @@ func TestAllreduceCommand(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var rows []allreduceRow
+	var rows []ring.Row
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
@@ -62,23 +62,6 @@ func TestAllreduceTable(t *testing.T) {
 	}
 }
 
-// TestWrongSums: the check finds a corrupted element, in every type.
-func TestWrongSums(t *testing.T) {
-	for _, dt := range []collective.DataType{collective.Float32, collective.Float64, collective.Int32, collective.Int64} {
-		a, b := make([]byte, 100*dt.Size()), make([]byte, 100*dt.Size())
-		fillRank(dt, a, 0)
-		fillRank(dt, b, 1)
-		collective.Sum(dt, a, b)
-		if n := wrongSums(dt, a, 2); n != 0 {
-			t.Errorf("%v: %d wrong in a correct sum", dt, n)
-		}
-		a[17*dt.Size()] ^= 0x40
-		if n := wrongSums(dt, a, 2); n != 1 {
-			t.Errorf("%v: %d wrong after corrupting one element", dt, n)
-		}
-	}
-}
-
 // TestAllreduceAcrossProcesses starts four sdr processes as srun would
 // (SLURM_PROCID, SLURM_NTASKS, SLURM_STEP_NODELIST; no flags naming
 // ranks), each on its own UDP address: rank 0's table must show every
@@ -110,7 +93,7 @@ func TestAllreduceAcrossProcesses(t *testing.T) {
 			t.Errorf("rank %d: %v\n%s", r, err, outs[r].String())
 		}
 	}
-	var rows []allreduceRow
+	var rows []ring.Row
 	if err := json.Unmarshal(outs[0].Bytes(), &rows); err != nil {
 		t.Fatalf("rank 0: %v\n%s", err, outs[0].String())
 	}
@@ -150,7 +133,7 @@ func TestAllreduceNamespaces(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var rows []allreduceRow
+	var rows []ring.Row
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
@@ -176,7 +159,7 @@ func TestAllreduceSim(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	js := out.Bytes()[bytes.IndexByte(out.Bytes(), '['):] // the table comes first
-	var rows []allreduceSimRow
+	var rows []ring.SimRow
 	if err := json.Unmarshal(js, &rows); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
@@ -209,7 +192,7 @@ func TestAllreduceLinkSweep(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var rows []allreduceRow
+	var rows []ring.Row
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
@@ -236,7 +219,7 @@ func TestAllreduceOwnHop(t *testing.T) {
 	if code := run(append(args, "-hop", "1=delay=20ms"), &out, &errOut); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	var rows []allreduceRow
+	var rows []ring.Row
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 {
 		t.Fatalf("%v: %s", err, out.String())
 	}

@@ -23,6 +23,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/sdr-rdma/sdr/internal/plots"
 	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
@@ -775,7 +776,7 @@ func writeSimPlots(dir string, rows []simRow, f *simFlags) (simPlots, error) {
 				p.Add(d)
 			}
 		}
-		if err := savePlot(p, dir, sp.name); err != nil {
+		if err := plots.Save(p, dir, sp.name); err != nil {
 			return out, err
 		}
 		*sp.dst = sp.name
@@ -902,7 +903,7 @@ func simHeatmap(dir string, rows []simRow) (bool, error) {
 		labels.TextStyle[i].YAlign = -0.5
 	}
 	p.Add(labels)
-	return true, savePlot(p, dir, "speedup_heatmap")
+	return true, plots.Save(p, dir, "speedup_heatmap")
 }
 
 // simReport renders docs/reproduction.md: the paper's comparison from this

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/testbed/ring"
 )
 
 // slurm is a one-node Slurm cluster on this machine: munged, slurmctld
@@ -147,7 +148,7 @@ func TestSlurm(t *testing.T) {
 	if err != nil {
 		t.Fatalf("srun: %v\n%s", err, out)
 	}
-	var rows []allreduceRow
+	var rows []ring.Row
 	if err := json.Unmarshal(out, &rows); err != nil {
 		t.Fatalf("srun's output: %v\n%s", err, out)
 	}

@@ -8,7 +8,6 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/caps"
+	"github.com/sdr-rdma/sdr/internal/plots"
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
@@ -365,7 +365,7 @@ func writeTestbedPlots(dir string, rep *scenario.Report) ([]string, error) {
 			if len(rep.Links) > 1 {
 				name = fmt.Sprintf("%s_link%d", kind, li+1)
 			}
-			if err := savePlot(p, dir, name); err != nil {
+			if err := plots.Save(p, dir, name); err != nil {
 				return nil, err
 			}
 			names = append(names, name)
@@ -389,14 +389,4 @@ func (logTicks125) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ticks
-}
-
-// savePlot writes p as dir/name.png and dir/name.svg.
-func savePlot(p *plot.Plot, dir, name string) error {
-	for _, ext := range []string{".png", ".svg"} {
-		if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, filepath.Join(dir, name+ext)); err != nil {
-			return err
-		}
-	}
-	return nil
 }

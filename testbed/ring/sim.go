@@ -1,4 +1,4 @@
-package main
+package ring
 
 import (
 	"encoding/json"
@@ -16,21 +16,38 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/sdr-rdma/sdr/internal/plots"
 	"github.com/sdr-rdma/sdr/link"
+	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/testbed/sim"
 )
 
-// allreduceSimFlags are sdr allreduce -sim's settings: the paper's Fig. 13
-// grid by default.
-type allreduceSimFlags struct {
-	rankList, drops, size string
-	samples               int
-	seed                  uint64
-	out                   string
+// SimConfig is the simulator's grid: the paper's Fig. 13 by default
+// (SimDefaults).
+type SimConfig struct {
+	// Ranks are the rings (datacenters) to simulate; Drops the chunk drop
+	// rates; Size the Allreduce's bytes.
+	Ranks []int
+	Drops []float64
+	Size  int64
+	// Schemes as reliability.ParseSchemeCode takes them (ec and hybrid
+	// without a code: reliability.DefaultCode).
+	Schemes []string
+	// Samples is how many Allreduces per point; Seed seeds the sweep.
+	Samples int
+	Seed    uint64
 }
 
-// allreduceSimRow is one point of the grid.
-type allreduceSimRow struct {
+// SimDefaults is the paper's Fig. 13: 128 MiB over 4 and 8 datacenters,
+// drop 1e-6 to 1e-2, SR-RTO, SR-NACK and MDS(32,8), 1000 Allreduces a point.
+func SimDefaults() SimConfig {
+	return SimConfig{Ranks: []int{4, 8}, Drops: []float64{1e-6, 1e-5, 1e-4, 1e-3, 1e-2}, Size: 128 << 20,
+		Schemes: []string{"sr-rto", "sr-nack", "ec"}, Samples: 1000, Seed: 1}
+}
+
+// SimRow is one point of a grid (or, from WriteReport, of a run).
+type SimRow struct {
 	Ranks  int     `json:"ranks"`
 	Drop   float64 `json:"drop"`
 	Scheme string  `json:"scheme"`
@@ -45,75 +62,90 @@ type allreduceSimRow struct {
 	SpeedupP999 float64 `json:"p999_speedup_vs_sr_rto,omitempty"`
 }
 
-// allreduceSim runs the ring Allreduce grid in the simulator at the
-// paper's scale (400 Gbit/s, 25 ms, 4 KiB chunks) and prints a table;
-// with -out it writes the rows (JSON, markdown) and the speedup plot.
-func allreduceSim(f allreduceFlags, sf allreduceSimFlags, stdout, stderr io.Writer) ([]allreduceSimRow, error) {
-	ranks, err := simParseList(sf.rankList, func(s string) (int, error) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 2 || n > 64 {
-			return 0, fmt.Errorf("ranks %q: want 2..64", s)
+// Simulate runs the grid in the simulator at the paper's scale (400
+// Gbit/s, 25 ms RTT, 4 KiB chunks; testbed/sim.SweepRing), reporting
+// progress to progress (if not nil), and returns the rows and their
+// Markdown table.
+func Simulate(c SimConfig, progress io.Writer) ([]SimRow, string, error) {
+	type scheme struct {
+		label  string
+		scheme reliability.Scheme
+		code   ec.Params
+	}
+	var schemes []scheme
+	for _, name := range c.Schemes {
+		s, code, err := reliability.ParseSchemeCode(name)
+		if err != nil {
+			return nil, "", err
 		}
-		return n, nil
-	})
-	if err != nil {
-		return nil, err
+		label := name
+		if (s == reliability.EC || s == reliability.Hybrid) && code.K == 0 {
+			code = reliability.DefaultCode
+			label = s.String() + "-" + code.String()
+		}
+		schemes = append(schemes, scheme{label, s, code})
 	}
-	drops, err := simParseList(sf.drops, simParseDrop)
-	if err != nil {
-		return nil, err
-	}
-	size, err := simParseSize(sf.size)
-	if err != nil {
-		return nil, err
-	}
-	schemes, err := simParseList(f.schemes, parseSimScheme)
-	if err != nil {
-		return nil, err
-	}
-	if sf.samples < 1 {
-		return nil, fmt.Errorf("-samples %d", sf.samples)
+	if c.Samples < 1 || len(c.Ranks) == 0 || len(c.Drops) == 0 || len(schemes) == 0 {
+		return nil, "", fmt.Errorf("ring: simulate %d samples of %d rings × %d drops × %d schemes", c.Samples, len(c.Ranks), len(c.Drops), len(schemes))
 	}
 	var jobs []sim.RingJob
-	for _, n := range ranks {
-		for _, d := range drops {
+	var rows []SimRow
+	for _, n := range c.Ranks {
+		for _, d := range c.Drops {
 			for _, s := range schemes {
-				jobs = append(jobs, sim.RingJob{Point: sim.Point{Size: size, Scheme: s.scheme, Code: s.code, Loss: link.Bernoulli(d)},
-					Ranks: n, Samples: sf.samples})
+				jobs = append(jobs, sim.RingJob{Point: sim.Point{Size: c.Size, Scheme: s.scheme, Code: s.code, Loss: link.Bernoulli(d)},
+					Ranks: n, Samples: c.Samples})
+				rows = append(rows, SimRow{Ranks: n, Drop: d, Scheme: s.label})
 			}
 		}
 	}
 	began := time.Now()
-	results, err := sim.SweepRing(jobs, sim.Options{Seed: sf.seed, Progress: func(p sim.Progress) {
-		fmt.Fprintf(stderr, "\r%d/%d points, %d/%d transfers, %v", p.PointsDone, p.Points, p.SamplesDone, p.Samples, p.Elapsed.Round(time.Second))
+	results, err := sim.SweepRing(jobs, sim.Options{Seed: c.Seed, Progress: func(p sim.Progress) {
+		if progress != nil {
+			fmt.Fprintf(progress, "\r%d/%d points, %d/%d transfers, %v", p.PointsDone, p.Points, p.SamplesDone, p.Samples, p.Elapsed.Round(time.Second))
+		}
 	}})
-	fmt.Fprintln(stderr)
-	if err != nil {
-		return nil, err
+	if progress != nil {
+		fmt.Fprintln(progress)
 	}
-	rows := make([]allreduceSimRow, len(results))
+	if err != nil {
+		return nil, "", err
+	}
 	for i, r := range results {
-		rows[i] = allreduceSimRow{Ranks: r.Job.Ranks, Drop: drops[(i/len(schemes))%len(drops)], Scheme: schemes[i%len(schemes)].label,
-			MeanMs: ms(r.Mean), P50Ms: ms(r.P50), P999Ms: ms(r.P999)}
+		rows[i].MeanMs, rows[i].P50Ms, rows[i].P999Ms = ms(r.Mean), ms(r.P50), ms(r.P999)
 		if r.Model != nil {
 			rows[i].ModelMeanMs, rows[i].ModelP999Ms = ms(r.Model.MeanLower), ms(r.Model.P999Upper)
 		}
 	}
 	setSpeedups(rows)
-	table := allreduceSimTable(rows, size, sf.samples, time.Since(began))
-	fmt.Fprint(stdout, table)
-	if sf.out != "" {
-		title := "Ring Allreduce across datacenters (the paper's Fig. 13) in the simulator"
-		if err := writeAllreduceReport(sf.out, title, "sdr allreduce -sim -out "+sf.out, "drop rate (per chunk)", rows, table); err != nil {
-			return nil, err
+	return rows, simTable(rows, c.Size, c.Samples, time.Since(began)), nil
+}
+
+// WriteSimReport writes a grid's rows, README.md (naming command) and plot
+// to dir.
+func WriteSimReport(dir, command string, rows []SimRow, table string) error {
+	return writeReport(dir, "Ring Allreduce across datacenters (the paper's Fig. 13) in the simulator", command,
+		"drop rate (per chunk)", rows, table)
+}
+
+// sizeName writes a byte count as the reports do ("128 MiB").
+func sizeName(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + " " + u.name
 		}
 	}
-	return rows, nil
+	return strconv.FormatInt(n, 10) + " B"
 }
+
+func dropLabel(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 // setSpeedups sets each row's p99.9 speedup over SR-RTO at the same
 // ranks and drop rate.
-func setSpeedups(rows []allreduceSimRow) {
+func setSpeedups(rows []SimRow) {
 	srRTO := map[[2]float64]float64{}
 	for _, r := range rows {
 		if r.Scheme == "sr-rto" {
@@ -127,10 +159,10 @@ func setSpeedups(rows []allreduceSimRow) {
 	}
 }
 
-func allreduceSimTable(rows []allreduceSimRow, size int64, samples int, took time.Duration) string {
+func simTable(rows []SimRow, size int64, samples int, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Ring Allreduce of %s in the simulator (testbed/sim): 400 Gbit/s, 25 ms RTT, 4 KiB chunks per hop; %d Allreduces per point, each of ranks·2(ranks−1) simulated transfers (%v)\n\n",
-		simSizeName(size), samples, took.Round(time.Second))
+		sizeName(size), samples, took.Round(time.Second))
 	fmt.Fprintln(&b, "| ranks | drop | scheme | mean (ms) | p50 (ms) | p99.9 (ms) | model mean ≥ (ms) | model p99.9 ≤ (ms) | p99.9 speedup vs SR-RTO |")
 	fmt.Fprintln(&b, "|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
@@ -147,10 +179,10 @@ func speedupCell(x float64) string {
 	return fmt.Sprintf("%.2f×", x)
 }
 
-// writeAllreduceReport writes dir/allreduce.json, dir/README.md (title,
+// writeReport writes dir/allreduce.json, dir/README.md (title,
 // the command that made it, the table) and the plot of the p99.9 speedup
 // over SR-RTO against the drop rate (labelled xLabel).
-func writeAllreduceReport(dir, title, command, xLabel string, rows []allreduceSimRow, table string) error {
+func writeReport(dir, title, command, xLabel string, rows []SimRow, table string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -184,7 +216,7 @@ func writeAllreduceReport(dir, title, command, xLabel string, rows []allreduceSi
 		}
 		series[k] = append(series[k], plotter.XY{X: r.Drop, Y: r.SpeedupP999})
 		if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == r.Drop }) {
-			ticks = append(ticks, plot.Tick{Value: r.Drop, Label: simDropLabel(r.Drop)})
+			ticks = append(ticks, plot.Tick{Value: r.Drop, Label: dropLabel(r.Drop)})
 		}
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
@@ -200,7 +232,7 @@ func writeAllreduceReport(dir, title, command, xLabel string, rows []allreduceSi
 		p.Add(l, s)
 		p.Legend.Add(fmt.Sprintf("%s, %d DCs", k.scheme, k.ranks), l, s)
 	}
-	if err := savePlot(p, dir, "speedup_p999"); err != nil {
+	if err := plots.Save(p, dir, "speedup_p999"); err != nil {
 		return err
 	}
 	md := "# " + title + "\n\nGenerated by `" + command + "`.\n\n" + table +
