@@ -14,6 +14,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed/ring"
+	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
 )
 
 const allreduceUsage = `usage: sdr allreduce [flags]
@@ -119,13 +120,13 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	command := shellCommand(append([]string{"sdr", "allreduce"}, args...))
 	if simMode {
 		if schemes != "" {
-			sc.Schemes, err = simParseList(schemes, func(s string) (string, error) { return s, nil })
+			sc.Schemes, err = simreport.ParseList(schemes, func(s string) (string, error) { return s, nil })
 		}
 		if err == nil {
-			sc.Ranks, err = simParseList(ranksList, strconv.Atoi)
+			sc.Ranks, err = simreport.ParseList(ranksList, strconv.Atoi)
 		}
 		if err == nil {
-			sc.Drops, err = simParseList(drops, simParseDrop)
+			sc.Drops, err = simreport.ParseList(drops, simreport.ParseDrop)
 		}
 		if err != nil {
 			return fail(exitUsage, err)
@@ -146,7 +147,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if schemes != "" {
-		if c.Schemes, err = simParseList(schemes, func(s string) (string, error) { return s, nil }); err != nil {
+		if c.Schemes, err = simreport.ParseList(schemes, func(s string) (string, error) { return s, nil }); err != nil {
 			return fail(exitUsage, err)
 		}
 	}

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
 )
 
 func TestSimOutputs(t *testing.T) {
@@ -28,7 +27,7 @@ func TestSimOutputs(t *testing.T) {
 	if !strings.Contains(stderr.String(), "28/28 points") || !strings.Contains(stderr.String(), "ETA") {
 		t.Errorf("progress on stderr: %q", stderr.String())
 	}
-	var js simFile
+	var js simreport.File
 	raw, err := os.ReadFile(filepath.Join(out, "sim.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +91,7 @@ func TestSimJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	var js simFile
+	var js simreport.File
 	if err := json.Unmarshal(stdout.Bytes(), &js); err != nil {
 		t.Fatalf("stdout is not JSON: %v", err)
 	}
@@ -128,36 +127,6 @@ func TestSimUsageErrors(t *testing.T) {
 		if code := run(append([]string{"sim"}, args...), &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {
 			t.Errorf("sdr sim %q: exit %d, stderr %q; want %d and a message", args, code, stderr.String(), exitUsage)
 		}
-	}
-}
-
-func TestParseSimScheme(t *testing.T) {
-	for _, c := range []struct {
-		in     string
-		label  string
-		scheme reliability.Scheme
-		code   ec.Params
-	}{
-		{"sr-rto", "sr-rto", reliability.SRRTO, ec.Params{}},
-		{"SR-NACK", "sr-nack", reliability.SRNACK, ec.Params{}},
-		{"ec-mds(16, 4)", "ec-mds(16,4)", reliability.EC, ec.Params{Kind: ec.MDS, K: 16, M: 4}},
-		{"ec-xor(32,8)", "ec-xor(32,8)", reliability.EC, ec.Params{Kind: ec.XOR, K: 32, M: 8}},
-		{"hybrid", "hybrid-mds(32,8)", reliability.Hybrid, ec.Params{Kind: ec.MDS, K: 32, M: 8}},
-		{"hybrid-xor(8,2)", "hybrid-xor(8,2)", reliability.Hybrid, ec.Params{Kind: ec.XOR, K: 8, M: 2}},
-		{"auto", "auto", reliability.Auto, ec.Params{}},
-	} {
-		got, err := parseSimScheme(c.in)
-		if err != nil || got.label != c.label || got.scheme != c.scheme || got.code != c.code {
-			t.Errorf("parseSimScheme(%q) = %+v, %v", c.in, got, err)
-		}
-	}
-	list, err := simParseList("sr-rto, ec-mds(32,8),ec-xor(16,4)", parseSimScheme)
-	if err != nil || len(list) != 3 || list[2].label != "ec-xor(16,4)" {
-		t.Errorf("list: %+v, %v", list, err)
-	}
-	sizes, err := simParseList("128KiB,1MiB,2GiB,4096", simParseSize)
-	if err != nil || len(sizes) != 4 || sizes[0] != 128<<10 || sizes[2] != 2<<30 || sizes[3] != 4096 {
-		t.Errorf("sizes: %v, %v", sizes, err)
 	}
 }
 

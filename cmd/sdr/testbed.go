@@ -26,6 +26,7 @@ import (
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
+	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
 )
 
 const testbedUsage = `usage: sdr testbed [flags]      run a long-haul scenario (the default one without flags)
@@ -218,7 +219,7 @@ func (f *testbedFlags) scenario() (scenario.Scenario, error) {
 		}
 	}
 	if f.sizes != "" {
-		sizes, err := simParseList(f.sizes, simParseSize)
+		sizes, err := simreport.ParseList(f.sizes, simreport.ParseSize)
 		if err != nil {
 			return sc, err
 		}
@@ -228,7 +229,7 @@ func (f *testbedFlags) scenario() (scenario.Scenario, error) {
 		}
 	}
 	if f.schemes != "" {
-		schemes, err := simParseList(f.schemes, func(s string) (string, error) { return s, nil })
+		schemes, err := simreport.ParseList(f.schemes, func(s string) (string, error) { return s, nil })
 		if err != nil {
 			return sc, err
 		}
