@@ -72,7 +72,7 @@ func TestSimOutputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"DO NOT EDIT", "## Slowdown vs drop rate, 1 MiB", "## Slowdown vs distance", "## EC/SR speedup",
+	for _, want := range []string{"DO NOT EDIT", "## Slowdown vs drop rate, 1MiB", "## Slowdown vs distance", "## EC/SR speedup",
 		"## Against the paper's claims", "6.5×", "12.2×", "1e-3", "../out/speedup_heatmap.svg", js.Summary.ChooseAt} {
 		if !bytes.Contains(md, []byte(want)) {
 			t.Errorf("report lacks %q", want)

@@ -23,6 +23,7 @@ import (
 	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/plots"
+	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
@@ -122,7 +123,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 		}
 		r := p.Row
 		fmt.Fprintf(stderr, "[%2d/%d] %-7s %-8s %d/%d completed, mean %.1f ms\n", p.Done, p.Total,
-			scenario.SizeName(r.Size), r.Scheme, r.Completed, r.Transfers, r.MeanMs)
+			units.FormatBytes(int64(r.Size)), r.Scheme, r.Completed, r.Transfers, r.MeanMs)
 	}}
 	stopMetrics, err := serveTestbedMetrics(f.metrics, net, &hooks, stderr)
 	if err != nil {
@@ -317,7 +318,7 @@ func writeTestbedPlots(dir string, rep *scenario.Report) ([]string, error) {
 			}
 			var ticks []plot.Tick
 			for _, s := range rep.Scenario.Sizes {
-				ticks = append(ticks, plot.Tick{Value: float64(s), Label: scenario.SizeName(s)})
+				ticks = append(ticks, plot.Tick{Value: float64(s), Label: units.FormatBytes(int64(s))})
 			}
 			p.X.Tick.Marker = plot.ConstantTicks(ticks)
 			p.Y.Tick.Marker = logTicks125{}

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"math"
 	"slices"
@@ -478,7 +479,7 @@ func WriteReport(dir string, c Config, rows []Row, command string) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Ring Allreduce of %s (%v) over %d ranks, every hop over %s; %d iterations per point after %d warm-up, every element verified (%d wrong). Links: %s.\n\n",
-		sizeName(largest), c.DataType, c.Ranks, carrier, c.Iterations, c.Warmup, wrongTotal(rows), strings.Join(c.Links, " | "))
+		units.FormatBytes(largest), c.DataType, c.Ranks, carrier, c.Iterations, c.Warmup, wrongTotal(rows), strings.Join(c.Links, " | "))
 	fmt.Fprintln(&b, "| ranks | loss | scheme | mean (ms) | p50 (ms) | p99.9 (ms) | model mean ≥ (ms) | model p99.9 ≤ (ms) | p99.9 speedup vs SR-RTO |")
 	fmt.Fprintln(&b, "|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range pts {

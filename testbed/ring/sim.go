@@ -3,6 +3,7 @@ package ring
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"os"
 	"path/filepath"
@@ -128,19 +129,6 @@ func WriteSimReport(dir, command string, rows []SimRow, table string) error {
 		"drop rate (per chunk)", rows, table)
 }
 
-// sizeName writes a byte count as the reports do ("128 MiB").
-func sizeName(n int64) string {
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.size && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + " " + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10) + " B"
-}
-
 func dropLabel(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 // setSpeedups sets each row's p99.9 speedup over SR-RTO at the same
@@ -162,7 +150,7 @@ func setSpeedups(rows []SimRow) {
 func simTable(rows []SimRow, size int64, samples int, took time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Ring Allreduce of %s in the simulator (testbed/sim): 400 Gbit/s, 25 ms RTT, 4 KiB chunks per hop; %d Allreduces per point, each of ranks·2(ranks−1) simulated transfers (%v)\n\n",
-		sizeName(size), samples, took.Round(time.Second))
+		units.FormatBytes(size), samples, took.Round(time.Second))
 	fmt.Fprintln(&b, "| ranks | drop | scheme | mean (ms) | p50 (ms) | p99.9 (ms) | model mean ≥ (ms) | model p99.9 ≤ (ms) | p99.9 speedup vs SR-RTO |")
 	fmt.Fprintln(&b, "|---:|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {

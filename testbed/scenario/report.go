@@ -5,25 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 )
-
-// SizeName writes a byte count as the tables do: 64KiB, 4MiB, 1000B.
-func SizeName(n int) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
 
 func optMs(v float64, ok bool) string {
 	if !ok || v == 0 {
@@ -56,7 +44,7 @@ func (r *Report) WriteTable(w io.Writer) {
 				continue
 			}
 			done := row.Completed > 0
-			fmt.Fprintf(w, " %-8s %-*s %-10s %-9s %-9s %-9s %-10s %-8.1f %-7d %-7d %s\n", SizeName(row.Size), width, row.Scheme,
+			fmt.Fprintf(w, " %-8s %-*s %-10s %-9s %-9s %-9s %-10s %-8.1f %-7d %-7d %s\n", units.FormatBytes(int64(row.Size)), width, row.Scheme,
 				fmt.Sprintf("%d/%d", row.Completed, row.Transfers), optMs(row.MeanMs, done), optMs(row.P50Ms, done),
 				optMs(row.MaxMs, done), optMs(row.ModelMs, true), row.GoodputMbps, row.Resent, row.Parity, row.Plans)
 			if row.Corrupt > 0 {
@@ -65,7 +53,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		for _, size := range sc.Sizes {
 			if best, ok := r.Fastest(lr.Link, size); ok {
-				fmt.Fprintf(w, " fastest at %s: %s\n", SizeName(size), best)
+				fmt.Fprintf(w, " fastest at %s: %s\n", units.FormatBytes(int64(size)), best)
 			}
 		}
 		for _, d := range lr.directions() {
@@ -137,14 +125,14 @@ func (r *Report) Markdown(plots []string) string {
 				continue
 			}
 			done := row.Completed > 0
-			fmt.Fprintf(&b, "| %s | %s | %d/%d | %s | %s | %s | %s | %.1f | %d | %d | %s |\n", SizeName(row.Size), row.Scheme,
+			fmt.Fprintf(&b, "| %s | %s | %d/%d | %s | %s | %s | %s | %.1f | %d | %d | %s |\n", units.FormatBytes(int64(row.Size)), row.Scheme,
 				row.Completed, row.Transfers, optMs(row.MeanMs, done), optMs(row.ModelMs, true), optMs(row.P50Ms, done),
 				optMs(row.MaxMs, done), row.GoodputMbps, row.Resent, row.Parity, row.Plans)
 		}
 		b.WriteString("\n")
 		for _, size := range sc.Sizes {
 			if best, ok := r.Fastest(lr.Link, size); ok {
-				fmt.Fprintf(&b, "- fastest at %s: **%s**\n", SizeName(size), best)
+				fmt.Fprintf(&b, "- fastest at %s: **%s**\n", units.FormatBytes(int64(size)), best)
 			}
 		}
 		for _, d := range lr.directions() {

@@ -381,7 +381,7 @@ func Summarize(rows []Row, alpha float64) Summary {
 		if over := auto.MeanMs/best.MeanMs - 1; over > s.ChooseWorst || s.ChooseAt == "" {
 			s.ChooseWorst = over
 			s.ChooseAt = fmt.Sprintf("%s at %g: auto ran %s, %.3f ms; best %s, %.3f ms",
-				SizeName(auto.SizeBytes), auto.Drop, auto.Ran, auto.MeanMs, best.Scheme, best.MeanMs)
+				units.FormatBytes(auto.SizeBytes), auto.Drop, auto.Ran, auto.MeanMs, best.Scheme, best.MeanMs)
 		}
 	}
 	return s
@@ -435,21 +435,9 @@ func simBestOf(g map[string]Row, labels []string) (Row, bool) {
 
 func simPointName(r Row) string {
 	if r.Sweep == "distance" {
-		return fmt.Sprintf("%s %s at %g over %g km", r.Scheme, SizeName(r.SizeBytes), r.Drop, r.DistanceKm)
+		return fmt.Sprintf("%s %s at %g over %g km", r.Scheme, units.FormatBytes(r.SizeBytes), r.Drop, r.DistanceKm)
 	}
-	return fmt.Sprintf("%s %s at %g", r.Scheme, SizeName(r.SizeBytes), r.Drop)
-}
-
-func SizeName(n int64) string {
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n >= u.size && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + " " + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10) + " B"
+	return fmt.Sprintf("%s %s at %g", r.Scheme, units.FormatBytes(r.SizeBytes), r.Drop)
 }
 
 func simOptF(v *float64, format string) string {
@@ -480,7 +468,7 @@ func Markdown(rows []Row, s Summary) string {
 			dev = fmt.Sprintf("%.2f", 100**r.ModelDeviation)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %g | %.3g | %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s | %s | %v | %s |\n",
-			r.Sweep, SizeName(r.SizeBytes), r.Drop, r.RTTms, r.Scheme, r.Ran, r.Samples, r.MeanMs, r.StdErrMs, r.P50Ms, r.P99Ms,
+			r.Sweep, units.FormatBytes(r.SizeBytes), r.Drop, r.RTTms, r.Scheme, r.Ran, r.Samples, r.MeanMs, r.StdErrMs, r.P50Ms, r.P99Ms,
 			r.P999Ms, r.Slowdown, r.SlowdownP999, simOptF(r.ModelMeanMs, "%.3f"), simOptF(r.ModelP999Ms, "%.3f"), r.ModelExact, dev)
 	}
 	return b.String()
@@ -561,15 +549,15 @@ func WritePlots(dir string, rows []Row, g *Grid) (Plots, error) {
 	}
 	grid := func(r Row) bool { return r.Sweep == "grid" }
 	specs := []spec{
-		{"slowdown_vs_drop_mean", fmt.Sprintf("Mean slowdown vs drop rate, %s", SizeName(focusSize)), "drop rate",
+		{"slowdown_vs_drop_mean", fmt.Sprintf("Mean slowdown vs drop rate, %s", units.FormatBytes(focusSize)), "drop rate",
 			func(r Row) bool { return grid(r) && r.SizeBytes == focusSize && r.Drop > 0 },
 			func(r Row) float64 { return r.Drop }, DropLabel, false, false, true, &out.dropMean},
-		{"slowdown_vs_drop_p999", fmt.Sprintf("p99.9 slowdown vs drop rate, %s", SizeName(focusSize)), "drop rate",
+		{"slowdown_vs_drop_p999", fmt.Sprintf("p99.9 slowdown vs drop rate, %s", units.FormatBytes(focusSize)), "drop rate",
 			func(r Row) bool { return grid(r) && r.SizeBytes == focusSize && r.Drop > 0 },
 			func(r Row) float64 { return r.Drop }, DropLabel, false, true, true, &out.dropP999},
 		{"slowdown_vs_size", fmt.Sprintf("Slowdown vs message size at drop %g (solid mean, dashed p99.9)", g.FocusDrop), "message size (bytes)",
 			func(r Row) bool { return grid(r) && r.Drop == g.FocusDrop },
-			func(r Row) float64 { return float64(r.SizeBytes) }, func(x float64) string { return SizeName(int64(x)) },
+			func(r Row) float64 { return float64(r.SizeBytes) }, func(x float64) string { return units.FormatBytes(int64(x)) },
 			true, false, true, &out.size},
 		{"slowdown_vs_distance", "Slowdown vs one-way distance (solid mean, dashed p99.9)", "one-way distance (km)",
 			func(r Row) bool { return r.Sweep == "distance" },
@@ -731,7 +719,7 @@ func simHeatmap(dir string, rows []Row) (bool, error) {
 	p.Add(h)
 	var xt, yt []plot.Tick
 	for i, s := range g.sizes {
-		xt = append(xt, plot.Tick{Value: float64(i), Label: strings.ReplaceAll(SizeName(s), " ", "")})
+		xt = append(xt, plot.Tick{Value: float64(i), Label: units.FormatBytes(s)})
 	}
 	for i, d := range g.drops {
 		yt = append(yt, plot.Tick{Value: float64(i), Label: strconv.FormatFloat(d, 'g', -1, 64)})
@@ -773,7 +761,7 @@ func Report(rows []Row, sum Summary, g *Grid, plotDir string, plots Plots) strin
 		sum.Wall.Round(time.Second), sum.Workers, sum.Points, sum.Samples)
 	fmt.Fprintf(&b, "Samples per point: %d", g.Samples)
 	if g.LargeSamples > 0 && g.LargeSamples != g.Samples {
-		fmt.Fprintf(&b, ", **%d for sizes above %s** (the engines' per-chunk work makes an 8 GiB sample cost about a second of CPU)", g.LargeSamples, SizeName(large))
+		fmt.Fprintf(&b, ", **%d for sizes above %s** (the engines' per-chunk work makes an 8 GiB sample cost about a second of CPU)", g.LargeSamples, units.FormatBytes(large))
 	}
 	fmt.Fprintf(&b, ". Engines and models at %s. Every number below comes from this run; rerun with `make docs`.\n\n", simRevision())
 	fmt.Fprintf(&b, "Setup: %g Gbit/s, RTT %v (one-way %g km of fibre), %d-byte chunks (one packet each), α = %g "+
@@ -806,7 +794,7 @@ func Report(rows []Row, sum Summary, g *Grid, plotDir string, plots Plots) strin
 		b.WriteString("\n")
 	}
 
-	fmt.Fprintf(&b, "## Slowdown vs drop rate, %s\n\nMean / p99.9 slowdown vs lossless (%.3f ms).\n\n", SizeName(focusSize), simLossless(rows, focusSize))
+	fmt.Fprintf(&b, "## Slowdown vs drop rate, %s\n\nMean / p99.9 slowdown vs lossless (%.3f ms).\n\n", units.FormatBytes(focusSize), simLossless(rows, focusSize))
 	header("drop rate")
 	for _, d := range drops {
 		g := grid[simGridKey{focusSize, d}]
@@ -825,7 +813,7 @@ func Report(rows []Row, sum Summary, g *Grid, plotDir string, plots Plots) strin
 	header("size")
 	for _, s := range sizes {
 		g := grid[simGridKey{s, g.FocusDrop}]
-		fmt.Fprintf(&b, "| %s |", SizeName(s))
+		fmt.Fprintf(&b, "| %s |", units.FormatBytes(s))
 		for _, l := range simPaperFour {
 			r, ok := g[l]
 			fmt.Fprintf(&b, " %s |", cell(r, ok))
@@ -843,7 +831,7 @@ func Report(rows []Row, sum Summary, g *Grid, plotDir string, plots Plots) strin
 	}
 	if len(dist) > 0 {
 		fmt.Fprintf(&b, "## Slowdown vs distance, %s at drop %g\n\nMean / p99.9 slowdown vs lossless; RTT = 2 × distance / (200 000 km/s).\n\n",
-			SizeName(dist[0].SizeBytes), dist[0].Drop)
+			units.FormatBytes(dist[0].SizeBytes), dist[0].Drop)
 		header("one-way km (RTT)")
 		byKm := map[float64]map[string]Row{}
 		var kms []float64
@@ -870,7 +858,7 @@ func Report(rows []Row, sum Summary, g *Grid, plotDir string, plots Plots) strin
 	if sgOK {
 		b.WriteString("## EC/SR speedup\n\nBest SR mean (SR-RTO, SR-NACK) over best EC mean (XOR, MDS): above 1, EC finishes first.\n\n| drop \\ size |")
 		for _, s := range sg.sizes {
-			fmt.Fprintf(&b, " %s |", SizeName(s))
+			fmt.Fprintf(&b, " %s |", units.FormatBytes(s))
 		}
 		b.WriteString("\n|---|")
 		for range sg.sizes {
@@ -987,7 +975,7 @@ func simClaimSR(b *strings.Builder, rows []Row, grid map[simGridKey]map[string]R
 		"that takes %.2f ms without loss (until the sender learns of its completion), so a transfer needing one repair round lands near 1 + RTO/lossless = %.1f× and one "+
 		"needing two near %.1f×; at high drop nearly every transfer needs a round (the mean) and its tail a second (p99.9). "+
 		"The paper's numbers sit on the same steps.\n\n",
-		SizeName(focus), mean.Slowdown, mean.Scheme, mean.Drop, simVerdict(mean.Slowdown, 6.5),
+		units.FormatBytes(focus), mean.Slowdown, mean.Scheme, mean.Drop, simVerdict(mean.Slowdown, 6.5),
 		p999.SlowdownP999, p999.Scheme, p999.Drop, simVerdict(p999.SlowdownP999, 12.2),
 		rto, lossless, 1+rto/lossless, 1+2*rto/lossless)
 }
@@ -1014,7 +1002,7 @@ func simClaimEC(b *strings.Builder, grid map[simGridKey]map[string]Row, drops []
 		"(8 of every 40 chunks), not loss. Agrees: 8 parity chunks per 32 are 20 %% of the wire (25 %% over the data, "+
 		"which is how the paper's bound reads if it counts against the data). The grid's top drop rate is %g; above it the "+
 		"models say MDS(32,8) still decodes at 1e-2 with probability 1 − P(more than 8 of 40 lost).\n\n",
-		SizeName(focus), top, word, r.Slowdown, r.SlowdownP999, 100*r.FallbackShare, 100*wire, 100*extra/float64(r.DataChunks), top)
+		units.FormatBytes(focus), top, word, r.Slowdown, r.SlowdownP999, 100*r.FallbackShare, 100*wire, 100*extra/float64(r.DataChunks), top)
 }
 
 func simClaimXOR(b *strings.Builder, grid map[simGridKey]map[string]Row, drops []float64, focus int64) {
@@ -1044,7 +1032,7 @@ func simClaimXOR(b *strings.Builder, grid map[simGridKey]map[string]Row, drops [
 		"fallback (NACK + SR repair), by drop rate: %s. It first exceeds 10 %% at %g — %s. XOR survives one loss per "+
 		"group of 4 data + 1 parity chunk, so a %s transfer (%d submessages, 8 groups each) falls back once two losses "+
 		"hit one group, which becomes likely between 1e-4 and 1e-3; the share grows with the message size.\n\n",
-		SizeName(focus), strings.Join(parts, ", "), from, v, SizeName(focus), focus/4096/32)
+		units.FormatBytes(focus), strings.Join(parts, ", "), from, v, units.FormatBytes(focus), focus/4096/32)
 }
 
 func simClaimLarge(b *strings.Builder, sg *simSpeedupGrid, ok bool) {
@@ -1055,7 +1043,7 @@ func simClaimLarge(b *strings.Builder, sg *simSpeedupGrid, ok bool) {
 	for r, d := range sg.drops {
 		for c, s := range sg.sizes {
 			if sg.z[r][c] < 0.995 { // a tie within rounding is no win
-				srWins = append(srWins, fmt.Sprintf("%s at %g (%.2f)", SizeName(s), d, sg.z[r][c]))
+				srWins = append(srWins, fmt.Sprintf("%s at %g (%.2f)", units.FormatBytes(s), d, sg.z[r][c]))
 			}
 		}
 	}
