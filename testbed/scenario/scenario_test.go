@@ -109,9 +109,17 @@ func TestRunPipe(t *testing.T) {
 		t.Errorf("hooks saw %d device pairs, %d delivered and %d failed transfers; rows completed %d", pairs, delivered, failed, completed)
 	}
 	lr := rep.Links[0]
-	// Calibrated on more than the 256 KiB measured: near the link's rate.
-	if lr.RateMbps < 160 || lr.RateMbps > 200 || lr.RTTMs != 10 || lr.Loss != 0.02 {
-		t.Errorf("link %+v", lr)
+	// Calibrated on more than the 256 KiB measured, so above what one
+	// 256 KiB transfer at a time can show: 256 KiB per round trip plus its
+	// serialization, 102 Mbit/s on this link. 1.3× that (133 Mbit/s)
+	// separates the two with room on either side: a calibration limited by
+	// the measured size stays at or below 102, and a busy machine (two CPU
+	// hogs beside the race detector) still calibrates at 150 or more; the
+	// rate a quiet machine reaches, near 200, is the benchmark's business,
+	// not this test's.
+	limited := 256 * 1024 * 8 / (0.010 + 256*1024*8/200e6) / 1e6
+	if lr.RateMbps < 1.3*limited || lr.RateMbps > 200 || lr.RTTMs != 10 || lr.Loss != 0.02 {
+		t.Errorf("link %+v: want a rate above 1.3 × %.0f Mbit/s (what 256 KiB transfers alone show) and at most 200", lr, limited)
 	}
 	// Four points of three 256-packet transfers cross the link forward,
 	// losing about 2 % (not fewer than 1 %: a loose bound over ~3000 frames).
@@ -197,8 +205,12 @@ func TestCalibrationRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lr := rep.Links[0]; lr.RateMbps < 0.8*100 || lr.RateMbps > 100 {
-		t.Errorf("sustained rate %.1f Mbit/s on a 100 Mbit/s link", lr.RateMbps)
+	// One 64 KiB transfer per round trip shows 9.5 Mbit/s; calibrated on
+	// 64 KiB alone (the bug this guards against) the rate came out at 25.
+	// Half the link (50) separates that from a calibration that filled the
+	// pipe, which reaches 93 on a quiet machine and 77 beside two CPU hogs.
+	if lr := rep.Links[0]; lr.RateMbps < 0.5*100 || lr.RateMbps > 100 {
+		t.Errorf("sustained rate %.1f Mbit/s on a 100 Mbit/s link: want at least half of it", lr.RateMbps)
 	} else {
 		t.Logf("sustained rate %.1f Mbit/s on a 100 Mbit/s link", lr.RateMbps)
 	}
