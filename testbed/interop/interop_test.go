@@ -321,23 +321,23 @@ func TestSDRMessages(t *testing.T) {
 		imm      = 0xDEADBEEF
 	)
 	newQP := func(send bool) (*sdr.Context, *sdr.QP) {
-		ctx, err := sdr.Open(sdrnic.New(e.host.Dev, sdrnic.Options{}), sdr.DeviceAttr{Channels: channels})
+		sc, err := sdr.Open(sdrnic.New(e.host.Dev, sdrnic.Options{}), sdr.DeviceAttr{Channels: channels})
 		if err != nil {
 			t.Fatal(err)
 		}
-		qp, err := ctx.NewQP(sdr.QPAttr{MTU: 1024, ChunkSize: 16 << 10, MaxMessages: 4, MaxInFlightBytes: 4 * size,
+		qp, err := sc.NewQP(sdr.QPAttr{MTU: 1024, ChunkSize: 16 << 10, MaxMessages: 4, MaxInFlightBytes: 4 * size,
 			Generations: 1, Send: send, Recv: !send})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ctx, qp
+		return sc, qp
 	}
 
 	// Guest sends, emunic receives.
-	rctx, rqp := newQP(false)
-	defer rctx.Close()
+	rsc, rqp := newQP(false)
+	defer rsc.Close()
 	region := make([]byte, msgs*size)
-	rmr, err := rctx.RegisterMemory(region)
+	rmr, err := rsc.RegisterMemory(region)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,9 +380,9 @@ func TestSDRMessages(t *testing.T) {
 	})
 
 	// emunic sends, the guest receives and checks every packet's immediate.
-	sctx, sqp := newQP(true)
-	defer sctx.Close()
-	smr, err := sctx.RegisterMemory(verbsPattern(size))
+	ssc, sqp := newQP(true)
+	defer ssc.Close()
+	smr, err := ssc.RegisterMemory(verbsPattern(size))
 	if err != nil {
 		t.Fatal(err)
 	}
