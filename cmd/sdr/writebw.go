@@ -513,14 +513,14 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams, desc s
 	if err != nil {
 		return nil, err
 	}
-	ctx, qp, err := openSDR(bs, b, p, false)
+	sc, qp, err := openSDR(bs, b, p, false)
 	if err != nil {
 		return nil, err
 	}
-	defer ctx.Close()
+	defer sc.Close()
 	buf := make([]byte, p.InFlight*p.Size)
 	want := writeBWPattern(p.Size)
-	mr, err := ctx.RegisterMemory(buf)
+	mr, err := sc.RegisterMemory(buf)
 	if err != nil {
 		return nil, err
 	}
@@ -671,12 +671,12 @@ func transportName(p *writeBWParams) string {
 }
 
 func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *writeBWParams) (*writeBWResult, error) {
-	ctx, qp, err := openSDR(bs, b, p, true)
+	sc, qp, err := openSDR(bs, b, p, true)
 	if err != nil {
 		return nil, err
 	}
-	defer ctx.Close()
-	mr, err := ctx.RegisterMemory(writeBWPattern(p.Size))
+	defer sc.Close()
+	mr, err := sc.RegisterMemory(writeBWPattern(p.Size))
 	if err != nil {
 		return nil, err
 	}
