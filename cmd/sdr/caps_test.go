@@ -15,6 +15,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
+	"github.com/sdr-rdma/sdr/testbed/writebw"
 )
 
 // The capability tests run the sdr binary as user nobody (uid 65534)
@@ -189,7 +190,7 @@ func TestCapsWriteBWOverXSK(t *testing.T) {
 	if server.code != exitOK || client.code != exitOK {
 		t.Fatalf("with %v: server %v\nclient %v", caps.XSK, server, client)
 	}
-	var r writeBWResult
+	var r writebw.Result
 	if err := json.Unmarshal([]byte(client.out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, client.out)
 	}

@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/sdr-rdma/sdr/testbed/writebw"
 	"io"
-	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -20,7 +20,7 @@ import (
 // checkAllVerified fails t unless the server received every chunk of
 // every measured message, each holding the client's bytes, and every
 // message with its own number as immediate.
-func checkAllVerified(t *testing.T, what string, r writeBWResult, iters, chunksPerMsg int) {
+func checkAllVerified(t *testing.T, what string, r writebw.Result, iters, chunksPerMsg int) {
 	t.Helper()
 	if !r.Verify || r.Iterations != iters || r.Complete != iters || r.ChunksTotal != iters*chunksPerMsg ||
 		r.ChunksDelivered != r.ChunksTotal || r.ChunksVerified != r.ChunksTotal || r.ChunksCorrupt != 0 ||
@@ -34,7 +34,7 @@ func TestWriteBWLoopback(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var r writeBWResult
+	var r writebw.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -161,7 +161,7 @@ func TestWriteBWOverXSK(t *testing.T) {
 		if client.code != exitOK || s.code != exitOK {
 			t.Fatalf("size %d: client exit %d (%s), server exit %d (%s)", c.size, client.code, client.err, s.code, s.err)
 		}
-		var r writeBWResult
+		var r writebw.Result
 		if err := json.Unmarshal([]byte(client.out), &r); err != nil {
 			t.Fatal(err)
 		}
@@ -177,41 +177,15 @@ func TestWriteBWOverXSK(t *testing.T) {
 	}
 }
 
-// TestDeliveryRatePeak takes the best window of the delivered-bytes
-// series, never a burst of completions shorter than the window.
-func TestDeliveryRatePeak(t *testing.T) {
-	var r deliveryRate
-	t0 := time.Unix(0, 0)
-	// 1 MB/s for 300 ms, then 10 MB land within 10 ms (a burst), then
-	// nothing for 290 ms.
-	for ms := 0; ms <= 300; ms += 10 {
-		r.add(t0.Add(time.Duration(ms)*time.Millisecond), ms*1000)
-	}
-	r.add(t0.Add(310*time.Millisecond), 300_000+10_000_000)
-	r.add(t0.Add(600*time.Millisecond), 300_000+10_000_000)
-	// The best 100 ms window holds the burst and 90 ms before it:
-	// (10 MB + 90 kB) / 100 ms.
-	if got, ok := r.peak(100 * time.Millisecond); !ok || math.Abs(got-10_090_000/0.1) > 1 {
-		t.Errorf("peak %v B/s (%v), want %v", got, ok, 10_090_000/0.1)
-	}
-	// A series shorter than the window has no peak of its own.
-	var short deliveryRate
-	short.add(t0, 0)
-	short.add(t0.Add(50*time.Millisecond), 1000)
-	if got, ok := short.peak(100 * time.Millisecond); ok {
-		t.Errorf("short series peak %v", got)
-	}
-}
-
 // runReliableJSON runs sdr write-bw -loopback -json with args and returns
 // its reliable result (never nil) and output; it fails t otherwise.
-func runReliableJSON(t *testing.T, args ...string) (*reliableResult, string) {
+func runReliableJSON(t *testing.T, args ...string) (*writebw.ReliableResult, string) {
 	t.Helper()
 	code, out, errOut := runSDR(append([]string{"write-bw", "-loopback", "-json"}, args...)...)
 	if code != exitOK {
 		t.Fatalf("write-bw %v: exit %d: %s", args, code, errOut)
 	}
-	var r writeBWResult
+	var r writebw.Result
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -283,24 +257,5 @@ func TestReliableGoodputWithinLink(t *testing.T) {
 	}
 	if rr.GoodputMbps <= 0 || rr.GoodputMbps > rateMbps {
 		t.Errorf("goodput %.1f Mbit/s over a %d Mbit/s link: %s", rr.GoodputMbps, rateMbps, out)
-	}
-}
-
-// TestReliablePatterns: byte j of transfer i's pattern is j+7i mod 256,
-// for every size around the 256-byte period the buffer is built from.
-func TestReliablePatterns(t *testing.T) {
-	for _, size := range []int{0, 1, 255, 256, 257, 1000, 70000} {
-		p := newReliablePatterns(size)
-		for _, i := range []int{0, 1, 5, 300} {
-			b := p.of(i)
-			if len(b) != size {
-				t.Fatalf("size %d transfer %d: %d bytes", size, i, len(b))
-			}
-			for j, v := range b {
-				if v != byte(j+7*i) {
-					t.Fatalf("size %d transfer %d: byte %d is %d, want %d", size, i, j, v, byte(j+7*i))
-				}
-			}
-		}
 	}
 }
