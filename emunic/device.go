@@ -85,12 +85,9 @@ type Device struct {
 	done   chan struct{} // closed when the receive goroutine exits
 
 	// Owned by the receive goroutine.
-	rx       wire.Packet
-	salvage  []byte // a copy of a READ request carrying payload (see decodeReadWithPayload)
-	ackQPs   []*QP
-	rxCQs    []*CQ // CQs with a handler that this batch completed work on
-	ctlBufs  [][]byte
-	ctlBatch [][]byte
+	rx      wire.Packet
+	salvage []byte  // a copy of a READ request carrying payload (see decodeReadWithPayload)
+	batch   rxBatch // what the current receive batch leaves for its end
 	// backlog is the port's receive ring level, if it reports one;
 	// rxBacklogged says the current batch arrived over the threshold.
 	backlog          RXBacklogPort
@@ -101,10 +98,6 @@ type Device struct {
 	// the pipe's CPU while the backlog kept every frame congested.
 	rxAt time.Time
 }
-
-// ctlBatchLen is how many control frames (ACKs, READ responses) the
-// receive goroutine sends per port call.
-const ctlBatchLen = 32
 
 // NewDevice creates a device on cfg.Port and starts its receive goroutine.
 func NewDevice(cfg Config) (*Device, error) {
@@ -142,10 +135,7 @@ func NewDevice(cfg Config) (*Device, error) {
 	}
 	qps := map[uint32]*QP{}
 	d.qps.Store(&qps)
-	d.ctlBufs = make([][]byte, ctlBatchLen)
-	for i := range d.ctlBufs {
-		d.ctlBufs[i] = make([]byte, MaxFrameLen)
-	}
+	d.batch = newRxBatch()
 	go d.receiveLoop(batch)
 	return d, nil
 }
@@ -376,7 +366,7 @@ func (d *Device) decodeReadWithPayload(frame []byte) bool {
 
 // flushACKs sends the coalesced ACKs of the last receive batch.
 func (d *Device) flushACKs() {
-	for _, qp := range d.ackQPs {
+	for _, qp := range d.batch.ackQPs {
 		qp.mu.Lock()
 		if qp.state == StateRTR || qp.state == StateRTS {
 			qp.flushACK()
@@ -384,8 +374,8 @@ func (d *Device) flushACKs() {
 		qp.ackPending = false
 		qp.mu.Unlock()
 	}
-	clear(d.ackQPs)
-	d.ackQPs = d.ackQPs[:0]
+	clear(d.batch.ackQPs)
+	d.batch.ackQPs = d.batch.ackQPs[:0]
 	d.flushCtl()
 }
 
@@ -393,25 +383,33 @@ func (d *Device) flushACKs() {
 // batch completed work on, after its ACKs left (a handler's work must
 // not delay the peer's window).
 func (d *Device) dispatchCQs() {
-	for _, cq := range d.rxCQs {
+	for _, cq := range d.batch.cqs {
 		cq.Dispatch()
 	}
-	clear(d.rxCQs)
-	d.rxCQs = d.rxCQs[:0]
+	clear(d.batch.cqs)
+	d.batch.cqs = d.batch.cqs[:0]
 }
 
 // ctlFrame returns a buffer for the next control frame the receive
-// goroutine sends, flushing the batch when it is full.
+// goroutine sends, flushing the queued ones when they fill a port call.
 func (d *Device) ctlFrame() []byte {
-	if len(d.ctlBatch) == ctlBatchLen {
+	if d.batch.ctlFull() {
 		d.flushCtl()
 	}
-	return d.ctlBufs[len(d.ctlBatch)]
+	return d.batch.nextCtlBuf()
 }
 
-func (d *Device) queueCtl(frame []byte) { d.ctlBatch = append(d.ctlBatch, frame) }
-
+// flushCtl sends the queued control frames in one port call.
 func (d *Device) flushCtl() {
-	d.transmit(d.ctlBatch)
-	d.ctlBatch = d.ctlBatch[:0]
+	d.transmit(d.batch.ctl)
+	d.batch.ctl = d.batch.ctl[:0]
+}
+
+// flushPendingCtl sends the queued control frames, if any: before a
+// completion is reported, so that whoever sees it finds the replies to
+// what preceded it sent.
+func (d *Device) flushPendingCtl() {
+	if len(d.batch.ctl) > 0 {
+		d.flushCtl()
+	}
 }

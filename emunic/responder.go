@@ -258,9 +258,7 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 // sees the completion finds the replies to what preceded it sent; this
 // costs nothing while none is queued.
 func (qp *QP) completeRecv(e CQE) {
-	if len(qp.dev.ctlBatch) > 0 {
-		qp.dev.flushCtl()
-	}
+	qp.dev.flushPendingCtl()
 	e.QPN, e.QPContext = qp.qpn, qp.ctx
 	qp.completeOnRx(qp.recvCQ, e)
 }
@@ -270,7 +268,7 @@ func (qp *QP) completeRecv(e CQE) {
 // receive batch. Caller holds qp.mu, on the receive goroutine.
 func (qp *QP) completeOnRx(cq *CQ, e CQE) {
 	if cq.pushRx(e) {
-		qp.dev.rxCQs = append(qp.dev.rxCQs, cq)
+		qp.dev.batch.completed(cq)
 	}
 }
 
@@ -535,7 +533,7 @@ func (qp *QP) sendAtomicAck(psn wire.PSN, orig uint64) {
 func (qp *QP) scheduleACK() {
 	if !qp.ackPending {
 		qp.ackPending = true
-		qp.dev.ackQPs = append(qp.dev.ackQPs, qp)
+		qp.dev.batch.ackLater(qp)
 	}
 }
 
@@ -573,5 +571,5 @@ func (qp *QP) sendCtl(f *wire.Fields) {
 	if err != nil {
 		panic("emunic: encode control frame: " + err.Error())
 	}
-	qp.dev.queueCtl(buf[:n])
+	qp.dev.batch.queueCtl(buf[:n])
 }
