@@ -181,9 +181,7 @@ func (d *Device) Close() error {
 	err := d.port.Close()
 	<-d.done
 	for _, qp := range *d.qps.Load() {
-		qp.mu.Lock()
-		qp.enterError()
-		qp.mu.Unlock()
+		qp.fail()
 	}
 	return err
 }
@@ -367,12 +365,7 @@ func (d *Device) decodeReadWithPayload(frame []byte) bool {
 // flushACKs sends the coalesced ACKs of the last receive batch.
 func (d *Device) flushACKs() {
 	for _, qp := range d.batch.ackQPs {
-		qp.mu.Lock()
-		if qp.state == StateRTR || qp.state == StateRTS {
-			qp.flushACK()
-		}
-		qp.ackPending = false
-		qp.mu.Unlock()
+		qp.sendScheduledACK()
 	}
 	clear(d.batch.ackQPs)
 	d.batch.ackQPs = d.batch.ackQPs[:0]

@@ -335,6 +335,13 @@ func (qp *QP) frameTemplate(gid netip.Addr, mac [6]byte, destQPN uint32) wire.Fi
 	return f
 }
 
+// fail moves the QP to ERR (its device closed), taking qp.mu.
+func (qp *QP) fail() {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	qp.enterError()
+}
+
 // enterError moves the QP to ERR and flushes every outstanding work
 // request with StatusWRFlushError. Caller holds qp.mu.
 func (qp *QP) enterError() {

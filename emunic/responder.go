@@ -537,6 +537,18 @@ func (qp *QP) scheduleACK() {
 	}
 }
 
+// sendScheduledACK sends the ACK scheduleACK asked for, at the end of the
+// receive batch (the receive goroutine), unless the QP left RTR and RTS
+// since.
+func (qp *QP) sendScheduledACK() {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	if qp.state == StateRTR || qp.state == StateRTS {
+		qp.flushACK()
+	}
+	qp.ackPending = false
+}
+
 // flushACK sends the coalesced ACK the QP owes, if any, at once: before a
 // response for a later PSN (a NAK, READ response or ATOMIC ACK), so that
 // responses leave in PSN order and the ACK carries the MSN of the messages
