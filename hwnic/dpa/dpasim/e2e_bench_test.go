@@ -19,6 +19,8 @@ import (
 // chunks, 2 channels) over the pipe port and waits for every chunk, with
 // the per-packet work in the DPA handler (dpasim) and, side by side, in
 // sdrnic's Go engine: the cost of going through mlx5 CQEs and the shim.
+// Run it with SDR_DPASIM_WINDOWS=direct (as `make bench` does): the
+// strict window model's copies would dominate the measurement.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, bk := range []struct {
 		name string

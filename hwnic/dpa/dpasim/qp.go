@@ -12,6 +12,7 @@ import "C"
 import (
 	"fmt"
 	"math/bits"
+	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -37,6 +38,25 @@ var logRecv = bits.Len(sdrnic.RecvDepth) - 1
 
 // nextWindowKey numbers the hostsim windows of all QPs of the process.
 var nextWindowKey atomic.Uint32
+
+// WindowsEnv selects how the handlers reach host memory. By default as a
+// DPA does: each thread through a window view of its own whose stores
+// become visible to the host only at a window writeback (in a random
+// order among themselves, or earlier) and whose loads see host stores
+// only after a read-invalidate (hostsim_strict_windows, seeded so that a
+// failure repeats): a handler that skips the discipline loses or delays
+// notifications and bitmap words here, as on a BlueField, and the
+// conformance suite sees it. The copies cost a scan of the window per
+// fence (about 10× the handler's time); WindowsEnv=direct lets the
+// handlers reach host memory directly, for throughput measurements
+// (`make bench` sets it).
+const WindowsEnv = "SDR_DPASIM_WINDOWS"
+
+func init() {
+	if os.Getenv(WindowsEnv) != "direct" {
+		C.hostsim_strict_windows(1, nil, nil)
+	}
+}
 
 // qp is one SDR QP: sdrnic's transport with one C handler thread per
 // channel as its per-packet work. Ownership: the fields besides the
