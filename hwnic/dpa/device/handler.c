@@ -116,9 +116,12 @@ static void notify(struct sdr_rx_ctx *c, uint32_t slot)
  * held) belong to the receive the host has armed there: host state word
  * st and length word lw. A record of an older receive is cleared. The
  * host writes the length word before it activates the slot; a state
- * word newer than the record is re-read with the length word after a
- * read-invalidate, so that the pair is one receive's. Returns the
- * length word the record now belongs to.
+ * word that differs from the record is re-read with the length word
+ * after a read-invalidate, so that the pair is one receive's. The
+ * record is cleared only if it still differs then: a thread whose view
+ * was stale (a late duplicate of the slot's previous receive, accepted
+ * by that view) must not wipe what other threads already counted for the
+ * receive armed since. Returns the length word the record now belongs to.
  */
 static uint64_t sync_slot(struct sdr_rx_ctx *c, uint64_t *d, const uint64_t *host, uint32_t slot, uint64_t *st)
 {
@@ -130,6 +133,8 @@ static uint64_t sync_slot(struct sdr_rx_ctx *c, uint64_t *d, const uint64_t *hos
 	*st = win_load(host);
 	__dpa_thread_fence(__DPA_MMIO, __DPA_R, __DPA_R);
 	lw = win_load((const uint64_t *)c->lengths + slot);
+	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw)
+		return lw;
 	for (uint32_t i = 0; i < c->slot_words; i++)
 		words[i] = 0;
 	words[0] = *st & ~SDR_INFLIGHT_MASK;

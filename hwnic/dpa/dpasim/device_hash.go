@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "47d157640649f1f4f499f8048e9460d8c7841b3fed298e0ce09e192adf72cee2"
+const deviceSourceHash = "09f7494b08990040a3454e3db7be920c0c3f1694c3b503dd379705534624aa13"
