@@ -2,10 +2,8 @@ package collective_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -52,53 +50,16 @@ func onAll(t *testing.T, ranks []*collective.Ring, fn func(ctx context.Context, 
 	}
 }
 
-// value is rank's element i: small integers, exact in every type.
-func value(rank, i int) int64 { return int64((i*7+rank*13)%101 - 50) }
+// fill writes rank's check input (collective.FillPattern).
+func fill(dt collective.DataType, buf []byte, rank int) { collective.FillPattern(dt, buf, rank) }
 
-func fill(dt collective.DataType, buf []byte, rank int) {
-	for i := range len(buf) / dt.Size() {
-		put(dt, buf, i, value(rank, i))
-	}
-}
-
-func put(dt collective.DataType, buf []byte, i int, v int64) {
-	switch dt {
-	case collective.Float32:
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
-	case collective.Float64:
-		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
-	case collective.Int32:
-		binary.LittleEndian.PutUint32(buf[4*i:], uint32(int32(v)))
-	case collective.Int64:
-		binary.LittleEndian.PutUint64(buf[8*i:], uint64(v))
-	}
-}
-
-// holds reports whether element i of buf is v, compared in the element's
-// own type (a float one ulp off is wrong).
-func holds(dt collective.DataType, buf []byte, i int, v int64) bool {
-	switch dt {
-	case collective.Float32:
-		return math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:])) == float32(v)
-	case collective.Float64:
-		return math.Float64frombits(binary.LittleEndian.Uint64(buf[8*i:])) == float64(v)
-	case collective.Int32:
-		return int32(binary.LittleEndian.Uint32(buf[4*i:])) == int32(v)
-	}
-	return int64(binary.LittleEndian.Uint64(buf[8*i:])) == v
-}
-
-// checkSum verifies elements [from, to) of buf hold the sum over n ranks.
+// checkSum verifies elements [from, to) of buf hold the sum of n ranks'
+// check inputs.
 func checkSum(t *testing.T, dt collective.DataType, buf []byte, n, from, to int) {
 	t.Helper()
-	for i := from; i < to; i++ {
-		var want int64
-		for r := range n {
-			want += value(r, i)
-		}
-		if !holds(dt, buf, i, want) {
-			t.Fatalf("element %d is not %d", i, want)
-		}
+	size := dt.Size()
+	if wrong := collective.PatternErrors(dt, buf[from*size:to*size], n, from); wrong != 0 {
+		t.Fatalf("%d of elements [%d, %d) are not the sum over %d ranks", wrong, from, to, n)
 	}
 }
 
@@ -110,6 +71,10 @@ func TestSum(t *testing.T) {
 			fill(dt, b, 1)
 			collective.Sum(dt, a, b)
 			checkSum(t, dt, a, 2, 0, n)
+			a[(n/2)*dt.Size()] ^= 0x40 // the check sees one element off
+			if wrong := collective.PatternErrors(dt, a, 2, 0); wrong != 1 {
+				t.Errorf("%v: %d wrong after corrupting one element", dt, wrong)
+			}
 		}
 	}
 }

@@ -305,7 +305,7 @@ func sweep(ctx context.Context, r *collective.Ring, c Config, dt collective.Data
 		buf := make([]byte, size)
 		var times []time.Duration
 		for it := range c.Warmup + c.Iterations {
-			fill(dt, buf, r.Rank())
+			collective.FillPattern(dt, buf, r.Rank())
 			start := time.Now()
 			if err := r.AllReduce(ctx, buf, dt); err != nil {
 				return fmt.Errorf("%s, %d bytes: %w", scheme, size, err)
@@ -313,7 +313,7 @@ func sweep(ctx context.Context, r *collective.Ring, c Config, dt collective.Data
 			took := time.Since(start)
 			var bad int64
 			if c.Check {
-				bad = wrongElements(dt, buf, n)
+				bad = collective.PatternErrors(dt, buf, n, 0)
 			}
 			binary.LittleEndian.PutUint64(elapsed[8*r.Rank():], uint64(took))
 			binary.LittleEndian.PutUint64(wrong, uint64(bad))
@@ -353,53 +353,6 @@ func sweep(ctx context.Context, r *collective.Ring, c Config, dt collective.Data
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
-
-// value is rank's element i: small integers, exact in every type and
-// in their sum over 32 ranks.
-func value(rank, i int) int64 { return int64((i*7+rank*13)%101 - 50) }
-
-// fill writes rank's input.
-func fill(dt collective.DataType, buf []byte, rank int) {
-	for i := range len(buf) / dt.Size() {
-		v := value(rank, i)
-		switch dt {
-		case collective.Float32:
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(v)))
-		case collective.Float64:
-			binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(float64(v)))
-		case collective.Int32:
-			binary.LittleEndian.PutUint32(buf[4*i:], uint32(int32(v)))
-		case collective.Int64:
-			binary.LittleEndian.PutUint64(buf[8*i:], uint64(v))
-		}
-	}
-}
-
-// wrongElements counts the elements of buf that are not the sum over ranks.
-func wrongElements(dt collective.DataType, buf []byte, ranks int) int64 {
-	var wrong int64
-	for i := range len(buf) / dt.Size() {
-		var want int64
-		for r := range ranks {
-			want += value(r, i)
-		}
-		var ok bool // compared in the element's own type: a float off by one ulp is wrong
-		switch dt {
-		case collective.Float32:
-			ok = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:])) == float32(want)
-		case collective.Float64:
-			ok = math.Float64frombits(binary.LittleEndian.Uint64(buf[8*i:])) == float64(want)
-		case collective.Int32:
-			ok = int32(binary.LittleEndian.Uint32(buf[4*i:])) == int32(want)
-		case collective.Int64:
-			ok = int64(binary.LittleEndian.Uint64(buf[8*i:])) == want
-		}
-		if !ok {
-			wrong++
-		}
-	}
-	return wrong
-}
 
 // predict is reliability/model's ring bound for the hop's link, in
 // ms (0, 0 where the models do not cover the scheme or link).
