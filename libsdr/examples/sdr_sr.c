@@ -198,6 +198,18 @@ static void send_chunk(struct end *tx, struct sdr_send_handle *sh, size_t c)
         die("continue");
 }
 
+/* read_report reads one whole report from the receiver. */
+static void read_report(uint8_t *report)
+{
+    size_t got = 0;
+    while (got < report_len()) {
+        ssize_t k = read(control[1], report + got, report_len() - got);
+        if (k <= 0)
+            die("control");
+        got += (size_t)k;
+    }
+}
+
 static void sender(struct end *tx, struct stats *st)
 {
     double *sent_at = (double *)calloc(chunks(), sizeof(double));
@@ -219,26 +231,13 @@ static void sender(struct end *tx, struct stats *st)
     }
     st->chunks_sent = (long)chunks();
     for (;;) {
-        size_t got = 0;
-        while (got < report_len()) {
-            ssize_t k = read(control[1], report + got, report_len() - got);
-            if (k <= 0)
-                die("control");
-            got += (size_t)k;
-        }
-        if (report[nbytes])
-            break;
+        read_report(report);
         /* Reports pile up while the link is slow: act on the newest. */
-        for (;;) {
+        while (!report[nbytes]) {
             struct pollfd pfd = {control[1], POLLIN, 0};
             if (poll(&pfd, 1, 0) != 1)
                 break;
-            for (got = 0; got < report_len();) {
-                ssize_t k = read(control[1], report + got, report_len() - got);
-                if (k <= 0)
-                    die("control");
-                got += (size_t)k;
-            }
+            read_report(report);
         }
         if (report[nbytes])
             break;
