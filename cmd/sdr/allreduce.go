@@ -11,7 +11,6 @@ import (
 	"github.com/sdr-rdma/sdr/collective"
 	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/caps"
-	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/testbed/ring"
 	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
@@ -48,16 +47,7 @@ func runAllreduce(args []string, stdout, stderr io.Writer) int {
 	var dtype, schemes, ranksList, drops, out string
 	var simMode, asJSON bool
 	c.Links = nil
-	bytesFlag := func(dst *int64) func(string) error {
-		return func(s string) error {
-			n, err := units.ParseBytes(s)
-			if err != nil || n <= 0 || n > 1<<34 {
-				return fmt.Errorf("want a positive byte count up to 16 GiB: %q", s)
-			}
-			*dst = n
-			return nil
-		}
-	}
+	bytesFlag := func(dst *int64) func(string) error { return byteCountFlag(dst, 16<<30) }
 	fs.IntVar(&c.Ranks, "ranks", c.Ranks, "ranks in the ring (2..32)")
 	fs.Func("b", "smallest `size`, e.g. 1MiB (default 1MiB)", bytesFlag(&c.MinBytes))
 	fs.Func("e", "largest `size` (default 16MiB)", bytesFlag(&c.MaxBytes))

@@ -17,17 +17,24 @@ import (
 	"github.com/sdr-rdma/sdr/testbed/ring"
 )
 
-func TestAllreduceCommand(t *testing.T) {
+// runAllreduceRows runs sdr allreduce -json with args and returns its rows;
+// it fails t on a non-zero exit or output that is not the rows.
+func runAllreduceRows(t *testing.T, args ...string) []ring.Row {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run([]string{"allreduce", "-ranks", "3", "-b", "64KiB", "-e", "128KiB", "-n", "2", "-w", "0",
-		"-link", "rate=1Gbit,delay=1ms,loss=1%", "-schemes", "sr-nack,ec", "-json"}, &out, &errOut)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut.String())
+	if code := run(append(append([]string{"allreduce"}, args...), "-json"), &out, &errOut); code != exitOK {
+		t.Fatalf("sdr allreduce %v: exit %d: %s", args, code, errOut.String())
 	}
 	var rows []ring.Row
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
+	return rows
+}
+
+func TestAllreduceCommand(t *testing.T) {
+	rows := runAllreduceRows(t, "-ranks", "3", "-b", "64KiB", "-e", "128KiB", "-n", "2", "-w", "0",
+		"-link", "rate=1Gbit,delay=1ms,loss=1%", "-schemes", "sr-nack,ec")
 	if len(rows) != 4 {
 		t.Fatalf("%d rows, want 2 sizes × 2 schemes", len(rows))
 	}
@@ -127,16 +134,8 @@ func freeTCPPort(t *testing.T) string {
 // namespaces through the AF_XDP link emulator (root).
 func TestAllreduceNamespaces(t *testing.T) {
 	privileged.Require(t)
-	var out, errOut bytes.Buffer
-	code := run([]string{"allreduce", "-netns", "-ranks", "3", "-b", "256KiB", "-e", "256KiB", "-n", "2", "-w", "0",
-		"-link", "rate=1Gbit,delay=2ms,loss=1%", "-schemes", "sr-nack,ec", "-json"}, &out, &errOut)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
-	var rows []ring.Row
-	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
+	rows := runAllreduceRows(t, "-netns", "-ranks", "3", "-b", "256KiB", "-e", "256KiB", "-n", "2", "-w", "0",
+		"-link", "rate=1Gbit,delay=2ms,loss=1%", "-schemes", "sr-nack,ec")
 	if len(rows) != 2 {
 		t.Fatalf("%d rows", len(rows))
 	}
@@ -185,17 +184,9 @@ func TestAllreduceSim(t *testing.T) {
 // writes the rows, a README and the speedup plot.
 func TestAllreduceLinkSweep(t *testing.T) {
 	dir := t.TempDir()
-	var out, errOut bytes.Buffer
-	code := run([]string{"allreduce", "-ranks", "3", "-b", "64KiB", "-e", "64KiB", "-n", "2", "-w", "0",
+	rows := runAllreduceRows(t, "-ranks", "3", "-b", "64KiB", "-e", "64KiB", "-n", "2", "-w", "0",
 		"-link", "rate=1Gbit,delay=1ms,loss=0.1%", "-link", "rate=1Gbit,delay=1ms,loss=2%", "-schemes", "sr-rto,ec",
-		"-out", dir, "-json"}, &out, &errOut)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
-	var rows []ring.Row
-	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
-		t.Fatalf("%v: %s", err, out.String())
-	}
+		"-out", dir)
 	if len(rows) != 4 || rows[0].Loss != 0.001 || rows[3].Loss != 0.02 || !strings.Contains(rows[3].Link, "loss=2%") {
 		t.Fatalf("rows %+v", rows)
 	}
@@ -213,21 +204,18 @@ func TestAllreduceLinkSweep(t *testing.T) {
 // TestAllreduceOwnHop: -hop gives one hop its own link; its 20 ms one way
 // holds up every step of the ring.
 func TestAllreduceOwnHop(t *testing.T) {
-	var out, errOut bytes.Buffer
-	args := []string{"allreduce", "-ranks", "3", "-b", "16KiB", "-e", "16KiB", "-n", "2", "-w", "0", "-link", "delay=1ms",
-		"-schemes", "sr-nack", "-json"}
-	if code := run(append(args, "-hop", "1=delay=20ms"), &out, &errOut); code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
-	var rows []ring.Row
-	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 {
-		t.Fatalf("%v: %s", err, out.String())
+	args := []string{"-ranks", "3", "-b", "16KiB", "-e", "16KiB", "-n", "2", "-w", "0", "-link", "delay=1ms",
+		"-schemes", "sr-nack"}
+	rows := runAllreduceRows(t, append(args, "-hop", "1=delay=20ms")...)
+	if len(rows) != 1 {
+		t.Fatalf("%d rows", len(rows))
 	}
 	// 4 steps, each waiting for hop 1's 20 ms, less what pipelining hides.
 	if rows[0].MeanMs < 40 || rows[0].Wrong != 0 || rows[0].ModelMeanMs != 0 {
 		t.Errorf("%+v: want at least 40 ms, verified, no single-link model", rows[0])
 	}
-	if code := run(append(args, "-hop", "3=delay=1ms"), &out, &errOut); code == exitOK {
+	var out, errOut bytes.Buffer
+	if code := run(append(append([]string{"allreduce"}, args...), "-hop", "3=delay=1ms"), &out, &errOut); code == exitOK {
 		t.Error("hop 3 of a 3-rank ring accepted")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"os"
 	"sort"
@@ -100,4 +101,17 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'sdr COMMAND -h' for the flags of a command.")
+}
+
+// byteCountFlag returns a flag.Func setter reading a positive byte count
+// of at most most bytes ("65536", "64KiB", "8MB": internal/units) into dst.
+func byteCountFlag[T int | int64](dst *T, most int64) func(string) error {
+	return func(s string) error {
+		n, err := units.ParseBytes(s)
+		if err != nil || n <= 0 || n > most {
+			return fmt.Errorf("want a positive byte count up to %s: %q", units.FormatBytes(most), s)
+		}
+		*dst = T(n)
+		return nil
+	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/caps"
-	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/testbed/writebw"
 )
@@ -36,14 +35,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	f := writebw.Options{Log: stderr, Command: shellCommand(append([]string{"sdr", "write-bw"}, args...))}
 	p := &f.Params
 	p.Size = 65536
-	fs.Func("s", "message `size` in bytes, e.g. 65536, 64KiB or 64MiB (default 65536)", func(s string) error {
-		n, err := units.ParseBytes(s)
-		if err != nil || n <= 0 || n > 1<<40 {
-			return fmt.Errorf("want a positive byte count up to 1 TiB: %q", s)
-		}
-		p.Size = int(n)
-		return nil
-	})
+	fs.Func("s", "message `size` in bytes, e.g. 65536, 64KiB or 64MiB (default 65536)", byteCountFlag(&p.Size, 1<<40))
 	fs.IntVar(&p.Iterations, "n", 1000, "measured `iterations`")
 	fs.IntVar(&p.Warmup, "w", 100, "warm-up `messages` before measuring")
 	fs.IntVar(&p.MTU, "m", 1024, "path `MTU`: 256..4096")
