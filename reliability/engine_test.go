@@ -194,11 +194,11 @@ func TestCompletionLearnedWithinRTT(t *testing.T) {
 				h = newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
 					var m control.Message
 					if p.kind == toReceiver && m.Decode(p.datagram) == nil && m.Type == control.Fin && finArrived.IsZero() {
-						finArrived = h.now.Add(testDelay)
+						finArrived = h.now().Add(testDelay)
 					}
 					if completingAck(p) {
 						completing++
-						if !finArrived.IsZero() && h.now.After(finArrived) {
+						if !finArrived.IsZero() && h.now().After(finArrived) {
 							afterFin++
 						}
 						if completing <= lost {
@@ -480,12 +480,12 @@ func TestTimerRaces(t *testing.T) {
 						}
 						return 1, 0
 					})
-					h.timersFirst = timersFirst
+					h.pair.TimersFirst = timersFirst
 					for i := range 3 {
 						h.transfer((i+1)*3*testMTU, (i+1)*3*testMTU, seed*10+uint64(i))
 					}
 					h.run(time.Second)
-					ties += h.ties
+					ties += h.pair.Ties
 					for id := range uint64(3) {
 						if sent, _ := h.check(id); sent.err != nil {
 							t.Fatalf("seed %d transfer %d: %v", seed, id, sent.err)

@@ -46,15 +46,11 @@ func FuzzHostileControl(f *testing.F) {
 				at := h.start.Add(time.Duration(d[0]>>1) * time.Millisecond)
 				datagram := bytes.Clone(d[1:])
 				toSender := d[0]&1 == 0
-				h.at(at, func() {
-					if toSender {
-						h.s.HandleControl(h.now, datagram)
-						h.drainSender()
-					} else {
-						h.r.HandleControl(h.now, datagram)
-						h.drainReceiver()
-					}
-				})
+				if toSender {
+					h.pair.ToSender(at, datagram)
+				} else {
+					h.pair.ToReceiver(at, datagram)
+				}
 				if i > 64 {
 					break
 				}

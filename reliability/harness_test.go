@@ -2,7 +2,6 @@ package reliability_test
 
 import (
 	"bytes"
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -10,10 +9,12 @@ import (
 
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/testbed/sim"
 )
 
-// The harness runs a SenderEngine and a ReceiverEngine engine against each other under
-// a virtual clock, over a link whose fate function decides for every chunk,
+// The harness runs a SenderEngine and a ReceiverEngine against each other on
+// the simulator's virtual clock (testbed/sim's Pair, the one that also runs
+// sdr sim), over a link whose fate function decides for every chunk,
 // immediate carrier and control datagram whether it arrives (and how often,
 // and how late). Chunks are one packet (MTU) here, so data chunk i carries
 // immediate nibble i, as SDR's packets do. Real bytes travel: the receiver's
@@ -52,27 +53,6 @@ type fate func(p packet) (copies int, extra time.Duration)
 
 func lossless(packet) (int, time.Duration) { return 1, 0 }
 
-type event struct {
-	at  time.Time
-	seq int
-	fn  func()
-}
-
-type eventQueue []event
-
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	return q[i].at.Before(q[j].at) || q[i].at.Equal(q[j].at) && q[i].seq < q[j].seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
-}
-
 type txState struct {
 	plan         reliability.Plan
 	data, parity []byte
@@ -94,12 +74,12 @@ type result struct {
 	err   error
 }
 
+// harness is the engine tests' Network on a testbed/sim Pair: it applies
+// the test's fate to every packet and datagram and moves real bytes.
 type harness struct {
 	tb       testing.TB
 	start    time.Time
-	now      time.Time
-	seq      int
-	q        eventQueue
+	pair     *sim.Pair
 	s        *reliability.SenderEngine
 	r        *reliability.ReceiverEngine
 	fate     fate
@@ -113,14 +93,9 @@ type harness struct {
 	rx      map[uint64]*rxState
 	sent    map[uint64]result
 	recvd   map[uint64]result
-	actions []reliability.Action
 	// chunkEvents reports arrivals with HandleChunks (as the simulator
 	// does) instead of whole bitmaps with HandleProgress.
 	chunkEvents bool
-	// timersFirst runs a timer before a delivery due at the same instant
-	// (by default deliveries go first).
-	timersFirst bool
-	ties        int // times a timer fell due with a delivery
 }
 
 func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
@@ -149,21 +124,20 @@ func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	return &harness{tb: tb, start: start, now: start, s: s, r: r, fate: f, bw: cfg.Bandwidth,
+	h := &harness{tb: tb, start: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), s: s, r: r, fate: f, bw: cfg.Bandwidth,
 		attempts: map[[3]uint64]int{}, payload: map[uint64][]byte{}, tx: map[uint64]*txState{},
 		rx: map[uint64]*rxState{}, sent: map[uint64]result{}, recvd: map[uint64]result{}}
+	h.pair = sim.NewPair(s, r, h.start, h)
+	return h
 }
 
-func (h *harness) at(t time.Time, fn func()) {
-	h.seq++
-	heap.Push(&h.q, event{at: t, seq: h.seq, fn: fn})
-}
+// now returns the virtual time.
+func (h *harness) now() time.Time { return h.pair.Now() }
 
 // transfer posts a receive of length bytes and submits as many bytes.
 func (h *harness) transfer(length, sendLength int, seed uint64) {
 	plan := h.r.Plan(length)
-	id, err := h.r.Post(h.now, plan)
+	id, err := h.r.Post(h.now(), plan)
 	if err != nil {
 		h.tb.Fatal(err)
 	}
@@ -177,15 +151,15 @@ func (h *harness) transfer(length, sendLength int, seed uint64) {
 		}
 	}
 	h.rx[id] = rx
-	h.drainReceiver()
+	h.pair.Dispatch()
 	p := make([]byte, sendLength)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for i := range p {
 		p[i] = byte(rng.Uint32())
 	}
-	sid := h.s.Submit(h.now, sendLength)
+	sid := h.s.Submit(h.now(), sendLength)
 	h.payload[sid] = p
-	h.drainSender()
+	h.pair.Dispatch()
 }
 
 func (h *harness) key(p packet) [3]uint64 {
@@ -194,15 +168,23 @@ func (h *harness) key(p packet) [3]uint64 {
 
 // carry puts p on the link: it leaves after serialization (chunks only)
 // and arrives after the one-way delay, as often as its fate says.
-func (h *harness) carry(p packet, arrive func()) {
-	depart := h.now
+func (h *harness) carry(p packet) {
+	depart := h.now()
 	if p.kind == dataChunk || p.kind == parityChunk {
-		depart = maxTime(h.now, h.wireFree).Add(time.Duration(float64(testMTU*8) / h.bw * 1e9))
+		depart = maxTime(depart, h.wireFree).Add(time.Duration(float64(testMTU*8) / h.bw * 1e9))
 		h.wireFree = depart
 	}
 	copies, extra := h.fate(p)
 	for range copies {
-		h.at(depart.Add(testDelay+extra), arrive)
+		at := depart.Add(testDelay + extra)
+		switch p.kind {
+		case toReceiver:
+			h.pair.ToReceiver(at, p.datagram)
+		case toSender:
+			h.pair.ToSender(at, p.datagram)
+		default:
+			h.pair.At(at, sim.ArrivalFunc(func(*sim.Pair) { h.arrive(p) }))
+		}
 	}
 }
 
@@ -213,58 +195,54 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-func (h *harness) drainSender() {
-	h.actions = h.s.Actions(h.actions[:0])
-	acts := append([]reliability.Action(nil), h.actions...)
-	for _, a := range acts {
-		switch a.Kind {
-		case reliability.ActStart:
-			tx := &txState{plan: a.Plan, data: h.payload[a.Transfer]}
-			if a.Plan.ParityChunks() > 0 && len(tx.data) == a.Plan.Length {
-				l, _ := a.Plan.Layout()
-				c, err := ec.NewCoder(l)
-				if err != nil {
-					h.tb.Fatal(err)
-				}
-				tx.parity = make([]byte, a.Plan.ParityLen())
-				if err := c.Encode(tx.data, tx.parity); err != nil {
-					h.tb.Fatal(err)
-				}
+// SenderAction carries out the sender's actions (sim.Network).
+func (h *harness) SenderAction(_ *sim.Pair, a *reliability.Action) {
+	switch a.Kind {
+	case reliability.ActStart:
+		tx := &txState{plan: a.Plan, data: h.payload[a.Transfer]}
+		if a.Plan.ParityChunks() > 0 && len(tx.data) == a.Plan.Length {
+			l, _ := a.Plan.Layout()
+			c, err := ec.NewCoder(l)
+			if err != nil {
+				h.tb.Fatal(err)
 			}
-			h.tx[a.Transfer] = tx
-		case reliability.ActSend:
-			for i := a.First; i < a.First+a.Count; i++ {
-				kind := dataChunk
-				if a.Part == reliability.Parity {
-					kind = parityChunk
-				}
-				p := packet{kind: kind, transfer: a.Transfer, index: i}
-				p.attempt = h.attempts[h.key(p)]
-				h.attempts[h.key(p)]++
-				h.carry(p, func() { h.arrive(p) })
+			tx.parity = make([]byte, a.Plan.ParityLen())
+			if err := c.Encode(tx.data, tx.parity); err != nil {
+				h.tb.Fatal(err)
 			}
-		case reliability.ActSendImm:
-			n := h.tx[a.Transfer].plan.DataChunks()
-			for k := n; k < 8; k++ {
-				p := packet{kind: carrier, transfer: a.Transfer, index: k}
-				p.attempt = h.attempts[h.key(p)]
-				h.attempts[h.key(p)]++
-				h.carry(p, func() { h.arrive(p) })
-			}
-		case reliability.ActControl:
-			d := a.Datagram
-			p := packet{kind: toReceiver, transfer: a.Transfer, index: h.ctl[0], datagram: d}
-			h.ctl[0]++
-			h.carry(p, func() { h.r.HandleControl(h.now, d); h.drainReceiver() })
-		case reliability.ActComplete, reliability.ActFail:
-			if _, dup := h.sent[a.Transfer]; dup {
-				h.tb.Fatalf("sender finished transfer %d twice", a.Transfer)
-			}
-			h.sent[a.Transfer] = result{*a.Stats, a.Err}
-		default:
-			h.tb.Fatalf("sender asked for %v", a.Kind)
 		}
+		h.tx[a.Transfer] = tx
+	case reliability.ActSend:
+		for i := a.First; i < a.First+a.Count; i++ {
+			kind := dataChunk
+			if a.Part == reliability.Parity {
+				kind = parityChunk
+			}
+			h.send(packet{kind: kind, transfer: a.Transfer, index: i})
+		}
+	case reliability.ActSendImm:
+		n := h.tx[a.Transfer].plan.DataChunks()
+		for k := n; k < 8; k++ {
+			h.send(packet{kind: carrier, transfer: a.Transfer, index: k})
+		}
+	case reliability.ActControl:
+		h.carry(packet{kind: toReceiver, transfer: a.Transfer, index: h.ctl[0], datagram: a.Datagram})
+		h.ctl[0]++
+	case reliability.ActComplete, reliability.ActFail:
+		if _, dup := h.sent[a.Transfer]; dup {
+			h.tb.Fatalf("sender finished transfer %d twice", a.Transfer)
+		}
+		h.sent[a.Transfer] = result{*a.Stats, a.Err}
+	default:
+		h.tb.Fatalf("sender asked for %v", a.Kind)
 	}
+}
+
+// send carries a chunk or carrier, counting its attempts.
+func (h *harness) send(p packet) {
+	p.attempt = h.attempts[h.key(p)]
+	h.attempts[h.key(p)]++
+	h.carry(p)
 }
 
 // arrive delivers a chunk or carrier into the receiver's buffers, as the
@@ -298,37 +276,31 @@ func (h *harness) arrive(p packet) {
 		case carrier:
 			index = -1 // nothing but the immediate
 		}
-		h.r.HandleChunks(h.now, p.transfer, part, index, 1, rx.nibbles == 0xFF)
+		h.r.HandleChunks(h.now(), p.transfer, part, index, 1, rx.nibbles == 0xFF)
 	} else {
-		h.r.HandleProgress(h.now, p.transfer, rx.dataBits, rx.parityBits, rx.nibbles == 0xFF)
+		h.r.HandleProgress(h.now(), p.transfer, rx.dataBits, rx.parityBits, rx.nibbles == 0xFF)
 	}
-	h.drainReceiver()
 }
 
-func (h *harness) drainReceiver() {
-	h.actions = h.r.Actions(h.actions[:0])
-	acts := append([]reliability.Action(nil), h.actions...)
-	for _, a := range acts {
-		rx := h.rx[a.Transfer]
-		switch a.Kind {
-		case reliability.ActControl:
-			d := a.Datagram
-			p := packet{kind: toSender, transfer: a.Transfer, index: h.ctl[1], datagram: d}
-			h.ctl[1]++
-			h.carry(p, func() { h.s.HandleControl(h.now, d); h.drainSender() })
-		case reliability.ActDecode:
-			if err := rx.coder.Reconstruct(a.Sub, rx.data, rx.parity, rx.dataBits, rx.parityBits); err != nil {
-				rx.decodeFailure = err
-			}
-		case reliability.ActComplete, reliability.ActFail:
-			if _, dup := h.recvd[a.Transfer]; dup {
-				h.tb.Fatalf("receiver finished transfer %d twice", a.Transfer)
-			}
-			rx.closed = true
-			h.recvd[a.Transfer] = result{*a.Stats, a.Err}
-		default:
-			h.tb.Fatalf("receiver asked for %v", a.Kind)
+// ReceiverAction carries out the receiver's actions (sim.Network).
+func (h *harness) ReceiverAction(_ *sim.Pair, a *reliability.Action) {
+	rx := h.rx[a.Transfer]
+	switch a.Kind {
+	case reliability.ActControl:
+		h.carry(packet{kind: toSender, transfer: a.Transfer, index: h.ctl[1], datagram: a.Datagram})
+		h.ctl[1]++
+	case reliability.ActDecode:
+		if err := rx.coder.Reconstruct(a.Sub, rx.data, rx.parity, rx.dataBits, rx.parityBits); err != nil {
+			rx.decodeFailure = err
 		}
+	case reliability.ActComplete, reliability.ActFail:
+		if _, dup := h.recvd[a.Transfer]; dup {
+			h.tb.Fatalf("receiver finished transfer %d twice", a.Transfer)
+		}
+		rx.closed = true
+		h.recvd[a.Transfer] = result{*a.Stats, a.Err}
+	default:
+		h.tb.Fatalf("receiver asked for %v", a.Kind)
 	}
 }
 
@@ -340,39 +312,14 @@ func (h *harness) run(limit time.Duration) {
 		if steps > 1_000_000 {
 			h.tb.Fatal("more than a million events: livelock")
 		}
-		next, kind := time.Time{}, -1
-		if len(h.q) > 0 {
-			next, kind = h.q[0].at, 0
-		}
-		earlier := func(d time.Time) bool {
-			if kind == 0 && d.Equal(next) {
-				h.ties++
-			}
-			return kind < 0 || d.Before(next) || h.timersFirst && d.Equal(next)
-		}
-		if d, ok := h.s.Deadline(); ok && earlier(d) {
-			next, kind = d, 1
-		}
-		if d, ok := h.r.Deadline(); ok && earlier(d) {
-			next, kind = d, 2
-		}
-		if kind < 0 {
+		next, ok := h.pair.Next()
+		if !ok {
 			return
 		}
 		if next.After(end) {
 			h.tb.Fatalf("still busy at %v (limit %v): a hang", next.Sub(h.start), limit)
 		}
-		h.now = maxTime(h.now, next)
-		switch kind {
-		case 0:
-			heap.Pop(&h.q).(event).fn()
-		case 1:
-			h.s.HandleTimer(h.now)
-			h.drainSender()
-		case 2:
-			h.r.HandleTimer(h.now)
-			h.drainReceiver()
-		}
+		h.pair.Step()
 	}
 }
 

@@ -65,7 +65,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/sdr-rdma/sdr/internal/minheap"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
@@ -225,30 +224,10 @@ func Run(p Point, seed uint64) (Sample, error) {
 	return s.run()
 }
 
-// Event kinds.
-const (
-	evData       uint8 = iota // a batch of data or parity chunks arrives
-	evToSender                // a control datagram reaches the sender
-	evToReceiver              // a control datagram reaches the receiver
-	evSenderTimer
-	evReceiverTimer
-)
-
-// event is one entry of the virtual clock's heap: at (ns since epoch),
-// then seq, orders events, so that runs are deterministic.
-type event struct {
-	at     int64
-	seq    uint64
-	kind   uint8
-	stream *stream // evData
-	dgram  []byte  // evToSender, evToReceiver
-}
-
-// Less orders events by (at, seq) (minheap.Ordered).
-func (e event) Less(o event) bool { return e.at < o.at || e.at == o.at && e.seq < o.seq }
-
-// stream delivers one ActSend's chunks batch by batch.
+// stream delivers one ActSend's chunks batch by batch: an Arrival whose
+// every delivery schedules the next batch.
 type stream struct {
+	sim        *simulation
 	run        link.Run
 	part       reliability.Part
 	first      int // the transfer's chunk index of the run's transmission 0
@@ -276,19 +255,31 @@ func (st *stream) advance() bool {
 	return true
 }
 
-// simulation is one sample's state; one goroutine owns it.
+// schedule puts the pending batch on the clock, or frees the stream when
+// the run is exhausted.
+func (st *stream) schedule(p *Pair) {
+	if st.advance() {
+		p.At(st.run.Arrival(st.end-1), st)
+	} else {
+		st.sim.free = append(st.sim.free, st)
+	}
+}
+
+// Arrive hands the pending batch to the receiver (Arrival).
+func (st *stream) Arrive(p *Pair) {
+	p.Receiver.HandleChunks(p.Now(), 0, st.part, st.first+st.next, st.end-st.next, true)
+	st.schedule(p)
+}
+
+// simulation is one sample's state and the Network of its Pair: the
+// data direction's link model and two control directions. One goroutine
+// owns it.
 type simulation struct {
 	p       Point
-	now     time.Time
-	q       minheap.Heap[event]
-	seq     uint64
-	snd     *reliability.SenderEngine
-	rcv     *reliability.ReceiverEngine
+	pair    *Pair
 	data    *link.Direction
 	ctlFwd  *link.Direction // sender → receiver datagrams
 	ctlRev  *link.Direction // receiver → sender datagrams
-	acts    []reliability.Action
-	timers  [2]time.Time // scheduled sender and receiver timers
 	started bool
 	start   time.Time // the first injected bit
 	rcvDone bool
@@ -299,17 +290,19 @@ type simulation struct {
 }
 
 func (s *simulation) init(p Point, seed uint64) error {
-	s.p, s.now = p, epoch
+	s.p = p
 	cfg := reliability.Config{FixedRTT: true, FixedRate: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha, AckDelay: p.AckDelay,
 		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff,
 		ReorderWindow: time.Nanosecond} // the links keep order: a hole is a loss
-	var err error
-	if s.snd, err = reliability.NewSenderEngine(cfg); err != nil {
+	snd, err := reliability.NewSenderEngine(cfg)
+	if err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 	}
-	if s.rcv, err = reliability.NewReceiverEngine(cfg); err != nil {
+	rcv, err := reliability.NewReceiverEngine(cfg)
+	if err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 	}
+	s.pair = NewPair(snd, rcv, epoch, s)
 	delay := p.RTT / 2
 	mk := func(loss link.Loss, stream uint64) (*link.Direction, error) {
 		return link.New(link.Config{Bandwidth: p.Bandwidth, Delay: delay, Loss: loss, Seed: mix(seed, stream)})
@@ -334,126 +327,66 @@ func mix(seed, stream uint64) uint64 {
 	return z ^ z>>31
 }
 
-func (s *simulation) push(at time.Time, e event) {
-	e.at = at.Sub(epoch).Nanoseconds()
-	e.seq = s.seq
-	s.seq++
-	s.q.Push(e)
-}
-
 func (s *simulation) run() (Sample, error) {
-	plan := s.rcv.Plan(int(s.p.Size))
-	if _, err := s.rcv.Post(s.now, plan); err != nil {
+	pr := s.pair
+	plan := pr.Receiver.Plan(int(s.p.Size))
+	if _, err := pr.Receiver.Post(pr.Now(), plan); err != nil {
 		return Sample{}, fmt.Errorf("sim: post: %w", err)
 	}
-	s.snd.Submit(s.now, int(s.p.Size))
-	s.afterEvent()
+	pr.Sender.Submit(pr.Now(), int(s.p.Size))
+	pr.Dispatch()
 	for s.err == nil && !(s.rcvDone && s.sndDone) {
-		if s.q.Len() == 0 {
+		if !pr.Step() {
 			return s.out, fmt.Errorf("sim: %v of %d B at %v: receiver done %v, sender done %v: %w",
-				plan, s.p.Size, s.now.Sub(epoch), s.rcvDone, s.sndDone, ErrHang)
+				plan, s.p.Size, pr.Now().Sub(epoch), s.rcvDone, s.sndDone, ErrHang)
 		}
-		e := s.q.Pop()
-		s.now = epoch.Add(time.Duration(e.at))
-		s.out.Events++
-		switch e.kind {
-		case evData:
-			st := e.stream
-			s.rcv.HandleChunks(s.now, 0, st.part, st.first+st.next, st.end-st.next, true)
-			if st.advance() {
-				s.push(st.run.Arrival(st.end-1), event{kind: evData, stream: st})
-			} else {
-				s.free = append(s.free, st)
-			}
-		case evToSender:
-			s.snd.HandleControl(s.now, e.dgram)
-		case evToReceiver:
-			s.rcv.HandleControl(s.now, e.dgram)
-		case evSenderTimer, evReceiverTimer:
-			i := int(e.kind - evSenderTimer)
-			if !s.timers[i].Equal(s.now) {
-				continue // superseded
-			}
-			s.timers[i] = time.Time{}
-			if i == 0 {
-				s.snd.HandleTimer(s.now)
-			} else {
-				s.rcv.HandleTimer(s.now)
-			}
-		}
-		s.afterEvent()
 	}
+	s.out.Events = pr.Steps
 	s.out.ChunksLost = s.data.Counters().Lost
 	return s.out, s.err
 }
 
-// afterEvent carries out both engines' actions and re-arms their timers.
-func (s *simulation) afterEvent() {
-	s.acts = s.snd.Actions(s.acts[:0])
-	for i := range s.acts {
-		s.senderAction(&s.acts[i])
-	}
-	s.acts = s.rcv.Actions(s.acts[:0])
-	for i := range s.acts {
-		s.receiverAction(&s.acts[i])
-	}
-	s.arm(0, evSenderTimer, s.snd.Deadline)
-	s.arm(1, evReceiverTimer, s.rcv.Deadline)
-}
-
-func (s *simulation) arm(i int, kind uint8, deadline func() (time.Time, bool)) {
-	t, ok := deadline()
-	if !ok || t.Equal(s.timers[i]) {
-		return
-	}
-	if t.Before(s.now) {
-		t = s.now
-	}
-	s.timers[i] = t
-	s.push(t, event{kind: kind})
-}
-
-func (s *simulation) senderAction(a *reliability.Action) {
+// SenderAction carries out a sender's action (Network).
+func (s *simulation) SenderAction(pr *Pair, a *reliability.Action) {
+	now := pr.Now()
 	switch a.Kind {
 	case reliability.ActSend:
 		st := s.newStream()
-		st.run = s.data.SendRun(s.now, a.Count, s.p.ChunkSize, st.run.Lost)
+		st.run = s.data.SendRun(now, a.Count, s.p.ChunkSize, st.run.Lost)
 		st.part, st.first, st.end, st.lost = a.Part, a.First, 0, 0
 		st.batchLimit = st.run.Within(s.p.Batch)
 		if !s.started {
 			s.started, s.start = true, st.run.Start()
 		}
-		if st.advance() {
-			s.push(st.run.Arrival(st.end-1), event{kind: evData, stream: st})
-		} else {
-			s.free = append(s.free, st)
-		}
+		st.schedule(pr)
 	case reliability.ActControl:
-		if f := s.ctlFwd.Send(s.now, len(a.Datagram)); f.Drop == link.NotDropped {
-			s.push(f.Arrive, event{kind: evToReceiver, dgram: a.Datagram})
+		if f := s.ctlFwd.Send(now, len(a.Datagram)); f.Drop == link.NotDropped {
+			pr.ToReceiver(f.Arrive, a.Datagram)
 		}
 	case reliability.ActComplete:
 		s.sndDone = true
 		s.out.Sender = *a.Stats
 	case reliability.ActFail:
-		s.err = fmt.Errorf("sim: sender at %v: %w: %w", s.now.Sub(epoch), ErrFailed, a.Err)
+		s.err = fmt.Errorf("sim: sender at %v: %w: %w", now.Sub(epoch), ErrFailed, a.Err)
 	}
 }
 
-func (s *simulation) receiverAction(a *reliability.Action) {
+// ReceiverAction carries out a receiver's action (Network).
+func (s *simulation) ReceiverAction(pr *Pair, a *reliability.Action) {
+	now := pr.Now()
 	switch a.Kind {
 	case reliability.ActControl:
-		if f := s.ctlRev.Send(s.now, len(a.Datagram)); f.Drop == link.NotDropped {
-			s.push(f.Arrive, event{kind: evToSender, dgram: a.Datagram})
+		if f := s.ctlRev.Send(now, len(a.Datagram)); f.Drop == link.NotDropped {
+			pr.ToSender(f.Arrive, a.Datagram)
 		}
 	case reliability.ActDecode:
 		s.out.Decodes++
 	case reliability.ActComplete:
 		s.rcvDone = true
 		s.out.Receiver = *a.Stats
-		s.out.Completion = s.now.Sub(s.start)
+		s.out.Completion = now.Sub(s.start)
 	case reliability.ActFail:
-		s.err = fmt.Errorf("sim: receiver at %v: %w: %w", s.now.Sub(epoch), ErrFailed, a.Err)
+		s.err = fmt.Errorf("sim: receiver at %v: %w: %w", now.Sub(epoch), ErrFailed, a.Err)
 	}
 }
 
@@ -463,5 +396,5 @@ func (s *simulation) newStream() *stream {
 		s.free = s.free[:n-1]
 		return st
 	}
-	return &stream{}
+	return &stream{sim: s}
 }
