@@ -15,12 +15,12 @@ import (
 )
 
 // newRing builds n ranks over pipes with hop's link on every hop.
-func newRing(t *testing.T, n int, hop link.Config, rc reliability.Config, segment int) []*collective.Ring {
+func newRing(t *testing.T, n int, hop link.Config, rc reliability.ReceiverConfig, segment int) []*collective.Ring {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rs, err := localring.New(ctx, localring.Config{Ranks: n, Hops: localring.Pipes(func(int) link.Config { return hop }),
-		Reliability: rc, Ring: collective.Config{Segment: segment}})
+		Sender: reliability.SenderConfig{Config: rc.Config}, Receiver: rc, Ring: collective.Config{Segment: segment}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestSum(t *testing.T) {
 }
 
 func TestAllReduce(t *testing.T) {
-	ranks := newRing(t, 4, link.Config{}, reliability.Config{}, 64<<10)
+	ranks := newRing(t, 4, link.Config{}, reliability.ReceiverConfig{}, 64<<10)
 	for _, tc := range []struct {
 		dt    collective.DataType
 		elems int
@@ -116,7 +116,7 @@ func TestAllReduceLossy(t *testing.T) {
 	}
 	for _, scheme := range []reliability.Scheme{reliability.SRNACK, reliability.EC} {
 		t.Run(scheme.String(), func(t *testing.T) {
-			ranks := newRing(t, 3, hop, reliability.Config{Scheme: scheme}, 256<<10)
+			ranks := newRing(t, 3, hop, reliability.ReceiverConfig{Scheme: scheme}, 256<<10)
 			const elems = 300_000
 			bufs := make([][]byte, len(ranks))
 			for i := range bufs {
@@ -134,7 +134,7 @@ func TestAllReduceLossy(t *testing.T) {
 }
 
 func TestReduceScatterAllGatherBroadcast(t *testing.T) {
-	ranks := newRing(t, 3, link.Config{}, reliability.Config{}, 32<<10)
+	ranks := newRing(t, 3, link.Config{}, reliability.ReceiverConfig{}, 32<<10)
 	n := len(ranks)
 	const elems = 50_001
 	bufs := make([][]byte, n)
@@ -242,7 +242,7 @@ func BenchmarkSum(b *testing.B) {
 // leaves the ring refusing further collectives with ErrBroken instead
 // of exchanging transfers that no longer line up.
 func TestBroken(t *testing.T) {
-	ranks := newRing(t, 2, link.Config{}, reliability.Config{}, 0)
+	ranks := newRing(t, 2, link.Config{}, reliability.ReceiverConfig{}, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, r := range ranks {

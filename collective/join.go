@@ -25,10 +25,12 @@ type JoinConfig struct {
 	Host string
 	// Context is the SDR context both of the rank's connections use.
 	Context *sdr.Context
-	// QPAttr and Reliability configure both connections; every rank
-	// passes the same geometry.
-	QPAttr      sdr.QPAttr
-	Reliability reliability.Config
+	// QPAttr configures both connections; every rank passes the same
+	// geometry. Sender configures the connection to the next rank,
+	// Receiver the one from the previous rank (its Scheme, Code…).
+	QPAttr   sdr.QPAttr
+	Sender   reliability.SenderConfig
+	Receiver reliability.ReceiverConfig
 	// Ring configures the collectives.
 	Ring Config
 }
@@ -76,7 +78,7 @@ func Join(ctx context.Context, cfg JoinConfig) (ring *Ring, close func() error, 
 			return
 		}
 		defer conn.Close()
-		r, err := reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Reliability)
+		r, err := reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Receiver)
 		accepted <- result{r, err}
 	}()
 	next := addrs[(cfg.Rank+1)%cfg.Size]
@@ -111,7 +113,7 @@ func connectNext(ctx context.Context, addr string, cfg JoinConfig) (*reliability
 		return nil, fmt.Errorf("collective: join: dial the next rank at %s: %w", addr, err)
 	}
 	defer conn.Close()
-	return reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Reliability)
+	return reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Sender)
 }
 
 // rendezvous returns every rank's listener address, by rank.

@@ -54,7 +54,7 @@ func BenchmarkPipeTransfer(b *testing.B) {
 		for _, scheme := range []reliability.Scheme{reliability.SRRTO, reliability.SRNACK, reliability.EC} {
 			b.Run(fmt.Sprintf("chunk=%dKiB/%v", chunk>>10, scheme), func(b *testing.B) {
 				pa, pb := emunic.NewPipe(emunic.PipeConfig{})
-				e := connectPair(b, pa, pb, gidA, gidB, attr, reliability.Config{Scheme: scheme})
+				e := connectPair(b, pa, pb, gidA, gidB, attr, reliability.ReceiverConfig{Scheme: scheme})
 				ctx := context.Background()
 				measureTransfers(b, size/mtu, func(i int) {
 					done := make(chan error, 1)

@@ -21,7 +21,7 @@ import (
 // Both sides must pass the same attr geometry (sdr's Connect rejects
 // mismatches); zero fields take the reliable defaults (DefaultChunkMTUs,
 // DefaultMaxMessages, DefaultMaxInFlightBytes), then sdr's.
-func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, error) {
+func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg SenderConfig) (*Sender, error) {
 	attr.Send = true
 	qp, dg, err := connectEndpoints(ctx, bs, sc, attr, roleSender)
 	if err != nil {
@@ -37,7 +37,7 @@ func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr
 
 // ConnectReceiver is ConnectSender's peer: an SDR QP with receiving
 // enabled, a datagram channel and a Receiver on them, which owns both.
-func ConnectReceiver(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg Config) (*Receiver, error) {
+func ConnectReceiver(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg ReceiverConfig) (*Receiver, error) {
 	attr.Recv = true
 	qp, dg, err := connectEndpoints(ctx, bs, sc, attr, roleReceiver)
 	if err != nil {
@@ -156,7 +156,7 @@ func connectEndpoints(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, a
 // this process, through ConnectSender and ConnectReceiver over a loopback
 // TCP bootstrap, as two processes would connect: for tools and tests that
 // run both ends (sdr testbed, the simulator's checks against emunic).
-func ConnectLocal(ctx context.Context, sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, cfg Config) (*Sender, *Receiver, error) {
+func ConnectLocal(ctx context.Context, sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, sendCfg SenderConfig, recvCfg ReceiverConfig) (*Sender, *Receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("reliability: connect locally: %w", err)
@@ -174,7 +174,7 @@ func ConnectLocal(ctx context.Context, sendCtx, recvCtx *sdr.Context, attr sdr.Q
 			return
 		}
 		defer conn.Close()
-		r, err := ConnectReceiver(ctx, sdr.NewBootstrap(conn), recvCtx, attr, cfg)
+		r, err := ConnectReceiver(ctx, sdr.NewBootstrap(conn), recvCtx, attr, recvCfg)
 		done <- accepted{r, err}
 	}()
 	conn, err := net.Dial("tcp", ln.Addr().String())
@@ -183,7 +183,7 @@ func ConnectLocal(ctx context.Context, sendCtx, recvCtx *sdr.Context, attr sdr.Q
 		return nil, nil, errors.Join(fmt.Errorf("reliability: connect locally: %w", err), (<-done).err)
 	}
 	defer conn.Close()
-	s, err := ConnectSender(ctx, sdr.NewBootstrap(conn), sendCtx, attr, cfg)
+	s, err := ConnectSender(ctx, sdr.NewBootstrap(conn), sendCtx, attr, sendCfg)
 	if err != nil {
 		conn.Close() // the receiver's side fails on the closed bootstrap
 	}

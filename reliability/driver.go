@@ -22,6 +22,13 @@ import (
 func driverConfig(cfg Config, qp *sdr.QP) Config {
 	a := qp.Attr()
 	cfg.ChunkSize, cfg.MTU = a.ChunkSize, a.MTU
+	return cfg
+}
+
+// senderDriverConfig fills what a sending driver knows from its QP.
+func senderDriverConfig(cfg SenderConfig, qp *sdr.QP) SenderConfig {
+	cfg.Config = driverConfig(cfg.Config, qp)
+	a := qp.Attr()
 	// Each transfer takes up to two messages; keep every unfinished one
 	// in its own slot.
 	if cfg.Window == 0 {
@@ -155,11 +162,11 @@ type sendIO struct {
 // with control datagrams on dg (connected to the peer Receiver's). It
 // starts two goroutines; Close stops them. qp and dg stay the caller's
 // (ConnectSender sets all of this up over a bootstrap connection).
-func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Sender, error) {
+func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg SenderConfig) (*Sender, error) {
 	if !qp.Attr().Send {
 		return nil, fmt.Errorf("reliability: sender on a QP without send: %w", ErrInvalid)
 	}
-	eng, err := NewSenderEngine(driverConfig(cfg, qp))
+	eng, err := NewSenderEngine(senderDriverConfig(cfg, qp))
 	if err != nil {
 		return nil, err
 	}
@@ -517,11 +524,12 @@ type recvIO struct {
 // with control datagrams on dg (connected to the peer Sender's). It
 // starts goroutines (two, and one per posted transfer); Close stops them.
 // qp and dg stay the caller's.
-func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg Config) (*Receiver, error) {
+func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg ReceiverConfig) (*Receiver, error) {
 	if !qp.Attr().Recv {
 		return nil, fmt.Errorf("reliability: receiver on a QP without receive: %w", ErrInvalid)
 	}
-	eng, err := NewReceiverEngine(driverConfig(cfg, qp))
+	cfg.Config = driverConfig(cfg.Config, qp)
+	eng, err := NewReceiverEngine(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ type endpoints struct {
 
 // connectPair builds two contexts on two devices joined by ports, an SDR
 // QP pair and datagram channels, and the drivers on them.
-func connectPair(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr.QPAttr, cfg reliability.Config) endpoints {
+func connectPair(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr.QPAttr, cfg reliability.ReceiverConfig) endpoints {
 	t.Helper()
 	sa, sb := openContexts(t, pa, pb, gidA, gidB)
 	return connectContexts(t, sa, sb, qa, cfg)
@@ -58,10 +58,11 @@ func openContexts(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr) (sa, 
 }
 
 // connectContexts connects a Sender on sa to a Receiver on sb with QPs of
-// attributes qa; the test's cleanup closes both.
-func connectContexts(t testing.TB, sa, sb *sdr.Context, qa sdr.QPAttr, cfg reliability.Config) endpoints {
+// attributes qa; the test's cleanup closes both. cfg configures the
+// receiver; the sender takes its Config.
+func connectContexts(t testing.TB, sa, sb *sdr.Context, qa sdr.QPAttr, cfg reliability.ReceiverConfig) endpoints {
 	t.Helper()
-	s, r, err := reliability.ConnectLocal(context.Background(), sa, sb, qa, cfg)
+	s, r, err := reliability.ConnectLocal(context.Background(), sa, sb, qa, reliability.SenderConfig{Config: cfg.Config}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func connectContexts(t testing.TB, sa, sb *sdr.Context, qa sdr.QPAttr, cfg relia
 // pipePair connects two devices over an in-process pipe whose link
 // delays every frame by delay one way and loses a fraction loss of them
 // (data and control alike).
-func pipePair(t *testing.T, delay time.Duration, loss float64, seed uint64, cfg reliability.Config) endpoints {
+func pipePair(t *testing.T, delay time.Duration, loss float64, seed uint64, cfg reliability.ReceiverConfig) endpoints {
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: lossyLink(t, delay, loss, seed), BToA: lossyLink(t, delay, loss, seed+1)})
 	return connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
 		testQPAttr, cfg)
@@ -143,7 +144,7 @@ func transfer(t *testing.T, e endpoints, size int, imm uint32, seed uint64) (sen
 // 4 MiB + 5000 B) through a lossy pipe with a 10 ms round trip
 // with every scheme: every byte arrives, every time.
 func TestDriversOverLossyPipe(t *testing.T) {
-	schemes := []reliability.Config{
+	schemes := []reliability.ReceiverConfig{
 		{Scheme: reliability.SRRTO},
 		{Scheme: reliability.SRNACK},
 		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
@@ -179,7 +180,7 @@ func TestDriversOverLossyPipe(t *testing.T) {
 // TestDriverRejects: lengths that differ fail both sides and the next
 // transfer still matches; oversized buffers fail before anything is sent.
 func TestDriverRejects(t *testing.T) {
-	e := pipePair(t, 0, 0, 1, reliability.Config{Scheme: reliability.SRRTO})
+	e := pipePair(t, 0, 0, 1, reliability.ReceiverConfig{Scheme: reliability.SRRTO})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -218,7 +219,7 @@ func TestDriverCancel(t *testing.T) {
 	ba.SetRule(dropData)
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
 	e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
-		testQPAttr, reliability.Config{Scheme: reliability.SRRTO, RTT: time.Millisecond})
+		testQPAttr, reliability.ReceiverConfig{Config: reliability.Config{RTT: time.Millisecond}, Scheme: reliability.SRRTO})
 	read := func(n int) chan error {
 		errc := make(chan error, 1)
 		go func() {
@@ -261,7 +262,7 @@ func TestDriverCancel(t *testing.T) {
 // backoff keeping repairs from piling up behind a first pass the receiving
 // host drains slowly.
 func TestDriversLargeMessages(t *testing.T) {
-	for _, cfg := range []reliability.Config{
+	for _, cfg := range []reliability.ReceiverConfig{
 		{Scheme: reliability.SRNACK},
 		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}},
 		{Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.XOR, K: 32, M: 8}},
@@ -293,7 +294,7 @@ func TestDriversLargeMessages(t *testing.T) {
 // each Read gets one whole message, identified by its immediate, and every
 // message is read exactly once.
 func TestDriverConcurrentTransfers(t *testing.T) {
-	for _, cfg := range []reliability.Config{{Scheme: reliability.SRNACK}, {Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 8, M: 2}}} {
+	for _, cfg := range []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}, {Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 8, M: 2}}} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			cfg.RTT = 10 * time.Millisecond
 			e := pipePair(t, 5*time.Millisecond, 0.02, 5, cfg)
@@ -346,7 +347,7 @@ func TestDriverConcurrentTransfers(t *testing.T) {
 // sockets on loopback addresses of this package's own): the same code over
 // another port, with the kernel's buffers as the only loss.
 func TestDriversOverUDP(t *testing.T) {
-	for _, cfg := range []reliability.Config{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}} {
+	for _, cfg := range []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			a, b := netip.MustParseAddr("127.0.3.1"), netip.MustParseAddr("127.0.3.2")
 			pa, err := udp.NewPort(a)
@@ -382,7 +383,7 @@ func TestPacesToBottleneck(t *testing.T) {
 	ab, ba := mustLink(t, cfg, 21), mustLink(t, cfg, 22)
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
 	e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
-		sdr.QPAttr{}, reliability.Config{Scheme: reliability.SRNACK})
+		sdr.QPAttr{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
 	const size = 8 << 20
 	start := time.Now()
 	sent, _ := transfer(t, e, size, 1, 1)
@@ -423,11 +424,11 @@ func TestRepairsByPacket(t *testing.T) {
 	attr := sdr.QPAttr{MTU: mtu, ChunkSize: 64 * mtu, MaxMessages: 16, MaxInFlightBytes: 64 << 20}
 	for _, tc := range []struct {
 		name   string
-		cfg    reliability.Config
+		cfg    reliability.ReceiverConfig
 		parity int // packets of parity per transfer
 	}{
-		{"sr-nack", reliability.Config{Scheme: reliability.SRNACK}, 0},
-		{"ec-mds(32,8)", reliability.Config{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}, size / mtu / 4},
+		{"sr-nack", reliability.ReceiverConfig{Scheme: reliability.SRNACK}, 0},
+		{"ec-mds(32,8)", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}, size / mtu / 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ab := lossyLink(t, time.Millisecond, 0.01, 41)

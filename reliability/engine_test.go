@@ -26,8 +26,8 @@ var testSchemes = []struct {
 	{"hybrid-mds(4,1)", reliability.Hybrid, ec.Params{Kind: ec.MDS, K: 4, M: 1}},
 }
 
-func schemeConfig(scheme reliability.Scheme, code ec.Params) reliability.Config {
-	c := reliability.Config{Scheme: scheme}
+func schemeConfig(scheme reliability.Scheme, code ec.Params) reliability.ReceiverConfig {
+	c := reliability.ReceiverConfig{Scheme: scheme}
 	if code.K > 0 {
 		c.Code = code
 	}
@@ -245,7 +245,7 @@ func TestSRNACKFindsLossesInRTT(t *testing.T) {
 		chunk, lost int
 	}{{7, 2}, {3, 3}} {
 		t.Run(fmt.Sprintf("chunk%d-lost%d", tc.chunk, tc.lost), func(t *testing.T) {
-			h := newHarness(t, reliability.Config{Scheme: reliability.SRNACK, NoBackoff: true}, func(p packet) (int, time.Duration) {
+			h := newHarness(t, reliability.ReceiverConfig{Config: reliability.Config{NoBackoff: true}, Scheme: reliability.SRNACK}, func(p packet) (int, time.Duration) {
 				if p.kind == dataChunk && p.index == tc.chunk && p.attempt < tc.lost {
 					return 0, 0
 				}
@@ -526,7 +526,7 @@ func lastSubmessageLost(plan reliability.Plan, mask uint64) bool {
 func TestAutoAdapts(t *testing.T) {
 	for _, loss := range []float64{0, 0.1} {
 		rng := newRand(9)
-		h := newHarness(t, reliability.Config{Scheme: reliability.Auto}, func(p packet) (int, time.Duration) {
+		h := newHarness(t, reliability.ReceiverConfig{Scheme: reliability.Auto}, func(p packet) (int, time.Duration) {
 			if (p.kind == dataChunk || p.kind == parityChunk) && rng.Float64() < loss {
 				return 0, 0
 			}

@@ -54,7 +54,8 @@ func ExampleConnectLocal() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, r, err := reliability.ConnectLocal(ctx, sendCtx, recvCtx, sdr.QPAttr{}, reliability.Config{Scheme: reliability.SRNACK})
+	s, r, err := reliability.ConnectLocal(ctx, sendCtx, recvCtx, sdr.QPAttr{},
+		reliability.SenderConfig{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func ExampleConnectSender() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		r, err := reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.Config{})
+		r, err := reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.ReceiverConfig{})
 		conn.Close()
 		if err != nil {
 			log.Fatal(err)
@@ -123,7 +124,7 @@ func ExampleConnectSender() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.Config{})
+	s, err := reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.SenderConfig{})
 	conn.Close()
 	if err != nil {
 		log.Fatal(err)

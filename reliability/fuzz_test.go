@@ -30,7 +30,7 @@ func FuzzHostileControl(f *testing.F) {
 	f.Add(append([]byte{7}, forge(control.Message{Type: control.Ping, Transfer: 1})...))
 	f.Add(append([]byte{8}, forge(control.Message{Type: control.Pong, Transfer: 1})...))
 	f.Fuzz(func(t *testing.T, input []byte) {
-		for _, scheme := range []reliability.Config{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 3, M: 2}}} {
+		for _, scheme := range []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 3, M: 2}}} {
 			scheme.Timeout = 300 * time.Millisecond
 			rng := newRand(uint64(len(input)))
 			h := newHarness(t, scheme, func(p packet) (int, time.Duration) {

@@ -98,7 +98,7 @@ type harness struct {
 	chunkEvents bool
 }
 
-func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
+func newHarness(tb testing.TB, cfg reliability.ReceiverConfig, f fate) *harness {
 	tb.Helper()
 	if cfg.RTT == 0 {
 		cfg.RTT = 2 * testDelay
@@ -115,8 +115,8 @@ func newHarness(tb testing.TB, cfg reliability.Config, f fate) *harness {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Second
 	}
-	cfg.FixedRTT, cfg.FixedRate = true, true // the link's round trip is known; bounds below rely on it
-	s, err := reliability.NewSenderEngine(cfg)
+	cfg.FixedRate = true // the link's rate and round trip are known; bounds below rely on them
+	s, err := reliability.NewSenderEngine(reliability.SenderConfig{Config: cfg.Config, FixedRTT: true})
 	if err != nil {
 		tb.Fatal(err)
 	}

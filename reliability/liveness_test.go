@@ -40,7 +40,7 @@ func readAsync(ctx context.Context, r *reliability.Receiver, n int) <-chan error
 // cutPair connects a Sender and a Receiver over a pipe with a 10 ms round
 // trip whose both directions drop everything while the returned flag is
 // set: a peer that died without a word.
-func cutPair(t *testing.T, cfg reliability.Config) (*cutEndpoints, *atomic.Bool) {
+func cutPair(t *testing.T, cfg reliability.ReceiverConfig) (*cutEndpoints, *atomic.Bool) {
 	t.Helper()
 	var cut atomic.Bool
 	e := &cutEndpoints{}
@@ -82,7 +82,7 @@ func within(t *testing.T, what string, err error, start time.Time, bound time.Du
 // Write after that, at once.
 func TestPeerSilentBetweenTransfers(t *testing.T) {
 	const timeout = 2 * time.Second
-	e, cut := cutPair(t, reliability.Config{Scheme: reliability.SRNACK, Timeout: timeout})
+	e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
 	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
 	cut.Store(true)
 	start := time.Now()
@@ -104,7 +104,7 @@ func TestPeerSilentBetweenTransfers(t *testing.T) {
 func TestPeerSilentMidTransfer(t *testing.T) {
 	const timeout = 2 * time.Second
 	var cutAt atomic.Int64
-	e, cut := cutPair(t, reliability.Config{Scheme: reliability.SRNACK, Timeout: timeout})
+	e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
 	frames := 0
 	e.cutAfter = func() { // runs under the forward direction's lock, in send order
 		if frames++; frames == 2000 {
@@ -129,7 +129,7 @@ func TestPeerSilentMidTransfer(t *testing.T) {
 // call at once (its CLOSE arrives within a round trip), and its later
 // calls fail too.
 func TestCloseAbortsPeer(t *testing.T) {
-	cfg := reliability.Config{Scheme: reliability.SRNACK, Timeout: 30 * time.Second}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: 30 * time.Second}, Scheme: reliability.SRNACK}
 	e, _ := cutPair(t, cfg)                // never cut
 	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -179,7 +179,7 @@ func TestConnectSilentPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.Config{})
+	_, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.SenderConfig{})
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
 		t.Errorf("connect to a silent peer: %v after %v, want DeadlineExceeded at 300 ms", err, took)
@@ -198,12 +198,12 @@ func TestConnectSameRoles(t *testing.T) {
 				var err error
 				if role == "receivers" {
 					var r *reliability.Receiver
-					if r, err = reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.Config{}); r != nil {
+					if r, err = reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.ReceiverConfig{}); r != nil {
 						r.Close()
 					}
 				} else {
 					var s *reliability.Sender
-					if s, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.Config{}); s != nil {
+					if s, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.SenderConfig{}); s != nil {
 						s.Close()
 					}
 				}

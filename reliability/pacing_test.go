@@ -17,7 +17,7 @@ type senderAlone struct {
 	acts []reliability.Action
 }
 
-func newSenderAlone(t *testing.T, cfg reliability.Config) *senderAlone {
+func newSenderAlone(t *testing.T, cfg reliability.SenderConfig) *senderAlone {
 	t.Helper()
 	cfg.ChunkSize, cfg.MTU = 1024, 1024
 	s, err := reliability.NewSenderEngine(cfg)
@@ -80,7 +80,7 @@ func sent(acts []reliability.Action) int {
 // news brings it back to the base RTO, however many timeouts came before.
 func TestBackoffOnlyWhenSilent(t *testing.T) {
 	const rtt = 10 * time.Millisecond
-	a := newSenderAlone(t, reliability.Config{RTT: rtt, FixedRTT: true, FixedRate: true, Bandwidth: 1e9})
+	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: rtt, FixedRate: true, Bandwidth: 1e9}, FixedRTT: true})
 	if n := sent(a.startSR(4)); n != 4 {
 		t.Fatalf("first pass sent %d chunks, want 4", n)
 	}
@@ -124,7 +124,7 @@ func TestBackoffOnlyWhenSilent(t *testing.T) {
 // total time; one that hears nothing fails Timeout after its last news.
 func TestTimeoutCountsFromProgress(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	a := newSenderAlone(t, reliability.Config{RTT: time.Millisecond, FixedRTT: true, FixedRate: true, Bandwidth: 1e9, Timeout: timeout})
+	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: time.Millisecond, FixedRate: true, Bandwidth: 1e9, Timeout: timeout}, FixedRTT: true})
 	const chunks = 20
 	a.startSR(chunks)
 	start := a.now
@@ -159,7 +159,7 @@ func TestTimeoutCountsFromProgress(t *testing.T) {
 // first chunk leaves and starts from the PONG's round trip: it waits for
 // it, and its RTO is then measured, not Config.RTT's.
 func TestPingBeforeFirstTransfer(t *testing.T) {
-	a := newSenderAlone(t, reliability.Config{RTT: time.Millisecond})
+	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: time.Millisecond}})
 	acts := a.startSR(64)
 	var ping *control.Message
 	for _, x := range acts {
@@ -190,7 +190,7 @@ func TestPingBeforeFirstTransfer(t *testing.T) {
 // TestPingGivesUp: with no PONG the sender starts after a second from
 // Config.RTT, and a PONG to another ping is ignored.
 func TestPingGivesUp(t *testing.T) {
-	a := newSenderAlone(t, reliability.Config{RTT: time.Millisecond})
+	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: time.Millisecond}})
 	if n := sent(a.startSR(4)); n != 0 {
 		t.Fatalf("%d chunks sent before any PONG", n)
 	}

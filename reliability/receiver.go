@@ -15,7 +15,7 @@ import (
 // safe for concurrent use: one goroutine owns it and calls its methods
 // with the current time.
 type ReceiverEngine struct {
-	cfg Config
+	cfg ReceiverConfig
 	rto time.Duration
 
 	next   uint64 // the next transfer to post
@@ -132,18 +132,18 @@ type confirmation struct {
 const confirmRepeats = 6
 
 // NewReceiverEngine returns a receiver engine. It validates cfg (ErrInvalid).
-func NewReceiverEngine(cfg Config) (*ReceiverEngine, error) {
+func NewReceiverEngine(cfg ReceiverConfig) (*ReceiverEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{},
 		confirming: map[uint64]*confirmation{}, reorder: cfg.ReorderWindow, live: liveness{timeout: cfg.Timeout}}
-	r.est.init(cfg)
+	r.est.init(cfg.Config)
 	return r, nil
 }
 
 // Config returns the configuration with defaults filled in.
-func (r *ReceiverEngine) Config() Config { return r.cfg }
+func (r *ReceiverEngine) Config() ReceiverConfig { return r.cfg }
 
 // SetPacketView gives the engine SDR's per-packet view of the data
 // chunks it has not got whole: view returns the packets held of data

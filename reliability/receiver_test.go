@@ -19,7 +19,7 @@ type receiverAlone struct {
 }
 
 // newReceiverAlone posts one transfer of chunks 1-KiB chunks under cfg.
-func newReceiverAlone(t *testing.T, cfg reliability.Config, chunks int) *receiverAlone {
+func newReceiverAlone(t *testing.T, cfg reliability.ReceiverConfig, chunks int) *receiverAlone {
 	t.Helper()
 	cfg.ChunkSize, cfg.MTU = 1024, 1024
 	r, err := reliability.NewReceiverEngine(cfg)
@@ -71,7 +71,7 @@ func (a *receiverAlone) expectNacked(i int) {
 // repair of a hole NACKed later is NACKed again when that repair arrives
 // — without waiting for its re-NACK timer, which the test never runs.
 func TestOvertakenRepairRenacked(t *testing.T) {
-	cfg := reliability.Config{Scheme: reliability.SRNACK, RTT: 10 * time.Millisecond, ReorderWindow: time.Millisecond}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
 	for _, tc := range []struct {
 		name     string
 		overtake bool // the hole repaired is NACKed after the other
@@ -141,7 +141,7 @@ func (a *receiverAlone) controls() []control.Message {
 // its PONG's round trip is the receiver's estimate — not the CTS's,
 // which counts however long the sender took to start.
 func TestReceiverPingsForRTT(t *testing.T) {
-	r, err := reliability.NewReceiverEngine(reliability.Config{Scheme: reliability.SRNACK, ChunkSize: 1024, MTU: 1024})
+	r, err := reliability.NewReceiverEngine(reliability.ReceiverConfig{Config: reliability.Config{ChunkSize: 1024, MTU: 1024}, Scheme: reliability.SRNACK})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestReceiverPingsForRTT(t *testing.T) {
 // TestSenderAnswersPing: the sender answers the receiver's PING with a
 // PONG of the same number.
 func TestSenderAnswersPing(t *testing.T) {
-	a := newSenderAlone(t, reliability.Config{Scheme: reliability.SRNACK})
+	a := newSenderAlone(t, reliability.SenderConfig{})
 	a.control(control.Message{Type: control.Ping, Transfer: 42})
 	for _, act := range a.drain() {
 		var m control.Message
@@ -190,7 +190,7 @@ func TestSenderAnswersPing(t *testing.T) {
 // is NACKed again every interval while other chunks still arrive (a
 // lossy path, not a silent one); once nothing arrives the wait doubles.
 func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
-	cfg := reliability.Config{Scheme: reliability.SRNACK, RTT: 10 * time.Millisecond, ReorderWindow: time.Millisecond, FixedRate: true}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
 	a := newReceiverAlone(t, cfg, 512)
 	a.arrive(5*time.Millisecond, 0, 3)
 	a.arrive(2*time.Millisecond, 4, 1)
@@ -237,7 +237,7 @@ func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
 // nothing of reordering (at 30 % loss most holes are NACKed more than
 // once), and the window stays: the next hole is NACKed as soon as before.
 func TestLateRepairKeepsReorderWindow(t *testing.T) {
-	cfg := reliability.Config{Scheme: reliability.SRNACK, RTT: 10 * time.Millisecond, ReorderWindow: time.Millisecond, FixedRate: true}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
 	for _, renacked := range []bool{false, true} {
 		a := newReceiverAlone(t, cfg, 64)
 		a.arrive(5*time.Millisecond, 0, 3)
@@ -284,7 +284,7 @@ func TestLateRepairKeepsReorderWindow(t *testing.T) {
 // sender learns of completion within about a round trip however lossy
 // the path.
 func TestCompletionRepeats(t *testing.T) {
-	cfg := reliability.Config{Scheme: reliability.SRNACK, RTT: 10 * time.Millisecond, ReorderWindow: time.Millisecond, FixedRate: true}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
 	for _, lossy := range []bool{false, true} {
 		a := newReceiverAlone(t, cfg, 64)
 		step := 1

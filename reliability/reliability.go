@@ -211,51 +211,38 @@ func (p Plan) String() string {
 // the paper's.
 var DefaultCode = ec.Params{Kind: ec.MDS, K: 32, M: 8}
 
-// Config tunes the engines of one connection. Zero fields take the
+// Config is what both ends of a connection take: what is known of the
+// path, the timers' shape and the QP geometry. SenderConfig and
+// ReceiverConfig add what only one end uses. Zero fields take the
 // defaults in brackets.
 type Config struct {
-	// RTT is the round-trip time the timers start from [1 ms]; Auto's
-	// estimator refines its own copy from measurements.
+	// RTT is the round-trip time the timers start from [1 ms]; each end
+	// refines its own estimate from measurements (PINGs at connect, ACKs)
+	// unless the sender's FixedRTT holds it.
 	RTT time.Duration
-	// FixedRTT keeps the timers on RTT. Otherwise the sender measures the
-	// round trip from ACKs of chunks sent once (Karn's rule) and the
-	// timers use max(RTT, SRTT + 4·RTTVAR) — on a real host processing
-	// and queueing add to the link's round trip. The simulator, whose
-	// round trip is known, fixes it.
-	FixedRTT bool
 	// Bandwidth caps the sender's pacing rate in bits per second of chunk
 	// payload [none: the rate control finds the path's rate]. With
 	// FixedRate the sender sends at Bandwidth [10 Gbit/s] and learns
-	// nothing. Auto's models take the rate first passes arrive at, within
-	// it (Bandwidth itself before the first, and with FixedRate).
+	// nothing. The receiver's models (Auto) take the rate first passes
+	// arrive at, within it (Bandwidth itself before the first, and with
+	// FixedRate).
 	Bandwidth float64
 	// FixedRate turns the rate control off: the sender hands chunks over
 	// as fast as they come and its injection clock counts them leaving at
-	// Bandwidth. For a path whose rate is known and reserved, and the
-	// simulator, whose link paces.
+	// Bandwidth; the receiver then expects no pacing delay on repairs.
+	// For a path whose rate is known and reserved, and the simulator,
+	// whose link paces. Both ends must agree.
 	FixedRate bool
 	// Alpha scales the retransmission timeout RTO = RTT + α·RTT and the
 	// EC fallback timeout [2].
 	Alpha float64
-	// AckDelay is how long the receiver coalesces bitmap changes into one
-	// ACK [RTT/8, at most 1 ms, at least 10 µs].
-	AckDelay time.Duration
-	// ReorderWindow is how long a chunk may arrive behind later ones
-	// before the receiver calls it lost (NACKs, the EC fallback): the
-	// channels' handlers (DPA threads) or a reordering link may complete
-	// a message's chunks out of order [RTT/4]. The simulator, whose links keep order, sets 1 ns.
-	ReorderWindow time.Duration
 	// Timeout fails a transfer when the connection has made no progress
 	// (no ACK brought news) for this long since it started
 	// [max(10 s, 1000·RTT)].
 	Timeout time.Duration
 	// ControlMTU is the largest control datagram [1024].
 	ControlMTU int
-	// Scheme is what the receiver asks for [Auto]; Code is the code of EC
-	// and Hybrid [MDS(32,8)].
-	Scheme Scheme
-	Code   ec.Params
-	// ChunkSize and MTU are the SDR QP's.
+	// ChunkSize and MTU are the SDR QP's (the drivers take them from it).
 	ChunkSize, MTU int
 	// NoBackoff keeps every repeated timeout (a flight's retransmission,
 	// a probe, a repeated NACK) at its first value, as in the paper's SR
@@ -265,16 +252,47 @@ type Config struct {
 	// repeated NACKs of one hole or submessage at most 2-fold while the
 	// transfer's chunks have stopped arriving.
 	NoBackoff bool
-	// Window bounds the transfers a sender has started and not finished
-	// [8; the drivers also keep it within half the QP's slots].
-	Window int
-	// MaxInFlightBytes bounds the data and parity bytes of those
-	// transfers [unbounded].
-	MaxInFlightBytes int
 
 	rateCap float64 // Bandwidth as the caller set it (0: no cap)
 }
 
+// SenderConfig tunes a sender: Config and what only the sending end
+// uses.
+type SenderConfig struct {
+	Config
+	// FixedRTT keeps the timers on RTT. Otherwise the sender measures the
+	// round trip from ACKs of chunks sent once (Karn's rule) and the
+	// timers use max(RTT, SRTT + 4·RTTVAR) — on a real host processing
+	// and queueing add to the link's round trip. The simulator, whose
+	// round trip is known, fixes it.
+	FixedRTT bool
+	// Window bounds the transfers a sender has started and not finished
+	// [8; the drivers also keep it within half the QP's slots].
+	Window int
+	// MaxInFlightBytes bounds the data and parity bytes of those
+	// transfers [unbounded; the drivers take the QP's].
+	MaxInFlightBytes int
+}
+
+// ReceiverConfig tunes a receiver: Config and what only the receiving
+// end uses — the receiver chooses each transfer's scheme.
+type ReceiverConfig struct {
+	Config
+	// Scheme is what the receiver asks for [Auto]; Code is the code of EC
+	// and Hybrid [MDS(32,8)].
+	Scheme Scheme
+	Code   ec.Params
+	// AckDelay is how long the receiver coalesces bitmap changes into one
+	// ACK [RTT/8, at most 1 ms, at least 10 µs].
+	AckDelay time.Duration
+	// ReorderWindow is how long a chunk may arrive behind later ones
+	// before the receiver calls it lost (NACKs, the EC fallback): the
+	// channels' handlers (DPA threads) or a reordering link may complete
+	// a message's chunks out of order [RTT/4]. The simulator, whose links keep order, sets 1 ns.
+	ReorderWindow time.Duration
+}
+
+// setDefaults fills and validates the fields both ends use.
 func (c *Config) setDefaults() error {
 	if c.RTT == 0 {
 		c.RTT = time.Millisecond
@@ -286,17 +304,45 @@ func (c *Config) setDefaults() error {
 	if c.Alpha == 0 {
 		c.Alpha = 2
 	}
-	if c.AckDelay == 0 {
-		c.AckDelay = min(time.Millisecond, max(10*time.Microsecond, c.RTT/8))
-	}
-	if c.ReorderWindow == 0 {
-		c.ReorderWindow = c.RTT / 4
-	}
 	if c.Timeout == 0 {
 		c.Timeout = max(10*time.Second, 1000*c.RTT)
 	}
 	if c.ControlMTU == 0 {
 		c.ControlMTU = 1024
+	}
+	switch {
+	case c.RTT < 0 || c.Bandwidth < 0 || c.Alpha < 0 || c.Timeout < 0:
+		return fmt.Errorf("reliability: negative timing in config: %w", ErrInvalid)
+	case c.ControlMTU < 256:
+		return fmt.Errorf("reliability: control MTU %d (at least 256): %w", c.ControlMTU, ErrInvalid)
+	case c.ChunkSize <= 0 || c.MTU <= 0 || c.ChunkSize%c.MTU != 0:
+		return fmt.Errorf("reliability: chunk size %d, MTU %d: %w", c.ChunkSize, c.MTU, ErrInvalid)
+	}
+	return nil
+}
+
+func (c *SenderConfig) setDefaults() error {
+	if err := c.Config.setDefaults(); err != nil {
+		return err
+	}
+	if c.Window == 0 {
+		c.Window = defaultWindow
+	}
+	if c.Window < 1 || c.MaxInFlightBytes < 0 {
+		return fmt.Errorf("reliability: window %d, %d B in flight: %w", c.Window, c.MaxInFlightBytes, ErrInvalid)
+	}
+	return nil
+}
+
+func (c *ReceiverConfig) setDefaults() error {
+	if err := c.Config.setDefaults(); err != nil {
+		return err
+	}
+	if c.AckDelay == 0 {
+		c.AckDelay = min(time.Millisecond, max(10*time.Microsecond, c.RTT/8))
+	}
+	if c.ReorderWindow == 0 {
+		c.ReorderWindow = c.RTT / 4
 	}
 	if c.Scheme == 0 {
 		c.Scheme = Auto
@@ -304,20 +350,11 @@ func (c *Config) setDefaults() error {
 	if c.Code == (ec.Params{}) {
 		c.Code = DefaultCode
 	}
-	if c.Window == 0 {
-		c.Window = defaultWindow
-	}
 	switch {
-	case c.RTT < 0 || c.Bandwidth < 0 || c.Alpha < 0 || c.AckDelay < 0 || c.Timeout < 0 || c.ReorderWindow < 0:
+	case c.AckDelay < 0 || c.ReorderWindow < 0:
 		return fmt.Errorf("reliability: negative timing in config: %w", ErrInvalid)
-	case c.ControlMTU < 256:
-		return fmt.Errorf("reliability: control MTU %d (at least 256): %w", c.ControlMTU, ErrInvalid)
 	case c.Scheme < SRRTO || c.Scheme > Auto:
 		return fmt.Errorf("reliability: scheme %v: %w", c.Scheme, ErrInvalid)
-	case c.ChunkSize <= 0 || c.MTU <= 0 || c.ChunkSize%c.MTU != 0:
-		return fmt.Errorf("reliability: chunk size %d, MTU %d: %w", c.ChunkSize, c.MTU, ErrInvalid)
-	case c.Window < 1:
-		return fmt.Errorf("reliability: window %d: %w", c.Window, ErrInvalid)
 	}
 	if err := c.Code.Validate(); err != nil {
 		return fmt.Errorf("reliability: config code: %w", err)

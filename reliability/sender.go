@@ -14,7 +14,7 @@ import (
 // for concurrent use: one goroutine (a driver's loop, the simulator) owns
 // it and calls its methods with the current time.
 type SenderEngine struct {
-	cfg Config
+	cfg SenderConfig
 	rto time.Duration
 	// srtt and rttvar smooth the measured round trip (RFC 6298 weights).
 	srtt, rttvar time.Duration
@@ -142,16 +142,16 @@ type flight struct {
 }
 
 // NewSenderEngine returns a sender engine. It validates cfg (ErrInvalid).
-func NewSenderEngine(cfg Config) (*SenderEngine, error) {
+func NewSenderEngine(cfg SenderConfig) (*SenderEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &SenderEngine{cfg: cfg, rto: cfg.rto(), rc: newRateControl(&cfg), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
+	return &SenderEngine{cfg: cfg, rto: cfg.rto(), rc: newRateControl(&cfg.Config), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
 		active: map[uint64]*sendXfer{}, live: liveness{timeout: cfg.Timeout}}, nil
 }
 
 // Config returns the configuration with defaults filled in.
-func (s *SenderEngine) Config() Config { return s.cfg }
+func (s *SenderEngine) Config() SenderConfig { return s.cfg }
 
 // Submit queues the application's next transfer of length bytes and
 // returns its number. It starts once the receiver's CTS for that number

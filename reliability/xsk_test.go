@@ -290,7 +290,7 @@ func TestReliabilityXSK(t *testing.T) {
 	// The sender's rate is the calibrated one (FixedRate): the
 	// transfers are compared with the model at that rate; the rate
 	// control has tests of its own (TestPacesToBottleneck).
-	baseCfg := reliability.Config{RTT: max(rtt, 5*time.Millisecond), Bandwidth: 1e9, FixedRate: true, Timeout: 25 * time.Second}
+	baseCfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: max(rtt, 5*time.Millisecond), Bandwidth: 1e9, FixedRate: true, Timeout: 25 * time.Second}}
 	var bandwidth float64
 	{
 		sa, sb := link.contexts(t, sdrnic.Options{})
@@ -311,14 +311,14 @@ func TestReliabilityXSK(t *testing.T) {
 
 	schemes := []struct {
 		name string
-		cfg  reliability.Config
+		cfg  reliability.ReceiverConfig
 	}{
-		{"sr-rto", reliability.Config{Scheme: reliability.SRRTO}},
-		{"sr-nack", reliability.Config{Scheme: reliability.SRNACK}},
-		{"ec-mds", reliability.Config{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
-		{"ec-xor", reliability.Config{Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 16, M: 4}}},
-		{"hybrid", reliability.Config{Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
-		{"auto", reliability.Config{Scheme: reliability.Auto}},
+		{"sr-rto", reliability.ReceiverConfig{Scheme: reliability.SRRTO}},
+		{"sr-nack", reliability.ReceiverConfig{Scheme: reliability.SRNACK}},
+		{"ec-mds", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
+		{"ec-xor", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 16, M: 4}}},
+		{"hybrid", reliability.ReceiverConfig{Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
+		{"auto", reliability.ReceiverConfig{Scheme: reliability.Auto}},
 	}
 	// Every scheme moves 1 MiB at every rate and 16 MiB at 5 %, the
 	// hardest; 16 MiB at the other rates runs unless -short (the whole

@@ -71,8 +71,10 @@ type Config struct {
 	Ranks int
 	// Hops builds each hop's devices [Pipes(nil): perfect pipes].
 	Hops Hops
-	// Reliability configures every hop's connection (its Scheme, Code…).
-	Reliability reliability.Config
+	// Sender and Receiver configure the two ends of every hop's
+	// connection (the receiver's Scheme, Code…).
+	Sender   reliability.SenderConfig
+	Receiver reliability.ReceiverConfig
 	// Ring configures the collective (segment size, window).
 	Ring collective.Config
 	// Channels per SDR QP [4].
@@ -123,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Rings, error) {
 			rs.Close()
 			return nil, err
 		}
-		s, r, err := reliability.ConnectLocal(ctx, out, in, attr, cfg.Reliability)
+		s, r, err := reliability.ConnectLocal(ctx, out, in, attr, cfg.Sender, cfg.Receiver)
 		if err != nil {
 			rs.Close()
 			return nil, fmt.Errorf("localring: hop %d: %w", i, err)

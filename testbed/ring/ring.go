@@ -181,7 +181,7 @@ func Run(c Config, table io.Writer) ([]Row, error) {
 			if err != nil {
 				return nil, err
 			}
-			rc := reliability.Config{Scheme: scheme, Code: code}
+			rc := reliability.ReceiverConfig{Scheme: scheme, Code: code}
 			rings, closeRings, err := c.connect(rc, hop)
 			if err != nil {
 				return nil, err
@@ -239,7 +239,7 @@ func (c *Config) ringSize() int {
 
 // connect builds this process's ranks: all of them over pipes, or this
 // rank joined to the others.
-func (c *Config) connect(rc reliability.Config, hop link.Config) ([]*collective.Ring, func() error, error) {
+func (c *Config) connect(rc reliability.ReceiverConfig, hop link.Config) ([]*collective.Ring, func() error, error) {
 	ring := collective.Config{Segment: int(c.Segment)}
 	if !c.joined() {
 		model := func(i int) link.Config {
@@ -252,7 +252,7 @@ func (c *Config) connect(rc reliability.Config, hop link.Config) ([]*collective.
 		if c.Netns {
 			hops, closeHops = namespaceHops(model)
 		}
-		rs, err := localring.New(context.Background(), localring.Config{Ranks: c.Ranks, Hops: hops, Reliability: rc, Ring: ring})
+		rs, err := localring.New(context.Background(), localring.Config{Ranks: c.Ranks, Hops: hops, Receiver: rc, Ring: ring})
 		if err != nil {
 			return nil, nil, errors.Join(err, closeHops())
 		}
@@ -276,7 +276,7 @@ func (c *Config) connect(rc reliability.Config, hop link.Config) ([]*collective.
 	ctx, cancel := context.WithTimeout(context.Background(), c.JoinTimeout)
 	defer cancel()
 	r, closeRing, err := collective.Join(ctx, collective.JoinConfig{Rank: c.Rank, Size: c.Size, Coordinator: c.Coordinator,
-		Host: host, Context: sc, QPAttr: attr, Reliability: rc, Ring: ring})
+		Host: host, Context: sc, QPAttr: attr, Receiver: rc, Ring: ring})
 	if err != nil {
 		sc.Close()
 		dev.Close()

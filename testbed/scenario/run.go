@@ -174,7 +174,7 @@ func calibrate(ctx context.Context, sc *Scenario, net Network, spec LinkSpec, fo
 	defer b.Close()
 	p := point{sc: sc, a: a, b: b, size: size, rtt: forward.Delay + reverse.Delay, count: calibrationTransfers,
 		timeout: time.Duration(sc.Timeout), bitsPerS: forward.Bandwidth}
-	m, err := p.reliable(ctx, reliability.Config{Scheme: reliability.SRRTO})
+	m, err := p.reliable(ctx, reliability.ReceiverConfig{Scheme: reliability.SRRTO})
 	if err == nil && m.completed == 0 {
 		err = errors.New("no clean transfer completed")
 	}
@@ -226,7 +226,7 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 		if code.K == 0 {
 			code = sc.Code
 		}
-		m, err = p.reliable(ctx, reliability.Config{Scheme: s, Code: code})
+		m, err = p.reliable(ctx, reliability.ReceiverConfig{Scheme: s, Code: code})
 		row.ModelMs = predict(sc, lr, size, s, code)
 	}
 	if err != nil {

@@ -68,8 +68,9 @@ func (p *point) open(rc bool) (ctxs [2]*sdr.Context, err error) {
 }
 
 // reliable moves the point's transfers with a reliability scheme, each
-// checked by SHA-256 and its immediate.
-func (p *point) reliable(ctx context.Context, cfg reliability.Config) (m measurement, err error) {
+// checked by SHA-256 and its immediate; cfg names the scheme, both ends
+// start from the point's RTT and rate.
+func (p *point) reliable(ctx context.Context, cfg reliability.ReceiverConfig) (m measurement, err error) {
 	ctxs, err := p.open(false)
 	if err != nil {
 		return m, err
@@ -80,7 +81,7 @@ func (p *point) reliable(ctx context.Context, cfg reliability.Config) (m measure
 	if p.bitsPerS > 0 {
 		cfg.Bandwidth = p.bitsPerS
 	}
-	s, r, err := reliability.ConnectLocal(ctx, ctxs[0], ctxs[1], p.qpAttr(), cfg)
+	s, r, err := reliability.ConnectLocal(ctx, ctxs[0], ctxs[1], p.qpAttr(), reliability.SenderConfig{Config: cfg.Config}, cfg)
 	if err != nil {
 		return m, err
 	}

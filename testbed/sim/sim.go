@@ -291,14 +291,15 @@ type simulation struct {
 
 func (s *simulation) init(p Point, seed uint64) error {
 	s.p = p
-	cfg := reliability.Config{FixedRTT: true, FixedRate: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha, AckDelay: p.AckDelay,
-		Timeout: p.Timeout, Scheme: p.Scheme, Code: p.Code, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff,
-		ReorderWindow: time.Nanosecond} // the links keep order: a hole is a loss
-	snd, err := reliability.NewSenderEngine(cfg)
+	both := reliability.Config{FixedRate: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha,
+		Timeout: p.Timeout, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff}
+	snd, err := reliability.NewSenderEngine(reliability.SenderConfig{Config: both, FixedRTT: true})
 	if err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 	}
-	rcv, err := reliability.NewReceiverEngine(cfg)
+	rcv, err := reliability.NewReceiverEngine(reliability.ReceiverConfig{Config: both, AckDelay: p.AckDelay,
+		Scheme: p.Scheme, Code: p.Code,
+		ReorderWindow: time.Nanosecond}) // the links keep order: a hole is a loss
 	if err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 	}

@@ -816,13 +816,14 @@ func reliableLoopback(f *Options, ln net.Listener, client, server *emunic.Device
 	return &Result{Params: f.Params, Reliable: r}, nil
 }
 
-// ReliableConfig is the reliability configuration of params.
-func (p *Params) ReliableConfig() (reliability.Config, error) {
+// ReliableConfig is the reliability configuration of params: the
+// receiver's (scheme, code, rate cap); the sender takes its Config.
+func (p *Params) ReliableConfig() (reliability.ReceiverConfig, error) {
 	scheme, code, err := reliability.ParseSchemeCode(p.Scheme)
 	if err != nil {
-		return reliability.Config{}, err
+		return reliability.ReceiverConfig{}, err
 	}
-	cfg := reliability.Config{Scheme: scheme, Code: code}
+	cfg := reliability.ReceiverConfig{Scheme: scheme, Code: code}
 	if p.Code != "" {
 		if code.K != 0 {
 			return cfg, fmt.Errorf("-scheme %s names its code: -code %s is one too many", p.Scheme, p.Code)
@@ -974,7 +975,7 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*ReliableR
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	s, err := reliability.ConnectSender(ctx, bs, sc, p.reliableAttr(), cfg)
+	s, err := reliability.ConnectSender(ctx, bs, sc, p.reliableAttr(), reliability.SenderConfig{Config: cfg.Config})
 	cancel()
 	if err != nil {
 		return nil, err
