@@ -40,6 +40,17 @@
 // (the notification point, cnp.go), whose reaction point cuts and recovers
 // its rate as DCQCN does (dcqcn.go, QP.CongestionStats).
 //
+// Files: device.go (the Device, its receive goroutine and the checks
+// before a frame reaches a QP), rxbatch.go (what one receive batch
+// gathers: ACKs to coalesce, CQs to wake, control frames to send),
+// memory.go (PDs, MRs, keys), cq.go, and a QP in three: qp.go (creation,
+// state machine, posting receives, teardown), qp_requester.go (the send
+// queue, packet building, ACK handling and retransmission) and
+// qp_responder.go (the receive side: PSN checks, placing data, ACKs);
+// txsched.go (the paced QPs' scheduler), cnp.go and dcqcn.go (a QP's
+// congestion notification and reaction points), pipe.go, port.go,
+// stats.go.
+//
 // Ports: Pipe (two devices in one process, with an optional link model that
 // delays, drops, reorders and duplicates frames) here; the UDP port (a UDP
 // socket on port 4791, unprivileged) lives in emunic/udp and the AF_XDP
