@@ -68,6 +68,10 @@ struct sdr_dpa_dev {
 	struct ibv_qp *umr_qp;
 	struct ibv_qp_ex *umr_qpx;
 	struct mlx5dv_qp_ex *umr_mqpx;
+	/* The root of the transmit scheduling tree the QPs' rate limits
+	 * hang from, made by the first rate limit (sdr_dpa_qp_rate); the
+	 * Go side serializes its use with the UMR QP's. */
+	struct mlx5dv_sched_node *sched_root;
 };
 
 /* One packet for sdr_dpa_post: payload [laddr, +len) to raddr. */
@@ -102,6 +106,10 @@ struct sdr_dpa_qp {
 	struct mlx5dv_devx_obj *root[SDR_RX_MAX_GENERATIONS];
 	uint32_t root_key[SDR_RX_MAX_GENERATIONS];
 	struct mlx5dv_mkey **entry; /* [gen * entries + id] */
+	/* The scheduling leaf that paces every send QP of the SDR QP
+	 * together; NULL while the QP is unpaced. */
+	struct mlx5dv_sched_leaf *rate_leaf;
+	int rate_attached; /* every send QP has rate_leaf as its requestor element */
 };
 
 /* --- the device ------------------------------------------------------ */
@@ -140,6 +148,8 @@ static int sdr_dpa_umr_connect(struct sdr_dpa_dev *d)
 
 static void sdr_dpa_close(struct sdr_dpa_dev *d)
 {
+	if (d->sched_root)
+		mlx5dv_sched_node_destroy(d->sched_root);
 	if (d->umr_qp)
 		ibv_destroy_qp(d->umr_qp);
 	if (d->umr_cq)
@@ -442,6 +452,8 @@ static void sdr_dpa_qp_destroy(struct sdr_dpa_qp *q)
 			}
 		}
 	}
+	if (q->rate_leaf) /* after the send QPs it paced */
+		mlx5dv_sched_leaf_destroy(q->rate_leaf);
 	if (q->send_cq)
 		ibv_destroy_cq(q->send_cq);
 	if (q->fence_cq)
@@ -473,6 +485,49 @@ static void sdr_dpa_qp_destroy(struct sdr_dpa_qp *q)
 	if (q->host_mr)
 		ibv_dereg_mr(q->host_mr);
 	free(q);
+}
+
+/* sdr_dpa_qp_rate paces all of q's send QPs together at mbps Mbit/s on
+ * average (0: unpaced) through the NIC's transmit scheduler: a leaf
+ * under the device's root node, made the send QPs' requestor element the
+ * first time, then modified in place. The fence QPs stay unpaced (one
+ * marker per arm). */
+static int sdr_dpa_qp_rate(struct sdr_dpa_qp *q, uint32_t mbps, const char **step)
+{
+	struct sdr_dpa_dev *d = q->d;
+	struct mlx5dv_sched_attr a = {0};
+	if (!d->sched_root) {
+		d->sched_root = mlx5dv_sched_node_create(d->ctx, &a);
+		if (!d->sched_root) {
+			*step = "mlx5dv_sched_node_create (the transmit scheduler's root)";
+			return -1;
+		}
+	}
+	a.parent = d->sched_root;
+	a.flags = MLX5DV_SCHED_ELEM_ATTR_FLAGS_MAX_AVG_BW;
+	a.max_avg_bw = mbps;
+	if (q->rate_leaf) {
+		if (mlx5dv_sched_leaf_modify(q->rate_leaf, &a)) {
+			*step = "mlx5dv_sched_leaf_modify";
+			return -1;
+		}
+	} else {
+		q->rate_leaf = mlx5dv_sched_leaf_create(d->ctx, &a);
+		if (!q->rate_leaf) {
+			*step = "mlx5dv_sched_leaf_create";
+			return -1;
+		}
+	}
+	/* Attaching again after a partial failure is harmless: a QP's
+	 * element is set, not added. */
+	for (uint32_t c = 0; !q->rate_attached && c < q->chans; c++)
+		for (uint32_t g = 0; g < q->gens; g++)
+			if (mlx5dv_modify_qp_sched_elem(q->ch[c].sqp[g], q->rate_leaf, NULL)) {
+				*step = "mlx5dv_modify_qp_sched_elem (a send QP onto its rate leaf)";
+				return -1;
+			}
+	q->rate_attached = 1;
+	return 0;
 }
 
 /* sdr_dpa_qp_create builds one SDR QP's transport. tmpl holds, per

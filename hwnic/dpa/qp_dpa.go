@@ -86,7 +86,10 @@ type qp struct {
 	need   []int
 
 	closeOnce sync.Once
+	destroyed bool // the C transport is gone; guarded by dv.umrMu
 }
+
+var _ backend.RateLimiter = (*qp)(nil)
 
 // NewQP creates the SDR QP's transport (host.h) with one DPA handler
 // per channel and starts the handlers and the notification poller.
@@ -150,6 +153,12 @@ func (dv *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 		q.pkts = append(q.pkts, unsafe.Slice((*C.struct_sdr_dpa_pkt)(p), C.SDR_DPA_POST_BATCH))
 	}
 	q.npkts = make([]int, dv.channels)
+	if attr.RateLimit > 0 { // per channel: the channels' leaf gets their sum
+		if err := q.SetRateLimit(attr.RateLimit * float64(dv.channels)); err != nil {
+			q.destroy()
+			return nil, fmt.Errorf("dpa: new QP: %w", err)
+		}
+	}
 	if C.sdr_dpa_qp_start(q.c) != 0 {
 		q.destroy()
 		return nil, errors.New("dpa: new QP: flexio_event_handler_run failed")
@@ -469,6 +478,28 @@ func (q *qp) reserve(w *backend.Write, packets int) error {
 	return nil
 }
 
+// SetRateLimit paces the QP's send QPs together at bitsPerSecond (0:
+// unpaced) with the NIC's transmit scheduler (host.h's
+// sdr_dpa_qp_rate): one scheduling leaf for all of them, its maximum
+// average rate in whole Mbit/s rounded up (backend.RateLimiter). It
+// takes the device's UMR lock, as the scheduler's root is the device's.
+func (q *qp) SetRateLimit(bitsPerSecond float64) error {
+	mbps, err := schedulerRate(bitsPerSecond)
+	if err != nil {
+		return err
+	}
+	var step *C.char
+	q.dv.umrMu.Lock()
+	defer q.dv.umrMu.Unlock()
+	if q.destroyed {
+		return errors.New("dpa: set rate limit: QP closed")
+	}
+	if C.sdr_dpa_qp_rate(q.c, C.uint32_t(mbps), &step) != 0 {
+		return fmt.Errorf("dpa: set rate limit of %d Mbit/s: %s failed", mbps, C.GoString(step))
+	}
+	return nil
+}
+
 // Close stops the poller and releases the QP (host.h's order), then the
 // host memory.
 func (q *qp) Close() error {
@@ -481,6 +512,7 @@ func (q *qp) destroy() {
 	q.poller.Wait()
 	q.dv.umrMu.Lock()
 	C.sdr_dpa_qp_destroy(q.c)
+	q.destroyed = true
 	q.dv.umrMu.Unlock()
 	for _, p := range q.pkts {
 		C.free(unsafe.Pointer(&p[0]))
