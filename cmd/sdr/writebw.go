@@ -41,7 +41,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.MTU, "m", 1024, "path `MTU`: 256..4096")
 	fs.IntVar(&p.ChunkSize, "c", 0, "chunk `size` in bytes (default 64 MTUs)")
 	fs.IntVar(&p.Channels, "C", 4, "`channels` (transport QPs per generation)")
-	fs.IntVar(&p.InFlight, "q", 16, "messages in `flight` (receive slots, a power of two)")
+	fs.IntVar(&p.InFlight, "q", 16, "messages in `flight` (receive slots, a power of two; with -scheme, transfers under way, at most 4)")
 	fs.BoolVar(&p.RC, "rc", false, "carry packets on RC channel QPs (the NIC-reliability baseline) instead of UC")
 	fs.Float64Var(&p.Loss, "loss", 0, "drop this `fraction` of packets at the server's ingress")
 	fs.Float64Var(&p.RateGbps, "rate", 0, "pace the client to this many `Gbit/s` (all channels; 0: unpaced)")
