@@ -1,6 +1,7 @@
 package reliability_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -204,5 +205,34 @@ func TestPingGivesUp(t *testing.T) {
 	}
 	if got := a.now.Sub(start); got < time.Second-time.Millisecond {
 		t.Errorf("started %v after the first ping without a PONG, want 1 s", got)
+	}
+}
+
+// TestFirstPassDuration: Stats.FirstPass is the first pass's injection
+// time by the sender's clock — every chunk at the fixed rate — and
+// repairs do not add to it.
+func TestFirstPassDuration(t *testing.T) {
+	const chunks, rate = 100, 1e9
+	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: time.Millisecond, FixedRate: true, Bandwidth: rate}, FixedRTT: true})
+	if n := sent(a.startSR(chunks)); n != chunks {
+		t.Fatalf("first pass sent %d chunks, want %d", n, chunks)
+	}
+	a.runTimer() // a retransmission round: not part of the first pass
+	if n := sent(a.drain()); n == 0 {
+		t.Fatal("the timer resent nothing")
+	}
+	a.s.Cancel(a.now, 0, errors.New("test over"))
+	var st *reliability.Stats
+	for _, act := range a.drain() {
+		if act.Kind == reliability.ActFail {
+			st = act.Stats
+		}
+	}
+	if st == nil {
+		t.Fatal("no ActFail for the canceled transfer")
+	}
+	want := time.Duration(chunks * 1024 * 8 / rate * 1e9)
+	if st.FirstPass != want {
+		t.Errorf("FirstPass %v, want %v (%d chunks of 1 KiB at %g bit/s)", st.FirstPass, want, chunks, rate)
 	}
 }

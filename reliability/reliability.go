@@ -469,6 +469,12 @@ type Stats struct {
 	// SRTT is the sender's smoothed round trip when the transfer ended
 	// (0 before any sample).
 	SRTT time.Duration
+	// FirstPass is how long the first pass (data, and parity for coded
+	// plans) took to leave by the sender's injection clock, from its
+	// first chunk's departure to its last's: what a model of the transfer
+	// takes for injection. Short transfers leave at the connection's
+	// pacing rate, below the path's (0 if the transfer ended first).
+	FirstPass time.Duration
 	// Receiver side.
 	Decoded   int // submessages rebuilt from parity
 	Fallbacks int // EC fallbacks: NACK rounds for undecodable submessages

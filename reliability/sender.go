@@ -96,6 +96,7 @@ type sendXfer struct {
 	lastFlight []uint32
 	ackedSeq   uint32    // the latest flight with an acknowledged chunk
 	lastNewAck time.Time // when an ACK last acknowledged anything new
+	firstSent  time.Time // when the first chunk left, by the injection clock
 }
 
 // pendingSend is a run of chunks (or a message's immediate carriers)
@@ -330,6 +331,9 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 // fallback timeout too), the completing ACK or an immediate report may
 // have been lost, and nothing else would bring them again.
 func (s *SenderEngine) firstPassLeft(x *sendXfer) {
+	if !x.firstSent.IsZero() {
+		x.stats.FirstPass = s.wireFree.Sub(x.firstSent)
+	}
 	if x.plan.Scheme == SRNACK {
 		x.tailProbeAt = s.wireFree
 	}
@@ -541,6 +545,9 @@ func (s *SenderEngine) release(now time.Time) {
 // if timed, arms retransmission timers for them in flights.
 func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int, packets uint64, timed bool) {
 	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: part, First: first, Count: n, Packets: packets})
+	if x.firstSent.IsZero() {
+		x.firstSent = maxTime(now, s.wireFree)
+	}
 	if part == Data {
 		for i := first; i < first+n; i++ {
 			x.queued.clear(i)

@@ -11,7 +11,6 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 )
 
@@ -36,8 +35,10 @@ type Row struct {
 	Resent      int     `json:"chunks_resent"`
 	Parity      int     `json:"parity_chunks"`
 	Plans       string  `json:"plans,omitempty"`
-	// ModelMs is reliability/model's mean completion time on the link at
-	// the rate the carrier sustained (0: the models do not cover it).
+	// ModelMs is reliability/model's mean completion time of the completed
+	// transfers, each for the plan it ran on the link at the rate the
+	// carrier sustained, or its first pass's rate where lower (0: the
+	// models do not cover every transfer, e.g. hybrid).
 	ModelMs float64 `json:"model_mean_ms,omitempty"`
 	Note    string  `json:"note,omitempty"`
 }
@@ -226,8 +227,8 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 		if code.K == 0 {
 			code = sc.Code
 		}
+		p.model = func(st reliability.Stats) (time.Duration, bool) { return predict(sc, lr, size, st) }
 		m, err = p.reliable(ctx, reliability.ReceiverConfig{Scheme: s, Code: code})
-		row.ModelMs = predict(sc, lr, size, s, code)
 	}
 	if err != nil {
 		return row, err
@@ -247,6 +248,13 @@ func (r *Row) summarize(m *measurement, size int) {
 	for _, t := range m.times {
 		sum += t
 	}
+	if m.unmodeled == 0 && len(m.models) > 0 {
+		var sum time.Duration
+		for _, d := range m.models {
+			sum += d
+		}
+		r.ModelMs = ms(sum / time.Duration(len(m.models)))
+	}
 	r.MinMs = ms(m.times[0])
 	r.MeanMs = ms(sum / time.Duration(len(m.times)))
 	r.P50Ms = ms(m.times[len(m.times)/2])
@@ -254,28 +262,34 @@ func (r *Row) summarize(m *measurement, size int) {
 	r.GoodputMbps = float64(m.completed) * float64(size) * 8 / m.wall.Seconds() / 1e6
 }
 
-// predict is reliability/model's mean completion time for a scheme and
-// code on the link at its sustained rate, in ms (0 where the models do
-// not cover it: hybrid, chunk loss beyond model.MaxLoss).
-func predict(sc *Scenario, lr LinkResult, size int, s reliability.Scheme, code ec.Params) float64 {
+// predict is reliability/model's mean completion time of one transfer of
+// size bytes that ran st.Plan, on the link at its sustained rate — or at
+// the rate its first pass left at, where that was lower: a transfer
+// shorter than a few round trips leaves at the connection's pacing rate,
+// which a good sender keeps within what the path has shown it (BBR's
+// app-limited start does the same), so the model injects as the sender
+// did. False where the models do not cover it: hybrid, chunk loss beyond
+// model.MaxLoss.
+func predict(sc *Scenario, lr LinkResult, size int, st reliability.Stats) (time.Duration, bool) {
 	loss, err := model.ChunkLoss(lr.Loss, sc.ChunkSize/sc.MTU)
 	if err != nil || loss > model.MaxLoss || lr.RateMbps <= 0 {
-		return 0
+		return 0, false
 	}
-	l := model.Link{Bandwidth: lr.RateMbps * 1e6, RTT: time.Duration(lr.RTTMs * 1e6), Loss: loss, ChunkSize: sc.ChunkSize}
-	c, ok := reliability.ModelChoice(s, code, model.DefaultAlpha)
-	if s == reliability.Auto {
-		c, err = model.Choose(l, int64(size))
-		ok = err == nil
-	}
+	c, ok := st.Plan.ModelChoice()
 	if !ok {
-		return 0
+		return 0, false
 	}
+	rate := lr.RateMbps * 1e6
+	if st.FirstPass > 0 {
+		bits := float64(st.Plan.DataChunks()+st.Plan.ParityChunks()) * float64(sc.ChunkSize) * 8
+		rate = min(rate, bits/st.FirstPass.Seconds())
+	}
+	l := model.Link{Bandwidth: rate, RTT: time.Duration(lr.RTTMs * 1e6), Loss: loss, ChunkSize: sc.ChunkSize}
 	est, err := model.Predict(l, int64(size), c)
 	if err != nil || math.IsInf(ms(est.Mean), 0) {
-		return 0
+		return 0, false
 	}
-	return ms(est.Mean)
+	return est.Mean, true
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -25,6 +25,10 @@ type measurement struct {
 	resent, parity                int
 	plans                         map[string]bool
 	note                          string
+	// models holds the model's mean for each completed transfer, in
+	// times' order of arrival; unmodeled counts those it does not cover.
+	models    []time.Duration
+	unmodeled int
 }
 
 // point is one link, size and scheme with the devices that carry it.
@@ -36,8 +40,19 @@ type point struct {
 	count    int
 	timeout  time.Duration
 	bitsPerS float64 // the rate the link sustained (or is configured to), for the sender's injection clock; 0: the default
+	// model predicts a completed transfer's mean from its statistics
+	// (false where the models do not cover it); nil: none.
+	model func(st reliability.Stats) (time.Duration, bool)
 	// observe, when set, sees every transfer's statistics and outcome.
 	observe func(st reliability.Stats, delivered bool)
+}
+
+// predict is p.model's prediction for a completed transfer.
+func (p *point) predict(st reliability.Stats) (time.Duration, bool) {
+	if p.model == nil {
+		return 0, false
+	}
+	return p.model(st)
 }
 
 func (p *point) qpAttr() sdr.QPAttr {
@@ -130,11 +145,17 @@ func (p *point) reliable(ctx context.Context, cfg reliability.ReceiverConfig) (m
 		// count it.
 		st := rr.stats
 		st.ChunksSent, st.Retransmitted, st.ParitySent, st.Probes = sent.ChunksSent, sent.Retransmitted, sent.ParitySent, sent.Probes
+		st.FirstPass = sent.FirstPass
 		if !sent.Start.IsZero() {
 			st.Start = sent.Start
 		}
 		if delivered {
 			m.times = append(m.times, st.Duration())
+			if d, ok := p.predict(st); ok {
+				m.models = append(m.models, d)
+			} else {
+				m.unmodeled++
+			}
 		}
 		if p.observe != nil {
 			p.observe(st, delivered)
