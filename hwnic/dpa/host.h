@@ -490,8 +490,8 @@ static void sdr_dpa_qp_destroy(struct sdr_dpa_qp *q)
 /* sdr_dpa_qp_rate paces all of q's send QPs together at mbps Mbit/s on
  * average (0: unpaced) through the NIC's transmit scheduler: a leaf
  * under the device's root node, made the send QPs' requestor element the
- * first time, then modified in place. The fence QPs stay unpaced (one
- * marker per arm). */
+ * first time, then modified in place; called once the send QPs are
+ * connected (RTS). The fence QPs stay unpaced (one marker per arm). */
 static int sdr_dpa_qp_rate(struct sdr_dpa_qp *q, uint32_t mbps, const char **step)
 {
 	struct sdr_dpa_dev *d = q->d;

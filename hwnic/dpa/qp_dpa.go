@@ -86,7 +86,8 @@ type qp struct {
 	need   []int
 
 	closeOnce sync.Once
-	destroyed bool // the C transport is gone; guarded by dv.umrMu
+	destroyed bool   // the C transport is gone; guarded by dv.umrMu
+	rateMbps  uint32 // the rate limit asked for (0: none); guarded by dv.umrMu
 }
 
 var _ backend.RateLimiter = (*qp)(nil)
@@ -153,11 +154,10 @@ func (dv *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 		q.pkts = append(q.pkts, unsafe.Slice((*C.struct_sdr_dpa_pkt)(p), C.SDR_DPA_POST_BATCH))
 	}
 	q.npkts = make([]int, dv.channels)
-	if attr.RateLimit > 0 { // per channel: the channels' leaf gets their sum
-		if err := q.SetRateLimit(attr.RateLimit * float64(dv.channels)); err != nil {
-			q.destroy()
-			return nil, fmt.Errorf("dpa: new QP: %w", err)
-		}
+	// Per channel: the channels' leaf gets their sum, at Connect.
+	if q.rateMbps, err = schedulerRate(attr.RateLimit * float64(dv.channels)); err != nil {
+		q.destroy()
+		return nil, fmt.Errorf("dpa: new QP: %w", err)
 	}
 	if C.sdr_dpa_qp_start(q.c) != 0 {
 		q.destroy()
@@ -239,6 +239,16 @@ func (q *qp) Connect(remote []byte) error {
 				return err
 			}
 		}
+	}
+	// The send QPs are ready to send: pace them as asked so far, under
+	// the lock SetRateLimit takes, so that a rate set meanwhile is not
+	// lost.
+	q.dv.umrMu.Lock()
+	defer q.dv.umrMu.Unlock()
+	if err := q.applyRate(); err != nil {
+		err = fmt.Errorf("dpa: connect: %w (the QP is unusable): %w", err, ErrUnusable)
+		q.broken.Store(&err)
+		return err
 	}
 	q.peer.Store(p)
 	return nil
@@ -481,21 +491,35 @@ func (q *qp) reserve(w *backend.Write, packets int) error {
 // SetRateLimit paces the QP's send QPs together at bitsPerSecond (0:
 // unpaced) with the NIC's transmit scheduler (host.h's
 // sdr_dpa_qp_rate): one scheduling leaf for all of them, its maximum
-// average rate in whole Mbit/s rounded up (backend.RateLimiter). It
+// average rate in whole Mbit/s rounded up (backend.RateLimiter). Before
+// Connect the rate is kept and applied once the send QPs are ready. It
 // takes the device's UMR lock, as the scheduler's root is the device's.
 func (q *qp) SetRateLimit(bitsPerSecond float64) error {
 	mbps, err := schedulerRate(bitsPerSecond)
 	if err != nil {
 		return err
 	}
-	var step *C.char
 	q.dv.umrMu.Lock()
 	defer q.dv.umrMu.Unlock()
 	if q.destroyed {
 		return errors.New("dpa: set rate limit: QP closed")
 	}
-	if C.sdr_dpa_qp_rate(q.c, C.uint32_t(mbps), &step) != 0 {
-		return fmt.Errorf("dpa: set rate limit of %d Mbit/s: %s failed", mbps, C.GoString(step))
+	q.rateMbps = mbps
+	if q.peer.Load() == nil {
+		return nil
+	}
+	return q.applyRate()
+}
+
+// applyRate gives the send QPs' scheduling leaf the rate asked for (none
+// is made while no rate was). The caller holds dv.umrMu.
+func (q *qp) applyRate() error {
+	if q.rateMbps == 0 && q.c.rate_leaf == nil {
+		return nil
+	}
+	var step *C.char
+	if C.sdr_dpa_qp_rate(q.c, C.uint32_t(q.rateMbps), &step) != 0 {
+		return fmt.Errorf("dpa: rate limit of %d Mbit/s: %s failed", q.rateMbps, C.GoString(step))
 	}
 	return nil
 }
