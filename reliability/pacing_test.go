@@ -120,6 +120,43 @@ func TestBackoffOnlyWhenSilent(t *testing.T) {
 	}
 }
 
+// TestRTOFromPathRoundTrip: the retransmission timeout is (1+α) times
+// the path's least round trip, raised to SRTT + 4·RTTVAR only when the
+// samples vary more: a standing queue that lengthens every sample alike
+// does not multiply into the timer (the paper's RTO = RTT + α·RTT is of
+// the path's round trip).
+func TestRTOFromPathRoundTrip(t *testing.T) {
+	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: time.Millisecond, FixedRate: true, Bandwidth: 1e9}})
+	// oneChunk sends a one-chunk transfer and acknowledges it after rtt.
+	oneChunk := func(id uint64, rtt time.Duration) {
+		t.Helper()
+		a.s.Submit(a.now, 1024)
+		a.control(control.Message{Type: control.CTS, Transfer: id, Length: 1024, Scheme: uint8(reliability.SRRTO), ChunkSize: 1024})
+		if n := sent(a.drain()); n != 1 {
+			t.Fatalf("transfer %d sent %d chunks, want 1", id, n)
+		}
+		a.now = a.now.Add(rtt)
+		a.control(control.Message{Type: control.ACK, Transfer: id, Cumulative: 1})
+		a.control(control.Message{Type: control.ACK, Transfer: id, Cumulative: 1, AckFlags: control.AckComplete})
+		a.drain()
+		a.now = a.now.Add(time.Millisecond)
+	}
+	id := uint64(0)
+	oneChunk(id, 10*time.Millisecond)
+	// A queue of 6 ms standing in front of every later chunk.
+	for id = 1; id < 40; id++ {
+		oneChunk(id, 16*time.Millisecond)
+	}
+	if rto := a.s.RTO(); rto != 30*time.Millisecond {
+		t.Errorf("RTO %v with a 10 ms path and steady 16 ms samples: want 3 × 10 ms", rto)
+	}
+	// Samples that jump: the jitter allowance rules.
+	oneChunk(id, 80*time.Millisecond)
+	if rto := a.s.RTO(); rto < 80*time.Millisecond {
+		t.Errorf("RTO %v after an 80 ms sample among 16 ms ones: want SRTT + 4·RTTVAR above it", rto)
+	}
+}
+
 // TestTimeoutCountsFromProgress: a transfer whose receiver keeps
 // acknowledging new chunks does not time out after Config.Timeout of
 // total time; one that hears nothing fails Timeout after its last news.

@@ -261,9 +261,10 @@ type Config struct {
 type SenderConfig struct {
 	Config
 	// FixedRTT keeps the timers on RTT. Otherwise the sender measures the
-	// round trip from ACKs of chunks sent once (Karn's rule) and the
-	// timers use max(RTT, SRTT + 4·RTTVAR) — on a real host processing
-	// and queueing add to the link's round trip. The simulator, whose
+	// round trip from ACKs of chunks sent once (Karn's rule) and PINGs:
+	// the timers' RTT is then the least sample (at least RTT), and the
+	// RTO at least SRTT + 4·RTTVAR — on a real host processing and
+	// queueing add to the link's round trip, and vary. The simulator, whose
 	// round trip is known, fixes it.
 	FixedRTT bool
 	// Window bounds the transfers a sender has started and not finished
@@ -469,6 +470,8 @@ type Stats struct {
 	// SRTT is the sender's smoothed round trip when the transfer ended
 	// (0 before any sample).
 	SRTT time.Duration
+	// RTO is the retransmission timeout in force when the transfer ended.
+	RTO time.Duration
 	// FirstPass is how long the first pass (data, and parity for coded
 	// plans) took to leave by the sender's injection clock, from its
 	// first chunk's departure to its last's: what a model of the transfer

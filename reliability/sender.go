@@ -997,7 +997,9 @@ func (s *SenderEngine) resendImm(x *sendXfer) {
 	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSendImm})
 }
 
-// observeRTT folds a round-trip sample into the timers.
+// observeRTT folds a round-trip sample into the timers: the RTO is
+// (1+α) times the path's round trip (the least sample), or SRTT +
+// 4·RTTVAR where the samples vary more than that covers.
 func (s *SenderEngine) observeRTT(sample time.Duration) {
 	if sample <= 0 {
 		return
@@ -1008,8 +1010,8 @@ func (s *SenderEngine) observeRTT(sample time.Duration) {
 		s.rttvar = (3*s.rttvar + (s.srtt - sample).Abs()) / 4
 		s.srtt = (7*s.srtt + sample) / 8
 	}
-	rtt := max(s.cfg.RTT, s.srtt+4*s.rttvar)
-	s.rto = rtt + time.Duration(s.cfg.Alpha*float64(rtt))
+	path := max(s.cfg.RTT, s.leastRTT)
+	s.rto = max(path+time.Duration(s.cfg.Alpha*float64(path)), s.srtt+4*s.rttvar)
 }
 
 // RTO returns the retransmission timeout in force.
@@ -1020,7 +1022,7 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	delete(s.active, x.id)
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
-	x.stats.PacingRate, x.stats.SRTT = s.rc.rate, s.srtt
+	x.stats.PacingRate, x.stats.SRTT, x.stats.RTO = s.rc.rate, s.srtt, s.rto
 	if err != nil {
 		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: err})
 	} else {

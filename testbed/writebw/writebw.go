@@ -752,6 +752,7 @@ type ReliableResult struct {
 	Parity        int      `json:"parity_chunks"`
 	PacingMbps    float64  `json:"pacing_rate_mbps"` // the rate the last transfer ended at
 	SRTTMs        float64  `json:"srtt_ms"`
+	RTOMs         float64  `json:"rto_ms"`                  // the retransmission timeout the last transfer ended with
 	ModelMs       float64  `json:"model_mean_ms,omitempty"` // the model's mean at that rate and round trip
 	ModelNote     string   `json:"model_note,omitempty"`
 	ElapsedSecond float64  `json:"elapsed_seconds"`
@@ -1052,7 +1053,7 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*ReliableR
 		res.P50Ms, res.P99Ms, res.P999Ms = q(0.5), q(0.99), q(0.999)
 		res.GoodputMbps = float64(len(times)*p.Size) * 8 / elapsed.Seconds() / 1e6
 		last := stats[n-1]
-		res.PacingMbps, res.SRTTMs = last.PacingRate/1e6, float64(last.SRTT)/1e6
+		res.PacingMbps, res.SRTTMs, res.RTOMs = last.PacingRate/1e6, float64(last.SRTT)/1e6, float64(last.RTO)/1e6
 		res.ModelMs, res.ModelNote = predictReliable(p, last)
 	}
 	if len(lags) > 0 {
@@ -1119,8 +1120,8 @@ func printReliable(w io.Writer, f *Options, r *ReliableResult) {
 	if len(r.Flows) > 0 {
 		fmt.Fprintf(w, " Chunks resent: %d (%d packets alone)   parity: %d (all flows)\n", r.Resent, r.PacketsResent, r.Parity)
 	} else {
-		fmt.Fprintf(w, " Chunks resent: %d (%d packets alone)   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms\n",
-			r.Resent, r.PacketsResent, r.Parity, r.PacingMbps, r.SRTTMs)
+		fmt.Fprintf(w, " Chunks resent: %d (%d packets alone)   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms   RTO: %.3f ms\n",
+			r.Resent, r.PacketsResent, r.Parity, r.PacingMbps, r.SRTTMs, r.RTOMs)
 	}
 	if r.LagMaxMs > 0 {
 		fmt.Fprintf(w, " Completion learned by the client: %.3f ms after the server's (median), %.3f ms (worst)\n", r.LagP50Ms, r.LagMaxMs)
