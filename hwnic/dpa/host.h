@@ -59,6 +59,8 @@ struct sdr_dpa_dev {
 	struct flexio_process *process;
 	struct flexio_window *window;
 	uint32_t pdn, port, gid_index, uar_id, dumem_id;
+	/* The timestamp format the device's QPs take (sdr_dpa_ts_format). */
+	uint32_t ts_format;
 	uint64_t heap_base;
 	union ibv_gid gid;
 	uint32_t ifindex;
@@ -169,6 +171,8 @@ static void sdr_dpa_close(struct sdr_dpa_dev *d)
 
 /* sdr_dpa_open opens the named device and creates what every QP
  * shares; NULL and the failed step in *step on failure. */
+static int sdr_dpa_ts_format(struct sdr_dpa_dev *d);
+
 static struct sdr_dpa_dev *sdr_dpa_open(const char *name, uint32_t port, uint32_t gid_index, const char **step)
 {
 	struct sdr_dpa_dev *d = calloc(1, sizeof(*d));
@@ -198,6 +202,10 @@ static struct sdr_dpa_dev *sdr_dpa_open(const char *name, uint32_t port, uint32_
 		goto fail;
 	}
 	d->gid = ge.gid, d->ifindex = ge.ndev_ifindex;
+	if (sdr_dpa_ts_format(d)) {
+		*step = "QUERY_HCA_CAP (RoCE capabilities: the QPs' timestamp format)";
+		goto fail;
+	}
 	if (!(d->pd = ibv_alloc_pd(d->ctx))) {
 		*step = "ibv_alloc_pd";
 		goto fail;
@@ -302,6 +310,22 @@ static int sdr_dpa_entry_set(struct sdr_dpa_dev *d, struct mlx5dv_mkey *m, int c
 /* sdr_dpa_devx_ok checks a command's return and its mailbox status. */
 static int sdr_dpa_devx_ok(int rc, const void *out) { return rc == 0 && sdr_prm_get(out, SDR_PRM_OUT_STATUS) == 0; }
 
+/* sdr_dpa_ts_format sets the timestamp format of d's QPs as the kernel's
+ * mlx5_get_qp_default_ts picks it for a RoCE device: the default where
+ * the RoCE capability qp_ts_format offers a real-time clock, else free
+ * running. */
+static int sdr_dpa_ts_format(struct sdr_dpa_dev *d)
+{
+	uint8_t in[SDR_PRM_QUERY_HCA_CAP_IN] = {0}, out[SDR_PRM_QUERY_HCA_CAP_OUT] = {0};
+	SDR_SET(in, 0, SDR_PRM_OPCODE, SDR_PRM_QUERY_HCA_CAP);
+	SDR_SET(in, 0, SDR_PRM_OP_MOD, SDR_PRM_CAP_ROCE_CUR);
+	if (!sdr_dpa_devx_ok(mlx5dv_devx_general_cmd(d->ctx, in, sizeof(in), out, sizeof(out)), out))
+		return -1;
+	uint32_t cap = SDR_GET(out, SDR_PRM_CAPABILITY, SDR_ROCE_CAP_QP_TS_FORMAT);
+	d->ts_format = cap ? SDR_QPC_TS_FORMAT_DEFAULT : SDR_QPC_TS_FORMAT_FREE_RUNNING;
+	return 0;
+}
+
 /* sdr_dpa_create_rqp creates a UC receive QP without a send queue whose
  * RQ ring (rq, 2^log_rq 16-byte WQEs) and doorbell record (dbr) are DPA
  * memory, completing to CQ cqn, and moves it to INIT. */
@@ -317,7 +341,7 @@ static struct mlx5dv_devx_obj *sdr_dpa_create_rqp(struct sdr_dpa_dev *d, flexio_
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_LOG_RQ_SIZE, log_rq);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_LOG_RQ_STRIDE, 0); /* 16-byte WQEs: 2^(0+4) */
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_NO_SQ, 1);
-	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_TS_FORMAT, SDR_QPC_TS_FORMAT_DEFAULT);
+	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_TS_FORMAT, d->ts_format);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_CQN_SND, cqn);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_CQN_RCV, cqn);
 	SDR_SET(in, SDR_PRM_QPC, SDR_QPC_RQ_TYPE, 0); /* regular */

@@ -6,7 +6,8 @@
  * include/linux/mlx5/mlx5_ifc.h (struct mlx5_ifc_create_qp_in_bits,
  * mlx5_ifc_qpc_bits, mlx5_ifc_ads_bits, mlx5_ifc_rst2init_qp_in_bits,
  * mlx5_ifc_init2rtr_qp_in_bits, mlx5_ifc_create_mkey_in_bits,
- * mlx5_ifc_mkc_bits, mlx5_ifc_klm_bits): offsets are counted in bits
+ * mlx5_ifc_mkc_bits, mlx5_ifc_klm_bits, mlx5_ifc_query_hca_cap_in_bits,
+ * mlx5_ifc_query_hca_cap_out_bits, mlx5_ifc_roce_cap_bits): offsets are counted in bits
  * from the start of each structure, big-endian, most significant bit
  * first, as the PRM numbers them.
  *
@@ -23,6 +24,7 @@
 #include <string.h>
 
 /* Command opcodes (PRM "Command Reference"). */
+#define SDR_PRM_QUERY_HCA_CAP 0x100
 #define SDR_PRM_CREATE_MKEY 0x200
 #define SDR_PRM_CREATE_QP 0x500
 #define SDR_PRM_RST2INIT_QP 0x502
@@ -38,6 +40,8 @@
 #define SDR_PRM_CREATE_MKEY_IN 0x110 /* create_mkey_in up to klm_pas_mtt */
 #define SDR_PRM_CREATE_MKEY_OUT 0x10
 #define SDR_PRM_KLM_SIZE 0x10
+#define SDR_PRM_QUERY_HCA_CAP_IN 0x10
+#define SDR_PRM_QUERY_HCA_CAP_OUT 0x1010 /* the header, then the capability union (0x8000 bits) */
 
 /* Common command header. */
 #define SDR_PRM_OPCODE 0x00, 16
@@ -45,6 +49,20 @@
 #define SDR_PRM_OUT_SYNDROME 0x20, 32
 #define SDR_PRM_QPN 0x48, 24         /* modify commands' qpn; create_qp_out's qpn */
 #define SDR_PRM_MKEY_INDEX 0x48, 24  /* create_mkey_out */
+
+/*
+ * query_hca_cap_in / _out. op_mod names the capability and whether its
+ * maximum or current value: (type << 1) | 1 for the current one, the
+ * RoCE capabilities being type 4 (the kernel's enum mlx5_cap_type,
+ * MLX5_CAP_ROCE, and HCA_CAP_OPMOD_GET_CUR in include/linux/mlx5/device.h).
+ */
+#define SDR_PRM_OP_MOD 0x30, 16
+#define SDR_PRM_CAP_ROCE_CUR ((0x4 << 1) | 0x1)
+#define SDR_PRM_CAPABILITY 0x80      /* query_hca_cap_out: where the capability starts */
+/* roce_cap fields, relative to SDR_PRM_CAPABILITY: the timestamp
+ * formats a RoCE QP may take (0 free running only, 1 real time only, 2
+ * both). */
+#define SDR_ROCE_CAP_QP_TS_FORMAT 0x1e, 2
 
 /* create_qp_in / modify_qp_in: where the qpc starts. */
 #define SDR_PRM_QPC 0xc0
@@ -83,12 +101,13 @@
 
 #define SDR_QPC_ST_UC 0x1
 /*
- * The device's default timestamp format: what the kernel's
- * mlx5_get_qp_default_ts picks when the device reports a real-time clock
- * (qp_ts_format capability not FREE_RUNNING only), as the ConnectX-7
- * generation of a BlueField-3 does; 0 (free running) is refused by a
- * device that offers only the real-time clock.
+ * Timestamp formats of a QP: the device's default, or free running. The
+ * kernel's mlx5_get_qp_default_ts picks the default where the RoCE
+ * capability qp_ts_format offers a real-time clock (any value but 0),
+ * free running otherwise; a device that offers only the real-time
+ * clock refuses free running, one without it the default.
  */
+#define SDR_QPC_TS_FORMAT_FREE_RUNNING 0x0
 #define SDR_QPC_TS_FORMAT_DEFAULT 0x1
 #define SDR_QPC_PM_STATE_MIGRATED 0x3
 
@@ -139,5 +158,7 @@ static inline void sdr_prm_set64(void *p, uint32_t off, uint64_t v)
 /* The two-argument field macros above expand into (off, width). */
 #define SDR_SET(p, base, field, v) sdr_prm_set_at(p, base, field, v)
 #define sdr_prm_set_at(p, base, off, width, v) sdr_prm_set(p, (base) + (off), width, v)
+#define SDR_GET(p, base, field) sdr_prm_get_at(p, base, field)
+#define sdr_prm_get_at(p, base, off, width) sdr_prm_get(p, (base) + (off), width)
 
 #endif /* SDR_DPA_PRM_H */

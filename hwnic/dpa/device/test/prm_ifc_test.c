@@ -81,6 +81,11 @@ int main(void)
 	FIELD(SDR_PRM_QPN, init2rtr_qp_in, qpn, 0);
 	FIELD(SDR_PRM_QPN, qp_2err_in, qpn, 0);
 	FIELD(SDR_PRM_MKEY_INDEX, create_mkey_out, mkey_index, 0);
+	FIELD(SDR_PRM_OPCODE, query_hca_cap_in, opcode, 0);
+	FIELD(SDR_PRM_OP_MOD, query_hca_cap_in, op_mod, 0);
+	FIELD(SDR_PRM_OUT_STATUS, query_hca_cap_out, status, 0);
+	check("SDR_PRM_CAPABILITY", SDR_PRM_CAPABILITY, 0, BITOFF(query_hca_cap_out, capability), 0);
+	FIELD(SDR_ROCE_CAP_QP_TS_FORMAT, roce_cap, qp_ts_format, 0);
 
 	/* Where the QP context starts, and create_qp_in's own fields. */
 	check("SDR_PRM_QPC (create_qp_in)", SDR_PRM_QPC, 0, BITOFF(create_qp_in, qpc), 0);
@@ -145,12 +150,16 @@ int main(void)
 	check("SDR_PRM_MODIFY_QP_IN", SDR_PRM_MODIFY_QP_IN * 8, 0, (uint32_t)sizeof(struct mlx5_ifc_rst2init_qp_in_bits), 0);
 	check("SDR_PRM_MODIFY_QP_IN (init2rtr)", SDR_PRM_MODIFY_QP_IN * 8, 0, (uint32_t)sizeof(struct mlx5_ifc_init2rtr_qp_in_bits), 0);
 	check("SDR_PRM_CREATE_MKEY_IN", SDR_PRM_CREATE_MKEY_IN * 8, 0, BITOFF(create_mkey_in, klm_pas_mtt), 0);
+	check("SDR_PRM_QUERY_HCA_CAP_IN", SDR_PRM_QUERY_HCA_CAP_IN * 8, 0, (uint32_t)sizeof(struct mlx5_ifc_query_hca_cap_in_bits), 0);
+	check("SDR_PRM_QUERY_HCA_CAP_OUT", SDR_PRM_QUERY_HCA_CAP_OUT * 8, 0, (uint32_t)sizeof(struct mlx5_ifc_query_hca_cap_out_bits), 0);
 
 	/* Constants. */
 	check("SDR_QPC_ST_UC", SDR_QPC_ST_UC, 0, MLX5_QPC_ST_UC, 0);
 	check("SDR_QPC_PM_STATE_MIGRATED", SDR_QPC_PM_STATE_MIGRATED, 0, MLX5_QPC_PM_STATE_MIGRATED, 0);
 	check("SDR_MKC_ACCESS_MODE_KLMS", SDR_MKC_ACCESS_MODE_KLMS, 0, MLX5_MKC_ACCESS_MODE_KLMS, 0);
 	check("SDR_QPC_TS_FORMAT_DEFAULT", SDR_QPC_TS_FORMAT_DEFAULT, 0, MLX5_TIMESTAMP_FORMAT_DEFAULT, 0);
+	check("SDR_QPC_TS_FORMAT_FREE_RUNNING", SDR_QPC_TS_FORMAT_FREE_RUNNING, 0, MLX5_TIMESTAMP_FORMAT_FREE_RUNNING, 0);
+	check("SDR_PRM_QUERY_HCA_CAP", SDR_PRM_QUERY_HCA_CAP, 0, MLX5_CMD_OP_QUERY_HCA_CAP, 0);
 	check("SDR_PRM_CREATE_QP", SDR_PRM_CREATE_QP, 0, MLX5_CMD_OP_CREATE_QP, 0);
 	check("SDR_PRM_RST2INIT_QP", SDR_PRM_RST2INIT_QP, 0, MLX5_CMD_OP_RST2INIT_QP, 0);
 	check("SDR_PRM_INIT2RTR_QP", SDR_PRM_INIT2RTR_QP, 0, MLX5_CMD_OP_INIT2RTR_QP, 0);
