@@ -1,6 +1,8 @@
 package reliability
 
 import (
+	"time"
+
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 )
@@ -52,6 +54,29 @@ func ModelChoice(s Scheme, code ec.Params, alpha float64) (model.Choice, bool) {
 // model's default alpha), and false for Hybrid.
 func (p Plan) ModelChoice() (model.Choice, bool) {
 	return ModelChoice(p.Scheme, p.Code, model.DefaultAlpha)
+}
+
+// ModelLink is the link reliability/model sees for p's transfers over a
+// path that loses packetLoss of its packets, at bandwidth bit/s with
+// round trip rtt: the loss of p's chunks and, for SR plans of chunks of
+// several packets, the loss of their repairs, which resend only the
+// packets a chunk lacks (model.PacketRepairLoss). The loss is capped at
+// model.MaxLoss.
+func (p Plan) ModelLink(packetLoss, bandwidth float64, rtt time.Duration) (model.Link, error) {
+	packets := max(1, p.ChunkSize/max(p.MTU, 1))
+	loss, err := model.ChunkLoss(packetLoss, packets)
+	if err != nil {
+		return model.Link{}, err
+	}
+	l := model.Link{Bandwidth: bandwidth, RTT: rtt, Loss: min(loss, model.MaxLoss), ChunkSize: p.ChunkSize}
+	if !p.Scheme.coded() && packets > 1 && packets <= 64 {
+		repair, err := model.PacketRepairLoss(packetLoss, packets)
+		if err != nil {
+			return model.Link{}, err
+		}
+		l.RepairLoss = min(repair, model.MaxLoss)
+	}
+	return l, nil
 }
 
 // FromModel maps a model choice to a scheme and code.

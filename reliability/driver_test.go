@@ -416,7 +416,8 @@ func mustLink(t *testing.T, cfg link.Config, seed uint64) *link.Direction {
 // pipe that loses 1 % of the frames each way: a chunk is then lost 47 %
 // of the time, almost always by one packet, and the receiver asks for the
 // missing packets rather than whole chunks (an MDS submessage only for as
-// many as it lacks). The frames sent stay within 1.35 × those of one
+// many as it lacks; SR-RTO's receiver reports them, and its sender's
+// timers resend them). The frames sent stay within 1.35 × those of one
 // first pass (data, and parity for EC); resending whole chunks sends
 // about twice as many.
 func TestRepairsByPacket(t *testing.T) {
@@ -428,6 +429,7 @@ func TestRepairsByPacket(t *testing.T) {
 		parity int // packets of parity per transfer
 	}{
 		{"sr-nack", reliability.ReceiverConfig{Scheme: reliability.SRNACK}, 0},
+		{"sr-rto", reliability.ReceiverConfig{Scheme: reliability.SRRTO}, 0},
 		{"ec-mds(32,8)", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}, size / mtu / 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

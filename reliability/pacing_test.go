@@ -121,10 +121,10 @@ func TestBackoffOnlyWhenSilent(t *testing.T) {
 }
 
 // TestRTOFromPathRoundTrip: the retransmission timeout is (1+α) times
-// the path's least round trip, raised to SRTT + 4·RTTVAR only when the
-// samples vary more: a standing queue that lengthens every sample alike
-// does not multiply into the timer (the paper's RTO = RTT + α·RTT is of
-// the path's round trip).
+// the path's least round trip, raised to 2·SRTT or SRTT + 4·RTTVAR only
+// when the samples grow or vary more: a standing queue that lengthens
+// every sample alike does not multiply into the timer (the paper's RTO =
+// RTT + α·RTT is of the path's round trip).
 func TestRTOFromPathRoundTrip(t *testing.T) {
 	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: time.Millisecond, FixedRate: true, Bandwidth: 1e9}})
 	// oneChunk sends a one-chunk transfer and acknowledges it after rtt.
@@ -143,17 +143,24 @@ func TestRTOFromPathRoundTrip(t *testing.T) {
 	}
 	id := uint64(0)
 	oneChunk(id, 10*time.Millisecond)
-	// A queue of 6 ms standing in front of every later chunk.
+	// A queue of 4 ms standing in front of every later chunk.
 	for id = 1; id < 40; id++ {
-		oneChunk(id, 16*time.Millisecond)
+		oneChunk(id, 14*time.Millisecond)
 	}
 	if rto := a.s.RTO(); rto != 30*time.Millisecond {
-		t.Errorf("RTO %v with a 10 ms path and steady 16 ms samples: want 3 × 10 ms", rto)
+		t.Errorf("RTO %v with a 10 ms path and steady 14 ms samples: want 3 × 10 ms", rto)
+	}
+	// A queue that doubles the round trip: twice SRTT.
+	for ; id < 80; id++ {
+		oneChunk(id, 20*time.Millisecond)
+	}
+	if rto, srtt := a.s.RTO(), 20*time.Millisecond; rto < 2*srtt*99/100 {
+		t.Errorf("RTO %v with steady 20 ms samples on a 10 ms path: want 2 × SRTT", rto)
 	}
 	// Samples that jump: the jitter allowance rules.
 	oneChunk(id, 80*time.Millisecond)
 	if rto := a.s.RTO(); rto < 80*time.Millisecond {
-		t.Errorf("RTO %v after an 80 ms sample among 16 ms ones: want SRTT + 4·RTTVAR above it", rto)
+		t.Errorf("RTO %v after an 80 ms sample among 20 ms ones: want SRTT + 4·RTTVAR above it", rto)
 	}
 }
 

@@ -35,11 +35,12 @@ type ReceiverEngine struct {
 	// estimator's cleanest sample (a CTS's includes however long the
 	// sender took to start).
 	pings pingClock
-	// reorder is the reorder window in force: Config.ReorderWindow,
-	// doubled (up to maxReorder) each time a chunk NACKed once arrives
-	// sooner than its repair could have — it was late, not lost — and
-	// eased back by an eighth per transfer without such a NACK (RACK's
-	// adaptive reordering window).
+	// reorder is the reorder window in force: Config.ReorderWindow (none
+	// while an unset one has seen no reordering), doubled (up to
+	// maxReorder) each time a chunk NACKed once arrives sooner than its
+	// repair could have — it was late, not lost — and eased back by an
+	// eighth per transfer without such a NACK (RACK's adaptive
+	// reordering window).
 	reorder time.Duration
 	// repairRTT and repairVar smooth how long a chunk NACKed once took
 	// to arrive (RFC 6298 weights): on a busy host or a queued path that
@@ -97,7 +98,7 @@ type recvXfer struct {
 	nackedN     []uint8
 	nackedAt    []uint32 // when each hole was last NACKed, in µs after Start, plus 1
 	spurious    bool     // a NACK of this transfer was spurious
-	nackedBelow int      // holes below it were NACKed at least once
+	nackedBelow int      // holes below it were NACKed (SR-RTO: reported) at least once
 	renacks     minheap.Heap[renack]
 	// nackLog lists the NACKs in the order they were sent (from
 	// nackLogHead on), and overtakenAt is the latest NACK time (as
@@ -138,6 +139,9 @@ func NewReceiverEngine(cfg ReceiverConfig) (*ReceiverEngine, error) {
 	}
 	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{},
 		confirming: map[uint64]*confirmation{}, reorder: cfg.ReorderWindow, live: liveness{timeout: cfg.Timeout}}
+	if cfg.reorderAdaptive {
+		r.reorder = 0 // until the connection sees reordering
+	}
 	r.est.init(cfg.Config)
 	return r, nil
 }
@@ -465,9 +469,12 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	if changed && x.ackAt.IsZero() {
 		x.ackAt = now.Add(r.cfg.AckDelay)
 	}
-	if changed && x.plan.Scheme == SRNACK {
+	switch {
+	case changed && x.plan.Scheme == SRNACK:
 		r.nackHoles(now, x) // at once, not an ACK delay later
 		r.renackOvertaken(now, x)
+	case changed && x.plan.Scheme == SRRTO:
+		r.reportPartial(now, x)
 	}
 }
 
@@ -506,7 +513,7 @@ func (r *ReceiverEngine) sampleLoss(now time.Time, x *recvXfer) {
 
 // finish completes a transfer: decode what is missing, tell the sender.
 func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
-	if x.nackedN != nil && !x.spurious {
+	if x.nackedN != nil && !x.spurious && r.reorder > 0 {
 		r.reorder = max(r.cfg.ReorderWindow, r.reorder-r.reorder/8)
 	}
 	if !x.lossSampled {
@@ -676,6 +683,30 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 	x.nackedBelow = limit
 }
 
+// reportPartial tells an SR-RTO sender which packets the chunks missing
+// behind the frontier of a reorder window ago lack, where a chunk is
+// mostly there (nackRanges): its timers then resend those packets rather
+// than the whole chunk. The sender resends nothing for the report itself
+// (the paper's SR-RTO); without a packet view there is nothing to
+// report. It costs O(chunks newly passed/64).
+func (r *ReceiverEngine) reportPartial(now time.Time, x *recvXfer) {
+	if r.packetView == nil {
+		return
+	}
+	// The timer resends, an RTO after the chunk left: no hurry, and
+	// a chunk still arriving on another channel would report packets
+	// in flight (at least the configured window, whatever the
+	// adaptive one).
+	limit, _ := x.passed(now, max(r.reorder, r.cfg.ReorderWindow))
+	if limit <= x.nackedBelow {
+		return
+	}
+	r.nackRanges(x, func(emit func(first, n int)) {
+		x.data.clearRuns(max(x.nackedBelow, x.cum), limit, emit)
+	})
+	x.nackedBelow = limit
+}
+
 // renackHoles NACKs again the NACKed holes whose repair is overdue (the
 // wait backs off as renackBackoff says; a silent peer ends at the
 // liveness timeout). It costs O(log holes) per hole due.
@@ -773,7 +804,7 @@ func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 		// The original, late: the NACK was spurious (reordering), and no
 		// sample.
 		x.spurious = true
-		r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
+		r.reorder = min(max(2*r.reorder, r.cfg.ReorderWindow), max(8*r.cfg.ReorderWindow, maxReorder))
 		return
 	}
 	x.overtakenAt = max(x.overtakenAt, x.nackedAt[i])
@@ -826,10 +857,12 @@ func (r *ReceiverEngine) renackBackoff(now time.Time, x *recvXfer, wait time.Dur
 
 // renackInterval is how long a NACKed hole waits for its repair before
 // it is NACKed again: a round trip as the receiver measures it, the
-// reorder window, and unless the rate is fixed the sender's pacing
-// horizon (repairs leave ahead of first passes, within it).
+// reorder window (at least the configured one, RTT/4: the margin of a
+// repair's own delays even where the path keeps order), and unless the
+// rate is fixed the sender's pacing horizon (repairs leave ahead of
+// first passes, within it).
 func (r *ReceiverEngine) renackInterval() time.Duration {
-	d := r.est.RTT() + r.reorder
+	d := r.est.RTT() + max(r.reorder, r.cfg.ReorderWindow)
 	if !r.cfg.FixedRate {
 		d += paceHorizon
 	}
@@ -909,8 +942,8 @@ func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 }
 
 // nackRanges asks for the data chunks that gen emits: runs of whole
-// chunks in NACKs and, with a packet view, the missing packets of chunks
-// that are mostly there in PNACKs — each datagram twice where the path
+// chunks in NACKs (not for SR-RTO, reportPartial) and, with a packet
+// view, the missing packets of chunks that are mostly there in PNACKs — each datagram twice where the path
 // loses twiceLoss of its packets or more (a lost NACK costs its holes
 // a round; the sender ignores the second copy, see justSent).
 func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
@@ -943,9 +976,12 @@ func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int
 		r.nack.Ranges = append(r.nack.Ranges, control.Range{First: uint32(first), Count: uint32(n)})
 	}
 	packets := x.packetsOf(0)
+	whole := x.plan.Scheme != SRRTO // SR-RTO's timers resend whole chunks
 	gen(func(first, n int) {
 		if r.packetView == nil || packets < 2 || packets > 64 {
-			addRange(first, n)
+			if whole {
+				addRange(first, n)
+			}
 			return
 		}
 		for i := first; i < first+n; i++ {
@@ -959,7 +995,7 @@ func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int
 					flush(&r.pnack)
 				}
 				r.pnack.Packets = append(r.pnack.Packets, control.ChunkPackets{Chunk: uint32(i), Mask: missing})
-			default:
+			case whole:
 				addRange(i, 1)
 			}
 		}

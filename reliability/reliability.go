@@ -263,8 +263,8 @@ type SenderConfig struct {
 	// FixedRTT keeps the timers on RTT. Otherwise the sender measures the
 	// round trip from ACKs of chunks sent once (Karn's rule) and PINGs:
 	// the timers' RTT is then the least sample (at least RTT), and the
-	// RTO at least SRTT + 4·RTTVAR — on a real host processing and
-	// queueing add to the link's round trip, and vary. The simulator, whose
+	// RTO at least 2·SRTT and SRTT + 4·RTTVAR — on a real host
+	// processing and queueing add to the link's round trip, and vary. The simulator, whose
 	// round trip is known, fixes it.
 	FixedRTT bool
 	// Window bounds the transfers a sender has started and not finished
@@ -289,8 +289,14 @@ type ReceiverConfig struct {
 	// ReorderWindow is how long a chunk may arrive behind later ones
 	// before the receiver calls it lost (NACKs, the EC fallback): the
 	// channels' handlers (DPA threads) or a reordering link may complete
-	// a message's chunks out of order [RTT/4]. The simulator, whose links keep order, sets 1 ns.
+	// a message's chunks out of order. Unset, the window adapts as
+	// RACK's does: none until the connection has seen reordering (a
+	// chunk NACKed arriving sooner than its repair could have), then
+	// RTT/4, doubled at each such chunk. Set, it holds from the start. The
+	// simulator, whose links keep order, sets 1 ns.
 	ReorderWindow time.Duration
+
+	reorderAdaptive bool // ReorderWindow was left unset
 }
 
 // setDefaults fills and validates the fields both ends use.
@@ -343,7 +349,7 @@ func (c *ReceiverConfig) setDefaults() error {
 		c.AckDelay = min(time.Millisecond, max(10*time.Microsecond, c.RTT/8))
 	}
 	if c.ReorderWindow == 0 {
-		c.ReorderWindow = c.RTT / 4
+		c.ReorderWindow, c.reorderAdaptive = c.RTT/4, true
 	}
 	if c.Scheme == 0 {
 		c.Scheme = Auto

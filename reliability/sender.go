@@ -97,6 +97,11 @@ type sendXfer struct {
 	ackedSeq   uint32    // the latest flight with an acknowledged chunk
 	lastNewAck time.Time // when an ACK last acknowledged anything new
 	firstSent  time.Time // when the first chunk left, by the injection clock
+	// missing holds, per data chunk of an SR-RTO transfer, the packets
+	// its receiver reported missing of a chunk mostly there (0: none
+	// reported): its timer then resends only those. Allocated with the
+	// first report.
+	missing []uint64
 }
 
 // pendingSend is a run of chunks (or a message's immediate carriers)
@@ -626,8 +631,15 @@ func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlig
 				i++
 				continue
 			}
+			if mask := x.missingPackets(i); mask != 0 {
+				x.resent.set(i)
+				s.repairPackets(x, i, mask, timed)
+				sent++
+				i++
+				continue
+			}
 			j := i + 1
-			for j < f+c && wanted(j) {
+			for j < f+c && wanted(j) && x.missingPackets(j) == 0 {
 				j++
 			}
 			for k := i; k < j; k++ {
@@ -649,18 +661,42 @@ func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlig
 // first passes. A PNACK asked for them, and its receiver asks again if
 // they are lost: no timer.
 func (s *SenderEngine) resendPackets(now time.Time, x *sendXfer, i int, mask uint64) {
-	packets := (min(x.plan.ChunkSize, x.plan.Length-i*x.plan.ChunkSize) + x.plan.MTU - 1) / x.plan.MTU
-	if packets < 64 {
-		mask &= 1<<packets - 1
-	}
+	mask &= x.packetMask(i)
 	if mask == 0 || x.acked.has(i) || x.queued.has(i) || s.justSent(x, i, now) {
 		return
 	}
-	x.queued.set(i)
 	x.resent.set(i)
 	s.untime(x, i)
+	s.repairPackets(x, i, mask, false)
+}
+
+// repairPackets queues the packets of data chunk i in mask ahead of first
+// passes, timed or not.
+func (s *SenderEngine) repairPackets(x *sendXfer, i int, mask uint64, timed bool) {
+	x.queued.set(i)
 	x.stats.PacketsResent += bits.OnesCount64(mask)
-	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: i, count: 1, packets: mask})
+	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: i, count: 1, packets: mask, timed: timed})
+}
+
+// packetMask returns the mask of data chunk i's packets.
+func (x *sendXfer) packetMask(i int) uint64 {
+	packets := (min(x.plan.ChunkSize, x.plan.Length-i*x.plan.ChunkSize) + x.plan.MTU - 1) / x.plan.MTU
+	if packets >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<packets - 1
+}
+
+// missingPackets returns the packets of data chunk i the receiver
+// reported missing (0: none reported, or the report is the whole chunk).
+func (x *sendXfer) missingPackets(i int) uint64 {
+	if x.missing == nil {
+		return 0
+	}
+	if m := x.missing[i] & x.packetMask(i); m != x.packetMask(i) {
+		return m
+	}
+	return 0
 }
 
 // justSent reports whether data chunk i (some of its packets, or all)
@@ -835,7 +871,16 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		x.stats.NACKs++
 		s.news(now)
 		for _, e := range m.Packets {
-			if int(e.Chunk) < x.chunks {
+			switch {
+			case int(e.Chunk) >= x.chunks:
+			case x.plan.Scheme == SRRTO:
+				// SR-RTO's receiver reports what its chunks lack; the
+				// timers resend, as the paper's SR-RTO does.
+				if x.missing == nil {
+					x.missing = make([]uint64, x.chunks)
+				}
+				x.missing[e.Chunk] = e.Mask
+			default:
 				s.resendPackets(now, x, int(e.Chunk), e.Mask)
 			}
 		}
@@ -998,8 +1043,10 @@ func (s *SenderEngine) resendImm(x *sendXfer) {
 }
 
 // observeRTT folds a round-trip sample into the timers: the RTO is
-// (1+α) times the path's round trip (the least sample), or SRTT +
-// 4·RTTVAR where the samples vary more than that covers.
+// (1+α) times the path's round trip (the least sample), at least twice
+// SRTT (a queue that doubles the round trip: timeouts that fired while
+// a startup's queue grew fed it until it overflowed) and SRTT + 4·RTTVAR
+// (samples that vary).
 func (s *SenderEngine) observeRTT(sample time.Duration) {
 	if sample <= 0 {
 		return
@@ -1011,7 +1058,7 @@ func (s *SenderEngine) observeRTT(sample time.Duration) {
 		s.srtt = (7*s.srtt + sample) / 8
 	}
 	path := max(s.cfg.RTT, s.leastRTT)
-	s.rto = max(path+time.Duration(s.cfg.Alpha*float64(path)), s.srtt+4*s.rttvar)
+	s.rto = max(path+time.Duration(s.cfg.Alpha*float64(path)), s.srtt+4*s.rttvar, 2*s.srtt)
 }
 
 // RTO returns the retransmission timeout in force.

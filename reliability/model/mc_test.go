@@ -13,9 +13,17 @@ import (
 
 type mcLink struct {
 	tinj, rtt, rto, alpha, p float64
+	r                        float64 // a repair's loss (0: p)
 }
 
 func (c mcLink) lost(rng *rand.Rand) bool { return rng.Float64() < c.p }
+
+func (c mcLink) repairLost(rng *rand.Rand) bool {
+	if c.r == 0 {
+		return c.lost(rng)
+	}
+	return rng.Float64() < c.r
+}
 
 // mcSR returns one completion time of an n-chunk message under SR-RTO or
 // SR-NACK.
@@ -43,7 +51,7 @@ func mcSR(rng *rand.Rand, c mcLink, n int, nack bool) float64 {
 				}
 			}
 			start = next
-			for c.lost(rng) {
+			for c.repairLost(rng) {
 				start += again
 			}
 		}
@@ -281,6 +289,64 @@ func TestSRMatchesMonteCarlo(t *testing.T) {
 				return d
 			}, est.Bound.Seconds()+1e-9, s)
 		}
+	}
+}
+
+// TestSRRepairLossMatchesMonteCarlo: with repairs lost less often than
+// chunks (Link.RepairLoss: packet repairs), the SR models still match
+// the simulation, and finish sooner than with whole-chunk repairs.
+func TestSRRepairLossMatchesMonteCarlo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{64, 1024} {
+		for _, nack := range []bool{false, true} {
+			l, c := testLink(0.05)
+			l.RepairLoss, c.r = 0.0125, 0.0125
+			size := int64(n * l.ChunkSize)
+			est, err := SR(l, size, DefaultAlpha, nack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole, _ := testLink(0.05)
+			if w, err := SR(whole, size, DefaultAlpha, nack); err != nil || w.Mean <= est.Mean {
+				t.Errorf("n=%d nack=%v: mean %v with packet repairs, %v with whole chunks (%v): want it lower", n, nack, est.Mean, w.Mean, err)
+			}
+			s := sample{xs: make([]float64, mcSamples(20000*64/max(n, 64)))}
+			for i := range s.xs {
+				s.xs[i] = mcSR(rng, c, n, nack)
+			}
+			checkAgainstMC(t, "repair loss n="+itoa(n)+" nack="+map[bool]string{false: "false", true: "true"}[nack], est, func(q float64) time.Duration {
+				d, err := Quantile(l, size, srChoice(DefaultAlpha, nack), q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}, est.Bound.Seconds()+1e-9, s)
+		}
+	}
+}
+
+// TestPacketRepairLoss checks the closed form against the binomial sum.
+func TestPacketRepairLoss(t *testing.T) {
+	for _, n := range []int{1, 4, 16} {
+		for _, p := range []float64{1e-3, 0.01, 0.3} {
+			got, err := PacketRepairLoss(p, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			num, den, binom := 0.0, 0.0, 1.0
+			for j := 1; j <= n; j++ {
+				binom = binom * float64(n-j+1) / float64(j)
+				pj := binom * math.Pow(p, float64(j)) * math.Pow(1-p, float64(n-j))
+				num += pj * (1 - math.Pow(1-p, float64(j)))
+				den += pj
+			}
+			if want := num / den; math.Abs(got-want) > 1e-12*want {
+				t.Errorf("PacketRepairLoss(%v, %d) = %v, want %v", p, n, got, want)
+			}
+		}
+	}
+	if got, _ := PacketRepairLoss(0.3, 1); math.Abs(got-0.3) > 1e-15 {
+		t.Errorf("one packet to a chunk: %v, want the packet loss 0.3", got)
 	}
 }
 

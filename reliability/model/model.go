@@ -46,6 +46,12 @@ type Link struct {
 	Loss float64
 	// ChunkSize is the chunk size in bytes (> 0).
 	ChunkSize int
+	// RepairLoss is the probability that a lost chunk's repair is lost
+	// in turn, in [0, MaxLoss]; 0 takes Loss (the repair resends the
+	// whole chunk). A sender that resends only the packets a chunk lacks
+	// loses its repairs less often than its chunks: PacketRepairLoss.
+	// The SR models read it; the EC model's repairs are whole chunks.
+	RepairLoss float64
 }
 
 // Validate reports whether every field is in range; the error wraps
@@ -58,6 +64,8 @@ func (l Link) Validate() error {
 		return fmt.Errorf("model: RTT %v must be positive: %w", l.RTT, ErrInvalidLink)
 	case !(l.Loss >= 0 && l.Loss <= MaxLoss):
 		return fmt.Errorf("model: loss %v must be in [0, %v]: %w", l.Loss, MaxLoss, ErrInvalidLink)
+	case !(l.RepairLoss >= 0 && l.RepairLoss <= MaxLoss):
+		return fmt.Errorf("model: repair loss %v must be in [0, %v]: %w", l.RepairLoss, MaxLoss, ErrInvalidLink)
 	case l.ChunkSize <= 0:
 		return fmt.Errorf("model: chunk size %d must be positive: %w", l.ChunkSize, ErrInvalidLink)
 	}
@@ -97,6 +105,20 @@ func ChunkLoss(packetLoss float64, packetsPerChunk int) (float64, error) {
 		return 0, fmt.Errorf("model: %d packets per chunk must be positive: %w", packetsPerChunk, ErrInvalidArgument)
 	}
 	return -math.Expm1(float64(packetsPerChunk) * math.Log1p(-packetLoss)), nil
+}
+
+// PacketRepairLoss is the probability that the repair of a lost chunk of
+// packetsPerChunk packets is lost when it resends only the packets the
+// chunk lacks, packets being lost independently with probability
+// packetLoss: E[1 − (1−p)^J | J ≥ 1] for the J ~ Binomial(n, p) packets
+// lost, which is (1 − (1 − p²)^n) / (1 − (1 − p)^n) — about p, where a
+// whole chunk's is about n·p.
+func PacketRepairLoss(packetLoss float64, packetsPerChunk int) (float64, error) {
+	chunk, err := ChunkLoss(packetLoss, packetsPerChunk)
+	if err != nil || chunk == 0 {
+		return 0, err
+	}
+	return -math.Expm1(float64(packetsPerChunk)*math.Log1p(-packetLoss*packetLoss)) / chunk, nil
 }
 
 // Lossless is the completion time of a message without loss, N·T_inj +

@@ -42,7 +42,7 @@ type component struct {
 // doc for the ±T_inj bracket).
 type srModel struct {
 	tinj, rto float64
-	logq      []float64 // logq[k] = log(1 − p^(k+1)); zero beyond
+	logq      []float64 // logq[k] = log(1 − p·r^k), r the repair loss; zero beyond
 	comps     []component
 	total     float64 // Σ weights, for renormalising the truncated mixture
 }
@@ -179,13 +179,17 @@ func (m *srModel) quantileX(q float64) float64 {
 // newSRModel builds the fluid model of n chunks under SR-RTO or SR-NACK.
 func newSRModel(l Link, n, alpha float64, nack bool) *srModel {
 	p, tinj, rtt := l.Loss, l.injection(), l.rtt()
+	r := l.RepairLoss
+	if r == 0 {
+		r = p
+	}
 	m := &srModel{tinj: tinj, rto: rtt * (1 + alpha)}
 	if p > 0 {
-		// Level K with n·p^(K+1) < ε is the last that can matter.
-		levels := int(math.Ceil(math.Log(survivalEpsilon/n)/math.Log(p))) + 1
+		// Level K with n·p·r^K < ε is the last that can matter.
+		levels := int(math.Ceil(math.Log(survivalEpsilon/(n*p))/math.Log(r))) + 2
 		m.logq = make([]float64, max(levels, 1))
 		for k := range m.logq {
-			m.logq[k] = math.Log1p(-math.Pow(p, float64(k+1)))
+			m.logq[k] = math.Log1p(-p * math.Pow(r, float64(k)))
 		}
 	}
 	end := n * tinj

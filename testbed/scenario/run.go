@@ -271,12 +271,8 @@ func (r *Row) summarize(m *measurement, size int) {
 // did. False where the models do not cover it: hybrid, chunk loss beyond
 // model.MaxLoss.
 func predict(sc *Scenario, lr LinkResult, size int, st reliability.Stats) (time.Duration, bool) {
-	loss, err := model.ChunkLoss(lr.Loss, sc.ChunkSize/sc.MTU)
-	if err != nil || loss > model.MaxLoss || lr.RateMbps <= 0 {
-		return 0, false
-	}
 	c, ok := st.Plan.ModelChoice()
-	if !ok {
+	if !ok || lr.RateMbps <= 0 {
 		return 0, false
 	}
 	rate := lr.RateMbps * 1e6
@@ -284,7 +280,10 @@ func predict(sc *Scenario, lr LinkResult, size int, st reliability.Stats) (time.
 		bits := float64(st.Plan.DataChunks()+st.Plan.ParityChunks()) * float64(sc.ChunkSize) * 8
 		rate = min(rate, bits/st.FirstPass.Seconds())
 	}
-	l := model.Link{Bandwidth: rate, RTT: time.Duration(lr.RTTMs * 1e6), Loss: loss, ChunkSize: sc.ChunkSize}
+	l, err := st.Plan.ModelLink(lr.Loss, rate, time.Duration(lr.RTTMs*1e6))
+	if err != nil || l.Loss >= model.MaxLoss {
+		return 0, false
+	}
 	est, err := model.Predict(l, int64(size), c)
 	if err != nil || math.IsInf(ms(est.Mean), 0) {
 		return 0, false

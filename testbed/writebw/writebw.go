@@ -1071,7 +1071,7 @@ func predictReliable(p *Params, last reliability.Stats) (float64, string) {
 	if plan.ChunkSize == 0 || last.PacingRate == 0 || last.SRTT == 0 {
 		return 0, "no prediction: no rate or round trip measured"
 	}
-	loss, err := model.ChunkLoss(p.Loss, plan.ChunkSize/plan.MTU)
+	l, err := plan.ModelLink(p.Loss, last.PacingRate, last.SRTT)
 	if err != nil {
 		return 0, "no prediction: " + err.Error()
 	}
@@ -1079,7 +1079,6 @@ func predictReliable(p *Params, last reliability.Stats) (float64, string) {
 	if !ok {
 		return 0, "no prediction: the models do not cover " + plan.Scheme.String()
 	}
-	l := model.Link{Bandwidth: last.PacingRate, RTT: last.SRTT, Loss: min(loss, model.MaxLoss), ChunkSize: plan.ChunkSize}
 	est, err := model.Predict(l, int64(p.Size), c)
 	if err != nil {
 		return 0, "no prediction: " + err.Error()
