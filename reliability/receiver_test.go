@@ -344,26 +344,27 @@ func TestCompletionRepeats(t *testing.T) {
 	}
 }
 
-// TestReorderWindowAdapts: with ReorderWindow unset, a hole is NACKed as
-// soon as a later chunk arrives while the connection has seen no
-// reordering; once a NACKed chunk turns up sooner than its repair could
-// have (it was late, not lost), holes wait RTT/4 for later arrivals.
+// TestReorderWindowAdapts: with ReorderWindow unset, a hole is NACKed
+// once a later chunk has been there 1 ms while the connection has seen
+// no reordering (not RTT/4); once a NACKed chunk turns up sooner than
+// its repair could have (it was late, not lost), holes wait RTT/4.
 func TestReorderWindowAdapts(t *testing.T) {
 	a := newReceiverAlone(t, reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond}, Scheme: reliability.SRNACK}, 64)
 	a.arrive(time.Millisecond, 0, 3)
 	a.arrive(0, 4, 1)
-	a.expectNacked(3) // at once: no reordering seen
+	if got := a.nacked(); len(got) != 0 {
+		t.Fatalf("NACKed %v right behind a later chunk: want a millisecond's wait", got)
+	}
+	a.arrive(1100*time.Microsecond, 5, 1)
+	a.expectNacked(3) // 1.1 ms behind: no reordering seen, the window is 1 ms, not 2.5
 	a.arrive(200*time.Microsecond, 3, 1)
 	// Chunk 3 came 0.2 ms after its NACK, sooner than half the round trip
 	// (the first arrival's, 1 ms): late, not lost.
-	a.arrive(0, 6, 1)
+	a.arrive(0, 7, 1)
+	a.arrive(1100*time.Microsecond, 8, 1)
 	if got := a.nacked(); len(got) != 0 {
-		t.Fatalf("NACKed %v right behind a later chunk after reordering was seen: want a reorder window's wait", got)
+		t.Fatalf("NACKed %v 1.1 ms behind after reordering was seen: want the window RTT/4 = 2.5 ms", got)
 	}
-	a.arrive(time.Millisecond, 7, 1)
-	if got := a.nacked(); len(got) != 0 {
-		t.Fatalf("NACKed %v 1 ms behind: want the window RTT/4 = 2.5 ms", got)
-	}
-	a.arrive(2*time.Millisecond, 8, 1)
-	a.expectNacked(5) // hole 5 was passed 3 ms ago
+	a.arrive(2*time.Millisecond, 9, 1)
+	a.expectNacked(6) // hole 6 was passed 3.1 ms ago
 }

@@ -290,9 +290,9 @@ type ReceiverConfig struct {
 	// before the receiver calls it lost (NACKs, the EC fallback): the
 	// channels' handlers (DPA threads) or a reordering link may complete
 	// a message's chunks out of order. Unset, the window adapts as
-	// RACK's does: none until the connection has seen reordering (a
-	// chunk NACKed arriving sooner than its repair could have), then
-	// RTT/4, doubled at each such chunk. Set, it holds from the start. The
+	// RACK's does: at most 1 ms until the connection has seen
+	// reordering (a chunk NACKed arriving sooner than its repair could
+	// have), then RTT/4, doubled at each such chunk. Set, it holds from the start. The
 	// simulator, whose links keep order, sets 1 ns.
 	ReorderWindow time.Duration
 
