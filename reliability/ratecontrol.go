@@ -47,7 +47,9 @@ import (
 //     delivered in the last rounds until the queue has drained, and at
 //     that rate afterwards — halved for every three rounds the queue
 //     does not drain in (a queue that overflowed passed everything, and
-//     the path's rate is less).
+//     the path's rate is less). While startup lasts, first passes keep
+//     at most startupLead floor round trips of what the path delivered
+//     in flight (startupInflight, BBR's startup window).
 //   - Afterwards a round with a queue cuts the rate, or what the path
 //     delivered lately if less, by 0.8 × the excess delay's share of the
 //     round trip (at most half, never below 0.9 × what the path delivered
@@ -355,6 +357,22 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 	}
 	rc.newRound(now, passed, arrived)
 	return rc.rate != old
+}
+
+// startupInflight bounds the chunks in flight (released and not yet
+// passed) during startup: startupLead round trips of what the path
+// delivered lately, BBR's startup window (2·BDP there). Pacing alone, at
+// up to startupLead times a delivery sample that a burst of ACKs had
+// inflated past the bottleneck, kept the rate at three times the path's
+// for the round trip the queue takes to show in the samples, and 1 in 10
+// connections overflowed an 8 MB queue at 2 Gbit/s. 0: no bound (after
+// startup, or before a delivery sample).
+func (rc *rateControl) startupInflight() float64 {
+	path := max(rc.recent[0], rc.recent[1], rc.recent[2])
+	if !rc.startup || rc.floor == 0 || path == 0 {
+		return 0
+	}
+	return startupLead * path * rc.floor.Seconds() / rc.chunkBits
 }
 
 // plateau reports whether startup's delivery samples stopped growing: a

@@ -417,3 +417,43 @@ func TestRateControlShortTransfers(t *testing.T) {
 		t.Errorf("%.0f bits dropped at the queue", b.dropped)
 	}
 }
+
+// TestStartupWindow: in startup a sender keeps at most startupLead round
+// trips of what the path delivered in flight (two initial windows at
+// least), counting what ACKs covered, repairs included; after startup,
+// or before a delivery sample, nothing bounds it.
+func TestStartupWindow(t *testing.T) {
+	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.rc.startup || s.rc.startupInflight() != 0 {
+		t.Fatalf("startup %v, bound %v before any sample: want startup and no bound", s.rc.startup, s.rc.startupInflight())
+	}
+	s.rc.floor, s.rc.recent[1] = 10*time.Millisecond, 100e6 // 100 Mbit/s delivered lately
+	const limit = startupLead * 100e6 * 0.01 / (4096 * 8)   // 91.6 chunks
+	if got := s.rc.startupInflight(); got < limit*0.999 || got > limit*1.001 {
+		t.Fatalf("bound %v chunks, want %v", got, limit)
+	}
+	s.released, s.passed = 100, 8
+	if !s.windowFull() {
+		t.Errorf("92 chunks in flight, bound %.1f: want the window full", limit)
+	}
+	s.ackedOrder = 9 // a repair released later was acknowledged
+	if s.windowFull() {
+		t.Errorf("91 in flight counting the acknowledged repair: want room")
+	}
+	s.rc.recent[1] = 1e6 // a slow path: the bound is two initial windows
+	s.released, s.passed, s.ackedOrder = 31, 0, 0
+	if s.windowFull() {
+		t.Errorf("31 chunks in flight: want room for two initial windows (32)")
+	}
+	s.released = 32
+	if !s.windowFull() {
+		t.Errorf("32 chunks in flight: want the window full at two initial windows")
+	}
+	s.rc.startup = false
+	if s.windowFull() {
+		t.Errorf("after startup the window bounds nothing")
+	}
+}

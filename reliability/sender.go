@@ -35,9 +35,13 @@ type SenderEngine struct {
 	// ones before it included: the rate control's measure of the path),
 	// arrived how many chunks sent once an ACK covered.
 	released, passed, arrived uint64
-	departures                []departure // recent runs: for round-trip samples
-	forgotten                 uint64      // the release count below which departures are gone
-	rateAnnounced             bool        // an ActRate went out
+	// ackedOrder is the release number of the newest chunk an ACK
+	// covered, repairs included: a bound on what has left the window
+	// that never stalls behind a lost chunk (windowFull).
+	ackedOrder    uint64
+	departures    []departure // recent runs: for round-trip samples
+	forgotten     uint64      // the release count below which departures are gone
+	rateAnnounced bool        // an ActRate went out
 	// silent counts retransmission timeouts in a row with no answer from
 	// the receiver in between: timers back off by it (and only then);
 	// lastAnswer is when the receiver last answered (any ACK, NACK or
@@ -221,7 +225,8 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 		}
 	}
 	switch {
-	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0:
+	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0 || len(s.repairs) == 0 && s.windowFull():
+		// (A full window waits for an ACK, or a flight's timer.)
 	case s.measured:
 		consider(s.wireFree.Add(-paceHorizon))
 	default:
@@ -502,6 +507,18 @@ func (s *SenderEngine) sendData(x *sendXfer, part Part, first, n int, timed, rep
 	}
 }
 
+// windowFull reports whether startup's bound on the chunks in flight
+// (rateControl.startupInflight, at least two initial windows) holds first
+// passes back until an ACK covers more; repairs are never held.
+func (s *SenderEngine) windowFull() bool {
+	limit := s.rc.startupInflight()
+	if limit == 0 {
+		return false
+	}
+	limit = max(limit, 2*initialWindow*8/s.rc.chunkBits)
+	return float64(s.released-max(s.passed, s.ackedOrder)) >= limit
+}
+
 // release hands queued runs over while the injection clock is within
 // paceHorizon of now, a quantum at a time (all of them with FixedRate).
 func (s *SenderEngine) release(now time.Time) {
@@ -514,7 +531,7 @@ func (s *SenderEngine) release(now time.Time) {
 			s.rc.idle()
 			return
 		}
-		if !s.rc.fixed && s.wireFree.After(now.Add(paceHorizon)) || s.awaitingPong(now) {
+		if !s.rc.fixed && s.wireFree.After(now.Add(paceHorizon)) || s.awaitingPong(now) || q == &s.fresh && s.windowFull() {
 			return
 		}
 		p := &(*q)[0]
@@ -970,6 +987,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
+		s.ackedOrder = max(s.ackedOrder, x.order[i])
 		if x.lastFlight != nil {
 			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
 		}
