@@ -457,3 +457,30 @@ func TestStartupWindow(t *testing.T) {
 		t.Errorf("after startup the window bounds nothing")
 	}
 }
+
+// TestStartupWindowSparesCoded: the window holds an uncoded first pass,
+// never a coded one (its chunks are acknowledged only once their
+// submessage decodes, its parity never: MDS(32,8) in 64 KiB chunks at
+// 1 % loss over a UDP bridge crept and failed at its timeout), and never
+// while a repair waits.
+func TestStartupWindowSparesCoded(t *testing.T) {
+	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rc.floor, s.rc.recent[1] = 10*time.Millisecond, 100e6
+	s.released = 1000 // far beyond the bound
+	s.active[1], s.active[2] = &sendXfer{id: 1, coded: true}, &sendXfer{id: 2}
+	s.fresh = []pendingSend{{transfer: 1, kind: ActSend, count: 1}}
+	if s.freshHeld() {
+		t.Error("a coded first pass was held")
+	}
+	s.fresh[0].transfer = 2
+	if !s.freshHeld() {
+		t.Error("an uncoded first pass beyond the window was not held")
+	}
+	s.repairs = []pendingSend{{transfer: 2, kind: ActSend, count: 1}}
+	if s.freshHeld() {
+		t.Error("held while a repair waits")
+	}
+}
