@@ -319,6 +319,7 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 		// becomes decodable as early as it can and a receiver seeing a
 		// later submessage knows the earlier ones were sent whole.
 		l, _ := plan.Layout() // validated with the plan
+		s.fresh = slices.Grow(s.fresh, 2*l.Submessages()+1)
 		for sub := range l.Submessages() {
 			first, n := l.DataRange(sub)
 			s.sendData(x, Data, first, n, false, false)
@@ -596,7 +597,11 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 	}
 	// A run leaves within a quantum of its release (the NIC paces it at
 	// the rate, or sends it at once): round-trip samples count from now.
-	s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now})
+	if k := len(s.departures); k > 0 && s.departures[k-1].at.Equal(now) {
+		s.departures[k-1].upTo = s.released + uint64(n) // one run per instant: departed answers alike
+	} else {
+		s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now})
+	}
 	per := s.flightChunks()
 	for done := 0; done < n; done += per {
 		size := min(per, n-done)
