@@ -452,6 +452,15 @@ func TestStartupWindow(t *testing.T) {
 	if !s.windowFull() {
 		t.Errorf("32 chunks in flight: want the window full at two initial windows")
 	}
+	// A transfer that ends takes what it released out of the window,
+	// whether ACKs covered it chunk by chunk or not.
+	x := &sendXfer{id: 7, lastReleased: 32}
+	s.active[x.id] = x
+	s.finish(time.Now(), x, nil)
+	if s.windowFull() {
+		t.Errorf("32 chunks of a finished transfer still counted in flight")
+	}
+	s.released = 64
 	s.rc.startup = false
 	if s.windowFull() {
 		t.Errorf("after startup the window bounds nothing")

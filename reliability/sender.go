@@ -101,6 +101,9 @@ type sendXfer struct {
 	ackedSeq   uint32    // the latest flight with an acknowledged chunk
 	lastNewAck time.Time // when an ACK last acknowledged anything new
 	firstSent  time.Time // when the first chunk left, by the injection clock
+	// lastReleased is the connection's release count after x's latest
+	// run: when x ends, what it released leaves startup's window.
+	lastReleased uint64
 	// missing holds, per data chunk of an SR-RTO transfer, the packets
 	// its receiver reported missing of a chunk mostly there (0: none
 	// reported): its timer then resends only those. Allocated with the
@@ -611,6 +614,7 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 			s.wireFree = s.wireFree.Add(-full + full*time.Duration(bits.OnesCount64(packets))/time.Duration(x.plan.ChunkSize/x.plan.MTU))
 		}
 		s.released += uint64(size)
+		x.lastReleased = s.released
 		if timed {
 			s.flightSeq++
 			if s.flightSeq == 0 {
@@ -1104,6 +1108,10 @@ func (s *SenderEngine) RTO() time.Duration { return s.rto }
 // finish ends an active transfer.
 func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	delete(s.active, x.id)
+	// Its chunks are no longer in flight (a completing ACK need not cover
+	// them one by one): without this, transfers shorter than the window
+	// left their chunks counted, and the window closed for good.
+	s.ackedOrder = max(s.ackedOrder, x.lastReleased)
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
 	x.stats.PacingRate, x.stats.SRTT, x.stats.RTO = s.rc.rate, s.srtt, s.rto
