@@ -35,13 +35,13 @@ type ReceiverEngine struct {
 	// estimator's cleanest sample (a CTS's includes however long the
 	// sender took to start).
 	pings pingClock
-	// reorder is the reorder window in force: Config.ReorderWindow (at
-	// most initialReorder while an unset one has seen no reordering), doubled (up to
-	// maxReorder) each time a chunk NACKed once arrives sooner than its
-	// repair could have — it was late, not lost — and eased back by an
-	// eighth per transfer without such a NACK (RACK's adaptive
-	// reordering window).
-	reorder time.Duration
+	// reorder is the reorder window in force, from reorderFloor:
+	// Config.ReorderWindow, or an unset one's min(RTT/4,
+	// initialReorder); doubled (up to maxReorder) each time a chunk
+	// NACKed once arrives sooner than its repair could have — it was
+	// late, not lost — and eased back by an eighth toward the floor per
+	// transfer without such a NACK (RACK's adaptive reordering window).
+	reorder, reorderFloor time.Duration
 	// repairRTT and repairVar smooth how long a chunk NACKed once took
 	// to arrive (RFC 6298 weights): on a busy host or a queued path that
 	// is longer than the round trip, and a re-NACK waits for it.
@@ -146,9 +146,11 @@ func NewReceiverEngine(cfg ReceiverConfig) (*ReceiverEngine, error) {
 	if cfg.reorderAdaptive {
 		// Until the connection sees reordering: a host's channels
 		// reorder by less (none of 16 MiB over a UDP bridge at 250 µs,
-		// a thousand spurious NACKs at 0).
+		// a thousand spurious NACKs at 0), and a jump to RTT/4 when
+		// they do cost each repair round that (5 ms of a 20 ms path).
 		r.reorder = min(r.reorder, initialReorder)
 	}
+	r.reorderFloor = r.reorder
 	r.est.init(cfg.Config)
 	return r, nil
 }
@@ -520,8 +522,8 @@ func (r *ReceiverEngine) sampleLoss(now time.Time, x *recvXfer) {
 
 // finish completes a transfer: decode what is missing, tell the sender.
 func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
-	if x.nackedN != nil && !x.spurious && r.reorder > 0 {
-		r.reorder = max(r.cfg.ReorderWindow, r.reorder-r.reorder/8)
+	if x.nackedN != nil && !x.spurious {
+		r.reorder = max(r.reorderFloor, r.reorder-r.reorder/8)
 	}
 	if !x.lossSampled {
 		r.sampleLoss(now, x)
@@ -811,7 +813,7 @@ func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 		// The original, late: the NACK was spurious (reordering), and no
 		// sample.
 		x.spurious = true
-		r.reorder = min(max(2*r.reorder, r.cfg.ReorderWindow), max(8*r.cfg.ReorderWindow, maxReorder))
+		r.reorder = min(2*max(r.reorder, time.Microsecond), max(8*r.cfg.ReorderWindow, maxReorder))
 		return
 	}
 	x.overtakenAt = max(x.overtakenAt, x.nackedAt[i])

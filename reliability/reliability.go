@@ -289,10 +289,10 @@ type ReceiverConfig struct {
 	// ReorderWindow is how long a chunk may arrive behind later ones
 	// before the receiver calls it lost (NACKs, the EC fallback): the
 	// channels' handlers (DPA threads) or a reordering link may complete
-	// a message's chunks out of order. Unset, the window adapts as
-	// RACK's does: at most 1 ms until the connection has seen
-	// reordering (a chunk NACKed arriving sooner than its repair could
-	// have), then RTT/4, doubled at each such chunk. Set, it holds from the start. The
+	// a message's chunks out of order. Unset, it is min(RTT/4, 1 ms);
+	// either way it doubles each time the connection sees reordering (a
+	// chunk NACKed arriving sooner than its repair could have) and eases
+	// back toward where it started (RACK's adaptive window). Set, it holds from the start. The
 	// simulator, whose links keep order, sets 1 ns.
 	ReorderWindow time.Duration
 
