@@ -35,13 +35,12 @@ type ReceiverEngine struct {
 	// estimator's cleanest sample (a CTS's includes however long the
 	// sender took to start).
 	pings pingClock
-	// reorder is the reorder window in force, from reorderFloor:
-	// Config.ReorderWindow, or an unset one's min(RTT/4,
-	// initialReorder); doubled (up to maxReorder) each time a chunk
-	// NACKed once arrives sooner than its repair could have — it was
-	// late, not lost — and eased back by an eighth toward the floor per
-	// transfer without such a NACK (RACK's adaptive reordering window).
-	reorder, reorderFloor time.Duration
+	// reorder is the reorder window in force: Config.ReorderWindow,
+	// doubled (up to maxReorder) each time a chunk NACKed once arrives
+	// sooner than its repair could have — it was late, not lost — and
+	// eased back by an eighth per transfer without such a NACK (RACK's
+	// adaptive reordering window).
+	reorder time.Duration
 	// repairRTT and repairVar smooth how long a chunk NACKed once took
 	// to arrive (RFC 6298 weights): on a busy host or a queued path that
 	// is longer than the round trip, and a re-NACK waits for it.
@@ -132,10 +131,6 @@ type confirmation struct {
 // missed them all still probes (and hears the ACK again) on its own.
 const confirmRepeats = 6
 
-// initialReorder bounds an unset reorder window until the connection
-// has seen reordering.
-const initialReorder = time.Millisecond
-
 // NewReceiverEngine returns a receiver engine. It validates cfg (ErrInvalid).
 func NewReceiverEngine(cfg ReceiverConfig) (*ReceiverEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
@@ -143,14 +138,6 @@ func NewReceiverEngine(cfg ReceiverConfig) (*ReceiverEngine, error) {
 	}
 	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{},
 		confirming: map[uint64]*confirmation{}, reorder: cfg.ReorderWindow, live: liveness{timeout: cfg.Timeout}}
-	if cfg.reorderAdaptive {
-		// Until the connection sees reordering: a host's channels
-		// reorder by less (none of 16 MiB over a UDP bridge at 250 µs,
-		// a thousand spurious NACKs at 0), and a jump to RTT/4 when
-		// they do cost each repair round that (5 ms of a 20 ms path).
-		r.reorder = min(r.reorder, initialReorder)
-	}
-	r.reorderFloor = r.reorder
 	r.est.init(cfg.Config)
 	return r, nil
 }
@@ -523,7 +510,7 @@ func (r *ReceiverEngine) sampleLoss(now time.Time, x *recvXfer) {
 // finish completes a transfer: decode what is missing, tell the sender.
 func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 	if x.nackedN != nil && !x.spurious {
-		r.reorder = max(r.reorderFloor, r.reorder-r.reorder/8)
+		r.reorder = max(r.cfg.ReorderWindow, r.reorder-r.reorder/8)
 	}
 	if !x.lossSampled {
 		r.sampleLoss(now, x)
@@ -702,11 +689,7 @@ func (r *ReceiverEngine) reportPartial(now time.Time, x *recvXfer) {
 	if r.packetView == nil {
 		return
 	}
-	// The timer resends, an RTO after the chunk left: no hurry, and
-	// a chunk still arriving on another channel would report packets
-	// in flight (at least the configured window, whatever the
-	// adaptive one).
-	limit, _ := x.passed(now, max(r.reorder, r.cfg.ReorderWindow))
+	limit, _ := x.passed(now, r.reorder)
 	if limit <= x.nackedBelow {
 		return
 	}
@@ -866,12 +849,10 @@ func (r *ReceiverEngine) renackBackoff(now time.Time, x *recvXfer, wait time.Dur
 
 // renackInterval is how long a NACKed hole waits for its repair before
 // it is NACKed again: a round trip as the receiver measures it, the
-// reorder window (at least the configured one, RTT/4: the margin of a
-// repair's own delays even where the path keeps order), and unless the
-// rate is fixed the sender's pacing horizon (repairs leave ahead of
-// first passes, within it).
+// reorder window, and unless the rate is fixed the sender's pacing
+// horizon (repairs leave ahead of first passes, within it).
 func (r *ReceiverEngine) renackInterval() time.Duration {
-	d := r.est.RTT() + max(r.reorder, r.cfg.ReorderWindow)
+	d := r.est.RTT() + r.reorder
 	if !r.cfg.FixedRate {
 		d += paceHorizon
 	}
@@ -952,8 +933,9 @@ func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 
 // nackRanges asks for the data chunks that gen emits: runs of whole
 // chunks in NACKs (not for SR-RTO, reportPartial) and, with a packet
-// view, the missing packets of chunks that are mostly there in PNACKs — each datagram twice where the path
-// loses twiceLoss of its packets or more (a lost NACK costs its holes
+// view, the missing packets of chunks that are mostly there in PNACKs —
+// each datagram twice where the path loses twiceLoss of its packets or
+// more (a lost NACK costs its holes
 // a round; the sender ignores the second copy, see justSent).
 func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
 	perRange, perEntry := control.MaxNackRanges(r.cfg.ControlMTU), control.MaxPacketNackEntries(r.cfg.ControlMTU)

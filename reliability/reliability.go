@@ -264,8 +264,8 @@ type SenderConfig struct {
 	// round trip from ACKs of chunks sent once (Karn's rule) and PINGs:
 	// the timers' RTT is then the least sample (at least RTT), and the
 	// RTO at least 2·SRTT and SRTT + 4·RTTVAR — on a real host
-	// processing and queueing add to the link's round trip, and vary. The simulator, whose
-	// round trip is known, fixes it.
+	// processing and queueing add to the link's round trip, and vary.
+	// The simulator, whose round trip is known, fixes it.
 	FixedRTT bool
 	// Window bounds the transfers a sender has started and not finished
 	// [8; the drivers also keep it within half the QP's slots].
@@ -289,14 +289,13 @@ type ReceiverConfig struct {
 	// ReorderWindow is how long a chunk may arrive behind later ones
 	// before the receiver calls it lost (NACKs, the EC fallback): the
 	// channels' handlers (DPA threads) or a reordering link may complete
-	// a message's chunks out of order. Unset, it is min(RTT/4, 1 ms);
-	// either way it doubles each time the connection sees reordering (a
-	// chunk NACKed arriving sooner than its repair could have) and eases
-	// back toward where it started (RACK's adaptive window). Set, it holds from the start. The
+	// a message's chunks out of order [min(RTT/4, 1 ms): a host's
+	// channels reorder by less, and RTT/4 of a 20 ms path cost each
+	// SR-NACK repair round 5 ms]. It doubles each time the connection
+	// sees reordering (a chunk NACKed arriving sooner than its repair
+	// could have) and eases back (RACK's adaptive window). The
 	// simulator, whose links keep order, sets 1 ns.
 	ReorderWindow time.Duration
-
-	reorderAdaptive bool // ReorderWindow was left unset
 }
 
 // setDefaults fills and validates the fields both ends use.
@@ -349,7 +348,7 @@ func (c *ReceiverConfig) setDefaults() error {
 		c.AckDelay = min(time.Millisecond, max(10*time.Microsecond, c.RTT/8))
 	}
 	if c.ReorderWindow == 0 {
-		c.ReorderWindow, c.reorderAdaptive = c.RTT/4, true
+		c.ReorderWindow = min(c.RTT/4, time.Millisecond)
 	}
 	if c.Scheme == 0 {
 		c.Scheme = Auto

@@ -733,7 +733,8 @@ func (x *sendXfer) missingPackets(i int) uint64 {
 	if x.missing == nil {
 		return 0
 	}
-	if m := x.missing[i] & x.packetMask(i); m != x.packetMask(i) {
+	all := x.packetMask(i)
+	if m := x.missing[i] & all; m != all {
 		return m
 	}
 	return 0

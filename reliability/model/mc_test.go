@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -314,7 +315,7 @@ func TestSRRepairLossMatchesMonteCarlo(t *testing.T) {
 			for i := range s.xs {
 				s.xs[i] = mcSR(rng, c, n, nack)
 			}
-			checkAgainstMC(t, "repair loss n="+itoa(n)+" nack="+map[bool]string{false: "false", true: "true"}[nack], est, func(q float64) time.Duration {
+			checkAgainstMC(t, "repair loss n="+itoa(n)+" nack="+strconv.FormatBool(nack), est, func(q float64) time.Duration {
 				d, err := Quantile(l, size, srChoice(DefaultAlpha, nack), q)
 				if err != nil {
 					t.Fatal(err)
