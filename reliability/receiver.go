@@ -815,10 +815,19 @@ func (r *ReceiverEngine) repaired(now time.Time, x *recvXfer, i int) {
 // out: two where the path loses twiceLoss of its packets or more (as the
 // estimator has it, from chunks of x's size), else one.
 func (r *ReceiverEngine) lossyCopies(x *recvXfer) int {
-	if r.est.total > 0 && 1-math.Pow(1-r.est.Loss(), 1/float64(x.packetsOf(0))) >= twiceLoss {
+	if r.packetLoss(x) >= twiceLoss {
 		return 2
 	}
 	return 1
+}
+
+// packetLoss is the path's packet loss as the estimator has it, from
+// chunks of x's size (0 before any sample).
+func (r *ReceiverEngine) packetLoss(x *recvXfer) float64 {
+	if r.est.total == 0 {
+		return 0
+	}
+	return 1 - math.Pow(1-r.est.Loss(), 1/float64(x.packetsOf(0)))
 }
 
 // twiceLoss is the packet loss from which NACKs and completing ACKs go
@@ -836,16 +845,35 @@ const maxReorder = 10 * time.Millisecond
 const renackMaxBackoff = 1
 
 // renackBackoff is wait doubled for each NACK beyond the first, at most
-// renackMaxBackoff times, while x's chunks have stopped coming: a path
-// that still delivers (repairs of other holes) is lossy, not silent, and
-// its holes are asked for every wait (never backed off with NoBackoff,
-// the paper's semantics).
+// renackMaxBackoff times, once x's chunks have stopped coming for longer
+// than the path's loss explains (silentRounds waits): a path that still
+// delivers (repairs of other holes), or whose silence its loss accounts
+// for (the last few holes at 30 %), is lossy, not silent, and its holes
+// are asked for every wait (never backed off with NoBackoff, the paper's
+// semantics).
 func (r *ReceiverEngine) renackBackoff(now time.Time, x *recvXfer, wait time.Duration, nacks int) time.Duration {
-	if r.cfg.NoBackoff || now.Sub(x.lastArrival) < wait {
+	if r.cfg.NoBackoff || now.Sub(x.lastArrival) < time.Duration(silentRounds(r.packetLoss(x)))*wait {
 		return wait
 	}
 	return wait << min(max(nacks-1, 0), renackMaxBackoff)
 }
+
+// silentRounds is how many NACK rounds in a row may go unanswered at
+// packet loss p before the silence says more than the loss: a round is
+// lost when its NACK or its repair is, with probability q = 1 − (1 − p)²,
+// and k rounds in a row with probability qᵏ, held under silenceOdds.
+// At 1 % that is 2 rounds, at 30 % 7.
+func silentRounds(p float64) int {
+	q := 1 - (1-p)*(1-p)
+	if q <= 0 {
+		return 1
+	}
+	return max(1, int(math.Ceil(math.Log(silenceOdds)/math.Log(q))))
+}
+
+// silenceOdds is how unlikely loss alone must make a silence before the
+// receiver's NACKs back off.
+const silenceOdds = 0.01
 
 // renackInterval is how long a NACKed hole waits for its repair before
 // it is NACKed again: a round trip as the receiver measures it, the

@@ -1,6 +1,7 @@
 package reliability_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -226,6 +227,50 @@ func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
 	}
 	if gaps[3] < 3*gaps[0]/2 {
 		t.Errorf("re-NACK waits %v -> %v: no backoff once nothing arrived", gaps[0], gaps[3])
+	}
+}
+
+// TestRenackSilenceTheLossExplains: on a path measured to lose 30 % of
+// its packets, a hole whose NACK or repair is lost round after round is
+// NACKed again every interval for as many silent rounds as that loss
+// explains (7 of them, each lost with probability 0.51, all with under
+// 1 %), and only then backs off. Backing off after one silent round made
+// the last holes of a transfer at 30 % wait twice as long per round.
+func TestRenackSilenceTheLossExplains(t *testing.T) {
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+	a := newReceiverAlone(t, cfg, 100)
+	for i := range 100 {
+		if i%10 >= 3 { // chunks 0-2, 10-12, … lost: 30 %, the last chunk there
+			a.arrive(10*time.Microsecond, i, 1)
+		}
+	}
+	if loss := a.r.Estimator().Loss(); loss < 0.29 || loss > 0.31 {
+		t.Fatalf("estimated loss %.3f after the first pass, want 0.30", loss)
+	}
+	var gaps []time.Duration
+	var last time.Time
+	for len(gaps) < 9 {
+		due, ok := a.r.Deadline()
+		if !ok {
+			t.Fatal("no timer")
+		}
+		a.now = due
+		a.r.HandleTimer(a.now)
+		if slices.Contains(a.nacked(), 0) {
+			if !last.IsZero() {
+				gaps = append(gaps, a.now.Sub(last))
+			}
+			last = a.now
+		}
+	}
+	t.Logf("re-NACK gaps %v", gaps)
+	for i, g := range gaps[:6] {
+		if g > gaps[0]+time.Millisecond {
+			t.Errorf("re-NACK %d waited %v after %v first: backed off within the silence 30 %% loss explains", i+1, g, gaps[0])
+		}
+	}
+	if gaps[8] < 3*gaps[0]/2 {
+		t.Errorf("re-NACK waits %v -> %v: no backoff after a silence longer than the loss explains", gaps[0], gaps[8])
 	}
 }
 
