@@ -256,9 +256,12 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 	marked := marks*ecnShare > 1
 	queued := delayed || early || marked
 	delivered := rc.delivered(passed, arrived, delayed || early || marked) * rc.chunkBits / span.Seconds()
-	if span < rc.floor/2 {
-		// A round cut short by the early exit: its few ACKs, a burst or
-		// two, tell no rate.
+	if span < rc.floor {
+		// A round cut short by the early exit (others last a floor round
+		// trip at least): its ACKs, a burst or two, tell no rate. (4.5
+		// Gbit/s "delivered" over 5.6 ms of a 2 Gbit/s path, whose rounds
+		// before delivered 1–1.9, made startup's exit cruise at 2.3 Gbit/s,
+		// and an 8 MB queue overflowed.)
 		delivered = rc.recent[0]
 	}
 	old := rc.rate

@@ -493,3 +493,42 @@ func TestStartupWindowSparesCoded(t *testing.T) {
 		t.Error("held while a repair waits")
 	}
 }
+
+// TestStartupExitIgnoresShortRound: startup's rounds deliver up to
+// 1.8 Gbit/s; then eight round-trip samples in a row show a queue, their
+// ACKs a burst of 800 chunks in 5.6 ms (4.7 Gbit/s) that ends startup's
+// round early. The cruise rate comes from the rounds that lasted a round
+// trip, not from the burst: a cruise at half the burst, above a 2 Gbit/s
+// bottleneck, overflowed an 8 MB queue.
+func TestStartupExitIgnoresShortRound(t *testing.T) {
+	rc := newRateControl(&Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024})
+	now := time.Unix(1000, 0)
+	var passed uint64
+	rc.onAck(now, 0, 0, 10*time.Millisecond, 10*time.Millisecond)
+	for _, perMs := range []uint64{7, 14, 28, 55} { // doubling: no plateau
+		for range 10 {
+			now = now.Add(time.Millisecond)
+			passed += perMs
+			rc.onAck(now, passed, passed, 10*time.Millisecond, 10*time.Millisecond)
+		}
+	}
+	if !rc.startup {
+		t.Fatal("startup ended before the queue showed")
+	}
+	for range 8 {
+		now = now.Add(700 * time.Microsecond)
+		passed += 100
+		rc.onAck(now, passed, passed, 17*time.Millisecond, 12*time.Millisecond)
+	}
+	if rc.startup || !rc.draining {
+		t.Fatalf("startup %v, draining %v after eight queued samples: want startup over, draining", rc.startup, rc.draining)
+	}
+	const lastRound = 55 * 4096 * 8 * 1000 // bit/s
+	t.Logf("cruise %.0f Mbit/s, rate %.0f Mbit/s", rc.cruise/1e6, rc.rate/1e6)
+	if rc.cruise > 1.01*lastRound {
+		t.Errorf("cruise %.0f Mbit/s: above the %.0f Mbit/s the full rounds delivered", rc.cruise/1e6, lastRound/1e6)
+	}
+	if rc.cruise < 0.99*lastRound {
+		t.Errorf("cruise %.0f Mbit/s: below the %.0f Mbit/s the last full round delivered", rc.cruise/1e6, lastRound/1e6)
+	}
+}
