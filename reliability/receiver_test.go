@@ -413,3 +413,111 @@ func TestReorderWindowAdapts(t *testing.T) {
 	a.arrive(2*time.Millisecond, 9, 1)
 	a.expectNacked(6) // hole 6 was passed 3.1 ms ago
 }
+
+// TestTailProbeWaitsForTheFirstPass: the sender's tail probe says its
+// first pass has left, but it travels apart from the data and overtakes
+// chunks still queued on the way (a receiving host working through its
+// backlog). Chunks of four packets that have no packet yet are NACKed
+// only once the packet frontier has stood still for a NACK round, not a
+// reorder window after the probe while packets of later chunks keep
+// arriving; once every chunk has some packet, the missing packets are
+// asked for a reorder window after the probe.
+func TestTailProbeWaitsForTheFirstPass(t *testing.T) {
+	const chunks = 100
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true, ChunkSize: 4096, MTU: 1024},
+		Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+	setup := func(t *testing.T, whole int) (*receiverAlone, []uint64) {
+		r, err := reliability.NewReceiverEngine(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		view := make([]uint64, chunks)
+		r.SetPacketView(func(_ uint64, i int) uint64 { return view[i] })
+		a := &receiverAlone{t: t, r: r, now: time.Unix(1000, 0)}
+		if a.id, err = r.Post(a.now, r.Plan(chunks*4096)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range whole {
+			view[i] = 0b1111
+		}
+		a.arrive(5*time.Millisecond, 0, whole)
+		a.controls()
+		probe, err := (&control.Message{Type: control.Probe, Transfer: a.id, From: uint32(whole)}).Append(nil, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.HandleControl(a.now, probe)
+		a.controls()
+		return a, view
+	}
+	// asked returns the chunks NACKed whole and those whose packets were
+	// asked for since the last look.
+	asked := func(a *receiverAlone) (whole, packets []int) {
+		for _, m := range a.controls() {
+			for _, r := range m.Ranges {
+				for i := r.First; i < r.First+r.Count; i++ {
+					whole = append(whole, int(i))
+				}
+			}
+			for _, e := range m.Packets {
+				packets = append(packets, int(e.Chunk))
+			}
+		}
+		return whole, packets
+	}
+
+	t.Run("still arriving", func(t *testing.T) {
+		a, view := setup(t, 50)
+		// Three packets of each next chunk arrive, one every 0.5 ms, for
+		// 10 ms after the probe.
+		for k := range 20 {
+			a.now = a.now.Add(500 * time.Microsecond)
+			view[50+k] = 0b0111
+			a.r.HandleTimer(a.now)
+			if whole, _ := asked(a); len(whole) > 0 {
+				t.Fatalf("%v after the probe, packets still arriving: chunks %v NACKed whole", 500*time.Microsecond*time.Duration(k+1), whole)
+			}
+		}
+		moved := a.now
+		var whole, packets []int
+		for len(whole) == 0 {
+			due, ok := a.r.Deadline()
+			if !ok || due.Sub(moved) > time.Second {
+				t.Fatal("the chunks not reached were never NACKed")
+			}
+			a.now = due
+			a.r.HandleTimer(a.now)
+			w, p := asked(a)
+			whole, packets = append(whole, w...), append(packets, p...)
+		}
+		t.Logf("NACKed whole %v after the frontier stood still %v; packets of %d chunks", len(whole), a.now.Sub(moved), len(packets))
+		if quiet, rtt := a.now.Sub(moved), a.r.Estimator().RTT(); quiet < rtt || quiet < 5*time.Millisecond {
+			t.Errorf("chunks with no packet NACKed %v after the last arrival: want a NACK round (≥ the %v round trip)", quiet, rtt)
+		}
+		if len(whole) != chunks-70 || whole[0] != 70 {
+			t.Errorf("NACKed whole %v, want chunks 70..99", whole)
+		}
+	})
+
+	t.Run("every chunk reached", func(t *testing.T) {
+		a, view := setup(t, chunks-1)
+		view[chunks-1] = 0b0111
+		probed := a.now
+		var packets []int
+		for len(packets) == 0 {
+			due, ok := a.r.Deadline()
+			if !ok || due.Sub(probed) > time.Second {
+				t.Fatal("the last chunk's packet was never asked for")
+			}
+			a.now = due
+			a.r.HandleTimer(a.now)
+			_, packets = asked(a)
+		}
+		if wait := a.now.Sub(probed); wait > 2*time.Millisecond {
+			t.Errorf("packet asked for %v after the probe: want about the reorder window (1 ms)", wait)
+		}
+		if len(packets) != 1 || packets[0] != chunks-1 {
+			t.Errorf("asked for the packets of %v, want [%d]", packets, chunks-1)
+		}
+	})
+}
