@@ -4,6 +4,9 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/control"
+	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
 // bottleneck is a fluid model of one FIFO bottleneck that flows share,
@@ -467,30 +470,52 @@ func TestStartupWindow(t *testing.T) {
 	}
 }
 
-// TestStartupWindowSparesCoded: the window holds an uncoded first pass,
-// never a coded one (its chunks are acknowledged only once their
-// submessage decodes, its parity never: MDS(32,8) in 64 KiB chunks at
-// 1 % loss over a UDP bridge crept and failed at its timeout), and never
-// while a repair waits.
-func TestStartupWindowSparesCoded(t *testing.T) {
+// TestStartupWindowOpensWhenStalled: the window holds coded first passes
+// as it holds uncoded ones, never while a repair waits; one that no ACK
+// has moved for a retransmission timeout opens (where few chunks arrive
+// whole — MDS(32,8) in 64 KiB chunks at 1 % loss, whose parity is never
+// acknowledged and whose repairs wait for the first pass's end — the
+// ACKs that would move it may not come), and an ACK that moves it closes
+// it again.
+func TestStartupWindowOpensWhenStalled(t *testing.T) {
 	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Unix(1000, 0)
+	plan := Plan{Scheme: EC, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024, Code: ec.Params{Kind: ec.MDS, K: 4, M: 2}}
+	s.start(start, 1, plan)
 	s.rc.floor, s.rc.recent[1] = 10*time.Millisecond, 100e6
 	s.released = 1000 // far beyond the bound
-	s.active[1], s.active[2] = &sendXfer{id: 1, coded: true}, &sendXfer{id: 2}
-	s.fresh = []pendingSend{{transfer: 1, kind: ActSend, count: 1}}
-	if s.freshHeld() {
-		t.Error("a coded first pass was held")
-	}
-	s.fresh[0].transfer = 2
 	if !s.freshHeld() {
-		t.Error("an uncoded first pass beyond the window was not held")
+		t.Fatal("a coded first pass beyond the window was not held")
 	}
-	s.repairs = []pendingSend{{transfer: 2, kind: ActSend, count: 1}}
+	s.repairs = []pendingSend{{transfer: 1, kind: ActSend, count: 1}}
 	if s.freshHeld() {
 		t.Error("held while a repair waits")
+	}
+	s.repairs = nil
+	timeout := s.timeout()
+	s.openStalledWindow(start.Add(timeout - time.Millisecond))
+	if !s.freshHeld() {
+		t.Fatalf("the window opened %v after it last moved, before the %v timeout", timeout-time.Millisecond, timeout)
+	}
+	s.openStalledWindow(start.Add(timeout))
+	if s.freshHeld() {
+		t.Fatalf("the window still holds a timeout (%v) after it last moved", timeout)
+	}
+	// An ACK covers the first chunk, released as number 1001: the window
+	// moved, and holds again.
+	x := s.active[1]
+	x.order[0] = 1001
+	s.released = 2000
+	ack, err := (&control.Message{Type: control.ACK, Transfer: 1, Cumulative: 1}).Append(nil, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.HandleControl(start.Add(timeout+time.Millisecond), ack)
+	if !s.freshHeld() {
+		t.Error("an ACK moved the window, and it did not hold again")
 	}
 }
 

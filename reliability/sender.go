@@ -37,8 +37,13 @@ type SenderEngine struct {
 	released, passed, arrived uint64
 	// ackedOrder is the release number of the newest chunk an ACK
 	// covered, repairs included: a bound on what has left the window
-	// that never stalls behind a lost chunk (windowFull).
+	// that never stalls behind a lost chunk (windowFull). windowMoved is
+	// when that bound, or passed, last grew, or a transfer started;
+	// windowOpen is set once it has not moved for a timeout (the window
+	// then holds nothing until it moves again).
 	ackedOrder    uint64
+	windowMoved   time.Time
+	windowOpen    bool
 	departures    []departure // recent runs: for round-trip samples
 	forgotten     uint64      // the release count below which departures are gone
 	rateAnnounced bool        // an ActRate went out
@@ -228,8 +233,10 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 		}
 	}
 	switch {
-	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0 || s.freshHeld():
-		// (A full window waits for an ACK, or a flight's timer.)
+	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0:
+	case s.freshHeld():
+		// A full window waits for an ACK, or a timeout without one.
+		consider(s.windowMoved.Add(s.timeout()))
 	case s.measured:
 		consider(s.wireFree.Add(-paceHorizon))
 	default:
@@ -311,6 +318,7 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 		x.lastFlight = make([]uint32, x.chunks)
 	}
 	s.active[id] = x
+	s.windowMoved, s.windowOpen = now, false
 	s.inFlight += plan.Length + plan.ParityLen()
 	s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
 	if !s.rateAnnounced && !s.rc.fixed {
@@ -512,29 +520,40 @@ func (s *SenderEngine) sendData(x *sendXfer, part Part, first, n int, timed, rep
 }
 
 // freshHeld reports whether the next run to leave is a first pass that
-// startup's window holds back: no repair waits, and the run is of an
-// uncoded transfer — a coded one's chunks are acknowledged only once
-// their submessage decodes, and its parity never, so counting them
-// would stall it (MDS(32,8) in 64 KiB chunks at 1 % loss did not get
-// past its first megabyte).
+// startup's window holds back: no repair waits, and the window is full
+// (windowFull).
 func (s *SenderEngine) freshHeld() bool {
 	if len(s.repairs) > 0 || len(s.fresh) == 0 {
 		return false
 	}
-	x, ok := s.active[s.fresh[0].transfer]
-	return ok && !x.coded && s.windowFull()
+	_, ok := s.active[s.fresh[0].transfer]
+	return ok && s.windowFull()
 }
 
 // windowFull reports whether startup's bound on the chunks in flight
 // (rateControl.startupInflight, at least two initial windows) holds first
-// passes back until an ACK covers more; repairs are never held.
+// passes back until an ACK covers more; repairs are never held. A window
+// that no ACK has moved for a retransmission timeout is open until one
+// does (openStalledWindow): where few chunks arrive whole — a coded
+// transfer's chunks of 64 packets at 1 % loss, whose repairs wait for
+// the fallback at the first pass's end, its parity never acknowledged —
+// the ACKs that would move it may not come (MDS(32,8) so did not get
+// past its first megabyte).
 func (s *SenderEngine) windowFull() bool {
 	limit := s.rc.startupInflight()
-	if limit == 0 {
+	if limit == 0 || s.windowOpen {
 		return false
 	}
 	limit = max(limit, 2*initialWindow*8/s.rc.chunkBits)
 	return float64(s.released-max(s.passed, s.ackedOrder)) >= limit
+}
+
+// openStalledWindow opens startup's window if it holds a first pass back
+// and no ACK has moved it for a retransmission timeout.
+func (s *SenderEngine) openStalledWindow(now time.Time) {
+	if s.freshHeld() && !now.Before(s.windowMoved.Add(s.timeout())) {
+		s.windowOpen = true
+	}
 }
 
 // release hands queued runs over while the injection clock is within
@@ -844,6 +863,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 			}
 		}
 	}
+	s.openStalledWindow(now)
 	s.release(now)
 }
 
@@ -1008,6 +1028,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	x.stats.ACKs++
 	ackedBefore := x.ackedN
 	var newest uint64 // the release number of the newest chunk this ACK covers first that was sent once
+	window := max(s.passed, s.ackedOrder)
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
@@ -1041,6 +1062,9 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	if x.ackedN > ackedBefore {
 		x.lastNewAck = now
 		s.news(now)
+	}
+	if max(s.passed, s.ackedOrder) > window {
+		s.windowMoved, s.windowOpen = now, false
 	}
 	var sample time.Duration
 	if at, ok := s.departed(newest); newest > 0 && ok {
