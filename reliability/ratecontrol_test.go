@@ -442,12 +442,12 @@ func TestStartupWindow(t *testing.T) {
 	if !s.windowFull() {
 		t.Errorf("92 chunks in flight, bound %.1f: want the window full", limit)
 	}
-	s.ackedOrder = 9 // a repair released later was acknowledged
+	s.passed = 9 // a later chunk sent once was acknowledged
 	if s.windowFull() {
-		t.Errorf("91 in flight counting the acknowledged repair: want room")
+		t.Errorf("91 in flight: want room")
 	}
 	s.rc.recent[1] = 1e6 // a slow path: the bound is two initial windows
-	s.released, s.passed, s.ackedOrder = 31, 0, 0
+	s.released, s.passed = 31, 0
 	if s.windowFull() {
 		t.Errorf("31 chunks in flight: want room for two initial windows (32)")
 	}
@@ -516,6 +516,39 @@ func TestStartupWindowOpensWhenStalled(t *testing.T) {
 	s.HandleControl(start.Add(timeout+time.Millisecond), ack)
 	if !s.freshHeld() {
 		t.Error("an ACK moved the window, and it did not hold again")
+	}
+}
+
+// TestStartupWindowIgnoresResentChunks: an ACK of a chunk sent twice
+// cannot tell which copy arrived — the original, late, with the repair
+// still queued behind everything released before it — so it does not
+// move startup's window; an ACK of a chunk sent once does, to its
+// release number.
+func TestStartupWindowIgnoresResentChunks(t *testing.T) {
+	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	s.start(now, 1, Plan{Scheme: SRNACK, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024})
+	x := s.active[1]
+	x.order[0], x.order[1], s.released = 90, 40, 100 // chunk 0 resent as number 90
+	x.resent.set(0)
+	ackOf := func(chunk int) []byte {
+		m := control.Message{Type: control.ACK, Transfer: 1, Bits: []uint64{1 << chunk}}
+		p, err := m.Append(nil, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	s.HandleControl(now.Add(time.Millisecond), ackOf(0))
+	if got := s.windowBase(); got != 0 {
+		t.Errorf("an ACK of a chunk sent twice moved the window to %d", got)
+	}
+	s.HandleControl(now.Add(2*time.Millisecond), ackOf(1))
+	if got := s.windowBase(); got != 40 {
+		t.Errorf("an ACK of chunk 1, sent once as number 40: window at %d, want 40", got)
 	}
 }
 

@@ -35,13 +35,13 @@ type SenderEngine struct {
 	// ones before it included: the rate control's measure of the path),
 	// arrived how many chunks sent once an ACK covered.
 	released, passed, arrived uint64
-	// ackedOrder is the release number of the newest chunk an ACK
-	// covered, repairs included: a bound on what has left the window
-	// that never stalls behind a lost chunk (windowFull). windowMoved is
-	// when that bound, or passed, last grew, or a transfer started;
-	// windowOpen is set once it has not moved for a timeout (the window
-	// then holds nothing until it moves again).
-	ackedOrder    uint64
+	// finishedOrder is the newest release number of a finished
+	// transfer: what it released has left startup's window (windowFull)
+	// as what passed has. windowMoved is when that window last moved
+	// (passed or finishedOrder grew) or a transfer started; windowOpen
+	// is set once it has not moved for a timeout (the window then holds
+	// nothing until it moves again).
+	finishedOrder uint64
 	windowMoved   time.Time
 	windowOpen    bool
 	departures    []departure // recent runs: for round-trip samples
@@ -545,8 +545,16 @@ func (s *SenderEngine) windowFull() bool {
 		return false
 	}
 	limit = max(limit, 2*initialWindow*8/s.rc.chunkBits)
-	return float64(s.released-max(s.passed, s.ackedOrder)) >= limit
+	return float64(s.released-s.windowBase()) >= limit
 }
+
+// windowBase is the release number below which nothing counts in
+// startup's window: the newest chunk sent once that an ACK covered — not
+// one sent again, whose ACK cannot tell which copy arrived (counting the
+// newest copy's number, an original arriving late let the window jump
+// past a thousand chunks still queued, and startup overflowed an 8 MB
+// queue at 2 Gbit/s) — or the last a finished transfer released.
+func (s *SenderEngine) windowBase() uint64 { return max(s.passed, s.finishedOrder) }
 
 // openStalledWindow opens startup's window if it holds a first pass back
 // and no ACK has moved it for a retransmission timeout.
@@ -1028,11 +1036,10 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	x.stats.ACKs++
 	ackedBefore := x.ackedN
 	var newest uint64 // the release number of the newest chunk this ACK covers first that was sent once
-	window := max(s.passed, s.ackedOrder)
+	window := s.windowBase()
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
-		s.ackedOrder = max(s.ackedOrder, x.order[i])
 		if x.lastFlight != nil {
 			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
 		}
@@ -1063,7 +1070,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 		x.lastNewAck = now
 		s.news(now)
 	}
-	if max(s.passed, s.ackedOrder) > window {
+	if s.windowBase() > window {
 		s.windowMoved, s.windowOpen = now, false
 	}
 	var sample time.Duration
@@ -1136,7 +1143,7 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	// Its chunks are no longer in flight (a completing ACK need not cover
 	// them one by one): without this, transfers shorter than the window
 	// left their chunks counted, and the window closed for good.
-	s.ackedOrder = max(s.ackedOrder, x.lastReleased)
+	s.finishedOrder = max(s.finishedOrder, x.lastReleased)
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
 	x.stats.PacingRate, x.stats.SRTT, x.stats.RTO = s.rc.rate, s.srtt, s.rto
