@@ -590,3 +590,44 @@ func TestStartupExitIgnoresShortRound(t *testing.T) {
 		t.Errorf("cruise %.0f Mbit/s: below the %.0f Mbit/s the last full round delivered", rc.cruise/1e6, lastRound/1e6)
 	}
 }
+
+// TestStartupExitTakesBunchedACKsTogether: a startup round delivers
+// 0.66 Gbit/s after one of 1.57 — its ACKs held back — and the next, in
+// which eight samples show a queue, 3.3 Gbit/s as they all come. The
+// cruise rate takes the two rounds together (2 Gbit/s), not the bunch:
+// a cruise at half of 3.5 Gbit/s "delivered" over 10.5 ms filled an 8 MB
+// queue in front of a 2 Gbit/s bottleneck.
+func TestStartupExitTakesBunchedACKsTogether(t *testing.T) {
+	rc := newRateControl(&Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024})
+	now := time.Unix(1000, 0)
+	var passed uint64
+	ack := func(perMs uint64, sample time.Duration) {
+		now = now.Add(time.Millisecond)
+		passed += perMs
+		rc.onAck(now, passed, passed, sample, 10*time.Millisecond)
+	}
+	rc.onAck(now, 0, 0, 10*time.Millisecond, 10*time.Millisecond)
+	for _, perMs := range []uint64{7, 14, 28, 48, 20} {
+		for range 10 {
+			ack(perMs, 10*time.Millisecond)
+		}
+	}
+	if !rc.startup {
+		t.Fatal("startup ended before the queue showed")
+	}
+	for range 2 {
+		ack(100, 10*time.Millisecond)
+	}
+	for range 8 { // the round's last eight samples, a round trip after its start
+		ack(100, 17*time.Millisecond)
+	}
+	if rc.startup || !rc.draining {
+		t.Fatalf("startup %v, draining %v after eight queued samples: want startup over, draining", rc.startup, rc.draining)
+	}
+	const chunkBits = 4096 * 8 * 1000 // bit/s per chunk a millisecond
+	together := float64(20*10+100*10) / 20 * chunkBits
+	t.Logf("cruise %.0f Mbit/s; the two rounds together %.0f", rc.cruise/1e6, together/1e6)
+	if rc.cruise > 1.01*together || rc.cruise < 0.99*together {
+		t.Errorf("cruise %.0f Mbit/s, want the two rounds together: %.0f (the bunch alone: %.0f)", rc.cruise/1e6, together/1e6, 100*chunkBits/1e6)
+	}
+}
