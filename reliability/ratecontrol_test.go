@@ -438,16 +438,16 @@ func TestStartupWindow(t *testing.T) {
 	if got := s.rc.startupInflight(); got < limit*0.999 || got > limit*1.001 {
 		t.Fatalf("bound %v chunks, want %v", got, limit)
 	}
-	s.released, s.passed = 100, 8
+	s.released, s.firstAcked = 100, 8
 	if !s.windowFull() {
 		t.Errorf("92 chunks in flight, bound %.1f: want the window full", limit)
 	}
-	s.passed = 9 // a later chunk sent once was acknowledged
+	s.firstAcked = 9 // a later chunk was acknowledged
 	if s.windowFull() {
 		t.Errorf("91 in flight: want room")
 	}
 	s.rc.recent[1] = 1e6 // a slow path: the bound is two initial windows
-	s.released, s.passed = 31, 0
+	s.released, s.firstAcked = 31, 0
 	if s.windowFull() {
 		t.Errorf("31 chunks in flight: want room for two initial windows (32)")
 	}
@@ -507,7 +507,7 @@ func TestStartupWindowOpensWhenStalled(t *testing.T) {
 	// An ACK covers the first chunk, released as number 1001: the window
 	// moved, and holds again.
 	x := s.active[1]
-	x.order[0] = 1001
+	x.order[0], x.firstOrder[0] = 1001, 1001
 	s.released = 2000
 	ack, err := (&control.Message{Type: control.ACK, Transfer: 1, Cumulative: 1}).Append(nil, 1024)
 	if err != nil {
@@ -519,12 +519,12 @@ func TestStartupWindowOpensWhenStalled(t *testing.T) {
 	}
 }
 
-// TestStartupWindowIgnoresResentChunks: an ACK of a chunk sent twice
-// cannot tell which copy arrived — the original, late, with the repair
-// still queued behind everything released before it — so it does not
-// move startup's window; an ACK of a chunk sent once does, to its
-// release number.
-func TestStartupWindowIgnoresResentChunks(t *testing.T) {
+// TestStartupWindowCountsFirstCopies: an ACK of a chunk sent twice cannot
+// tell which copy arrived — the original, late, with the repair still
+// queued behind everything released before it — so it moves startup's
+// window only to the chunk's first release; an ACK of a chunk sent once
+// moves it to its release number.
+func TestStartupWindowCountsFirstCopies(t *testing.T) {
 	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
 	if err != nil {
 		t.Fatal(err)
@@ -532,8 +532,10 @@ func TestStartupWindowIgnoresResentChunks(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s.start(now, 1, Plan{Scheme: SRNACK, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024})
 	x := s.active[1]
-	x.order[0], x.order[1], s.released = 90, 40, 100 // chunk 0 resent as number 90
+	x.firstOrder[0], x.order[0] = 10, 90 // chunk 0: released as number 10, again as 90
+	x.firstOrder[1], x.order[1] = 40, 40
 	x.resent.set(0)
+	s.released = 100
 	ackOf := func(chunk int) []byte {
 		m := control.Message{Type: control.ACK, Transfer: 1, Bits: []uint64{1 << chunk}}
 		p, err := m.Append(nil, 1024)
@@ -543,8 +545,8 @@ func TestStartupWindowIgnoresResentChunks(t *testing.T) {
 		return p
 	}
 	s.HandleControl(now.Add(time.Millisecond), ackOf(0))
-	if got := s.windowBase(); got != 0 {
-		t.Errorf("an ACK of a chunk sent twice moved the window to %d", got)
+	if got := s.windowBase(); got != 10 {
+		t.Errorf("an ACK of chunk 0, released as 10 and again as 90: window at %d, want 10", got)
 	}
 	s.HandleControl(now.Add(2*time.Millisecond), ackOf(1))
 	if got := s.windowBase(); got != 40 {

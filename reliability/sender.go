@@ -35,18 +35,19 @@ type SenderEngine struct {
 	// ones before it included: the rate control's measure of the path),
 	// arrived how many chunks sent once an ACK covered.
 	released, passed, arrived uint64
-	// finishedOrder is the newest release number of a finished
-	// transfer: what it released has left startup's window (windowFull)
-	// as what passed has. windowMoved is when that window last moved
-	// (passed or finishedOrder grew) or a transfer started; windowOpen
-	// is set once it has not moved for a timeout (the window then holds
-	// nothing until it moves again).
-	finishedOrder uint64
-	windowMoved   time.Time
-	windowOpen    bool
-	departures    []departure // recent runs: for round-trip samples
-	forgotten     uint64      // the release count below which departures are gone
-	rateAnnounced bool        // an ActRate went out
+	// firstAcked is the newest first release number (sendXfer.firstOrder)
+	// of a chunk an ACK covered, finishedOrder the newest release number
+	// of a finished transfer: what was released before either has left
+	// startup's window (windowFull). windowMoved is when that window last
+	// moved or a transfer started; windowOpen is set once it has not
+	// moved for a timeout (the window then holds nothing until it moves
+	// again).
+	firstAcked, finishedOrder uint64
+	windowMoved               time.Time
+	windowOpen                bool
+	departures                []departure // recent runs: for round-trip samples
+	forgotten                 uint64      // the release count below which departures are gone
+	rateAnnounced             bool        // an ActRate went out
 	// silent counts retransmission timeouts in a row with no answer from
 	// the receiver in between: timers back off by it (and only then);
 	// lastAnswer is when the receiver last answered (any ACK, NACK or
@@ -98,8 +99,9 @@ type sendXfer struct {
 	resent      bitmap // chunks sent more than once: no RTT samples
 	queued      bitmap // data chunks waiting in the repair queue: not queued twice
 	// order is each data chunk's place in the release order (released
-	// after it was handed over last), for passed and RTT samples.
-	order []uint64
+	// after it was handed over last), for passed and RTT samples;
+	// firstOrder its place when it was handed over first.
+	order, firstOrder []uint64
 	// lastFlight names the flight that carried each chunk last, so an
 	// older flight's timer does not resend a chunk a NACK already resent.
 	lastFlight []uint32
@@ -313,7 +315,8 @@ func abortError(reason uint8) error {
 func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
 		stats: Stats{Plan: plan, Start: now}}
-	x.acked, x.resent, x.queued, x.order = newBitmap(x.chunks), newBitmap(x.chunks), newBitmap(x.chunks), make([]uint64, x.chunks)
+	x.acked, x.resent, x.queued = newBitmap(x.chunks), newBitmap(x.chunks), newBitmap(x.chunks)
+	x.order, x.firstOrder = make([]uint64, x.chunks), make([]uint64, x.chunks)
 	if !x.coded {
 		x.lastFlight = make([]uint32, x.chunks)
 	}
@@ -549,12 +552,13 @@ func (s *SenderEngine) windowFull() bool {
 }
 
 // windowBase is the release number below which nothing counts in
-// startup's window: the newest chunk sent once that an ACK covered — not
-// one sent again, whose ACK cannot tell which copy arrived (counting the
-// newest copy's number, an original arriving late let the window jump
-// past a thousand chunks still queued, and startup overflowed an 8 MB
-// queue at 2 Gbit/s) — or the last a finished transfer released.
-func (s *SenderEngine) windowBase() uint64 { return max(s.passed, s.finishedOrder) }
+// startup's window: the first release of the newest chunk an ACK covered
+// — whichever copy arrived, the first had left by then, while a later
+// one may still be queued (counting the newest copy's number, an
+// original arriving late let the window jump past a thousand chunks
+// still queued, and startup overflowed an 8 MB queue at 2 Gbit/s) — or
+// the last a finished transfer released.
+func (s *SenderEngine) windowBase() uint64 { return max(s.firstAcked, s.finishedOrder) }
 
 // openStalledWindow opens startup's window if it holds a first pass back
 // and no ACK has moved it for a retransmission timeout.
@@ -623,6 +627,9 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 	if part == Data {
 		for i := range n {
 			x.order[first+i] = s.released + uint64(i) + 1
+			if x.firstOrder[first+i] == 0 {
+				x.firstOrder[first+i] = x.order[first+i]
+			}
 		}
 	}
 	// A run leaves within a quantum of its release (the NIC paces it at
@@ -1040,6 +1047,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
+		s.firstAcked = max(s.firstAcked, x.firstOrder[i])
 		if x.lastFlight != nil {
 			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
 		}
