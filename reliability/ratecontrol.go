@@ -392,17 +392,21 @@ func (rc *rateControl) cruiseRate(measured float64, span time.Duration) float64 
 
 // startupInflight bounds the chunks in flight (released and not yet
 // passed) during startup: startupLead round trips of what the path
-// delivered lately, BBR's startup window (2·BDP there). Pacing alone, at
-// up to startupLead times a delivery sample that a burst of ACKs had
-// inflated past the bottleneck, kept the rate at three times the path's
-// for the round trip the queue takes to show in the samples, and 1 in 10
-// connections overflowed an 8 MB queue at 2 Gbit/s. 0: no bound (after
-// startup, or before a delivery sample).
+// delivered lately, BBR's startup window (2·BDP there) — before a
+// delivery sample, nothing but the two initial windows windowFull allows
+// at least. Pacing alone, at up to startupLead times a delivery sample
+// that a burst of ACKs had inflated past the bottleneck, kept the rate at
+// three times the path's for the round trip the queue takes to show in
+// the samples, and 1 in 10 connections overflowed an 8 MB queue at
+// 2 Gbit/s; before the first sample, at the rate two initial windows
+// per 0.15 ms round trip make (7 Gbit/s), a first round that a busy
+// receiver took 64 ms to answer queued 50 MB in its socket buffer. 0: no
+// bound (after startup).
 func (rc *rateControl) startupInflight() float64 {
-	path := max(rc.recent[0], rc.recent[1], rc.recent[2])
-	if !rc.startup || rc.floor == 0 || path == 0 {
+	if !rc.startup {
 		return 0
 	}
+	path := max(rc.recent[0], rc.recent[1], rc.recent[2])
 	return startupLead * path * rc.floor.Seconds() / rc.chunkBits
 }
 

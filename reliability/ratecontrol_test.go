@@ -423,36 +423,51 @@ func TestRateControlShortTransfers(t *testing.T) {
 
 // TestStartupWindow: in startup a sender keeps at most startupLead round
 // trips of what the path delivered in flight (two initial windows at
-// least), counting what ACKs covered, repairs included; after startup,
-// or before a delivery sample, nothing bounds it.
+// least, and before a delivery sample), counting what ACKs covered,
+// repairs included; after startup nothing bounds it.
 func TestStartupWindow(t *testing.T) {
 	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.rc.startup || s.rc.startupInflight() != 0 {
-		t.Fatalf("startup %v, bound %v before any sample: want startup and no bound", s.rc.startup, s.rc.startupInflight())
+	if !s.rc.startup {
+		t.Fatal("no startup")
 	}
+	// Before a delivery sample: two initial windows (32 chunks), and for
+	// a coded transfer one submessage at least.
+	s.released = 31
+	if s.windowFull(&sendXfer{}) {
+		t.Error("31 chunks in flight before a delivery sample: want room for two initial windows (32)")
+	}
+	s.released = 32
+	if !s.windowFull(&sendXfer{}) {
+		t.Error("32 chunks in flight before a delivery sample: want the window full")
+	}
+	coded := &sendXfer{coded: true, plan: Plan{Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}}
+	if s.windowFull(coded) {
+		t.Error("32 chunks of MDS(32,8) in flight: want room for a submessage (40)")
+	}
+	s.released = 0
 	s.rc.floor, s.rc.recent[1] = 10*time.Millisecond, 100e6 // 100 Mbit/s delivered lately
 	const limit = startupLead * 100e6 * 0.01 / (4096 * 8)   // 91.6 chunks
 	if got := s.rc.startupInflight(); got < limit*0.999 || got > limit*1.001 {
 		t.Fatalf("bound %v chunks, want %v", got, limit)
 	}
 	s.released, s.firstAcked = 100, 8
-	if !s.windowFull() {
+	if !s.windowFull(&sendXfer{}) {
 		t.Errorf("92 chunks in flight, bound %.1f: want the window full", limit)
 	}
 	s.firstAcked = 9 // a later chunk was acknowledged
-	if s.windowFull() {
+	if s.windowFull(&sendXfer{}) {
 		t.Errorf("91 in flight: want room")
 	}
 	s.rc.recent[1] = 1e6 // a slow path: the bound is two initial windows
 	s.released, s.firstAcked = 31, 0
-	if s.windowFull() {
+	if s.windowFull(&sendXfer{}) {
 		t.Errorf("31 chunks in flight: want room for two initial windows (32)")
 	}
 	s.released = 32
-	if !s.windowFull() {
+	if !s.windowFull(&sendXfer{}) {
 		t.Errorf("32 chunks in flight: want the window full at two initial windows")
 	}
 	// A transfer that ends takes what it released out of the window,
@@ -460,12 +475,12 @@ func TestStartupWindow(t *testing.T) {
 	x := &sendXfer{id: 7, lastReleased: 32}
 	s.active[x.id] = x
 	s.finish(time.Now(), x, nil)
-	if s.windowFull() {
+	if s.windowFull(&sendXfer{}) {
 		t.Errorf("32 chunks of a finished transfer still counted in flight")
 	}
 	s.released = 64
 	s.rc.startup = false
-	if s.windowFull() {
+	if s.windowFull(&sendXfer{}) {
 		t.Errorf("after startup the window bounds nothing")
 	}
 }

@@ -529,25 +529,29 @@ func (s *SenderEngine) freshHeld() bool {
 	if len(s.repairs) > 0 || len(s.fresh) == 0 {
 		return false
 	}
-	_, ok := s.active[s.fresh[0].transfer]
-	return ok && s.windowFull()
+	x, ok := s.active[s.fresh[0].transfer]
+	return ok && s.windowFull(x)
 }
 
 // windowFull reports whether startup's bound on the chunks in flight
-// (rateControl.startupInflight, at least two initial windows) holds first
-// passes back until an ACK covers more; repairs are never held. A window
+// (rateControl.startupInflight; at least two initial windows, and for a
+// coded transfer x one submessage, data and parity: its chunks help only
+// together) holds x's first pass back until an ACK covers more; repairs
+// are never held. A window
 // that no ACK has moved for a retransmission timeout is open until one
 // does (openStalledWindow): where few chunks arrive whole — a coded
 // transfer's chunks of 64 packets at 1 % loss, whose repairs wait for
 // the fallback at the first pass's end, its parity never acknowledged —
 // the ACKs that would move it may not come (MDS(32,8) so did not get
 // past its first megabyte).
-func (s *SenderEngine) windowFull() bool {
-	limit := s.rc.startupInflight()
-	if limit == 0 || s.windowOpen {
+func (s *SenderEngine) windowFull(x *sendXfer) bool {
+	if !s.rc.startup || s.windowOpen {
 		return false
 	}
-	limit = max(limit, 2*initialWindow*8/s.rc.chunkBits)
+	limit := max(s.rc.startupInflight(), 2*initialWindow*8/s.rc.chunkBits)
+	if x.coded {
+		limit = max(limit, float64(x.plan.Code.K+x.plan.Code.M))
+	}
 	return float64(s.released-s.windowBase()) >= limit
 }
 
