@@ -426,10 +426,7 @@ func TestRateControlShortTransfers(t *testing.T) {
 // least, and before a delivery sample), counting what ACKs covered,
 // repairs included; after startup nothing bounds it.
 func TestStartupWindow(t *testing.T) {
-	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newStartupSender(t)
 	if !s.rc.startup {
 		t.Fatal("no startup")
 	}
@@ -493,10 +490,7 @@ func TestStartupWindow(t *testing.T) {
 // ACKs that would move it may not come), and an ACK that moves it closes
 // it again.
 func TestStartupWindowOpensWhenStalled(t *testing.T) {
-	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newStartupSender(t)
 	start := time.Unix(1000, 0)
 	plan := Plan{Scheme: EC, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024, Code: ec.Params{Kind: ec.MDS, K: 4, M: 2}}
 	s.start(start, 1, plan)
@@ -540,10 +534,7 @@ func TestStartupWindowOpensWhenStalled(t *testing.T) {
 // window only to the chunk's first release; an ACK of a chunk sent once
 // moves it to its release number.
 func TestStartupWindowCountsFirstCopies(t *testing.T) {
-	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newStartupSender(t)
 	now := time.Unix(1000, 0)
 	s.start(now, 1, Plan{Scheme: SRNACK, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024})
 	x := s.active[1]
@@ -576,24 +567,14 @@ func TestStartupWindowCountsFirstCopies(t *testing.T) {
 // trip, not from the burst: a cruise at half the burst, above a 2 Gbit/s
 // bottleneck, overflowed an 8 MB queue.
 func TestStartupExitIgnoresShortRound(t *testing.T) {
-	rc := newRateControl(&Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024})
-	now := time.Unix(1000, 0)
-	var passed uint64
-	rc.onAck(now, 0, 0, 10*time.Millisecond, 10*time.Millisecond)
-	for _, perMs := range []uint64{7, 14, 28, 55} { // doubling: no plateau
-		for range 10 {
-			now = now.Add(time.Millisecond)
-			passed += perMs
-			rc.onAck(now, passed, passed, 10*time.Millisecond, 10*time.Millisecond)
-		}
-	}
+	c := newAckClock()
+	c.rounds(7, 14, 28, 55) // doubling: no plateau
+	rc := c.rc
 	if !rc.startup {
 		t.Fatal("startup ended before the queue showed")
 	}
 	for range 8 {
-		now = now.Add(700 * time.Microsecond)
-		passed += 100
-		rc.onAck(now, passed, passed, 17*time.Millisecond, 12*time.Millisecond)
+		c.ack(700*time.Microsecond, 100, 17*time.Millisecond)
 	}
 	if rc.startup || !rc.draining {
 		t.Fatalf("startup %v, draining %v after eight queued samples: want startup over, draining", rc.startup, rc.draining)
@@ -615,28 +596,17 @@ func TestStartupExitIgnoresShortRound(t *testing.T) {
 // a cruise at half of 3.5 Gbit/s "delivered" over 10.5 ms filled an 8 MB
 // queue in front of a 2 Gbit/s bottleneck.
 func TestStartupExitTakesBunchedACKsTogether(t *testing.T) {
-	rc := newRateControl(&Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024})
-	now := time.Unix(1000, 0)
-	var passed uint64
-	ack := func(perMs uint64, sample time.Duration) {
-		now = now.Add(time.Millisecond)
-		passed += perMs
-		rc.onAck(now, passed, passed, sample, 10*time.Millisecond)
-	}
-	rc.onAck(now, 0, 0, 10*time.Millisecond, 10*time.Millisecond)
-	for _, perMs := range []uint64{7, 14, 28, 48, 20} {
-		for range 10 {
-			ack(perMs, 10*time.Millisecond)
-		}
-	}
+	c := newAckClock()
+	c.rounds(7, 14, 28, 48, 20)
+	rc := c.rc
 	if !rc.startup {
 		t.Fatal("startup ended before the queue showed")
 	}
 	for range 2 {
-		ack(100, 10*time.Millisecond)
+		c.ack(time.Millisecond, 100, 10*time.Millisecond)
 	}
 	for range 8 { // the round's last eight samples, a round trip after its start
-		ack(100, 17*time.Millisecond)
+		c.ack(time.Millisecond, 100, 17*time.Millisecond)
 	}
 	if rc.startup || !rc.draining {
 		t.Fatalf("startup %v, draining %v after eight queued samples: want startup over, draining", rc.startup, rc.draining)
@@ -647,4 +617,48 @@ func TestStartupExitTakesBunchedACKsTogether(t *testing.T) {
 	if rc.cruise > 1.01*together || rc.cruise < 0.99*together {
 		t.Errorf("cruise %.0f Mbit/s, want the two rounds together: %.0f (the bunch alone: %.0f)", rc.cruise/1e6, together/1e6, 100*chunkBits/1e6)
 	}
+}
+
+// ackClock feeds a rate controller on a 10 ms path ACKs by hand, every
+// chunk passed arriving.
+type ackClock struct {
+	rc     *rateControl
+	now    time.Time
+	passed uint64
+}
+
+func newAckClock() *ackClock {
+	rc := newRateControl(&Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024})
+	c := &ackClock{rc: &rc, now: time.Unix(1000, 0)}
+	c.rc.onAck(c.now, 0, 0, 10*time.Millisecond, 10*time.Millisecond)
+	return c
+}
+
+// ack moves the clock by gap and ACKs n more chunks with a round-trip
+// sample.
+func (c *ackClock) ack(gap time.Duration, n uint64, sample time.Duration) {
+	c.now = c.now.Add(gap)
+	c.passed += n
+	c.rc.onAck(c.now, c.passed, c.passed, sample, 10*time.Millisecond)
+}
+
+// rounds runs a round of ten ACKs a millisecond apart per rate given, in
+// chunks a millisecond, each sampling the floor round trip.
+func (c *ackClock) rounds(perMs ...uint64) {
+	for _, n := range perMs {
+		for range 10 {
+			c.ack(time.Millisecond, n, 10*time.Millisecond)
+		}
+	}
+}
+
+// newStartupSender returns a sender engine in startup on a 10 ms path,
+// 4 KiB chunks of 1 KiB packets.
+func newStartupSender(t *testing.T) *SenderEngine {
+	t.Helper()
+	s, err := NewSenderEngine(SenderConfig{Config: Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

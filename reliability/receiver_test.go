@@ -465,6 +465,23 @@ func TestTailProbeWaitsForTheFirstPass(t *testing.T) {
 		}
 		return whole, packets
 	}
+	// stepUntil runs the receiver's timers until done holds for what it
+	// asked for since (failing after a second), and returns that.
+	stepUntil := func(t *testing.T, a *receiverAlone, what string, done func(whole, packets []int) bool) (whole, packets []int) {
+		t.Helper()
+		start := a.now
+		for !done(whole, packets) {
+			due, ok := a.r.Deadline()
+			if !ok || due.Sub(start) > time.Second {
+				t.Fatalf("%s: never asked for", what)
+			}
+			a.now = due
+			a.r.HandleTimer(a.now)
+			w, p := asked(a)
+			whole, packets = append(whole, w...), append(packets, p...)
+		}
+		return whole, packets
+	}
 
 	t.Run("still arriving", func(t *testing.T) {
 		a, view := setup(t, 50)
@@ -479,17 +496,7 @@ func TestTailProbeWaitsForTheFirstPass(t *testing.T) {
 			}
 		}
 		moved := a.now
-		var whole, packets []int
-		for len(whole) == 0 {
-			due, ok := a.r.Deadline()
-			if !ok || due.Sub(moved) > time.Second {
-				t.Fatal("the chunks not reached were never NACKed")
-			}
-			a.now = due
-			a.r.HandleTimer(a.now)
-			w, p := asked(a)
-			whole, packets = append(whole, w...), append(packets, p...)
-		}
+		whole, packets := stepUntil(t, a, "the chunks not reached", func(whole, _ []int) bool { return len(whole) > 0 })
 		t.Logf("NACKed whole %v after the frontier stood still %v; packets of %d chunks", len(whole), a.now.Sub(moved), len(packets))
 		if quiet, rtt := a.now.Sub(moved), a.r.Estimator().RTT(); quiet < rtt || quiet < 5*time.Millisecond {
 			t.Errorf("chunks with no packet NACKed %v after the last arrival: want a NACK round (≥ the %v round trip)", quiet, rtt)
@@ -503,16 +510,7 @@ func TestTailProbeWaitsForTheFirstPass(t *testing.T) {
 		a, view := setup(t, chunks-1)
 		view[chunks-1] = 0b0111
 		probed := a.now
-		var packets []int
-		for len(packets) == 0 {
-			due, ok := a.r.Deadline()
-			if !ok || due.Sub(probed) > time.Second {
-				t.Fatal("the last chunk's packet was never asked for")
-			}
-			a.now = due
-			a.r.HandleTimer(a.now)
-			_, packets = asked(a)
-		}
+		_, packets := stepUntil(t, a, "the last chunk's packet", func(_, packets []int) bool { return len(packets) > 0 })
 		if wait := a.now.Sub(probed); wait > 2*time.Millisecond {
 			t.Errorf("packet asked for %v after the probe: want about the reorder window (1 ms)", wait)
 		}
