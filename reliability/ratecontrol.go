@@ -261,8 +261,7 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 	marks := float64(rc.roundNotifications) / max(1, float64(passed-rc.roundPassed)*rc.chunkPackets)
 	marked := marks*ecnShare > 1
 	queued := delayed || early || marked
-	measured := rc.delivered(passed, arrived, delayed || early || marked) * rc.chunkBits / span.Seconds()
-	delivered := measured
+	delivered := rc.delivered(passed, arrived, delayed || early || marked) * rc.chunkBits / span.Seconds()
 	if span < rc.floor {
 		// A round cut short by the early exit (others last a floor round
 		// trip at least): its ACKs, a burst or two, tell no rate. (4.5
@@ -309,7 +308,7 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		}
 	case rc.startup && !rc.limited && (queued || rc.plateau(delivered)):
 		rc.startup, rc.draining = false, true
-		rc.cruise = rc.cruiseRate(measured, span)
+		rc.cruise = rc.cruiseRate(delivered, span)
 		if rc.cruise == 0 {
 			rc.cruise = rc.rate / 2 // nothing delivered seen: the rate a round ago
 		}
@@ -371,23 +370,19 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 }
 
 // cruiseRate is what the path delivered lately, as startup's exit takes
-// it for the cruise: the most of this round's sample (measured over span)
-// and the recent ones, where this round's is taken together with the one
-// before it if it is more than bunchedACKs times that one — ACKs held
-// back in that round came in this one. (A round that startup's early exit
-// cut short, below the floor, tells no rate.) Alone, such a round
+// it for the cruise: the most of this round's sample (delivered over
+// span) and the recent ones, where this round's is taken together with
+// the one before it if it is more than bunchedACKs times that one — ACKs
+// held back in that round came in this one. Alone, such a round
 // "delivered" 3.5 Gbit/s of a 2 Gbit/s path after one of 0.7 (1.9
 // together), and a cruise above the bottleneck filled an 8 MB queue.
-func (rc *rateControl) cruiseRate(measured float64, span time.Duration) float64 {
-	latest, before := measured, rc.recent[0]
-	switch {
-	case span < rc.floor:
-		latest = before
-	case before > 0 && measured > bunchedACKs*before:
-		latest = (measured*span.Seconds() + before*rc.recentSpan[0].Seconds()) / (span + rc.recentSpan[0]).Seconds()
+func (rc *rateControl) cruiseRate(delivered float64, span time.Duration) float64 {
+	before := rc.recent[0]
+	if before > 0 && delivered > bunchedACKs*before {
+		delivered = (delivered*span.Seconds() + before*rc.recentSpan[0].Seconds()) / (span + rc.recentSpan[0]).Seconds()
 		before = 0
 	}
-	return max(latest, before, rc.recent[1], rc.recent[2])
+	return max(delivered, before, rc.recent[1], rc.recent[2])
 }
 
 // startupInflight bounds the chunks in flight (released and not yet

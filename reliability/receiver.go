@@ -113,16 +113,17 @@ type recvXfer struct {
 	// next look is due (tailSettled).
 	tailAt, tailMoved, tailCheck time.Time
 	tailFrontier                 int
-	ctsAt                        time.Time // when to resend the CTS (until data arrives)
-	ctsBackoff                   time.Duration
-	ctsFirst                     time.Time
-	ctsResent                    bool
-	firstArrival                 time.Time
-	lastArrival                  time.Time
-	maxGap                       time.Duration // the longest pause between arrivals so far
-	lossSampled                  bool
-	deadline                     time.Time // Config.Timeout after the last chunk arrived (or the post)
-	stats                        Stats
+
+	ctsAt        time.Time // when to resend the CTS (until data arrives)
+	ctsBackoff   time.Duration
+	ctsFirst     time.Time
+	ctsResent    bool
+	firstArrival time.Time
+	lastArrival  time.Time
+	maxGap       time.Duration // the longest pause between arrivals so far
+	lossSampled  bool
+	deadline     time.Time // Config.Timeout after the last chunk arrived (or the post)
+	stats        Stats
 }
 
 // confirmation is a completing ACK waiting for the sender's FIN.
@@ -691,11 +692,11 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 // or, where chunks are seen packet by packet, it has stood still for a
 // NACK round (renackInterval) short of it: a chunk of n packets is lost
 // whole with probability pⁿ, and one with no packet at all is most
-// likely still on its way. The probe travels apart
-// from the data and overtakes a first pass still queued on the way — on
-// a receiving host busy with its backlog, 200 of 256 chunks of 64 packets
-// at once — and such chunks, NACKed whole and sent again, made 2.9 times
-// the packets needed. It costs O(chunks not reached) per look.
+// likely still on its way. The probe travels apart from the data and
+// overtakes a first pass still queued on the way — on a receiving host
+// busy with its backlog, 200 of 256 chunks of 64 packets at once — and
+// such chunks, NACKed whole and sent again, made 2.9 times the packets
+// needed. It costs O(chunks not reached) per look.
 func (r *ReceiverEngine) tailSettled(now time.Time, x *recvXfer) bool {
 	if x.tailAt.IsZero() || now.Before(x.tailCheck) {
 		return false
@@ -707,10 +708,8 @@ func (r *ReceiverEngine) tailSettled(now time.Time, x *recvXfer) bool {
 	if x.tailFrontier < x.chunks && r.viewsPackets(x) {
 		wait = r.renackInterval()
 	}
-	if x.tailCheck = x.tailMoved.Add(wait); now.Before(x.tailCheck) {
-		return false
-	}
-	return true
+	x.tailCheck = x.tailMoved.Add(wait)
+	return !now.Before(x.tailCheck)
 }
 
 // packetFrontier returns one more than the highest data chunk any packet
@@ -1016,8 +1015,8 @@ func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 // chunks in NACKs (not for SR-RTO, reportPartial) and, with a packet
 // view, the missing packets of chunks that are mostly there in PNACKs —
 // each datagram twice where the path loses twiceLoss of its packets or
-// more (a lost NACK costs its holes
-// a round; the sender ignores the second copy, see justSent).
+// more (a lost NACK costs its holes a round; the sender ignores the
+// second copy, see justSent).
 func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
 	perRange, perEntry := control.MaxNackRanges(r.cfg.ControlMTU), control.MaxPacketNackEntries(r.cfg.ControlMTU)
 	r.nack = control.Message{Type: control.NACK, Transfer: x.id, Ranges: r.nack.Ranges[:0]}

@@ -537,13 +537,12 @@ func (s *SenderEngine) freshHeld() bool {
 // (rateControl.startupInflight; at least two initial windows, and for a
 // coded transfer x one submessage, data and parity: its chunks help only
 // together) holds x's first pass back until an ACK covers more; repairs
-// are never held. A window
-// that no ACK has moved for a retransmission timeout is open until one
-// does (openStalledWindow): where few chunks arrive whole — a coded
-// transfer's chunks of 64 packets at 1 % loss, whose repairs wait for
-// the fallback at the first pass's end, its parity never acknowledged —
-// the ACKs that would move it may not come (MDS(32,8) so did not get
-// past its first megabyte).
+// are never held. A window that no ACK has moved for a retransmission
+// timeout is open until one does (openStalledWindow): where few chunks
+// arrive whole — a coded transfer's chunks of 64 packets at 1 % loss,
+// whose repairs wait for the fallback at the first pass's end, its parity
+// never acknowledged — the ACKs that would move it may not come
+// (MDS(32,8) so did not get past its first megabyte).
 func (s *SenderEngine) windowFull(x *sendXfer) bool {
 	if !s.rc.startup || s.windowOpen {
 		return false
