@@ -308,23 +308,23 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			if x == nil {
 				continue
 			}
-			cs := x.plan.ChunkSize
 			if a.Packets != 0 {
 				err = s.sendPackets(x, a.First, a.Packets)
 				break
 			}
-			if a.Part == Parity {
-				if err = x.parityReady(a.First + a.Count - 1); err != nil {
-					break
+			err = s.sendChunks(x, a.Part, a.First, a.Count)
+		case ActSendCoded:
+			if x == nil {
+				continue
+			}
+			l := x.area.coder.Layout()
+			for sub := a.First; sub < a.First+a.Count && err == nil; sub++ {
+				first, n := l.DataRange(sub)
+				if err = s.sendChunks(x, Data, first, n); err == nil {
+					first, n = l.ParityRange(sub)
+					err = s.sendChunks(x, Parity, first, n)
 				}
 			}
-			err = s.waitOutRetry(func() error {
-				if a.Part == Data {
-					off := a.First * cs
-					return x.data.Continue(x.dataMR, off, min(a.Count*cs, x.plan.Length-off), a.First)
-				}
-				return x.parity.Continue(x.area.mr, a.First*cs, a.Count*cs, a.First)
-			})
 		case ActSendImm:
 			if x != nil {
 				err = s.waitOutRetry(x.data.SendImmCarriers)
@@ -356,6 +356,24 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			// The failure's actions run on the next turn of the loop.
 		}
 	}
+}
+
+// sendChunks sends chunks [first, first+n) of part, parity once it is
+// encoded.
+func (s *Sender) sendChunks(x *sendIO, part Part, first, n int) error {
+	cs := x.plan.ChunkSize
+	if part == Parity {
+		if err := x.parityReady(first + n - 1); err != nil {
+			return err
+		}
+	}
+	return s.waitOutRetry(func() error {
+		if part == Data {
+			off := first * cs
+			return x.data.Continue(x.dataMR, off, min(n*cs, x.plan.Length-off), first)
+		}
+		return x.parity.Continue(x.area.mr, first*cs, n*cs, first)
+	})
 }
 
 // sendPackets sends the packets in mask of data chunk chunk, a run of

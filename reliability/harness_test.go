@@ -213,12 +213,17 @@ func (h *harness) SenderAction(_ *sim.Pair, a *reliability.Action) {
 		}
 		h.tx[a.Transfer] = tx
 	case reliability.ActSend:
-		for i := a.First; i < a.First+a.Count; i++ {
-			kind := dataChunk
-			if a.Part == reliability.Parity {
-				kind = parityChunk
-			}
-			h.send(packet{kind: kind, transfer: a.Transfer, index: i})
+		h.sendChunks(a.Transfer, a.Part, a.First, a.Count)
+	case reliability.ActSendCoded:
+		l, err := h.tx[a.Transfer].plan.Layout()
+		if err != nil {
+			h.tb.Fatal(err)
+		}
+		for sub := a.First; sub < a.First+a.Count; sub++ {
+			first, n := l.DataRange(sub)
+			h.sendChunks(a.Transfer, reliability.Data, first, n)
+			first, n = l.ParityRange(sub)
+			h.sendChunks(a.Transfer, reliability.Parity, first, n)
 		}
 	case reliability.ActSendImm:
 		n := h.tx[a.Transfer].plan.DataChunks()
@@ -235,6 +240,17 @@ func (h *harness) SenderAction(_ *sim.Pair, a *reliability.Action) {
 		h.sent[a.Transfer] = result{*a.Stats, a.Err}
 	default:
 		h.tb.Fatalf("sender asked for %v", a.Kind)
+	}
+}
+
+// sendChunks sends chunks [first, first+n) of part.
+func (h *harness) sendChunks(transfer uint64, part reliability.Part, first, n int) {
+	kind := dataChunk
+	if part == reliability.Parity {
+		kind = parityChunk
+	}
+	for i := first; i < first+n; i++ {
+		h.send(packet{kind: kind, transfer: transfer, index: i})
 	}
 }
 

@@ -419,7 +419,9 @@ func (r *ReceiverEngine) mark(now time.Time, x *recvXfer, part Part, w int, bits
 			sub = x.layout.ParitySubmessage
 		}
 		x.highestSub = max(x.highestSub, sub(top)+1)
-		for s := sub(64 * w); s <= sub(min(64*w+63, n-1)); s++ {
+		// Only the submessages of the new chunks can have become
+		// decodable (a parity word spans eight of MDS(32,8)'s).
+		for s := sub(64*w + bits.TrailingZeros64(fresh)); s <= sub(64*w+63-bits.LeadingZeros64(fresh)); s++ {
 			r.updateDecodable(x, s)
 		}
 	}

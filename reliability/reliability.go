@@ -424,10 +424,16 @@ const (
 	// chunk payload; the caller sets the NIC's rate limiter to it, so
 	// that the packets of a run leave as evenly as the runs do.
 	ActRate
+	// ActSendCoded (sender): send submessages [First, First+Count) of a
+	// coded plan's layout (Plan.Layout), each its data chunks
+	// (ec.Layout.DataRange) then its parity chunks (ParityRange): a
+	// first pass, in one action per run of submessages where two ActSends
+	// per submessage would say the same.
+	ActSendCoded
 )
 
 var actionNames = []string{ActStart: "start", ActSend: "send", ActSendImm: "send-imm", ActControl: "control",
-	ActDecode: "decode", ActComplete: "complete", ActFail: "fail", ActRate: "rate"}
+	ActDecode: "decode", ActComplete: "complete", ActFail: "fail", ActRate: "rate", ActSendCoded: "send-coded"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && actionNames[k] != "" {
@@ -446,8 +452,8 @@ type Action struct {
 	// started: open its messages and end them at once, sending nothing.
 	Discard bool
 	Part    Part   // ActSend
-	First   int    // ActSend
-	Count   int    // ActSend
+	First   int    // ActSend, ActSendCoded (a submessage)
+	Count   int    // ActSend, ActSendCoded (submessages)
 	Packets uint64 // ActSend: a packet repair of chunk First
 	Sub     int    // ActDecode
 	// Datagram is an encoded control message (ActControl); the caller

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability/control"
+	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
 // SenderEngine is the sending side's engine of one connection. It is not safe
@@ -82,12 +83,16 @@ type SenderEngine struct {
 
 // sendXfer is one started transfer.
 type sendXfer struct {
-	id      uint64
-	plan    Plan
-	chunks  int    // data chunks
-	acked   bitmap // data chunks the receiver reported
-	ackedN  int
-	probeAt time.Time // when to probe next
+	id     uint64
+	plan   Plan
+	chunks int    // data chunks
+	acked  bitmap // data chunks the receiver reported
+	ackedN int
+	// ackedLow is a floor of the first unacknowledged chunk (every chunk
+	// below it is acknowledged), so that the scans for it, once per ACK,
+	// pass each bitmap word once per transfer rather than once per ACK.
+	ackedLow int
+	probeAt  time.Time // when to probe next
 	// tailProbeAt is when an SR-NACK transfer's first pass has left by the
 	// injection clock: a probe then tells the receiver that whatever is
 	// missing a reorder window later is lost (zero: sent, or none).
@@ -96,8 +101,9 @@ type sendXfer struct {
 	probedAt    time.Time // when the last probe went out
 	stats       Stats
 	coded       bool
-	resent      bitmap // chunks sent more than once: no RTT samples
-	queued      bitmap // data chunks waiting in the repair queue: not queued twice
+	layout      ec.Layout // coded transfers': the submessages
+	resent      bitmap    // chunks sent more than once: no RTT samples
+	queued      bitmap    // data chunks waiting in the repair queue: not queued twice
 	// order is each data chunk's place in the release order (released
 	// after it was handed over last), for passed and RTT samples;
 	// firstOrder its place when it was handed over first.
@@ -122,7 +128,7 @@ type sendXfer struct {
 // waiting for the pacer.
 type pendingSend struct {
 	transfer     uint64
-	kind         ActionKind // ActSend or ActSendImm
+	kind         ActionKind // ActSend, ActSendCoded (first, count: submessages) or ActSendImm
 	part         Part
 	first, count int
 	// packets, when not zero, sends only these packets of chunk first
@@ -332,15 +338,10 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 		// Submessage by submessage, its data then its parity, so that each
 		// becomes decodable as early as it can and a receiver seeing a
 		// later submessage knows the earlier ones were sent whole.
-		l, _ := plan.Layout() // validated with the plan
-		s.fresh = slices.Grow(s.fresh, 2*l.Submessages()+1)
-		for sub := range l.Submessages() {
-			first, n := l.DataRange(sub)
-			s.sendData(x, Data, first, n, false, false)
-			pFirst, m := l.ParityRange(sub)
-			s.sendData(x, Parity, pFirst, m, false, false)
-			x.stats.ParitySent += m
-		}
+		x.layout, _ = plan.Layout() // validated with the plan
+		x.stats.ChunksSent += x.chunks
+		x.stats.ParitySent += x.layout.ParityChunks()
+		s.fresh = append(s.fresh, pendingSend{transfer: id, kind: ActSendCoded, count: x.layout.Submessages()})
 	} else {
 		// SR-RTO's first pass runs on timers; SR-NACK's receiver finds
 		// every loss itself (a later chunk, the tail probe, its re-NACKs)
@@ -599,13 +600,22 @@ func (s *SenderEngine) release(now time.Time) {
 			continue
 		}
 		n := p.count
-		if !s.rc.fixed {
-			n = min(n, max(1, int(s.rc.rate*paceQuantum.Seconds()/s.rc.chunkBits)))
-		}
-		if p.packets != 0 {
+		quantum := max(1, int(s.rc.rate*paceQuantum.Seconds()/s.rc.chunkBits)) // chunks
+		switch {
+		case p.kind == ActSendCoded:
+			if !s.rc.fixed {
+				n = min(n, max(1, quantum/(x.plan.Code.K+x.plan.Code.M)))
+			}
+			s.emitCoded(now, x, p.first, n)
+		case p.packets != 0:
 			n = 1
+			s.emit(now, x, p.part, p.first, n, p.packets, p.timed)
+		default:
+			if !s.rc.fixed {
+				n = min(n, quantum)
+			}
+			s.emit(now, x, p.part, p.first, n, p.packets, p.timed)
 		}
-		s.emit(now, x, p.part, p.first, n, p.packets, p.timed)
 		p.first += n
 		p.count -= n
 		if p.count == 0 {
@@ -619,28 +629,9 @@ func (s *SenderEngine) release(now time.Time) {
 // if timed, arms retransmission timers for them in flights.
 func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int, packets uint64, timed bool) {
 	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: part, First: first, Count: n, Packets: packets})
-	if x.firstSent.IsZero() {
-		x.firstSent = maxTime(now, s.wireFree)
-	}
+	s.handOver(now, x, n)
 	if part == Data {
-		for i := first; i < first+n; i++ {
-			x.queued.clear(i)
-		}
-	}
-	if part == Data {
-		for i := range n {
-			x.order[first+i] = s.released + uint64(i) + 1
-			if x.firstOrder[first+i] == 0 {
-				x.firstOrder[first+i] = x.order[first+i]
-			}
-		}
-	}
-	// A run leaves within a quantum of its release (the NIC paces it at
-	// the rate, or sends it at once): round-trip samples count from now.
-	if k := len(s.departures); k > 0 && s.departures[k-1].at.Equal(now) {
-		s.departures[k-1].upTo = s.released + uint64(n) // one run per instant: departed answers alike
-	} else {
-		s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now})
+		s.number(x, first, n, s.released)
 	}
 	per := s.flightChunks()
 	for done := 0; done < n; done += per {
@@ -667,6 +658,41 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 				sent: s.wireFree, transfer: x.id, first: first + done, size: size, unconfirmed: true})
 		}
 	}
+}
+
+// emitCoded hands submessages [sub, sub+n) of coded transfer x's first
+// pass over, each its data then its parity, and numbers them in the
+// release order. First passes arm no timers (the receiver's fallback
+// timeout and the probe stand in).
+func (s *SenderEngine) emitCoded(now time.Time, x *sendXfer, sub, n int) {
+	s.actions = append(s.actions, Action{Kind: ActSendCoded, Transfer: x.id, First: sub, Count: n})
+	released := s.released
+	for j := sub; j < sub+n; j++ {
+		first, k := x.layout.DataRange(j)
+		s.number(x, first, k, released)
+		_, m := x.layout.ParityRange(j)
+		released += uint64(k + m)
+	}
+	chunks := int(released - s.released)
+	s.handOver(now, x, chunks)
+	s.wireFree = s.departure(now, chunks)
+	s.released = released
+	x.lastReleased = released
+}
+
+// handOver notes that n chunks of x, released next, are handed over at
+// now: x's first departure, and the departure record RTT samples read.
+func (s *SenderEngine) handOver(now time.Time, x *sendXfer, n int) {
+	if x.firstSent.IsZero() {
+		x.firstSent = maxTime(now, s.wireFree)
+	}
+	// A run leaves within a quantum of its release (the NIC paces it at
+	// the rate, or sends it at once): round-trip samples count from now.
+	if k := len(s.departures); k > 0 && s.departures[k-1].at.Equal(now) {
+		s.departures[k-1].upTo = s.released + uint64(n) // one run per instant: departed answers alike
+	} else {
+		s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now})
+	}
 	// Departures older than any round trip still to be sampled go.
 	keep := now.Add(-max(8*s.rto, time.Second))
 	i := 0
@@ -676,6 +702,18 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 	if i > 0 {
 		s.forgotten = s.departures[i-1].upTo
 		s.departures = s.departures[i:]
+	}
+}
+
+// number gives data chunks [first, first+n) of x the release numbers
+// after base, in order, and takes them off the repair queue's set.
+func (s *SenderEngine) number(x *sendXfer, first, n int, base uint64) {
+	for i := first; i < first+n; i++ {
+		x.queued.clear(i)
+		x.order[i] = base + uint64(i-first) + 1
+		if x.firstOrder[i] == 0 {
+			x.firstOrder[i] = x.order[i]
+		}
 	}
 }
 
@@ -871,13 +909,13 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		case !x.tailProbeAt.IsZero() && !x.tailProbeAt.After(now):
 			x.tailProbeAt = time.Time{}
 			if !x.probedAt.Equal(now) {
-				s.probe(now, x, x.acked.firstClear(0, x.chunks))
+				s.probe(now, x, x.firstUnacked())
 			}
 		case !x.probeAt.IsZero() && !x.probeAt.After(now):
 			s.timedOut(now)
 			x.probeAt = now.Add(s.timeout())
 			if !x.probedAt.Equal(now) {
-				s.probe(now, x, x.acked.firstClear(0, x.chunks))
+				s.probe(now, x, x.firstUnacked())
 			}
 		}
 	}
@@ -1064,7 +1102,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 			newest = max(newest, x.order[i])
 		}
 	}
-	for i := x.acked.firstClear(0, x.chunks); i < min(int(m.Cumulative), x.chunks); i = x.acked.firstClear(i+1, x.chunks) {
+	for i := x.firstUnacked(); i < min(int(m.Cumulative), x.chunks); i = x.acked.firstClear(i+1, x.chunks) {
 		ack(i)
 	}
 	for w, word := range m.Bits {
@@ -1105,6 +1143,13 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 		s.news(now) // an answer: the receiver is there
 		s.resendImm(x)
 	}
+}
+
+// firstUnacked returns the first data chunk not acknowledged (x.chunks
+// when none), moving ackedLow up to it.
+func (x *sendXfer) firstUnacked() int {
+	x.ackedLow = x.acked.firstClear(x.ackedLow, x.chunks)
+	return x.ackedLow
 }
 
 // resendImm sends again what carries the immediate's nibbles: the

@@ -18,13 +18,15 @@
 // link; the sender submits the transfer and the simulator carries out
 // the engines' actions:
 //
-//   - ActSend: the chunks are serialized on the data direction behind
-//     everything sent before and arrive one propagation delay later,
+//   - ActSend, ActSendCoded: the chunks the sender hands over at one
+//     instant (a coded first pass: each submessage's data, then its
+//     parity) form one train, serialized on the data direction behind
+//     everything sent before; they arrive one propagation delay later,
 //     minus the losses the link samples (in O(losses)). Arrivals are
 //     handed to ReceiverEngine.HandleChunks in batches: a run of
 //     consecutive delivered chunks, split so that a batch spans at most
-//     Point.Batch of arrival times, delivered at the arrival of its last
-//     chunk.
+//     Point.Batch of arrival times and ends at the train's last data
+//     chunk, delivered at the arrival of its last chunk.
 //   - ActControl: the datagram crosses the control direction (lossless
 //     unless Point.ControlLoss says otherwise) and is handed to the peer.
 //   - ActDecode: counted (decoding takes no virtual time, as in the
@@ -53,16 +55,18 @@
 //
 // # Cost
 //
-// Per sample O(chunks/64) engine work for bitmaps plus O(chunks ·
-// Batch-span⁻¹) events: about N·T/Batch batches (N chunks of injection time
-// T), ACKs at most one per AckDelay, and O(losses) for the link. Sweep
-// runs samples in parallel, one engine pair per goroutine.
+// Per sample O(chunks) engine work (the sender numbers and acknowledges
+// chunk by chunk; bitmaps go by words) plus O(chunks · Batch-span⁻¹)
+// events: about N·T/Batch batches (N chunks of injection time T), ACKs
+// at most one per AckDelay, and O(losses) for the link and the repairs.
+// Sweep runs samples in parallel, one engine pair per goroutine.
 package sim
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sdr-rdma/sdr/link"
@@ -224,51 +228,95 @@ func Run(p Point, seed uint64) (Sample, error) {
 	return s.run()
 }
 
-// stream delivers one ActSend's chunks batch by batch: an Arrival whose
-// every delivery schedules the next batch.
-type stream struct {
+// segment is one ActSend's chunks in a train: transmissions [at,
+// at+count) of the train's run carry chunks [first, first+count) of part.
+type segment struct {
+	part      reliability.Part
+	first, at int
+	count     int
+}
+
+// train carries the ActSends a sender issued at one instant as one run of
+// the link — back to back, as separate runs at that instant would have
+// left — and delivers it batch by batch: an Arrival whose first call
+// sends the run (the instant's last ActSend is in by then) and whose every
+// later call delivers the pending batch and schedules the next. A coded
+// first pass is one train of two segments per submessage, not one event
+// queue entry per segment.
+type train struct {
 	sim        *simulation
+	now        time.Time // the instant the train collects
+	segs       []segment
+	chunks     int // transmissions in segs
+	dataEnd    int // the transmission after the last Data segment's
+	sent       bool
 	run        link.Run
-	part       reliability.Part
-	first      int // the transfer's chunk index of the run's transmission 0
+	seg        int // the segment holding transmission next
 	next, end  int // the pending batch: transmissions [next, end)
 	lost       int // index into run.Lost of the next loss at or after end
 	batchLimit int
 }
 
+// add appends an ActSend's chunks.
+func (t *train) add(part reliability.Part, first, count int) {
+	t.segs = append(t.segs, segment{part: part, first: first, at: t.chunks, count: count})
+	t.chunks += count
+	if part == reliability.Data {
+		t.dataEnd = t.chunks
+	}
+}
+
 // advance sets the next batch after end, reporting false when the run is
 // exhausted.
-func (st *stream) advance() bool {
-	st.next = st.end
-	for st.lost < len(st.run.Lost) && st.run.Lost[st.lost] == st.next {
-		st.lost++
-		st.next++
+func (t *train) advance() bool {
+	t.next = t.end
+	for t.lost < len(t.run.Lost) && t.run.Lost[t.lost] == t.next {
+		t.lost++
+		t.next++
 	}
-	if st.next >= st.run.N {
+	if t.next >= t.run.N {
 		return false
 	}
-	st.end = st.run.N
-	if st.lost < len(st.run.Lost) {
-		st.end = st.run.Lost[st.lost]
+	t.end = t.run.N
+	if t.lost < len(t.run.Lost) {
+		t.end = t.run.Lost[t.lost]
 	}
-	st.end = min(st.end, st.next+st.batchLimit)
+	t.end = min(t.end, t.next+t.batchLimit)
+	if t.next < t.dataEnd {
+		t.end = min(t.end, t.dataEnd) // the last data chunk can complete the transfer
+	}
 	return true
 }
 
-// schedule puts the pending batch on the clock, or frees the stream when
+// schedule puts the pending batch on the clock, or frees the train when
 // the run is exhausted.
-func (st *stream) schedule(p *Pair) {
-	if st.advance() {
-		p.At(st.run.Arrival(st.end-1), st)
+func (t *train) schedule(p *Pair) {
+	if t.advance() {
+		p.At(t.run.Arrival(t.end-1), t)
 	} else {
-		st.sim.free = append(st.sim.free, st)
+		t.sim.free = append(t.sim.free, t)
 	}
 }
 
-// Arrive hands the pending batch to the receiver (Arrival).
-func (st *stream) Arrive(p *Pair) {
-	p.Receiver.HandleChunks(p.Now(), 0, st.part, st.first+st.next, st.end-st.next, true)
-	st.schedule(p)
+// Arrive sends the train (its first call) or hands the pending batch to
+// the receiver, segment by segment (Arrival).
+func (t *train) Arrive(p *Pair) {
+	if !t.sent {
+		t.sim.send(t)
+		t.schedule(p)
+		return
+	}
+	for i := t.next; i < t.end; {
+		seg := &t.segs[t.seg]
+		if i >= seg.at+seg.count {
+			t.seg++
+			continue
+		}
+		n := min(t.end, seg.at+seg.count) - i
+		p.Receiver.HandleChunks(p.Now(), 0, seg.part, seg.first+i-seg.at, n, true)
+		i += n
+	}
+	t.schedule(p)
 }
 
 // simulation is one sample's state and the Network of its Pair: the
@@ -286,7 +334,9 @@ type simulation struct {
 	sndDone bool
 	out     Sample
 	err     error
-	free    []*stream // finished streams for reuse
+	layout  ec.Layout // a coded plan's, for ActSendCoded
+	collect *train    // the train collecting this instant's ActSends
+	free    []*train  // delivered trains for reuse
 }
 
 func (s *simulation) init(p Point, seed uint64) error {
@@ -331,6 +381,9 @@ func mix(seed, stream uint64) uint64 {
 func (s *simulation) run() (Sample, error) {
 	pr := s.pair
 	plan := pr.Receiver.Plan(int(s.p.Size))
+	if plan.ParityChunks() > 0 {
+		s.layout, _ = plan.Layout() // a plan the engine made is valid
+	}
 	if _, err := pr.Receiver.Post(pr.Now(), plan); err != nil {
 		return Sample{}, fmt.Errorf("sim: post: %w", err)
 	}
@@ -352,14 +405,16 @@ func (s *simulation) SenderAction(pr *Pair, a *reliability.Action) {
 	now := pr.Now()
 	switch a.Kind {
 	case reliability.ActSend:
-		st := s.newStream()
-		st.run = s.data.SendRun(now, a.Count, s.p.ChunkSize, st.run.Lost)
-		st.part, st.first, st.end, st.lost = a.Part, a.First, 0, 0
-		st.batchLimit = st.run.Within(s.p.Batch)
-		if !s.started {
-			s.started, s.start = true, st.run.Start()
+		s.train(pr).add(a.Part, a.First, a.Count)
+	case reliability.ActSendCoded:
+		t := s.train(pr)
+		t.segs = slices.Grow(t.segs, 2*a.Count)
+		for sub := a.First; sub < a.First+a.Count; sub++ {
+			first, n := s.layout.DataRange(sub)
+			t.add(reliability.Data, first, n)
+			first, n = s.layout.ParityRange(sub)
+			t.add(reliability.Parity, first, n)
 		}
-		st.schedule(pr)
 	case reliability.ActControl:
 		if f := s.ctlFwd.Send(now, len(a.Datagram)); f.Drop == link.NotDropped {
 			pr.ToReceiver(f.Arrive, a.Datagram)
@@ -391,11 +446,36 @@ func (s *simulation) ReceiverAction(pr *Pair, a *reliability.Action) {
 	}
 }
 
-func (s *simulation) newStream() *stream {
-	if n := len(s.free); n > 0 {
-		st := s.free[n-1]
-		s.free = s.free[:n-1]
-		return st
+// train returns the train collecting the ActSends of this instant,
+// scheduling a new one to leave at it if there is none.
+func (s *simulation) train(pr *Pair) *train {
+	if s.collect == nil || !s.collect.now.Equal(pr.Now()) {
+		s.collect = s.newTrain(pr.Now())
+		pr.At(pr.Now(), s.collect)
 	}
-	return &stream{sim: s}
+	return s.collect
+}
+
+// send puts t on the data link: everything the sender issued at t.now,
+// as one run.
+func (s *simulation) send(t *train) {
+	if s.collect == t {
+		s.collect = nil
+	}
+	t.sent = true
+	t.run = s.data.SendRun(t.now, t.chunks, s.p.ChunkSize, t.run.Lost)
+	t.batchLimit = t.run.Within(s.p.Batch)
+	if !s.started {
+		s.started, s.start = true, t.run.Start()
+	}
+}
+
+func (s *simulation) newTrain(now time.Time) *train {
+	t := &train{sim: s}
+	if n := len(s.free); n > 0 {
+		t = s.free[n-1]
+		s.free = s.free[:n-1]
+	}
+	t.now, t.segs, t.chunks, t.dataEnd, t.sent, t.seg, t.end, t.lost = now, t.segs[:0], 0, 0, false, 0, 0, 0
+	return t
 }
