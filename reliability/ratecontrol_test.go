@@ -516,7 +516,7 @@ func TestStartupWindowOpensWhenStalled(t *testing.T) {
 	// An ACK covers the first chunk, released as number 1001: the window
 	// moved, and holds again.
 	x := s.active[1]
-	x.order[0], x.firstOrder[0] = 1001, 1001
+	x.order[0] = 1001
 	s.released = 2000
 	ack, err := (&control.Message{Type: control.ACK, Transfer: 1, Cumulative: 1}).Append(nil, 1024)
 	if err != nil {
@@ -538,8 +538,9 @@ func TestStartupWindowCountsFirstCopies(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s.start(now, 1, Plan{Scheme: SRNACK, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024})
 	x := s.active[1]
-	x.firstOrder[0], x.order[0] = 10, 90 // chunk 0: released as number 10, again as 90
-	x.firstOrder[1], x.order[1] = 40, 40
+	s.number(x, 0, 1, 9)  // chunk 0: released as number 10,
+	s.number(x, 0, 1, 89) // and again as 90
+	s.number(x, 1, 1, 39) // chunk 1: released as 40
 	x.resent.set(0)
 	s.released = 100
 	ackOf := func(chunk int) []byte {

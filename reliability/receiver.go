@@ -563,7 +563,8 @@ func (r *ReceiverEngine) sendAck(x *recvXfer, flags uint8, from int) {
 		if !x.immDone && x.dataWhole() {
 			r.msg.AckFlags |= control.AckImmMissing
 		}
-		to := min(len(x.data), from+control.MaxAckWords(r.cfg.ControlMTU))
+		// Words past the highest chunk held are zero: they tell nothing.
+		to := max(from, min((x.highest+63)/64, from+control.MaxAckWords(r.cfg.ControlMTU)))
 		r.msg.Base = uint32(64 * from)
 		r.msg.Bits = x.data[from:to]
 	}

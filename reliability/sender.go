@@ -106,8 +106,10 @@ type sendXfer struct {
 	queued      bitmap    // data chunks waiting in the repair queue: not queued twice
 	// order is each data chunk's place in the release order (released
 	// after it was handed over last), for passed and RTT samples;
-	// firstOrder its place when it was handed over first.
-	order, firstOrder []uint64
+	// firstOrders its place when it was handed over first, for the
+	// chunks handed over more than once (few: the others' is order).
+	order       []uint64
+	firstOrders map[int]uint64
 	// lastFlight names the flight that carried each chunk last, so an
 	// older flight's timer does not resend a chunk a NACK already resent.
 	lastFlight []uint32
@@ -322,7 +324,7 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
 		stats: Stats{Plan: plan, Start: now}}
 	x.acked, x.resent, x.queued = newBitmap(x.chunks), newBitmap(x.chunks), newBitmap(x.chunks)
-	x.order, x.firstOrder = make([]uint64, x.chunks), make([]uint64, x.chunks)
+	x.order, x.firstOrders = make([]uint64, x.chunks), make(map[int]uint64)
 	if !x.coded {
 		x.lastFlight = make([]uint32, x.chunks)
 	}
@@ -710,11 +712,22 @@ func (s *SenderEngine) handOver(now time.Time, x *sendXfer, n int) {
 func (s *SenderEngine) number(x *sendXfer, first, n int, base uint64) {
 	for i := first; i < first+n; i++ {
 		x.queued.clear(i)
-		x.order[i] = base + uint64(i-first) + 1
-		if x.firstOrder[i] == 0 {
-			x.firstOrder[i] = x.order[i]
+		if x.order[i] != 0 {
+			if _, ok := x.firstOrders[i]; !ok {
+				x.firstOrders[i] = x.order[i]
+			}
 		}
+		x.order[i] = base + uint64(i-first) + 1
 	}
+}
+
+// firstOrder returns data chunk i's place in the release order when it
+// was handed over first (0: not yet).
+func (x *sendXfer) firstOrder(i int) uint64 {
+	if f, ok := x.firstOrders[i]; ok {
+		return f
+	}
+	return x.order[i]
 }
 
 // departed returns when the chunk released as number order left (false
@@ -1088,11 +1101,13 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	ack := func(i int) {
 		x.acked.set(i)
 		x.ackedN++
-		s.firstAcked = max(s.firstAcked, x.firstOrder[i])
 		if x.lastFlight != nil {
 			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
 		}
-		if !x.resent.has(i) {
+		if x.resent.has(i) {
+			s.firstAcked = max(s.firstAcked, x.firstOrder(i))
+		} else {
+			s.firstAcked = max(s.firstAcked, x.order[i])
 			// Only chunks sent once tell how far the path got: a repair
 			// released early (a NACK comes within a round trip) would
 			// count everything released before it, still queued, as
