@@ -48,8 +48,7 @@ type ReceiverEngine struct {
 	// packetView, when set, returns the packets held of a data chunk
 	// (SetPacketView).
 	packetView func(id uint64, chunk int) uint64
-	nack       control.Message // the NACK and PNACK being filled
-	pnack      control.Message
+	nacks      nackRound // the NACK and PNACK being filled
 
 	actions []Action
 	msg     control.Message
@@ -677,14 +676,14 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 	if limit <= x.nackedBelow {
 		return
 	}
-	r.nackRanges(x, func(emit func(first, n int)) {
-		x.data.clearRuns(max(x.nackedBelow, x.cum), limit, func(first, n int) {
-			for i := first; i < first+n; i++ {
-				r.noteNack(now, x, i)
-			}
-			emit(first, n)
-		})
+	b := r.beginNacks(x)
+	x.data.clearRuns(max(x.nackedBelow, x.cum), limit, func(first, n int) {
+		for i := first; i < first+n; i++ {
+			r.noteNack(now, x, i)
+		}
+		b.add(first, n)
 	})
+	b.end()
 	x.nackedBelow = limit
 }
 
@@ -736,7 +735,7 @@ func (r *ReceiverEngine) viewsPackets(x *recvXfer) bool {
 
 // reportPartial tells an SR-RTO sender which packets the chunks missing
 // behind the frontier of a reorder window ago lack, where a chunk is
-// mostly there (nackRanges): its timers then resend those packets rather
+// mostly there (nackRound): its timers then resend those packets rather
 // than the whole chunk. The sender resends nothing for the report itself
 // (the paper's SR-RTO); without a packet view there is nothing to
 // report. It costs O(chunks newly passed/64).
@@ -748,9 +747,9 @@ func (r *ReceiverEngine) reportPartial(now time.Time, x *recvXfer) {
 	if limit <= x.nackedBelow {
 		return
 	}
-	r.nackRanges(x, func(emit func(first, n int)) {
-		x.data.clearRuns(max(x.nackedBelow, x.cum), limit, emit)
-	})
+	b := r.beginNacks(x)
+	x.data.clearRuns(max(x.nackedBelow, x.cum), limit, b.add)
+	b.end()
 	x.nackedBelow = limit
 }
 
@@ -758,16 +757,16 @@ func (r *ReceiverEngine) reportPartial(now time.Time, x *recvXfer) {
 // wait backs off as renackBackoff says; a silent peer ends at the
 // liveness timeout). It costs O(log holes) per hole due.
 func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
-	r.nackRanges(x, func(emit func(first, n int)) {
-		for x.renacks.Len() > 0 && !x.renacks.Min().due.After(now) {
-			e := x.renacks.Pop()
-			if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
-				continue // repaired, or NACKed again since
-			}
-			r.noteNack(now, x, e.chunk)
-			emit(e.chunk, 1)
+	b := r.beginNacks(x)
+	for x.renacks.Len() > 0 && !x.renacks.Min().due.After(now) {
+		e := x.renacks.Pop()
+		if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
+			continue // repaired, or NACKed again since
 		}
-	})
+		r.noteNack(now, x, e.chunk)
+		b.add(e.chunk, 1)
+	}
+	b.end()
 }
 
 // renackDue is when renackHoles or nackHoles next has work: the first
@@ -803,19 +802,19 @@ func (r *ReceiverEngine) renackOvertaken(now time.Time, x *recvXfer) {
 		return
 	}
 	limit := x.overtakenAt - window
-	r.nackRanges(x, func(emit func(first, n int)) {
-		for ; x.nackLogHead < len(x.nackLog); x.nackLogHead++ {
-			e := x.nackLog[x.nackLogHead]
-			if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
-				continue // repaired, or NACKed again since
-			}
-			if x.nackedAt[e.chunk] >= limit {
-				break
-			}
-			r.noteNack(now, x, e.chunk)
-			emit(e.chunk, 1)
+	b := r.beginNacks(x)
+	for ; x.nackLogHead < len(x.nackLog); x.nackLogHead++ {
+		e := x.nackLog[x.nackLogHead]
+		if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
+			continue // repaired, or NACKed again since
 		}
-	})
+		if x.nackedAt[e.chunk] >= limit {
+			break
+		}
+		r.noteNack(now, x, e.chunk)
+		b.add(e.chunk, 1)
+	}
+	b.end()
 	if x.nackLogHead > len(x.nackLog)/2 {
 		x.nackLog = x.nackLog[:copy(x.nackLog, x.nackLog[x.nackLogHead:])]
 		x.nackLogHead = 0
@@ -966,35 +965,35 @@ func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
 func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) {
 	l := x.layout
 	mds := l.Params().Kind == ec.MDS
-	r.nackRanges(x, func(emit func(first, n int)) {
-		for s := range min(limit, len(x.decodable)) {
-			if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < r.renackBackoff(now, x, r.rto, int(x.nackedSubN[s]))) {
-				continue
-			}
-			x.nackedSubAt[s] = now
-			x.nackedSubN[s] = min(x.nackedSubN[s]+1, 255)
-			first, n := l.DataRange(s)
-			if !mds {
-				x.data.clearRuns(first, first+n, emit)
-				continue
-			}
-			pFirst, m := l.ParityRange(s)
-			need := n - x.data.countRange(first, n) - x.parityBits.countRange(pFirst, m)
-			r.askFor(x, first, n, need+r.repairMargin(x, need), emit)
+	b := r.beginNacks(x)
+	for s := range min(limit, len(x.decodable)) {
+		if x.decodable[s] || (x.nackedSubN[s] > 0 && now.Sub(x.nackedSubAt[s]) < r.renackBackoff(now, x, r.rto, int(x.nackedSubN[s]))) {
+			continue
 		}
-	})
+		x.nackedSubAt[s] = now
+		x.nackedSubN[s] = min(x.nackedSubN[s]+1, 255)
+		first, n := l.DataRange(s)
+		if !mds {
+			x.data.clearRuns(first, first+n, b.add)
+			continue
+		}
+		pFirst, m := l.ParityRange(s)
+		need := n - x.data.countRange(first, n) - x.parityBits.countRange(pFirst, m)
+		r.askFor(x, first, n, need+r.repairMargin(x, need), b)
+	}
+	b.end()
 }
 
-// askFor emits up to want of the missing data chunks of [first,
-// first+n): first those with packets held (cheapest to complete, with a
+// askFor adds up to want of the missing data chunks of [first, first+n)
+// to b: first those with packets held (cheapest to complete, with a
 // packet view), then the rest in order.
-func (r *ReceiverEngine) askFor(x *recvXfer, first, n, want int, emit func(first, n int)) {
+func (r *ReceiverEngine) askFor(x *recvXfer, first, n, want int, b *nackRound) {
 	partial := func(i int) bool { return r.packetView != nil && r.packetView(x.id, i) != 0 }
 	for pass := range 2 {
 		x.data.clearRuns(first, first+n, func(f, c int) {
 			for i := f; i < f+c && want > 0; i++ {
 				if partial(i) == (pass == 0) {
-					emit(i, 1)
+					b.add(i, 1)
 					want--
 				}
 			}
@@ -1014,68 +1013,95 @@ func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 	return int(math.Ceil(float64(need) * p / (1 - p)))
 }
 
-// nackRanges asks for the data chunks that gen emits: runs of whole
-// chunks in NACKs (not for SR-RTO, reportPartial) and, with a packet
-// view, the missing packets of chunks that are mostly there in PNACKs —
-// each datagram twice where the path loses twiceLoss of its packets or
-// more (a lost NACK costs its holes a round; the sender ignores the
-// second copy, see justSent).
-func (r *ReceiverEngine) nackRanges(x *recvXfer, gen func(emit func(first, n int))) {
-	perRange, perEntry := control.MaxNackRanges(r.cfg.ControlMTU), control.MaxPacketNackEntries(r.cfg.ControlMTU)
-	r.nack = control.Message{Type: control.NACK, Transfer: x.id, Ranges: r.nack.Ranges[:0]}
-	r.pnack = control.Message{Type: control.PacketNACK, Transfer: x.id, Packets: r.pnack.Packets[:0]}
-	copies := r.lossyCopies(x)
-	flush := func(m *control.Message) {
-		if len(m.Ranges)+len(m.Packets) == 0 {
-			return
+// nackRound builds one round of NACKs for a transfer: the data chunks
+// its caller adds, as runs of whole chunks in NACKs (not for SR-RTO,
+// reportPartial) and, with a packet view, the missing packets of chunks
+// that are mostly there in PNACKs — each datagram twice where the path
+// loses twiceLoss of its packets or more (a lost NACK costs its holes a
+// round; the sender ignores the second copy, see justSent). The engine
+// keeps one, so that a round allocates nothing but its datagrams:
+// beginNacks, add, endNacks.
+type nackRound struct {
+	r                  *ReceiverEngine
+	x                  *recvXfer
+	nack, pnack        control.Message
+	perRange, perEntry int  // the datagrams' capacities
+	copies             int  // of each datagram
+	packets            int  // per chunk
+	whole              bool // whole chunks are resent on request (not SR-RTO: its timers do)
+}
+
+// beginNacks starts a round of NACKs for x.
+func (r *ReceiverEngine) beginNacks(x *recvXfer) *nackRound {
+	b := &r.nacks
+	b.r, b.x = r, x
+	b.nack = control.Message{Type: control.NACK, Transfer: x.id, Ranges: b.nack.Ranges[:0]}
+	b.pnack = control.Message{Type: control.PacketNACK, Transfer: x.id, Packets: b.pnack.Packets[:0]}
+	b.perRange, b.perEntry = control.MaxNackRanges(r.cfg.ControlMTU), control.MaxPacketNackEntries(r.cfg.ControlMTU)
+	b.copies = r.lossyCopies(x)
+	b.packets = x.packetsOf(0)
+	b.whole = x.plan.Scheme != SRRTO
+	return b
+}
+
+// add asks for data chunks [first, first+n).
+func (b *nackRound) add(first, n int) {
+	r, x := b.r, b.x
+	if r.packetView == nil || b.packets < 2 || b.packets > 64 {
+		if b.whole {
+			b.addRange(first, n)
 		}
-		x.stats.NACKs++
-		p, err := m.Append(nil, r.cfg.ControlMTU)
-		if err != nil {
-			panic(fmt.Sprintf("reliability: encoding %v: %v", m.Type, err)) // sizes are bounded by construction
-		}
-		for range copies {
-			r.actions = append(r.actions, Action{Kind: ActControl, Transfer: x.id, Datagram: p})
-		}
-		m.Ranges, m.Packets = m.Ranges[:0], m.Packets[:0]
+		return
 	}
-	addRange := func(first, n int) {
-		if k := len(r.nack.Ranges); k > 0 && int(r.nack.Ranges[k-1].First+r.nack.Ranges[k-1].Count) == first {
-			r.nack.Ranges[k-1].Count += uint32(n)
-			return
+	for i := first; i < first+n; i++ {
+		all := uint64(1)<<x.packetsOf(i) - 1 // packetsOf(i) < 64 or the shift gives 0, and 0 − 1 is all ones
+		held := r.packetView(x.id, i) & all
+		missing := all &^ held
+		switch {
+		case missing == 0: // whole by now; the bitmap will say so
+		case held != 0 && bits.OnesCount64(missing) <= bits.OnesCount64(all)/2:
+			if len(b.pnack.Packets) == b.perEntry {
+				b.flush(&b.pnack)
+			}
+			b.pnack.Packets = append(b.pnack.Packets, control.ChunkPackets{Chunk: uint32(i), Mask: missing})
+		case b.whole:
+			b.addRange(i, 1)
 		}
-		if len(r.nack.Ranges) == perRange {
-			flush(&r.nack)
-		}
-		r.nack.Ranges = append(r.nack.Ranges, control.Range{First: uint32(first), Count: uint32(n)})
 	}
-	packets := x.packetsOf(0)
-	whole := x.plan.Scheme != SRRTO // SR-RTO's timers resend whole chunks
-	gen(func(first, n int) {
-		if r.packetView == nil || packets < 2 || packets > 64 {
-			if whole {
-				addRange(first, n)
-			}
-			return
-		}
-		for i := first; i < first+n; i++ {
-			all := uint64(1)<<x.packetsOf(i) - 1 // packetsOf(i) < 64 or the shift gives 0, and 0 − 1 is all ones
-			held := r.packetView(x.id, i) & all
-			missing := all &^ held
-			switch {
-			case missing == 0: // whole by now; the bitmap will say so
-			case held != 0 && bits.OnesCount64(missing) <= bits.OnesCount64(all)/2:
-				if len(r.pnack.Packets) == perEntry {
-					flush(&r.pnack)
-				}
-				r.pnack.Packets = append(r.pnack.Packets, control.ChunkPackets{Chunk: uint32(i), Mask: missing})
-			case whole:
-				addRange(i, 1)
-			}
-		}
-	})
-	flush(&r.nack)
-	flush(&r.pnack)
+}
+
+// addRange adds whole chunks [first, first+n) to the NACK.
+func (b *nackRound) addRange(first, n int) {
+	if k := len(b.nack.Ranges); k > 0 && int(b.nack.Ranges[k-1].First+b.nack.Ranges[k-1].Count) == first {
+		b.nack.Ranges[k-1].Count += uint32(n)
+		return
+	}
+	if len(b.nack.Ranges) == b.perRange {
+		b.flush(&b.nack)
+	}
+	b.nack.Ranges = append(b.nack.Ranges, control.Range{First: uint32(first), Count: uint32(n)})
+}
+
+// flush sends m if it asks for anything, and empties it.
+func (b *nackRound) flush(m *control.Message) {
+	if len(m.Ranges)+len(m.Packets) == 0 {
+		return
+	}
+	b.x.stats.NACKs++
+	p, err := m.Append(nil, b.r.cfg.ControlMTU)
+	if err != nil {
+		panic(fmt.Sprintf("reliability: encoding %v: %v", m.Type, err)) // sizes are bounded by construction
+	}
+	for range b.copies {
+		b.r.actions = append(b.r.actions, Action{Kind: ActControl, Transfer: b.x.id, Datagram: p})
+	}
+	m.Ranges, m.Packets = m.Ranges[:0], m.Packets[:0]
+}
+
+// end sends what the round asks for.
+func (b *nackRound) end() {
+	b.flush(&b.nack)
+	b.flush(&b.pnack)
 }
 
 // HandleControl processes one control datagram from the sender.

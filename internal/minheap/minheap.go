@@ -19,44 +19,53 @@ func (h *Heap[T]) Len() int { return len(h.items) }
 // be empty.
 func (h *Heap[T]) Min() T { return h.items[0] }
 
-// Push adds x. It costs O(log n).
+// Push adds x. It costs O(log n): x moves up through a hole, each parent
+// it passes copied down once.
 func (h *Heap[T]) Push(x T) {
-	h.items = append(h.items, x)
+	var zero T
+	h.items = append(h.items, zero)
 	q := h.items
-	for i := len(q) - 1; i > 0; {
+	i := len(q) - 1
+	for i > 0 {
 		parent := (i - 1) / 2
-		if !q[i].Less(q[parent]) {
+		if !x.Less(q[parent]) {
 			break
 		}
-		q[i], q[parent] = q[parent], q[i]
+		q[i] = q[parent]
 		i = parent
 	}
+	q[i] = x
 }
 
 // Pop removes and returns the least element; the heap must not be empty.
-// It costs O(log n) and clears the vacated slot, so that the heap keeps
-// no reference to what it gave back.
+// It costs O(log n) — the last element moves down through a hole, each
+// child it passes copied up once — and clears the vacated slot, so that
+// the heap keeps no reference to what it gave back.
 func (h *Heap[T]) Pop() T {
 	q := h.items
 	top := q[0]
 	last := len(q) - 1
-	q[0] = q[last]
+	x := q[last]
 	var zero T
 	q[last] = zero
 	q = q[:last]
-	for i := 0; ; {
-		l, r, small := 2*i+1, 2*i+2, i
-		if l < len(q) && q[l].Less(q[small]) {
-			small = l
+	if last > 0 {
+		i := 0
+		for {
+			small := 2*i + 1
+			if small >= len(q) {
+				break
+			}
+			if r := small + 1; r < len(q) && q[r].Less(q[small]) {
+				small = r
+			}
+			if !q[small].Less(x) {
+				break
+			}
+			q[i] = q[small]
+			i = small
 		}
-		if r < len(q) && q[r].Less(q[small]) {
-			small = r
-		}
-		if small == i {
-			break
-		}
-		q[i], q[small] = q[small], q[i]
-		i = small
+		q[i] = x
 	}
 	h.items = q
 	return top

@@ -288,13 +288,18 @@ func (t *train) advance() bool {
 	return true
 }
 
-// schedule puts the pending batch on the clock, or frees the train when
-// the run is exhausted.
+// schedule puts the pending batch on the clock or, when the run is
+// exhausted, frees the train and schedules the next on the line.
 func (t *train) schedule(p *Pair) {
 	if t.advance() {
 		p.At(t.run.Arrival(t.end-1), t)
-	} else {
-		t.sim.free = append(t.sim.free, t)
+		return
+	}
+	s := t.sim
+	s.free = append(s.free, t)
+	s.line = s.line[1:]
+	if len(s.line) > 0 {
+		s.line[0].schedule(p)
 	}
 }
 
@@ -302,8 +307,9 @@ func (t *train) schedule(p *Pair) {
 // the receiver, segment by segment (Arrival).
 func (t *train) Arrive(p *Pair) {
 	if !t.sent {
-		t.sim.send(t)
-		t.schedule(p)
+		if t.sim.send(t); len(t.sim.line) == 1 {
+			t.schedule(p)
+		}
 		return
 	}
 	for i := t.next; i < t.end; {
@@ -336,7 +342,11 @@ type simulation struct {
 	err     error
 	layout  ec.Layout // a coded plan's, for ActSendCoded
 	collect *train    // the train collecting this instant's ActSends
-	free    []*train  // delivered trains for reuse
+	// line holds the trains sent and not yet delivered, in the order
+	// they arrive (the data direction keeps order): only the first has
+	// an event queued, so the queue stays short however many wait.
+	line []*train
+	free []*train // delivered trains for reuse
 }
 
 func (s *simulation) init(p Point, seed uint64) error {
@@ -456,9 +466,10 @@ func (s *simulation) train(pr *Pair) *train {
 	return s.collect
 }
 
-// send puts t on the data link: everything the sender issued at t.now,
-// as one run.
+// send puts t on the data link and the line: everything the sender
+// issued at t.now, as one run.
 func (s *simulation) send(t *train) {
+	s.line = append(s.line, t)
 	if s.collect == t {
 		s.collect = nil
 	}
