@@ -360,10 +360,14 @@ type frontierMark struct {
 
 // advanceFrontier records the frontier after new arrivals.
 func (x *recvXfer) advanceFrontier(now time.Time) {
-	if n := len(x.frontier); n > 0 && x.frontier[n-1].chunk == x.highest && x.frontier[n-1].sub == x.highestSub {
-		return
+	n := len(x.frontier)
+	switch {
+	case n > 0 && x.frontier[n-1].chunk == x.highest && x.frontier[n-1].sub == x.highestSub:
+	case n > 0 && x.frontier[n-1].at.Equal(now): // one mark per instant: passed reads the latest
+		x.frontier[n-1].chunk, x.frontier[n-1].sub = x.highest, x.highestSub
+	default:
+		x.frontier = append(x.frontier, frontierMark{at: now, chunk: x.highest, sub: x.highestSub})
 	}
-	x.frontier = append(x.frontier, frontierMark{at: now, chunk: x.highest, sub: x.highestSub})
 }
 
 // passed returns the frontier as it stood window ago: chunks below chunk
@@ -378,7 +382,9 @@ func (x *recvXfer) passed(now time.Time, window time.Duration) (chunk, sub int) 
 	if i == 0 {
 		return 0, 0
 	}
-	x.frontier = x.frontier[i-1:]
+	// In place, so that appends reuse the space (a slice cut from the
+	// front reallocates as it grows).
+	x.frontier = x.frontier[:copy(x.frontier, x.frontier[i-1:])]
 	return x.frontier[0].chunk, x.frontier[0].sub
 }
 

@@ -66,7 +66,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/sdr-rdma/sdr/link"
@@ -228,21 +227,40 @@ func Run(p Point, seed uint64) (Sample, error) {
 	return s.run()
 }
 
-// segment is one ActSend's chunks in a train: transmissions [at,
-// at+count) of the train's run carry chunks [first, first+count) of part.
+// segment is one send action's chunks in a train, transmissions [at,
+// at+count): an ActSend's chunks [first, first+count) of part, or an
+// ActSendCoded's submessages from first on (coded), each its data then its
+// parity.
 type segment struct {
 	part      reliability.Part
+	coded     bool
 	first, at int
 	count     int
 }
 
-// train carries the ActSends a sender issued at one instant as one run of
-// the link — back to back, as separate runs at that instant would have
-// left — and delivers it batch by batch: an Arrival whose first call
-// sends the run (the instant's last ActSend is in by then) and whose every
-// later call delivers the pending batch and schedules the next. A coded
-// first pass is one train of two segments per submessage, not one event
-// queue entry per segment.
+// piece returns the run of one part that transmission at+o of s starts:
+// part, its first chunk and how many follow in s.
+func (s *segment) piece(o int, l ec.Layout) (part reliability.Part, first, n int) {
+	if !s.coded {
+		return s.part, s.first + o, s.count - o
+	}
+	// Every submessage but the layout's last is whole, and the last ends
+	// the segment.
+	per := l.Params().K + l.Params().M
+	sub, w := s.first+o/per, o%per
+	dFirst, k := l.DataRange(sub)
+	if w < k {
+		return reliability.Data, dFirst + w, k - w
+	}
+	pFirst, m := l.ParityRange(sub)
+	return reliability.Parity, pFirst + w - k, m - (w - k)
+}
+
+// train carries the send actions a sender issued at one instant as one
+// run of the link — back to back, as separate runs at that instant would
+// have left — and delivers it batch by batch: an Arrival whose first call
+// sends the run (the instant's last action is in by then) and whose every
+// later call delivers the pending batch and schedules the next.
 type train struct {
 	sim        *simulation
 	now        time.Time // the instant the train collects
@@ -264,6 +282,16 @@ func (t *train) add(part reliability.Part, first, count int) {
 	if part == reliability.Data {
 		t.dataEnd = t.chunks
 	}
+}
+
+// addCoded appends an ActSendCoded's submessages [first, first+n) of l.
+func (t *train) addCoded(first, n int, l ec.Layout) {
+	dFirst, _ := l.DataRange(first)
+	lastFirst, k := l.DataRange(first + n - 1)
+	count := lastFirst + k - dFirst + n*l.Params().M
+	t.segs = append(t.segs, segment{coded: true, first: first, at: t.chunks, count: count})
+	t.dataEnd = t.chunks + count - l.Params().M // the last submessage's parity ends it
+	t.chunks += count
 }
 
 // advance sets the next batch after end, reporting false when the run is
@@ -318,8 +346,9 @@ func (t *train) Arrive(p *Pair) {
 			t.seg++
 			continue
 		}
-		n := min(t.end, seg.at+seg.count) - i
-		p.Receiver.HandleChunks(p.Now(), 0, seg.part, seg.first+i-seg.at, n, true)
+		part, first, n := seg.piece(i-seg.at, t.sim.layout)
+		n = min(n, t.end-i)
+		p.Receiver.HandleChunks(p.Now(), 0, part, first, n, true)
 		i += n
 	}
 	t.schedule(p)
@@ -417,14 +446,7 @@ func (s *simulation) SenderAction(pr *Pair, a *reliability.Action) {
 	case reliability.ActSend:
 		s.train(pr).add(a.Part, a.First, a.Count)
 	case reliability.ActSendCoded:
-		t := s.train(pr)
-		t.segs = slices.Grow(t.segs, 2*a.Count)
-		for sub := a.First; sub < a.First+a.Count; sub++ {
-			first, n := s.layout.DataRange(sub)
-			t.add(reliability.Data, first, n)
-			first, n = s.layout.ParityRange(sub)
-			t.add(reliability.Parity, first, n)
-		}
+		s.train(pr).addCoded(a.First, a.Count, s.layout)
 	case reliability.ActControl:
 		if f := s.ctlFwd.Send(now, len(a.Datagram)); f.Drop == link.NotDropped {
 			pr.ToReceiver(f.Arrive, a.Datagram)
