@@ -26,6 +26,17 @@ func (b bitmap) countRange(first, n int) int {
 	return c
 }
 
+// clearRange clears [first, first+n), a word at a time.
+func (b bitmap) clearRange(first, n int) {
+	for n > 0 {
+		shift := uint(first) & 63
+		take := min(n, 64-int(shift))
+		b[first>>6] &^= (uint64(1)<<uint(take) - 1) << shift // take == 64: all ones
+		first += take
+		n -= take
+	}
+}
+
 // firstClear returns the first index in [from, n) that is not set, or n.
 func (b bitmap) firstClear(from, n int) int {
 	for i := from; i < n; {

@@ -710,8 +710,8 @@ func (s *SenderEngine) handOver(now time.Time, x *sendXfer, n int) {
 // number gives data chunks [first, first+n) of x the release numbers
 // after base, in order, and takes them off the repair queue's set.
 func (s *SenderEngine) number(x *sendXfer, first, n int, base uint64) {
+	x.queued.clearRange(first, n)
 	for i := first; i < first+n; i++ {
-		x.queued.clear(i)
 		if x.order[i] != 0 {
 			if _, ok := x.firstOrders[i]; !ok {
 				x.firstOrders[i] = x.order[i]
@@ -1098,36 +1098,19 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	ackedBefore := x.ackedN
 	var newest uint64 // the release number of the newest chunk this ACK covers first that was sent once
 	window := s.windowBase()
-	ack := func(i int) {
-		x.acked.set(i)
-		x.ackedN++
-		if x.lastFlight != nil {
-			x.ackedSeq = max(x.ackedSeq, x.lastFlight[i])
-		}
-		if x.resent.has(i) {
-			s.firstAcked = max(s.firstAcked, x.firstOrder(i))
-		} else {
-			s.firstAcked = max(s.firstAcked, x.order[i])
-			// Only chunks sent once tell how far the path got: a repair
-			// released early (a NACK comes within a round trip) would
-			// count everything released before it, still queued, as
-			// delivered.
-			s.passed = max(s.passed, x.order[i])
-			s.arrived++
-			newest = max(newest, x.order[i])
-		}
-	}
-	for i := x.firstUnacked(); i < min(int(m.Cumulative), x.chunks); i = x.acked.firstClear(i+1, x.chunks) {
-		ack(i)
+	cum := min(int(m.Cumulative), x.chunks)
+	for w := x.firstUnacked() / 64; 64*w < cum; w++ {
+		newest = max(newest, s.ackWord(x, w, lowBits(cum-64*w)))
 	}
 	for w, word := range m.Bits {
-		base := int(m.Base) + 64*w
-		for word != 0 && base < x.chunks {
-			i := base + bits.TrailingZeros64(word)
-			word &= word - 1
-			if i < x.chunks && !x.acked.has(i) {
-				ack(i)
-			}
+		at := int(m.Base) + 64*w // Base is a multiple of 64 from our receivers; any other is taken too
+		if at >= x.chunks {
+			break
+		}
+		shift := uint(at % 64)
+		newest = max(newest, s.ackWord(x, at/64, word<<shift))
+		if shift != 0 && at/64+1 < len(x.acked) {
+			newest = max(newest, s.ackWord(x, at/64+1, word>>(64-shift)))
 		}
 	}
 	if x.ackedN > ackedBefore {
@@ -1158,6 +1141,50 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 		s.news(now) // an answer: the receiver is there
 		s.resendImm(x)
 	}
+}
+
+// ackWord records the chunks of x's bitmap word w that set holds as
+// acknowledged and returns the newest release number among those newly
+// acknowledged that were sent once (0: none). Only chunks sent once tell
+// how far the path got: a repair released early (a NACK comes within a
+// round trip) would count everything released before it, still queued,
+// as delivered.
+func (s *SenderEngine) ackWord(x *sendXfer, w int, set uint64) uint64 {
+	fresh := set &^ x.acked[w]
+	if w == len(x.acked)-1 {
+		fresh &= lowBits(x.chunks - 64*w)
+	}
+	if fresh == 0 {
+		return 0
+	}
+	x.acked[w] |= fresh
+	x.ackedN += bits.OnesCount64(fresh)
+	if x.lastFlight != nil {
+		for f := fresh; f != 0; f &= f - 1 {
+			x.ackedSeq = max(x.ackedSeq, x.lastFlight[64*w+bits.TrailingZeros64(f)])
+		}
+	}
+	again := fresh & x.resent[w]
+	for f := again; f != 0; f &= f - 1 {
+		s.firstAcked = max(s.firstAcked, x.firstOrder(64*w+bits.TrailingZeros64(f)))
+	}
+	once := fresh &^ again
+	var newest uint64
+	for f := once; f != 0; f &= f - 1 {
+		newest = max(newest, x.order[64*w+bits.TrailingZeros64(f)])
+	}
+	s.arrived += uint64(bits.OnesCount64(once))
+	s.passed = max(s.passed, newest)
+	s.firstAcked = max(s.firstAcked, newest)
+	return newest
+}
+
+// lowBits returns a word whose n lowest bits are set (all for n ≥ 64).
+func lowBits(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<uint(max(n, 0)) - 1
 }
 
 // firstUnacked returns the first data chunk not acknowledged (x.chunks
