@@ -1170,8 +1170,10 @@ func (s *SenderEngine) ackWord(x *sendXfer, w int, set uint64) uint64 {
 	}
 	once := fresh &^ again
 	var newest uint64
-	for f := once; f != 0; f &= f - 1 {
-		newest = max(newest, x.order[64*w+bits.TrailingZeros64(f)])
+	if once != 0 {
+		// A first pass releases its data chunks in index order (emit,
+		// emitCoded): of the chunks sent once, the highest is the newest.
+		newest = x.order[64*w+63-bits.LeadingZeros64(once)]
 	}
 	s.arrived += uint64(bits.OnesCount64(once))
 	s.passed = max(s.passed, newest)
