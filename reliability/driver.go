@@ -318,12 +318,11 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 				continue
 			}
 			l := x.area.coder.Layout()
-			for sub := a.First; sub < a.First+a.Count && err == nil; sub++ {
-				first, n := l.DataRange(sub)
-				if err = s.sendChunks(x, Data, first, n); err == nil {
-					first, n = l.ParityRange(sub)
-					err = s.sendChunks(x, Parity, first, n)
-				}
+			for t := a.First; t < a.First+a.Count && err == nil; {
+				part, first, n := FirstPassPiece(l, t)
+				n = min(n, a.First+a.Count-t)
+				err = s.sendChunks(x, part, first, n)
+				t += n
 			}
 		case ActSendImm:
 			if x != nil {

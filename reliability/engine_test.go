@@ -553,3 +553,36 @@ func TestAutoAdapts(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstPassPiece walks a coded first pass transmission by
+// transmission: each submessage's data chunks, then its parity chunks,
+// the last submessage short, every piece's run ending where its part
+// does within the submessage.
+func TestFirstPassPiece(t *testing.T) {
+	l, err := ec.NewLayout(ec.Params{Kind: ec.MDS, K: 4, M: 2}, 10*64, 64) // submessages of 4, 4 and 2 data chunks
+	if err != nil {
+		t.Fatal(err)
+	}
+	type piece struct {
+		part     reliability.Part
+		first, n int
+	}
+	var want []piece
+	for sub, k := range []int{4, 4, 2} {
+		for i := range k {
+			want = append(want, piece{reliability.Data, 4*sub + i, k - i})
+		}
+		for j := range 2 {
+			want = append(want, piece{reliability.Parity, 2*sub + j, 2 - j})
+		}
+	}
+	if total := l.DataChunks() + l.ParityChunks(); total != len(want) {
+		t.Fatalf("layout %v: %d transmissions, want %d", l, total, len(want))
+	}
+	for tr, w := range want {
+		part, first, n := reliability.FirstPassPiece(l, tr)
+		if (piece{part, first, n}) != w {
+			t.Errorf("transmission %d: %v chunk %d, %d to go; want %v chunk %d, %d to go", tr, part, first, n, w.part, w.first, w.n)
+		}
+	}
+}

@@ -219,11 +219,11 @@ func (h *harness) SenderAction(_ *sim.Pair, a *reliability.Action) {
 		if err != nil {
 			h.tb.Fatal(err)
 		}
-		for sub := a.First; sub < a.First+a.Count; sub++ {
-			first, n := l.DataRange(sub)
-			h.sendChunks(a.Transfer, reliability.Data, first, n)
-			first, n = l.ParityRange(sub)
-			h.sendChunks(a.Transfer, reliability.Parity, first, n)
+		for t := a.First; t < a.First+a.Count; {
+			part, first, n := reliability.FirstPassPiece(l, t)
+			n = min(n, a.First+a.Count-t)
+			h.sendChunks(a.Transfer, part, first, n)
+			t += n
 		}
 	case reliability.ActSendImm:
 		n := h.tx[a.Transfer].plan.DataChunks()

@@ -424,11 +424,11 @@ const (
 	// chunk payload; the caller sets the NIC's rate limiter to it, so
 	// that the packets of a run leave as evenly as the runs do.
 	ActRate
-	// ActSendCoded (sender): send submessages [First, First+Count) of a
-	// coded plan's layout (Plan.Layout), each its data chunks
-	// (ec.Layout.DataRange) then its parity chunks (ParityRange): a
-	// first pass, in one action per run of submessages where two ActSends
-	// per submessage would say the same.
+	// ActSendCoded (sender): send transmissions [First, First+Count) of a
+	// coded plan's first pass, which sends submessage after submessage,
+	// each its data chunks then its parity chunks (FirstPassPiece maps a
+	// transmission to its chunk): one action per quantum of the pass
+	// where ActSends would take two per submessage.
 	ActSendCoded
 )
 
@@ -442,6 +442,24 @@ func (k ActionKind) String() string {
 	return fmt.Sprintf("action(%d)", uint8(k))
 }
 
+// FirstPassPiece returns where transmission t of a coded first pass over
+// layout l goes — part, chunk first of it — and how many transmissions
+// from t on go to consecutive chunks of that part (the rest of the
+// submessage's data, or of its parity). The pass sends submessage after
+// submessage, each its data chunks (ec.Layout.DataRange) then its parity
+// chunks (ParityRange); t is below l.DataChunks()+l.ParityChunks().
+func FirstPassPiece(l ec.Layout, t int) (part Part, first, n int) {
+	// Every submessage but the last is whole, so t/(K+M) finds its own.
+	per := l.Params().K + l.Params().M
+	sub, w := t/per, t%per
+	dFirst, k := l.DataRange(sub)
+	if w < k {
+		return Data, dFirst + w, k - w
+	}
+	pFirst, m := l.ParityRange(sub)
+	return Parity, pFirst + w - k, m - (w - k)
+}
+
 // Action is one thing an engine asks its caller to do. Only the fields of
 // its Kind are set.
 type Action struct {
@@ -452,8 +470,8 @@ type Action struct {
 	// started: open its messages and end them at once, sending nothing.
 	Discard bool
 	Part    Part   // ActSend
-	First   int    // ActSend, ActSendCoded (a submessage)
-	Count   int    // ActSend, ActSendCoded (submessages)
+	First   int    // ActSend, ActSendCoded (a transmission of the pass)
+	Count   int    // ActSend, ActSendCoded
 	Packets uint64 // ActSend: a packet repair of chunk First
 	Sub     int    // ActDecode
 	// Datagram is an encoded control message (ActControl); the caller

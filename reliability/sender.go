@@ -130,7 +130,7 @@ type sendXfer struct {
 // waiting for the pacer.
 type pendingSend struct {
 	transfer     uint64
-	kind         ActionKind // ActSend, ActSendCoded (first, count: submessages) or ActSendImm
+	kind         ActionKind // ActSend, ActSendCoded (first, count: transmissions of the pass) or ActSendImm
 	part         Part
 	first, count int
 	// packets, when not zero, sends only these packets of chunk first
@@ -343,7 +343,7 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 		x.layout, _ = plan.Layout() // validated with the plan
 		x.stats.ChunksSent += x.chunks
 		x.stats.ParitySent += x.layout.ParityChunks()
-		s.fresh = append(s.fresh, pendingSend{transfer: id, kind: ActSendCoded, count: x.layout.Submessages()})
+		s.fresh = append(s.fresh, pendingSend{transfer: id, kind: ActSendCoded, count: x.chunks + x.layout.ParityChunks()})
 	} else {
 		// SR-RTO's first pass runs on timers; SR-NACK's receiver finds
 		// every loss itself (a later chunk, the tail probe, its re-NACKs)
@@ -602,20 +602,15 @@ func (s *SenderEngine) release(now time.Time) {
 			continue
 		}
 		n := p.count
-		quantum := max(1, int(s.rc.rate*paceQuantum.Seconds()/s.rc.chunkBits)) // chunks
 		switch {
-		case p.kind == ActSendCoded:
-			if !s.rc.fixed {
-				n = min(n, max(1, quantum/(x.plan.Code.K+x.plan.Code.M)))
-			}
-			s.emitCoded(now, x, p.first, n)
 		case p.packets != 0:
 			n = 1
-			s.emit(now, x, p.part, p.first, n, p.packets, p.timed)
-		default:
-			if !s.rc.fixed {
-				n = min(n, quantum)
-			}
+		case !s.rc.fixed:
+			n = min(n, max(1, int(s.rc.rate*paceQuantum.Seconds()/s.rc.chunkBits)))
+		}
+		if p.kind == ActSendCoded {
+			s.emitCoded(now, x, p.first, n)
+		} else {
 			s.emit(now, x, p.part, p.first, n, p.packets, p.timed)
 		}
 		p.first += n
@@ -662,24 +657,24 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 	}
 }
 
-// emitCoded hands submessages [sub, sub+n) of coded transfer x's first
-// pass over, each its data then its parity, and numbers them in the
+// emitCoded hands transmissions [first, first+n) of coded transfer x's
+// first pass over (FirstPassPiece) and numbers its data chunks in the
 // release order. First passes arm no timers (the receiver's fallback
 // timeout and the probe stand in).
-func (s *SenderEngine) emitCoded(now time.Time, x *sendXfer, sub, n int) {
-	s.actions = append(s.actions, Action{Kind: ActSendCoded, Transfer: x.id, First: sub, Count: n})
-	released := s.released
-	for j := sub; j < sub+n; j++ {
-		first, k := x.layout.DataRange(j)
-		s.number(x, first, k, released)
-		_, m := x.layout.ParityRange(j)
-		released += uint64(k + m)
+func (s *SenderEngine) emitCoded(now time.Time, x *sendXfer, first, n int) {
+	s.actions = append(s.actions, Action{Kind: ActSendCoded, Transfer: x.id, First: first, Count: n})
+	s.handOver(now, x, n)
+	for t := first; t < first+n; {
+		part, chunk, k := FirstPassPiece(x.layout, t)
+		k = min(k, first+n-t)
+		if part == Data {
+			s.number(x, chunk, k, s.released+uint64(t-first))
+		}
+		t += k
 	}
-	chunks := int(released - s.released)
-	s.handOver(now, x, chunks)
-	s.wireFree = s.departure(now, chunks)
-	s.released = released
-	x.lastReleased = released
+	s.wireFree = s.departure(now, n)
+	s.released += uint64(n)
+	x.lastReleased = s.released
 }
 
 // handOver notes that n chunks of x, released next, are handed over at

@@ -229,8 +229,7 @@ func Run(p Point, seed uint64) (Sample, error) {
 
 // segment is one send action's chunks in a train, transmissions [at,
 // at+count): an ActSend's chunks [first, first+count) of part, or an
-// ActSendCoded's submessages from first on (coded), each its data then its
-// parity.
+// ActSendCoded's transmissions of the coded first pass from first on.
 type segment struct {
 	part      reliability.Part
 	coded     bool
@@ -244,16 +243,8 @@ func (s *segment) piece(o int, l ec.Layout) (part reliability.Part, first, n int
 	if !s.coded {
 		return s.part, s.first + o, s.count - o
 	}
-	// Every submessage but the layout's last is whole, and the last ends
-	// the segment.
-	per := l.Params().K + l.Params().M
-	sub, w := s.first+o/per, o%per
-	dFirst, k := l.DataRange(sub)
-	if w < k {
-		return reliability.Data, dFirst + w, k - w
-	}
-	pFirst, m := l.ParityRange(sub)
-	return reliability.Parity, pFirst + w - k, m - (w - k)
+	part, first, n = reliability.FirstPassPiece(l, s.first+o)
+	return part, first, min(n, s.count-o)
 }
 
 // train carries the send actions a sender issued at one instant as one
@@ -284,14 +275,21 @@ func (t *train) add(part reliability.Part, first, count int) {
 	}
 }
 
-// addCoded appends an ActSendCoded's submessages [first, first+n) of l.
+// addCoded appends an ActSendCoded's transmissions [first, first+n) of
+// the coded first pass over l.
 func (t *train) addCoded(first, n int, l ec.Layout) {
-	dFirst, _ := l.DataRange(first)
-	lastFirst, k := l.DataRange(first + n - 1)
-	count := lastFirst + k - dFirst + n*l.Params().M
-	t.segs = append(t.segs, segment{coded: true, first: first, at: t.chunks, count: count})
-	t.dataEnd = t.chunks + count - l.Params().M // the last submessage's parity ends it
-	t.chunks += count
+	t.segs = append(t.segs, segment{coded: true, first: first, at: t.chunks, count: n})
+	// The last data chunk among them: the last transmission, or the one
+	// before its submessage's parity (parity chunk sub·M + j is sent
+	// j+1 transmissions after it).
+	end := t.chunks + n
+	if part, chunk, _ := reliability.FirstPassPiece(l, first+n-1); part == reliability.Parity {
+		end -= chunk%l.Params().M + 1
+	}
+	if end > t.chunks {
+		t.dataEnd = end
+	}
+	t.chunks += n
 }
 
 // advance sets the next batch after end, reporting false when the run is
