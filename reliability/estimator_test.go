@@ -1,6 +1,8 @@
 package reliability
 
 import (
+	"math"
+	"math/bits"
 	"testing"
 	"time"
 
@@ -86,5 +88,58 @@ func TestModelChoiceRoundTrip(t *testing.T) {
 		if c, ok := ModelChoice(s, ec.Params{Kind: ec.MDS, K: 32, M: 8}, 2); ok {
 			t.Errorf("%v has a model: %+v", s, c)
 		}
+	}
+}
+
+// TestLossAbove checks the binomial tail against sums of the probability
+// of every loss pattern, counted one by one.
+func TestLossAbove(t *testing.T) {
+	for _, p := range []float64{0.01, 0.15, 0.5} {
+		for n := range 9 {
+			for k := range n + 1 {
+				want := 0.0
+				for pattern := range 1 << n {
+					if lost := bits.OnesCount(uint(pattern)); lost > k {
+						want += math.Pow(p, float64(lost)) * math.Pow(1-p, float64(n-lost))
+					}
+				}
+				if got := lossAbove(n, k, p); math.Abs(got-want) > 1e-12 {
+					t.Errorf("lossAbove(%d, %d, %g) = %g, want %g", n, k, p, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestRepairMargin: a repair asks for at least the link's loss of its
+// chunks, and enough more that it comes up short under repairShortOdds
+// of the time — at 15 % chunk loss one chunk needed asks for three (two
+// come up short once in 44).
+func TestRepairMargin(t *testing.T) {
+	r := &ReceiverEngine{}
+	x := &recvXfer{plan: Plan{Scheme: EC, Length: 1 << 20, ChunkSize: 4096, MTU: 4096}}
+	for _, loss := range []float64{0, 1e-4, 0.01, 0.15, 0.5} {
+		r.est = Estimator{}
+		if loss > 0 {
+			r.est.observeLoss(int(loss*1e6), 1e6)
+		}
+		p := r.est.Loss()
+		for _, need := range []int{1, 2, 8, 32} {
+			margin := r.repairMargin(x, need)
+			if floor := int(math.Ceil(float64(need) * p / (1 - p))); margin < floor {
+				t.Errorf("loss %g, %d needed: margin %d, below the expected loss %d", p, need, margin, floor)
+			}
+			if p > 0 && lossAbove(need+margin, margin, p) >= repairShortOdds {
+				t.Errorf("loss %g, %d needed: margin %d comes up short %g of the time", p, need, margin, lossAbove(need+margin, margin, p))
+			}
+			if margin > 0 && p > 0 && margin > int(math.Ceil(float64(need)*p/(1-p))) && lossAbove(need+margin-1, margin-1, p) < repairShortOdds {
+				t.Errorf("loss %g, %d needed: margin %d, where %d would do", p, need, margin, margin-1)
+			}
+		}
+	}
+	r.est = Estimator{}
+	r.est.observeLoss(15, 100)
+	if got := r.repairMargin(x, 1); got != 2 {
+		t.Errorf("15 %% loss, one chunk needed: margin %d, want 2", got)
 	}
 }

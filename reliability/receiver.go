@@ -1007,16 +1007,40 @@ func (r *ReceiverEngine) askFor(x *recvXfer, first, n, want int, b *nackRound) {
 	}
 }
 
-// repairMargin is how many chunks beyond need a repair asks for, so that
-// the link's loss (the first passes' chunk loss, or with a packet view the
-// per-packet loss behind it) seldom costs another round.
+// repairMargin is how many chunks beyond need a repair asks for: at
+// least the link's loss of them (the first passes' chunk loss, or with a
+// packet view the per-packet loss behind it), and as many more as keep
+// the odds that the repair still comes up short — more than the margin of
+// its chunks lost — under repairShortOdds. A short repair costs its
+// submessage another round, an RTO; a chunk more costs its injection
+// (at 15 % chunk loss a repair of one chunk asks for three: with two it
+// would come up short once in 44).
 func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 	p := r.est.Loss()
 	if packets := x.packetsOf(0); r.packetView != nil && packets > 1 && packets <= 64 {
 		p = 1 - math.Pow(1-p, 1/float64(packets))
 	}
 	p = min(p, 0.9)
-	return int(math.Ceil(float64(need) * p / (1 - p)))
+	margin := int(math.Ceil(float64(need) * p / (1 - p)))
+	for p > 0 && margin < 4*need+16 && lossAbove(need+margin, margin, p) >= repairShortOdds {
+		margin++
+	}
+	return margin
+}
+
+// repairShortOdds bounds how often a repair may come up short.
+const repairShortOdds = 0.01
+
+// lossAbove returns the probability that more than k of n chunks, each
+// lost with probability p < 1, are lost.
+func lossAbove(n, k int, p float64) float64 {
+	pmf := math.Pow(1-p, float64(n)) // none lost
+	cdf := 0.0
+	for i := 0; i <= k && i <= n; i++ {
+		cdf += pmf
+		pmf *= float64(n-i) / float64(i+1) * p / (1 - p)
+	}
+	return max(0, 1-cdf)
 }
 
 // nackRound builds one round of NACKs for a transfer: the data chunks
