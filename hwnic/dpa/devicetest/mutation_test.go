@@ -22,10 +22,9 @@ var orderingStatement = regexp.MustCompile(`__dpa_thread_window_writeback\(\);|_
 // survivors are the ordering statements whose removal no handler test can
 // show on this machine, by enclosing function and statement, with why.
 var survivors = map[[2]string]string{
-	{"sync_slot", "__dpa_thread_window_read_inv();"}: "re-reads a state word the host changed during this " +
-		"run's earlier read-invalidate pass, a race of host and handler inside one pass that the single-threaded tests cannot stage",
 	{"sync_slot", "__dpa_thread_fence(__DPA_MMIO, __DPA_R, __DPA_R);"}: "orders the length word's load after the state " +
-		"word's against the same mid-pass race",
+		"word's, which hostsim serves in program order (a read-invalidate refreshes a view whole, before the next load), " +
+		"so no run here can see them reordered",
 	{"sdr_rx_handler", "__dpa_thread_fence(__DPA_MEMORY, __DPA_R, __DPA_R);"}: "orders the CQE's loads after its " +
 		"owner byte's in DPA memory, which hostsim does not model: x86-64 keeps loads in order, so no run here can observe its absence",
 }

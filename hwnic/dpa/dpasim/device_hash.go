@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "09f7494b08990040a3454e3db7be920c0c3f1694c3b503dd379705534624aa13"
+const deviceSourceHash = "088635aa06850abf1f8dca59c506d1bb8ea737799034d314efbf0dcf4ae33d1e"

@@ -277,6 +277,10 @@ enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t)
 {
 	if (t->finished)
 		return HOSTSIM_FINISHED;
+	/* A run may start inside another thread's (a test's host reacting to
+	 * a store that became visible runs a second handler there, as the
+	 * hardware runs them side by side): that one goes on after it. */
+	struct hostsim_thread *outer = running;
 	running = t;
 	t->ctx.armed = 0;
 	t->ctx.fenced_w = 0;
@@ -289,7 +293,7 @@ enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t)
 		t->fn(t->arg);
 		how = HOSTSIM_FINISHED; /* returned without leaving through the API */
 	}
-	running = NULL;
+	running = outer;
 	/* A store the cache happened to perform early is no excuse: only a
 	 * writeback guarantees it reaches the host. (Every pending store is
 	 * one made since the last writeback, which empties the views.) */

@@ -31,7 +31,9 @@ struct hostsim_thread;
 struct hostsim_thread *hostsim_thread_create(flexio_dev_event_handler_t *fn, uint64_t arg);
 void hostsim_thread_destroy(struct hostsim_thread *t);
 
-/* hostsim_thread_run delivers one event; a finished thread is not run again. */
+/* hostsim_thread_run delivers one event; a finished thread is not run
+ * again. It may be called inside another thread's run (from the strict
+ * model's visible callback), which goes on when it returns. */
 enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t);
 
 /*

@@ -724,6 +724,52 @@ static void test_activation_mid_run(void)
 	rig_free(r);
 }
 
+/* rearm_reaction: the host of test_rearm_mid_pass. As channel 0's handler
+ * makes its first store of slot 2 visible, the host re-arms slot 1 for
+ * message 5 and channel 1's handler takes message 5's four packets (a
+ * second DPA thread, run inside the first's run). */
+static int rearmed;
+static void rearm_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	(void)old, (void)now;
+	uint64_t slot2 = (uint64_t)(uintptr_t)(r->words + 2 * (size_t)r->slot_words);
+	if (rearmed || haddr < slot2 || haddr >= slot2 + 8 * (uint64_t)r->slot_words)
+		return;
+	rearmed = 1;
+	arm(r, 1, 4096, 5, 0);
+	for (uint32_t k = 0; k < 4; k++)
+		packet(r, 1, 0, 5u << 22 | k << 4, 1024);
+	drain(r, 1);
+}
+
+/* The host re-arms a slot while a handler is inside a run that began
+ * with the slot's previous receive, and another thread counts the new
+ * receive's packets meanwhile; then a late packet of the previous
+ * receive reaches the first handler, whose view of the slot is still the
+ * one from the start of its run. Its record (the other thread's) differs
+ * from that view: it must read the host's words afresh before it takes
+ * the record for a stale one to clear, or it wipes the new receive's
+ * count and takes the late packet. */
+static void test_rearm_mid_pass(void)
+{
+	struct rig *r = rig_new(2, 1, 4, 4096, 1024, 1024, 4, L10);
+	arm(r, 1, 4096, 1, 0);
+	arm(r, 2, 4096, 2, 0);
+	packet(r, 0, 0, 2u << 22, 1024); /* slot 2's chunk 0: its store is the host's cue */
+	packet(r, 0, 0, 1u << 22, 1024); /* message 1's chunk 0, late */
+	rearmed = 0;
+	r->react = rearm_reaction;
+	drain(r, 0);
+	CHECK(rearmed, "the host never saw a store of slot 2");
+	CHECK(r->ch[1].ctx.chunks == 4, "channel 1 counted %lu of message 5's chunks", (unsigned long)r->ch[1].ctx.chunks);
+	CHECK(r->ch[0].ctx.chunks == 1 && r->ch[0].ctx.stale == 1,
+	      "channel 0: %lu chunks, %lu stale: it took the late packet of the receive re-armed over",
+	      (unsigned long)r->ch[0].ctx.chunks, (unsigned long)r->ch[0].ctx.stale);
+	struct sdr_slot s = slot_of(r, 1, 4096);
+	CHECK(chunks_done(&s) == 4, "%u of message 5's chunks visible to the host", chunks_done(&s));
+	rig_free(r);
+}
+
 /* The notification ring: the handler reads the host's consumer index
  * afresh at each event, so a ring the host keeps draining never
  * overflows; a full one raises the overflow flag instead of overwriting
@@ -772,6 +818,7 @@ int main(int argc, char **argv)
 		{"fence_closes_arm_race", test_fence_closes_arm_race},
 		{"notify_overflow", test_notify_overflow},
 		{"activation_mid_run", test_activation_mid_run},
+		{"rearm_mid_pass", test_rearm_mid_pass},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
