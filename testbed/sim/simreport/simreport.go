@@ -761,7 +761,7 @@ func Report(rows []Row, sum Summary, g *Grid, plotDir string, plots Plots) strin
 		sum.Wall.Round(time.Second), sum.Workers, sum.Points, sum.Samples)
 	fmt.Fprintf(&b, "Samples per point: %d", g.Samples)
 	if g.LargeSamples > 0 && g.LargeSamples != g.Samples {
-		fmt.Fprintf(&b, ", **%d for sizes above %s** (the engines' per-chunk work makes an 8 GiB sample cost about a second of CPU)", g.LargeSamples, units.FormatBytes(large))
+		fmt.Fprintf(&b, ", **%d for sizes above %s** (an 8 GiB sample costs 20–270 ms of CPU: the engines' per-chunk work)", g.LargeSamples, units.FormatBytes(large))
 	}
 	fmt.Fprintf(&b, ". Engines and models at %s. Every number below comes from this run; rerun with `make docs`.\n\n", simRevision())
 	fmt.Fprintf(&b, "Setup: %g Gbit/s, RTT %v (one-way %g km of fibre), %d-byte chunks (one packet each), α = %g "+
