@@ -10,7 +10,6 @@ func newBitmap(n int) bitmap { return make(bitmap, (n+63)/64) }
 
 func (b bitmap) has(i int) bool { return b[i>>6]>>(uint(i)&63)&1 != 0 }
 func (b bitmap) set(i int)      { b[i>>6] |= 1 << (uint(i) & 63) }
-func (b bitmap) clear(i int)    { b[i>>6] &^= 1 << (uint(i) & 63) }
 
 // countRange returns how many of [first, first+n) are set.
 func (b bitmap) countRange(first, n int) int {
