@@ -11,14 +11,21 @@ func newBitmap(n int) bitmap { return make(bitmap, (n+63)/64) }
 func (b bitmap) has(i int) bool { return b[i>>6]>>(uint(i)&63)&1 != 0 }
 func (b bitmap) set(i int)      { b[i>>6] |= 1 << (uint(i) & 63) }
 
+// lowBits returns a word whose n lowest bits are set (all for n ≥ 64).
+func lowBits(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<uint(max(n, 0)) - 1
+}
+
 // countRange returns how many of [first, first+n) are set.
 func (b bitmap) countRange(first, n int) int {
 	c := 0
 	for n > 0 {
 		shift := uint(first) & 63
 		take := min(n, 64-int(shift))
-		mask := uint64(1)<<uint(take) - 1 // take == 64: all ones
-		c += bits.OnesCount64(b[first>>6] >> shift & mask)
+		c += bits.OnesCount64(b[first>>6] >> shift & lowBits(take))
 		first += take
 		n -= take
 	}
@@ -30,7 +37,7 @@ func (b bitmap) clearRange(first, n int) {
 	for n > 0 {
 		shift := uint(first) & 63
 		take := min(n, 64-int(shift))
-		b[first>>6] &^= (uint64(1)<<uint(take) - 1) << shift // take == 64: all ones
+		b[first>>6] &^= lowBits(take) << shift
 		first += take
 		n -= take
 	}

@@ -345,8 +345,7 @@ func (r *ReceiverEngine) HandleChunks(now time.Time, id uint64, part Part, first
 	for i, end := max(first, 0), min(first+n, limit); i < end; {
 		w := i >> 6
 		take := min(end-i, 64-i&63)
-		mask := uint64(1)<<uint(take) - 1 // take == 64: all ones
-		changed = r.mark(now, x, part, w, mask<<(uint(i)&63)) || changed
+		changed = r.mark(now, x, part, w, lowBits(take)<<(uint(i)&63)) || changed
 		i += take
 	}
 	r.progressed(now, x, changed, immDone)
@@ -397,7 +396,7 @@ func (r *ReceiverEngine) mark(now time.Time, x *recvXfer, part Part, w int, bits
 	}
 	fresh := bits64 &^ bm[w]
 	if w == len(bm)-1 && n%64 != 0 {
-		fresh &= 1<<(n%64) - 1
+		fresh &= lowBits(n % 64)
 	}
 	if fresh == 0 {
 		return false

@@ -1176,14 +1176,6 @@ func (s *SenderEngine) ackWord(x *sendXfer, w int, set uint64) uint64 {
 	return newest
 }
 
-// lowBits returns a word whose n lowest bits are set (all for n ≥ 64).
-func lowBits(n int) uint64 {
-	if n >= 64 {
-		return ^uint64(0)
-	}
-	return 1<<uint(max(n, 0)) - 1
-}
-
 // firstUnacked returns the first data chunk not acknowledged (x.chunks
 // when none), moving ackedLow up to it.
 func (x *sendXfer) firstUnacked() int {
