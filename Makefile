@@ -142,15 +142,23 @@ dpa-isa: ## the DPA handler compiled for RISC-V: version gates and no compare-an
 
 # BlueField-3 hosts only (DOCA installed): the DPA RX handler
 # (hwnic/dpa/device/handler.c) built by dpacc into libsdr_dpa.a, the DPA
-# image plus its host stubs, which the dpa-tagged host side links; then
-# that side's tests. See hwnic/dpa/README.md.
+# image plus its host stubs, which the host side links; then that side's
+# tests, with the tags dpa and doca: FlexIO's include and library paths
+# from pkg-config's libflexio (hwnic/dpa/doca_dpa.go), never the CI's
+# flexio_decl.h. DOCA's libflexio.pc is not on pkg-config's default path:
+# FLEXIO_PC_DIR is added to PKG_CONFIG_PATH. See hwnic/dpa/README.md.
 DOCA  ?= /opt/mellanox/doca
 DPACC ?= $(DOCA)/tools/dpacc
+FLEXIO_PC_DIR ?= /opt/mellanox/flexio/lib/pkgconfig
 DPA_BUILD = hwnic/dpa/device/build
-dpa: ## BlueField-3 hosts (DOCA): build the DPA handler with dpacc, then the dpa-tagged tests
+dpa: export PKG_CONFIG_PATH := $(FLEXIO_PC_DIR)$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+dpa: ## BlueField-3 hosts (DOCA): build the DPA handler with dpacc, then the tests with -tags dpa,doca
+	@pkg-config --exists libflexio || { echo "make dpa: pkg-config finds no libflexio (DOCA's FlexIO SDK) in $$PKG_CONFIG_PATH or its default path: install DOCA with the FlexIO SDK (libflexio-dev), or set FLEXIO_PC_DIR to the directory of its libflexio.pc" >&2; exit 1; }
+	@echo "libflexio $$(pkg-config --modversion libflexio): $$(pkg-config --cflags --libs libflexio)"
 	mkdir -p $(DPA_BUILD)
 	$(DPACC) hwnic/dpa/device/handler.c -o $(DPA_BUILD)/libsdr_dpa.a -mcpu=nv-dpa-bf3 -hostcc=gcc \
 	  --app-name=sdr_dpa_app -devicecc-options="-O2 -Wall -I$(DOCA)/include" \
+	  -hostcc-options="-DFLEXIO_ALLOW_EXPERIMENTAL_API $$(pkg-config --cflags libflexio)" \
 	  -device-libs="-L$(DOCA)/lib/x86_64-linux-gnu -lflexio_dev"
-	CGO_ENABLED=1 $(GO) vet -tags dpa ./hwnic/...
-	CGO_ENABLED=1 $(GO) test -tags dpa -count=1 ./hwnic/dpa/...
+	CGO_ENABLED=1 $(GO) vet -tags dpa,doca ./hwnic/...
+	CGO_ENABLED=1 $(GO) test -tags dpa,doca -count=1 ./hwnic/dpa/...

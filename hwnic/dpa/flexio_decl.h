@@ -1,8 +1,10 @@
 /*
  * flexio_decl.h — the FlexIO host calls and types hwnic/dpa uses, for
  * machines without DOCA: it lets `go vet -tags dpa` type-check the host
- * side in CI. A DOCA installation's own libflexio/flexio.h is used
- * whenever it is present.
+ * side in CI. A build against DOCA (the doca tag) uses the installed
+ * libflexio/flexio.h instead and never this file (flexio_api.h);
+ * flexio_layout_test.go compares the two wherever pkg-config finds
+ * libflexio.
  *
  * Source: NVIDIA DOCA FlexIO SDK host API reference (libflexio/flexio.h,
  * "Flex IO SDK host API for DPA programs", DOCA 2.9 / FlexIO 24.10).

@@ -30,11 +30,7 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 #include <infiniband/mlx5dv.h>
-#if __has_include(<libflexio/flexio.h>)
-#include <libflexio/flexio.h>
-#else
-#include "flexio_decl.h"
-#endif
+#include "flexio_api.h" /* DOCA's libflexio/flexio.h under the doca tag, else flexio_decl.h */
 
 #include "prm.h"
 #include "device/mlx5.h"

@@ -2,9 +2,13 @@
 
 package dpa
 
+// libflexio's include and library flags come from pkg-config under the
+// doca tag (doca_dpa.go); without it the FlexIO declarations are
+// flexio_decl.h's and the build does not link (nodoca_dpa.go).
+
 /*
 #cgo CFLAGS: -I${SRCDIR} -Werror=implicit-function-declaration -Werror=incompatible-pointer-types -Werror=int-conversion
-#cgo LDFLAGS: -L${SRCDIR}/device/build -lsdr_dpa -lflexio -lmlx5 -libverbs
+#cgo LDFLAGS: -L${SRCDIR}/device/build -lsdr_dpa -lmlx5 -libverbs
 #include "host.h"
 */
 import "C"
