@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sdr-rdma/sdr/sdr"
@@ -135,6 +137,7 @@ type Sender struct {
 	// cancels carries transfers whose Write gave up.
 	cancels chan uint64
 	parity  parityPool // the loop's
+	backlog backlog    // the loop's
 	// wireFactor turns payload bits into frame bits (the NIC's limiter
 	// counts frames).
 	wireFactor float64
@@ -156,6 +159,7 @@ type sendIO struct {
 	dataMR       *sdr.MR
 	area         parityArea     // coded transfers
 	encoder      *parityEncoder // coded transfers: fills area.buf
+	retries      int            // Stats.SendRetries
 }
 
 // NewSender starts a sender on qp (connected to the peer's receiving QP)
@@ -261,6 +265,8 @@ func (s *Sender) run() {
 			s.eng.Cancel(time.Now(), id, context.Canceled)
 		case p := <-s.l.ctl:
 			s.handleControl(time.Now(), p)
+		case <-s.backlog.encoded:
+			// The head's parity progressed: flushed below.
 		case <-s.l.timer.C:
 			s.l.drain(s.handleControl)
 			s.eng.HandleTimer(time.Now())
@@ -277,8 +283,14 @@ func (s *Sender) run() {
 		}
 		acts = s.eng.Actions(acts[:0])
 		s.execute(acts, xfers, pending)
-		s.eng.Injected(time.Now()) // emunic's sends return once on the wire
-		s.l.arm(s.eng.Deadline())
+		s.flush(xfers, pending)
+		deadline, ok := s.eng.Deadline()
+		if len(s.backlog.acts) == 0 {
+			s.eng.Injected(time.Now()) // emunic's sends return once on the wire
+		} else if s.backlog.encoded == nil && (!ok || s.backlog.retryAt.Before(deadline)) {
+			deadline, ok = s.backlog.retryAt, true
+		}
+		s.l.arm(deadline, ok)
 	}
 }
 
@@ -292,42 +304,40 @@ func (s *Sender) handleControl(now time.Time, p []byte) {
 	s.eng.HandleControl(now, p)
 }
 
+// backlog holds the sends of the engine's actions not made yet, in the
+// order the engine asked for them, each cut to what is left of it: the
+// NIC had no room (sdr.ErrRetry: its congestion control paces a channel
+// below what the transfer offers and the channel's send queue is full),
+// or the parity it sends is not encoded yet. The loop goes on with ACKs,
+// timers and new transfers meanwhile; it retries the head when the
+// head's encoder progresses (encoded) or, for room, at retryAt, backing
+// off from 50 µs to 10 ms, and fails the head's transfer when it has made
+// no progress for retryFor. Owned by the loop goroutine.
+type backlog struct {
+	acts    []Action
+	encoded <-chan struct{} // the head's encoder's progress, when it waits for parity
+	stuck   time.Time       // when the head last failed to progress for want of room
+	wait    time.Duration   // the current backoff
+	retryAt time.Time
+}
+
+// retryFor bounds how long the head of the backlog waits for room.
+const retryFor = 2 * time.Second
+
+// errParityPending says a send waits for its parity's encoding.
+var errParityPending = errors.New("reliability: parity not encoded yet")
+
+// isSend reports whether an action injects packets (or opens messages),
+// which go through the backlog.
+func isSend(k ActionKind) bool {
+	return k == ActStart || k == ActSend || k == ActSendCoded || k == ActSendImm
+}
+
+// execute carries out the engine's actions; sends join the backlog, which
+// flush then makes.
 func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
 	for _, a := range acts {
-		x := xfers[a.Transfer]
-		var err error
 		switch a.Kind {
-		case ActStart:
-			// A transfer that fails at once (its length does not match
-			// the receive) stays pending for its ActFail's reply.
-			if x, err = s.open(a, pending[a.Transfer]); x != nil {
-				delete(pending, a.Transfer)
-				xfers[a.Transfer] = x
-			}
-		case ActSend:
-			if x == nil {
-				continue
-			}
-			if a.Packets != 0 {
-				err = s.sendPackets(x, a.First, a.Packets)
-				break
-			}
-			err = s.sendChunks(x, a.Part, a.First, a.Count)
-		case ActSendCoded:
-			if x == nil {
-				continue
-			}
-			l := x.area.coder.Layout()
-			for t := a.First; t < a.First+a.Count && err == nil; {
-				part, first, n := FirstPassPiece(l, t)
-				n = min(n, a.First+a.Count-t)
-				err = s.sendChunks(x, part, first, n)
-				t += n
-			}
-		case ActSendImm:
-			if x != nil {
-				err = s.waitOutRetry(x.data.SendImmCarriers)
-			}
 		case ActControl:
 			s.l.sendControl(a.Datagram)
 		case ActRate:
@@ -337,61 +347,167 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			// run as a burst, which the pacer keeps short.
 			_ = s.qp.SetRateLimit(nicRateHeadroom * a.Rate * s.wireFactor)
 		case ActComplete, ActFail:
+			opening := s.endBacklog(a.Transfer)
 			if req := pending[a.Transfer]; req != nil { // canceled before it started
 				delete(pending, a.Transfer)
 				req.result <- result{stats: *a.Stats, err: a.Err}
 			}
-			if x == nil {
+			x := xfers[a.Transfer]
+			if x == nil || opening { // open ends its messages once it has opened them
 				continue
 			}
 			delete(xfers, a.Transfer)
 			s.close(x)
 			if x.req != nil {
-				x.req.result <- result{stats: *a.Stats, err: a.Err}
+				st := *a.Stats
+				st.SendRetries = x.retries
+				x.req.result <- result{stats: st, err: a.Err}
+			}
+		default:
+			if isSend(a.Kind) {
+				s.backlog.acts = append(s.backlog.acts, a)
 			}
 		}
-		if err != nil {
-			s.eng.Cancel(time.Now(), a.Transfer, fmt.Errorf("reliability: transfer %d: %w", a.Transfer, err))
-			// The failure's actions run on the next turn of the loop.
+	}
+}
+
+// flush makes the backlog's sends in order until one cannot be made yet.
+func (s *Sender) flush(xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
+	b := &s.backlog
+	b.encoded = nil
+	done := 0
+	defer func() { b.acts = b.acts[:copy(b.acts, b.acts[done:])] }()
+	for done < len(b.acts) {
+		a := &b.acts[done]
+		first, count, packets := a.First, a.Count, a.Packets
+		err := s.send(a, xfers, pending)
+		switch {
+		case err == nil:
+			done++
+			b.stuck = time.Time{}
+			continue
+		case errors.Is(err, errParityPending):
+			b.encoded = xfers[a.Transfer].encoder.progress
+			b.stuck = time.Time{}
+			return
+		case errors.Is(err, sdr.ErrRetry):
+			if x := xfers[a.Transfer]; x != nil {
+				x.retries++
+			}
+			now := time.Now()
+			progressed := a.First != first || a.Count != count || a.Packets != packets
+			switch {
+			case progressed || b.stuck.IsZero(): // or a new head
+				b.stuck, b.wait = now, 50*time.Microsecond
+			case now.Sub(b.stuck) < retryFor:
+				b.wait = min(2*b.wait, 10*time.Millisecond)
+			default:
+				b.acts, done = b.acts[:copy(b.acts, b.acts[done:])], 0
+				s.fail(b.acts[0].Transfer, err)
+				continue
+			}
+			b.retryAt = now.Add(b.wait)
+			return
+		default:
+			b.acts, done = b.acts[:copy(b.acts, b.acts[done:])], 0
+			s.fail(b.acts[0].Transfer, err)
 		}
 	}
+}
+
+// fail cancels a transfer whose send failed, dropping its sends from the
+// backlog; the failure's actions run on the next turn of the loop.
+func (s *Sender) fail(id uint64, err error) {
+	s.backlog.acts = slices.DeleteFunc(s.backlog.acts, func(a Action) bool { return a.Transfer == id })
+	s.eng.Cancel(time.Now(), id, fmt.Errorf("reliability: transfer %d: %w", id, err))
+}
+
+// endBacklog removes an ended transfer's sends from the backlog but its
+// start, which becomes a discard: the receiver counts its messages, so
+// they are opened and ended all the same. It reports whether a start was
+// left.
+func (s *Sender) endBacklog(id uint64) (opening bool) {
+	s.backlog.acts = slices.DeleteFunc(s.backlog.acts, func(a Action) bool {
+		if a.Transfer != id {
+			return false
+		}
+		return a.Kind != ActStart
+	})
+	for i := range s.backlog.acts {
+		if a := &s.backlog.acts[i]; a.Transfer == id {
+			a.Discard, opening = true, true
+		}
+	}
+	return opening
+}
+
+// send makes a send action, or as much of it as there is room for: it
+// leaves a cut to what is left and fails with sdr.ErrRetry or
+// errParityPending when something is.
+func (s *Sender) send(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) error {
+	x := xfers[a.Transfer]
+	if a.Kind == ActStart {
+		return s.open(a, xfers, pending)
+	}
+	if x == nil {
+		return nil
+	}
+	switch a.Kind {
+	case ActSend:
+		if a.Packets != 0 {
+			return s.sendPackets(x, a.First, &a.Packets)
+		}
+		return s.sendChunks(x, a.Part, a.First, a.Count)
+	case ActSendCoded:
+		l := x.area.coder.Layout()
+		for a.Count > 0 {
+			part, first, n := FirstPassPiece(l, a.First)
+			n = min(n, a.Count)
+			if err := s.sendChunks(x, part, first, n); err != nil {
+				return err
+			}
+			a.First += n
+			a.Count -= n
+		}
+	case ActSendImm:
+		return x.data.SendImmCarriers()
+	}
+	return nil
 }
 
 // sendChunks sends chunks [first, first+n) of part, parity once it is
 // encoded.
 func (s *Sender) sendChunks(x *sendIO, part Part, first, n int) error {
 	cs := x.plan.ChunkSize
-	if part == Parity {
-		if err := x.parityReady(first + n - 1); err != nil {
-			return err
-		}
+	if part == Data {
+		off := first * cs
+		return x.data.Continue(x.dataMR, off, min(n*cs, x.plan.Length-off), first)
 	}
-	return s.waitOutRetry(func() error {
-		if part == Data {
-			off := first * cs
-			return x.data.Continue(x.dataMR, off, min(n*cs, x.plan.Length-off), first)
-		}
-		return x.parity.Continue(x.area.mr, first*cs, n*cs, first)
-	})
+	if err := x.parityReady(first + n - 1); err != nil {
+		return err
+	}
+	return x.parity.Continue(x.area.mr, first*cs, n*cs, first)
 }
 
-// sendPackets sends the packets in mask of data chunk chunk, a run of
-// consecutive packets per write.
-func (s *Sender) sendPackets(x *sendIO, chunk int, mask uint64) error {
+// sendPackets sends the packets in *mask of data chunk chunk, a run of
+// consecutive packets per write, clearing each run's bits once it is
+// sent.
+func (s *Sender) sendPackets(x *sendIO, chunk int, mask *uint64) error {
 	mtu := x.plan.MTU
 	perChunk := x.plan.ChunkSize / mtu
-	for mask != 0 {
-		k := bits.TrailingZeros64(mask)
-		run := bits.TrailingZeros64(^(mask >> k))
-		mask &^= (uint64(1)<<run - 1) << k // run < 64 unless every bit is set, when the shift gives 0 − 1
+	for *mask != 0 {
+		k := bits.TrailingZeros64(*mask)
+		run := bits.TrailingZeros64(^(*mask >> k))
 		off := (chunk*perChunk + k) * mtu
 		length := min(run*mtu, x.plan.Length-off)
 		if length <= 0 {
+			*mask = 0
 			return nil
 		}
-		if err := s.waitOutRetry(func() error { return x.data.ContinuePackets(x.dataMR, off, length, off/mtu) }); err != nil {
+		if err := x.data.ContinuePackets(x.dataMR, off, length, off/mtu); err != nil {
 			return err
 		}
+		*mask &^= (uint64(1)<<run - 1) << k // run < 64 unless every bit is set, when the shift gives 0 − 1
 	}
 	return nil
 }
@@ -404,89 +520,66 @@ const nicRateHeadroom = 1.25
 // (Ethernet 14, IPv6 40, UDP 8, BTH 12, RETH 16, ImmDt 4, ICRC 4).
 const frameOverhead = 98
 
-// open opens a started transfer's SDR messages and computes its parity.
-// A discarded transfer's messages are opened and ended at once.
-func (s *Sender) open(a Action, req *sendReq) (*sendIO, error) {
-	x := &sendIO{req: req, plan: a.Plan}
-	if req != nil {
-		x.dataMR = req.mr
+// open opens a started transfer's SDR messages, as many as there is room
+// for (a later call opens the rest: the window keeps that rare, another
+// transfer's stream still ending), and then starts its parity's encoding.
+// The transfer is in xfers from its first message on, and leaves pending
+// once open: a transfer that fails at once (discarded, or its length does
+// not match the receive) has its messages ended and stays pending for its
+// ActFail's reply.
+func (s *Sender) open(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) error {
+	req := pending[a.Transfer]
+	x := xfers[a.Transfer]
+	if x == nil {
+		x = &sendIO{plan: a.Plan}
+		xfers[a.Transfer] = x
 	}
-	var imm uint32
-	if req != nil {
-		imm = req.imm
-	}
-	var err error
-	if x.data, err = s.startStream(sdr.StreamRequest{Length: a.Plan.Length, Imm: imm, HasImm: true}); err != nil {
-		return x, err
-	}
-	if a.Plan.Messages() == 2 {
-		if x.parity, err = s.startStream(sdr.StreamRequest{Length: a.Plan.ParityLen()}); err != nil {
-			return x, err
+	if x.data == nil {
+		var imm uint32
+		if req != nil {
+			imm = req.imm
 		}
+		st, err := s.qp.StartStream(sdr.StreamRequest{Length: a.Plan.Length, Imm: imm, HasImm: true})
+		if err != nil {
+			return err
+		}
+		x.data = st
+	}
+	if a.Plan.Messages() == 2 && x.parity == nil {
+		st, err := s.qp.StartStream(sdr.StreamRequest{Length: a.Plan.ParityLen()})
+		if err != nil {
+			return err
+		}
+		x.parity = st
 	}
 	if a.Discard || req == nil || len(req.buf) != a.Plan.Length {
+		delete(xfers, a.Transfer)
 		s.close(x)
-		return nil, nil
+		return nil
 	}
+	delete(pending, a.Transfer)
+	x.req, x.dataMR = req, req.mr
 	if a.Plan.Messages() == 2 {
 		l, err := a.Plan.Layout()
 		if err != nil {
-			return x, err
+			return err
 		}
 		if x.area, err = s.parity.get(l); err != nil {
-			return x, err
+			return err
 		}
 		x.encoder = startEncoder(x.area.coder, req.buf, x.area.buf)
 	}
-	return x, nil
+	return nil
 }
 
-// startStream opens the next message, waiting out a transient ErrRetry
-// (the window keeps it rare: another transfer's stream is still ending).
-func (s *Sender) startStream(req sdr.StreamRequest) (st *sdr.Stream, err error) {
-	err = s.waitOutRetry(func() error {
-		st, err = s.qp.StartStream(req)
-		return err
-	})
-	return st, err
-}
-
-// waitOutRetry calls try until it does not fail with sdr.ErrRetry, waiting
-// between calls from 50 µs up, doubling to 10 ms, for up to retryFor;
-// then, or when the sender closes, it returns the last error. Sends meet
-// ErrRetry when the NIC's congestion control paces a channel below what
-// the transfer offers and the channel's send queue is full: it drains at
-// the paced rate, and the sender's loop waits for it (the engine's timers
-// meanwhile fire on the loop's next turn).
-func (s *Sender) waitOutRetry(try func() error) error {
-	var deadline time.Time // from the first ErrRetry: the common call reads no clock
-	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
-		err := try()
-		if !errors.Is(err, sdr.ErrRetry) {
-			return err
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(retryFor)
-		} else if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-time.After(wait):
-		case <-s.l.ctx.Done():
-			return err
-		}
-	}
-}
-
-// retryFor bounds how long waitOutRetry waits for room.
-const retryFor = 2 * time.Second
-
-// parityReady waits until the parity chunks up to last are encoded.
+// parityReady reports whether the parity chunks up to last are encoded:
+// errParityPending while they are not yet, an error when the encoder
+// stopped first.
 func (x *sendIO) parityReady(last int) error {
 	if x.encoder == nil {
 		return fmt.Errorf("reliability: parity of a transfer without an encoder: %w", ErrInvalid)
 	}
-	return x.encoder.waitFor(x.area.coder.Layout().ParitySubmessage(last))
+	return x.encoder.ready(x.area.coder.Layout().ParitySubmessage(last))
 }
 
 // close ends x's messages and returns its parity area to the pool.
@@ -514,8 +607,8 @@ type Receiver struct {
 	l       *loop
 	reqs    chan *readReq
 	cancels chan *readReq
-	wake    chan struct{} // a receive handle made progress
-	parity  parityPool    // the loop's
+	ready   readyList  // transfers whose receives progressed
+	parity  parityPool // the loop's
 }
 
 type readReq struct {
@@ -524,22 +617,61 @@ type readReq struct {
 	result chan result
 }
 
-// recvIO is a posted transfer's I/O state (the loop goroutine's).
+// recvIO is a posted transfer's I/O state: the loop goroutine's, but
+// for listed, which the receive paths' notify sets (readyList).
 type recvIO struct {
+	id           uint64 // the engine's, once posted
 	req          *readReq
 	plan         Plan
 	data, parity *sdr.RecvHandle
 	area         parityArea // coded transfers
-	dataBits     []uint64
-	parityBits   []uint64
 	imm          uint32
-	stop         chan struct{} // ends the progress forwarders
-	quiet        bool          // quiesce ran
+	quiet        bool // quiesce ran
+	listed       atomic.Bool
+}
+
+// readyList names the transfers whose receives progressed since the loop
+// last looked. The backends' receive paths add to it (through the
+// handles' notify: a flag, and at most one append per loop turn); the
+// loop takes it. So the loop reads only the bitmaps that changed and no
+// goroutine waits per handle.
+type readyList struct {
+	mu   sync.Mutex
+	xs   []*recvIO
+	wake chan struct{} // a token when xs became non-empty
+}
+
+// add lists x unless it is listed already.
+func (l *readyList) add(x *recvIO) {
+	if x.listed.Swap(true) {
+		return
+	}
+	l.mu.Lock()
+	l.xs = append(l.xs, x)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take moves the listed transfers into dst[:0] and unlists them, so that
+// progress from now on lists them again.
+func (l *readyList) take(dst []*recvIO) []*recvIO {
+	l.mu.Lock()
+	dst = append(dst[:0], l.xs...)
+	clear(l.xs)
+	l.xs = l.xs[:0]
+	l.mu.Unlock()
+	for _, x := range dst {
+		x.listed.Store(false)
+	}
+	return dst
 }
 
 // NewReceiver starts a receiver on qp (connected to the peer's sending QP)
 // with control datagrams on dg (connected to the peer Sender's). It
-// starts goroutines (two, and one per posted transfer); Close stops them.
+// starts two goroutines; Close stops them.
 // qp and dg stay the caller's.
 func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg ReceiverConfig) (*Receiver, error) {
 	if !qp.Attr().Recv {
@@ -551,7 +683,7 @@ func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg ReceiverConf
 		return nil, err
 	}
 	r := &Receiver{sc: sc, qp: qp, eng: eng, l: newLoop(dg), reqs: make(chan *readReq),
-		cancels: make(chan *readReq, 16), wake: make(chan struct{}, 1), parity: parityPool{sc: sc}}
+		cancels: make(chan *readReq, 16), ready: readyList{wake: make(chan struct{}, 1)}, parity: parityPool{sc: sc}}
 	go r.run()
 	return r, nil
 }
@@ -608,6 +740,7 @@ func (r *Receiver) run() {
 	var queue []*readReq // Read calls not posted yet, in order
 	var half *recvIO     // a coded transfer whose data is posted but not its parity
 	var acts []Action
+	var ready []*recvIO
 	r.eng.SetPacketView(func(id uint64, chunk int) uint64 {
 		if x := xfers[id]; x != nil {
 			return x.data.ExpandChunk(chunk)
@@ -616,14 +749,19 @@ func (r *Receiver) run() {
 	})
 	progress := func() {
 		now := time.Now()
-		for id, x := range xfers {
-			x.dataBits = x.data.Bitmap(x.dataBits)
+		ready = r.ready.take(ready)
+		for _, x := range ready {
+			if x.quiet || xfers[x.id] != x {
+				continue // ended: its handles may hold another receive's bitmap by now
+			}
+			var parity []uint64
 			if x.parity != nil {
-				x.parityBits = x.parity.Bitmap(x.parityBits)
+				parity = x.parity.BitmapWords()
 			}
 			_, immDone := x.data.Imm()
-			r.eng.HandleProgress(now, id, x.dataBits, x.parityBits, immDone)
+			r.eng.HandleProgress(now, x.id, x.data.BitmapWords(), parity, immDone)
 		}
+		clear(ready)
 	}
 	post := func() {
 		for len(queue) > 0 {
@@ -644,8 +782,9 @@ func (r *Receiver) run() {
 				x.req.result <- result{err: err}
 				continue
 			}
+			x.id = id
 			xfers[id] = x
-			x.forward(r.wake)
+			r.ready.add(x) // what arrived before it was known
 		}
 	}
 	for {
@@ -666,7 +805,7 @@ func (r *Receiver) run() {
 					break
 				}
 			}
-		case <-r.wake:
+		case <-r.ready.wake:
 			progress()
 		case p := <-r.l.ctl:
 			r.eng.HandleControl(time.Now(), p)
@@ -674,7 +813,7 @@ func (r *Receiver) run() {
 			// News first: chunks that arrived and datagrams received
 			// before the timers judge what is missing.
 			select {
-			case <-r.wake:
+			case <-r.ready.wake:
 				progress()
 			default:
 			}
@@ -709,7 +848,7 @@ func (r *Receiver) run() {
 func (r *Receiver) post(req *readReq, half *recvIO) (*recvIO, error) {
 	x := half
 	if x == nil {
-		x = &recvIO{req: req, plan: r.eng.Plan(len(req.buf)), stop: make(chan struct{})}
+		x = &recvIO{req: req, plan: r.eng.Plan(len(req.buf))}
 		mr := req.mr
 		if mr == nil { // a zero-length transfer still takes a message
 			var err error
@@ -717,7 +856,7 @@ func (r *Receiver) post(req *readReq, half *recvIO) (*recvIO, error) {
 				return nil, err
 			}
 		}
-		h, err := r.qp.PostRecv(mr, 0, len(req.buf))
+		h, err := r.qp.PostRecvNotify(mr, 0, len(req.buf), r.notify(x))
 		if err != nil {
 			return nil, err
 		}
@@ -733,7 +872,7 @@ func (r *Receiver) post(req *readReq, half *recvIO) (*recvIO, error) {
 				return x, err
 			}
 		}
-		h, err := r.qp.PostRecv(x.area.mr, 0, x.plan.ParityLen())
+		h, err := r.qp.PostRecvNotify(x.area.mr, 0, x.plan.ParityLen(), r.notify(x))
 		if err != nil {
 			return x, err
 		}
@@ -754,46 +893,24 @@ func (r *Receiver) emptyMR() (*sdr.MR, error) {
 	return r.empty, nil
 }
 
-// forward starts goroutines that turn the handles' progress into wake-ups
-// of the loop, until the transfer ends.
-func (x *recvIO) forward(wake chan<- struct{}) {
-	stop := x.stop
-	for _, h := range []*sdr.RecvHandle{x.data, x.parity} {
-		if h == nil {
-			continue
-		}
-		go func() {
-			for {
-				select {
-				case <-h.Progress():
-					select {
-					case wake <- struct{}{}:
-					default:
-					}
-				case <-stop:
-					return
-				}
-			}
-		}()
-	}
+// notify is the receive paths' notify for x's handles: it lists x.
+func (r *Receiver) notify(x *recvIO) func(*sdr.RecvHandle) {
+	return func(*sdr.RecvHandle) { r.ready.add(x) }
 }
 
-// quiesce snapshots the final bitmaps and immediate, then completes the
-// transfer's receive handles: afterwards nothing writes its buffers, so
-// decoding reads and writes them alone. Repeated calls do nothing.
+// quiesce takes the immediate, then completes the transfer's receive
+// handles: afterwards nothing writes its buffers, so decoding reads and
+// writes them alone. Repeated calls do nothing.
 func (x *recvIO) quiesce() {
 	if x.quiet {
 		return
 	}
 	x.quiet = true
-	close(x.stop)
 	if x.data != nil {
-		x.dataBits = x.data.Bitmap(x.dataBits)
 		x.imm, _ = x.data.Imm()
 		x.data.Complete()
 	}
 	if x.parity != nil {
-		x.parityBits = x.parity.Bitmap(x.parityBits)
 		x.parity.Complete()
 	}
 }
@@ -818,7 +935,7 @@ func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool)
 				continue
 			}
 			x.quiesce() // the transfer is complete: no packet may land while we decode
-			if err := x.area.coder.Reconstruct(a.Sub, x.req.buf, x.area.buf, x.dataBits, x.parityBits); err != nil {
+			if err := x.area.coder.Reconstruct(a.Sub, x.req.buf, x.area.buf, a.Chunks.Data, a.Chunks.Parity); err != nil {
 				// The engine judged it decodable from these bitmaps, so
 				// this is a bug; fail the transfer rather than deliver it.
 				r.eng.Cancel(time.Now(), a.Transfer, fmt.Errorf("reliability: decoding submessage %d: %w", a.Sub, err))

@@ -19,6 +19,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/sdr/backend"
 )
 
 // endpoints is one direction of a reliable connection between two
@@ -40,6 +41,13 @@ func connectPair(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr, qa sdr
 // two ports; the test's cleanup closes them.
 func openContexts(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr) (sa, sb *sdr.Context) {
 	t.Helper()
+	return openContextsWrapped(t, pa, pb, gidA, gidB, nil)
+}
+
+// openContextsWrapped is openContexts with the first context's backend
+// wrapped by wrapA (nil: not wrapped).
+func openContextsWrapped(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr, wrapA func(backend.Backend) backend.Backend) (sa, sb *sdr.Context) {
+	t.Helper()
 	var ctxs []*sdr.Context
 	for i, p := range []emunic.Port{pa, pb} {
 		dev, err := emunic.NewDevice(emunic.Config{Port: p, GID: []netip.Addr{gidA, gidB}[i], MAC: [6]byte{2, 0, 0, 0, 0, byte(i + 1)}})
@@ -47,7 +55,11 @@ func openContexts(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr) (sa, 
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { dev.Close() })
-		sc, err := sdr.Open(sdrnic.New(dev, sdrnic.Options{}), sdr.DeviceAttr{Channels: 4})
+		var b backend.Backend = sdrnic.New(dev, sdrnic.Options{})
+		if i == 0 && wrapA != nil {
+			b = wrapA(b)
+		}
+		sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,6 +186,151 @@ func TestDriversOverLossyPipe(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// refusal makes the QPs of a refusingBackend refuse Writes as a NIC
+// whose send queues are full does (sdr.ErrRetry): none while its mode is
+// 0, every third while 1, all while 2.
+type refusal struct {
+	mode    atomic.Int32
+	calls   atomic.Int64
+	refused atomic.Int64
+}
+
+func (r *refusal) refuse() bool {
+	n := r.calls.Add(1)
+	if m := r.mode.Load(); m == 2 || m == 1 && n%3 == 0 {
+		r.refused.Add(1)
+		return true
+	}
+	return false
+}
+
+// refusingBackend wraps a backend whose QPs refuse Writes by a refusal.
+type refusingBackend struct {
+	backend.Backend
+	r *refusal
+}
+
+func (b refusingBackend) Open(a backend.DeviceAttr) (backend.Device, error) {
+	d, err := b.Backend.Open(a)
+	if err != nil {
+		return nil, err
+	}
+	return refusingDevice{d, b.r}, nil
+}
+
+// refusingDevice keeps the wrapped device's datagram channels.
+type refusingDevice struct {
+	backend.Device
+	r *refusal
+}
+
+func (d refusingDevice) NewDatagram(a backend.DatagramAttr) (backend.Datagram, error) {
+	return d.Device.(backend.DatagramDevice).NewDatagram(a)
+}
+
+func (d refusingDevice) NewQP(a backend.QPAttr) (backend.QP, error) {
+	q, err := d.Device.NewQP(a)
+	if err != nil {
+		return nil, err
+	}
+	return refusingQP{q, d.r}, nil
+}
+
+// refusingQP keeps the wrapped QP's optional rate limiter and congestion
+// counter (the emulated NIC has both).
+type refusingQP struct {
+	backend.QP
+	r *refusal
+}
+
+func (q refusingQP) Write(w *backend.Write) error {
+	if q.r.refuse() {
+		return fmt.Errorf("refusingQP: %w", backend.ErrRetry)
+	}
+	return q.QP.Write(w)
+}
+
+func (q refusingQP) SetRateLimit(bitsPerSecond float64) error {
+	return q.QP.(backend.RateLimiter).SetRateLimit(bitsPerSecond)
+}
+
+func (q refusingQP) CongestionNotifications() uint64 {
+	return q.QP.(backend.CongestionCounter).CongestionNotifications()
+}
+
+// TestDriverSendBacklog runs the drivers over a NIC that refuses sends
+// (sdr.ErrRetry, as when pacing holds its send queues full): the refused
+// sends wait in the sender's backlog, partly made, while its loop goes
+// on. With every third Write refused, transfers of every scheme arrive
+// whole over a lossy link (chunk runs, coded passes and packet repairs
+// resumed where they stopped). With every Write refused, a canceled
+// transfer ends at once (the loop is not waiting the refusals out), one
+// left alone fails with sdr.ErrRetry after retryFor, and the connection
+// then carries the next transfer.
+func TestDriverSendBacklog(t *testing.T) {
+	for _, cfg := range []reliability.ReceiverConfig{
+		{Scheme: reliability.SRNACK},
+		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
+	} {
+		t.Run(cfg.Scheme.String(), func(t *testing.T) {
+			r := &refusal{}
+			r.mode.Store(1)
+			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: lossyLink(t, time.Millisecond, 0.01, 5), BToA: lossyLink(t, time.Millisecond, 0.01, 6)})
+			sa, sb := openContextsWrapped(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+				func(b backend.Backend) backend.Backend { return refusingBackend{b, r} })
+			cfg.RTT, cfg.Bandwidth = 2*time.Millisecond, 2e9
+			e := connectContexts(t, sa, sb, testQPAttr, cfg)
+			var retries int
+			for i, size := range []int{4 << 20, 5000, 0} {
+				sent, _ := transfer(t, e, size, uint32(i), uint64(i))
+				retries += sent.SendRetries
+			}
+			if r.refused.Load() == 0 || retries == 0 {
+				t.Fatalf("%d Writes refused, %d retries counted: the test needs both", r.refused.Load(), retries)
+			}
+			t.Logf("every third Write refused: %d of %d, %d sends retried from the backlog", r.refused.Load(), r.calls.Load(), retries)
+
+			r.mode.Store(2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			readErr := make(chan error, 1)
+			go func() {
+				_, _, err := e.r.Read(ctx, make([]byte, 1<<20))
+				readErr <- err
+			}()
+			refusedBefore := r.refused.Load()
+			go func() {
+				// Fence: the transfer's sends have been refused, so they wait.
+				for r.refused.Load() < refusedBefore+3 && ctx.Err() == nil {
+					time.Sleep(time.Millisecond)
+				}
+				cancel()
+			}()
+			start := time.Now()
+			_, err := e.s.Write(ctx, make([]byte, 1<<20), 7)
+			if took := time.Since(start); !errors.Is(err, context.Canceled) || took >= time.Second {
+				t.Fatalf("write canceled while every send is refused: %v after %v, want context.Canceled before the %v a refusal is waited out", err, took, time.Second)
+			}
+			if err := <-readErr; !errors.Is(err, context.Canceled) {
+				t.Fatalf("canceled read: %v", err)
+			}
+
+			go func() {
+				_, _, err := e.r.Read(context.Background(), make([]byte, 1<<20))
+				readErr <- err
+			}()
+			if _, err := e.s.Write(context.Background(), make([]byte, 1<<20), 8); !errors.Is(err, sdr.ErrRetry) {
+				t.Fatalf("write while every send is refused: %v, want an sdr.ErrRetry failure", err)
+			}
+			if err := <-readErr; err == nil {
+				t.Fatal("read of a transfer whose sender failed succeeded")
+			}
+			r.mode.Store(0)
+			transfer(t, e, 1<<20, 9, 9)
+		})
 	}
 }
 

@@ -126,18 +126,22 @@ func startEncoder(coder *ec.Coder, data, parity []byte) *parityEncoder {
 	return e
 }
 
-// waitFor returns once submessage sub's parity is complete.
-func (e *parityEncoder) waitFor(sub int) error {
-	for e.encoded.Load() <= int64(sub) {
-		select {
-		case <-e.progress:
-		case <-e.done:
-			if e.encoded.Load() <= int64(sub) {
-				return fmt.Errorf("reliability: parity of submessage %d: encoder stopped: %w", sub, ErrClosed)
-			}
-		}
+// ready reports whether submessage sub's parity is complete: nil when it
+// is, errParityPending while it is not yet (progress signals the next
+// submessage), an error when the encoder stopped before it.
+func (e *parityEncoder) ready(sub int) error {
+	if e.encoded.Load() > int64(sub) {
+		return nil
 	}
-	return nil
+	select {
+	case <-e.done:
+		if e.encoded.Load() <= int64(sub) {
+			return fmt.Errorf("reliability: parity of submessage %d: encoder stopped: %w", sub, ErrClosed)
+		}
+		return nil
+	default:
+		return errParityPending
+	}
 }
 
 // stop halts the encoding and waits for the goroutine, after which the

@@ -47,7 +47,7 @@ func TestParityEncoder(t *testing.T) {
 	got := make([]byte, l.ParityLen())
 	e := startEncoder(coder, data, got)
 	for sub := range l.Submessages() {
-		if err := e.waitFor(sub); err != nil {
+		if err := awaitParity(e, sub); err != nil {
 			t.Fatalf("submessage %d: %v", sub, err)
 		}
 		first, m := l.ParityRange(sub)
@@ -57,8 +57,23 @@ func TestParityEncoder(t *testing.T) {
 		}
 	}
 	e.stop()
-	if err := e.waitFor(l.Submessages()); !errors.Is(err, ErrClosed) {
-		t.Errorf("waitFor past the last submessage: %v, want ErrClosed", err)
+	if err := awaitParity(e, l.Submessages()); !errors.Is(err, ErrClosed) {
+		t.Errorf("ready past the last submessage: %v, want ErrClosed", err)
+	}
+}
+
+// awaitParity waits, as the sender's loop does, until sub's parity is
+// ready or can no longer be.
+func awaitParity(e *parityEncoder, sub int) error {
+	for {
+		err := e.ready(sub)
+		if !errors.Is(err, errParityPending) {
+			return err
+		}
+		select {
+		case <-e.progress:
+		case <-e.done:
+		}
 	}
 }
 
@@ -81,8 +96,8 @@ func TestParityEncoderStop(t *testing.T) {
 	n := int(e.encoded.Load())
 	t.Logf("encoded %d of %d submessages before stopping", n, l.Submessages())
 	if n < l.Submessages() {
-		if err := e.waitFor(n); !errors.Is(err, ErrClosed) {
-			t.Errorf("waitFor(%d) after stop: %v, want ErrClosed", n, err)
+		if err := awaitParity(e, n); !errors.Is(err, ErrClosed) {
+			t.Errorf("ready(%d) after stop: %v, want ErrClosed", n, err)
 		}
 	}
 }

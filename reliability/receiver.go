@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"github.com/sdr-rdma/sdr/internal/minheap"
@@ -312,8 +313,10 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 
 // HandleProgress takes a transfer's current chunk bitmaps (data, and
 // parity for coded plans; in the format of sdr.RecvHandle.Bitmap) and
-// whether its immediate is whole. Bits only accumulate: what a bitmap no
-// longer shows is kept. Costs O(chunks/64).
+// whether its immediate is whole. It reads each word once, atomically,
+// so the bitmaps may be the live words a NIC is setting bits in
+// (sdr.RecvHandle.BitmapWords): nothing is copied on the way. Bits only
+// accumulate: what a bitmap no longer shows is kept. Costs O(chunks/64).
 func (r *ReceiverEngine) HandleProgress(now time.Time, id uint64, data, parity []uint64, immDone bool) {
 	x, ok := r.active[id]
 	if !ok {
@@ -321,10 +324,10 @@ func (r *ReceiverEngine) HandleProgress(now time.Time, id uint64, data, parity [
 	}
 	changed := false
 	for w := range min(len(data), len(x.data)) {
-		changed = r.mark(now, x, Data, w, data[w]) || changed
+		changed = r.mark(now, x, Data, w, atomic.LoadUint64(&data[w])) || changed
 	}
 	for w := range min(len(parity), len(x.parityBits)) {
-		changed = r.mark(now, x, Parity, w, parity[w]) || changed
+		changed = r.mark(now, x, Parity, w, atomic.LoadUint64(&parity[w])) || changed
 	}
 	r.progressed(now, x, changed, immDone)
 }
@@ -536,9 +539,13 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 	}
 	r.confirming[x.id] = c
 	if x.coded {
+		var held *ChunkBitmaps
 		for s := range x.decodable {
 			if first, n := x.layout.DataRange(s); x.data.countRange(first, n) < n {
-				r.actions = append(r.actions, Action{Kind: ActDecode, Transfer: x.id, Sub: s})
+				if held == nil {
+					held = &ChunkBitmaps{Data: x.data, Parity: x.parityBits}
+				}
+				r.actions = append(r.actions, Action{Kind: ActDecode, Transfer: x.id, Sub: s, Chunks: held})
 				x.stats.Decoded++
 			}
 		}

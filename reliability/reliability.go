@@ -474,6 +474,10 @@ type Action struct {
 	Count   int    // ActSend, ActSendCoded
 	Packets uint64 // ActSend: a packet repair of chunk First
 	Sub     int    // ActDecode
+	// Chunks (ActDecode) are the transfer's chunk bitmaps as the engine
+	// judged the submessage decodable from them; the engine no longer
+	// changes them.
+	Chunks *ChunkBitmaps
 	// Datagram is an encoded control message (ActControl); the caller
 	// owns it.
 	Datagram []byte
@@ -482,6 +486,12 @@ type Action struct {
 	Stats *Stats
 	Err   error   // ActFail
 	Rate  float64 // ActRate
+}
+
+// ChunkBitmaps are a transfer's chunk bitmaps in sdr.RecvHandle.Bitmap's
+// format: bit i of word i/64 for chunk i.
+type ChunkBitmaps struct {
+	Data, Parity []uint64
 }
 
 // Stats describe one transfer.
@@ -493,6 +503,10 @@ type Stats struct {
 	PacketsResent int // data packets sent again alone (repairs of chunks mostly there)
 	ParitySent    int // parity chunk transmissions
 	Probes        int // probes sent
+	// SendRetries counts the sends the NIC had no room for when the
+	// driver made them (sdr.ErrRetry): each waited in the Sender's
+	// backlog and was tried again (the engine alone leaves it 0).
+	SendRetries int
 	// PacingRate is the sender's pacing rate when the transfer ended, in
 	// bits per second of chunk payload (Config.Bandwidth with FixedRate).
 	PacingRate float64

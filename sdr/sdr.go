@@ -367,6 +367,7 @@ type RecvHandle struct {
 	length   int
 	es       *engine.Slot
 	progress chan struct{}
+	notify   func(*RecvHandle) // PostRecvNotify's, or nil
 	mu       sync.Mutex
 	done     bool // Complete was called
 }
@@ -382,6 +383,17 @@ type RecvHandle struct {
 // before the buffer counts for it); nothing is allocated per packet
 // afterwards.
 func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
+	return q.PostRecvNotify(mr, off, length, nil)
+}
+
+// PostRecvNotify is PostRecv that also calls notify(h) whenever it would
+// give h.Progress() a token: a caller with many receives learns which one
+// progressed without a goroutine per handle. notify runs on the backend's
+// receive path, possibly on several goroutines at once and before
+// PostRecvNotify returns: it must return quickly, must not block, and
+// must not call into the QP (a flag and a wake-up of the caller's own
+// loop, as reliability's Receiver does). nil notify is PostRecv.
+func (q *QP) PostRecvNotify(mr *MR, off, length int, notify func(*RecvHandle)) (*RecvHandle, error) {
 	if !q.attr.Recv {
 		return nil, fmt.Errorf("sdr: post recv: receiving not enabled: %w", ErrInvalid)
 	}
@@ -407,8 +419,8 @@ func (q *QP) PostRecv(mr *MR, off, length int) (*RecvHandle, error) {
 	if q.recvBytes+length > q.attr.MaxInFlightBytes {
 		return nil, fmt.Errorf("sdr: post recv: %d bytes posted already: %w", q.recvBytes, ErrRetry)
 	}
-	h := &RecvHandle{qp: q, slot: slot, length: length, progress: make(chan struct{}, 1)}
-	es, err := q.bqp.Arm(slot, msgID, gen, mem, off, length, h.progress)
+	h := &RecvHandle{qp: q, slot: slot, length: length, progress: make(chan struct{}, 1), notify: notify}
+	es, err := q.bqp.Arm(slot, msgID, gen, mem, off, length, h.progressed)
 	if err != nil {
 		return nil, fmt.Errorf("sdr: post recv: %w", err)
 	}
@@ -467,6 +479,18 @@ func (h *RecvHandle) ExpandChunk(i int) uint64 { return h.es.ExpandChunk(i) }
 // Imm returns the user immediate assembled from the packets' nibbles and
 // whether all of them have arrived.
 func (h *RecvHandle) Imm() (uint32, bool) { return h.es.Imm() }
+
+// progressed is the backend's notify for h: the caller's notify first, so
+// that a token on Progress means the callback has run.
+func (h *RecvHandle) progressed() {
+	if h.notify != nil {
+		h.notify(h)
+	}
+	select {
+	case h.progress <- struct{}{}:
+	default:
+	}
+}
 
 // Progress returns a channel that receives a token when a chunk or the
 // immediate completes or the receive becomes truncated (tokens

@@ -35,7 +35,7 @@ func TestReceivePathAllocatesNothing(t *testing.T) {
 	geo, _ := engine.NewGeometry(64<<10, 1024, 4096)
 	es, _ := engine.NewSlot(nil, geo, attr.Layout)
 	es.Activate(5, 1)
-	q.slots.s[1].Store(&Armed{Slot: es, progress: make(chan struct{}, 1), Gen: 1, Entry: 5})
+	q.slots.s[1].Store(&Armed{Slot: es, notify: backend.Tokens(make(chan struct{}, 1)), Gen: 1, Entry: 5})
 	h := newEngineHandler(q, 0)
 	var batch [1]emunic.CQE
 	k := 0
@@ -93,7 +93,7 @@ func BenchmarkPostRecvComplete(b *testing.B) {
 	progress := make(chan struct{}, 1)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if _, err := qps[1].Arm(i%4, uint32(i%1024), uint32(i/4%2), mem, 0, 64<<10, progress); err != nil {
+		if _, err := qps[1].Arm(i%4, uint32(i%1024), uint32(i/4%2), mem, 0, 64<<10, backend.Tokens(progress)); err != nil {
 			b.Fatal(err)
 		}
 		if err := qps[1].Disarm(i % 4); err != nil {

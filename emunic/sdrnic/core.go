@@ -83,10 +83,10 @@ type Slots struct {
 
 // Armed is a slot's live receive and the root entry that holds it.
 type Armed struct {
-	Slot     *engine.Slot
-	progress chan<- struct{}
-	Gen      uint32
-	Entry    int
+	Slot   *engine.Slot
+	notify func()
+	Gen    uint32
+	Entry  int
 }
 
 // NewSlots returns a table of n free slots.
@@ -98,8 +98,8 @@ func (s *Slots) Len() int { return len(s.s) }
 // Get returns slot's receive, or nil.
 func (s *Slots) Get(slot int) *Armed { return s.s[slot].Load() }
 
-// Notify gives the receive armed in slot a progress token, never
-// blocking; a slot out of range or without a receive is ignored.
+// Notify tells the receive armed in slot that it progressed; a slot out
+// of range or without a receive is ignored.
 func (s *Slots) Notify(slot int) {
 	if slot >= 0 && slot < len(s.s) {
 		if a := s.s[slot].Load(); a != nil {
@@ -108,19 +108,14 @@ func (s *Slots) Notify(slot int) {
 	}
 }
 
-// Notify gives the receive a progress token, never blocking.
-func (a *Armed) Notify() {
-	select {
-	case a.progress <- struct{}{}:
-	default:
-	}
-}
+// Notify calls the receive's notify (backend.QP.Arm's).
+func (a *Armed) Notify() { a.notify() }
 
 // Arm arms slot for message msgID of generation gen held by root entry
 // entry: under the lock and only while the slot is free, prepare makes
 // the engine slot and installs the memory; Arm then activates the
 // engine slot and publishes the receive.
-func (s *Slots) Arm(slot int, msgID, gen uint32, entry int, progress chan<- struct{}, prepare func() (*engine.Slot, error)) (*engine.Slot, error) {
+func (s *Slots) Arm(slot int, msgID, gen uint32, entry int, notify func(), prepare func() (*engine.Slot, error)) (*engine.Slot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.s[slot].Load() != nil {
@@ -131,7 +126,7 @@ func (s *Slots) Arm(slot int, msgID, gen uint32, entry int, progress chan<- stru
 		return nil, err
 	}
 	es.Activate(msgID, gen)
-	s.s[slot].Store(&Armed{Slot: es, progress: progress, Gen: gen, Entry: entry})
+	s.s[slot].Store(&Armed{Slot: es, notify: notify, Gen: gen, Entry: entry})
 	return es, nil
 }
 

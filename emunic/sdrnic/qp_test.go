@@ -263,7 +263,7 @@ func TestForeignMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := qa.Arm(0, 0, 0, foreign, 0, 4096, make(chan struct{}, 1)); !errors.Is(err, emunic.ErrInvalidArgument) {
+	if _, err := qa.Arm(0, 0, 0, foreign, 0, 4096, func() {}); !errors.Is(err, emunic.ErrInvalidArgument) {
 		t.Errorf("Arm with another device's memory: %v", err)
 	}
 	if err := qa.Write(&backend.Write{Mem: foreign, Length: 4096}); !errors.Is(err, emunic.ErrInvalidArgument) {

@@ -323,7 +323,7 @@ func (t *Transport) usable() error {
 // then the root entry of (gen, msgID) pointing at mem[off:off+length],
 // then a quiesce and a fence so that no packet that reached the null MR
 // before counts, then the slot's activation.
-func (t *Transport) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error) {
+func (t *Transport) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, notify func()) (*engine.Slot, error) {
 	if slot < 0 || slot >= t.slots.Len() || int(gen) >= len(t.roots) || msgID >= uint32(t.entries) ||
 		length < 0 || length > t.attr.SlotSize {
 		return nil, fmt.Errorf("%s: arm slot %d, message %d, generation %d, %d bytes: %w",
@@ -339,7 +339,7 @@ func (t *Transport) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, le
 			return nil, fmt.Errorf("%s: arm: %w", t.cfg.Name, err)
 		}
 	}
-	es, err := t.slots.Arm(slot, msgID, gen, int(msgID), progress, func() (*engine.Slot, error) {
+	es, err := t.slots.Arm(slot, msgID, gen, int(msgID), notify, func() (*engine.Slot, error) {
 		var es *engine.Slot
 		var err error
 		if t.cfg.NewSlot != nil {
@@ -379,7 +379,7 @@ func (t *Transport) Disarm(slot int) error {
 	})
 }
 
-// Notify gives the receive armed in slot a progress token, never
+// Notify tells the receive armed in slot that it progressed, never
 // blocking; a slot without a receive is ignored.
 func (t *Transport) Notify(slot int) { t.slots.Notify(slot) }
 

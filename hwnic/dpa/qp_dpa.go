@@ -265,7 +265,7 @@ func (q *qp) usable() error {
 // (gen, msgID) at the buffer with a UMR, fences the DPA handlers (see
 // fence) and activates the slot. A fence that fails leaves the slot
 // inactive and the entry at the null mkey.
-func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error) {
+func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, notify func()) (*engine.Slot, error) {
 	if slot < 0 || slot >= q.slots.Len() || int(gen) >= q.attr.Generations || msgID >= uint32(q.entries) ||
 		length < 0 || length > q.attr.SlotSize {
 		return nil, fmt.Errorf("dpa: arm slot %d, message %d, generation %d, %d bytes: out of range", slot, msgID, gen, length)
@@ -283,7 +283,7 @@ func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length in
 			return nil, fmt.Errorf("dpa: arm: [%d,+%d) outside a %d-byte region", off, length, len(m.buf))
 		}
 	}
-	es, err := q.slots.Arm(slot, msgID, gen, int(msgID), progress, func() (*engine.Slot, error) {
+	es, err := q.slots.Arm(slot, msgID, gen, int(msgID), notify, func() (*engine.Slot, error) {
 		es, err := q.mem.NewSlot(slot, geo)
 		if err != nil || length == 0 {
 			return es, err

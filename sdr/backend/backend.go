@@ -102,12 +102,13 @@ type QP interface {
 	Connect(remote []byte) error
 	// Arm installs length bytes of mem from off into receive slot slot for
 	// message msgID of generation gen and returns the engine slot that
-	// tracks the message's packets; progress receives a token (never
-	// blocking) when a chunk or the immediate completes. It returns
+	// tracks the message's packets; notify is called when a chunk or the
+	// immediate completes, on the backend's receive path (it must return
+	// quickly and not call into the QP; see Tokens). It returns
 	// ErrRetry when the backend cannot take another receive now. Why: the
 	// buffer must be reachable before the matching send's packets arrive,
 	// and the progress state lives where the per-packet work runs.
-	Arm(slot int, msgID, gen uint32, mem Memory, off, length int, progress chan<- struct{}) (*engine.Slot, error)
+	Arm(slot int, msgID, gen uint32, mem Memory, off, length int, notify func()) (*engine.Slot, error)
 	// Disarm stops the slot's message from taking packets: late packets
 	// must not touch its buffer nor count for any message until the
 	// receive of the message LateWindow messages later is armed, and when
@@ -165,6 +166,17 @@ type Write struct {
 	// Carriers lists packet offsets to send as zero-length immediate
 	// carriers (a message shorter than Layout.Nibbles() packets).
 	Carriers []int
+}
+
+// Tokens returns a notify for Arm that gives ch a token, never blocking
+// (tokens coalesce in a buffered ch).
+func Tokens(ch chan<- struct{}) func() {
+	return func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // LateWindow is how many messages apart two messages of a QP are when

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -576,6 +577,70 @@ func testWakeOnImmediate(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	h.Complete()
+}
+
+// testPostRecvNotify posts two receives with one notify callback: each
+// progressing receive names itself to it (at most once per packet and
+// once for the immediate), and
+// Progress still wakes as for PostRecv.
+func testPostRecvNotify(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 2)
+	const size = 4 * chunkSize
+	var mu sync.Mutex
+	named := map[*sdr.RecvHandle]int{}
+	notify := func(h *sdr.RecvHandle) {
+		mu.Lock()
+		named[h]++
+		mu.Unlock()
+	}
+	src := pattern(size, 5)
+	smr := register(t, sctx, src)
+	var hs [2]*sdr.RecvHandle
+	for i := range hs {
+		h, err := rq.PostRecvNotify(register(t, rctx, make([]byte, size)), 0, size, notify)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs[i] = h
+	}
+	for i := range hs {
+		st, err := sq.StartStream(sdr.StreamRequest{Length: size, Imm: uint32(i), HasImm: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Continue(smr, 0, size, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.End(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, h := range hs {
+		// A token follows the notify it came with: after the first one
+		// notify has named h at least once.
+		for first := true; first || !h.Done(); first = false {
+			select {
+			case <-h.Progress():
+			case <-ctx.Done():
+				t.Fatalf("message %d: no token on Progress, %d of %d chunks", i, h.CompleteChunks(), h.Chunks())
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, h := range hs {
+		if n, most := named[h], size/mtu+1; n < 1 || n > most {
+			t.Errorf("message %d: notify named its receive %d times, want 1 to %d", i, n, most)
+		}
+	}
+	if len(named) != len(hs) {
+		t.Errorf("notify named %d receives, want %d", len(named), len(hs))
+	}
+	for _, h := range hs {
+		h.Complete()
+	}
 }
 
 // testZeroLength pins the zero-length semantics down: no chunks, Done

@@ -48,6 +48,7 @@ func Run(t *testing.T, newBackends Factory) {
 		{"MalformedPeerInfo", testMalformedPeerInfo},
 		{"MismatchedPeerInfo", testMismatchedPeerInfo},
 		{"WakeOnImmediate", testWakeOnImmediate},
+		{"PostRecvNotify", testPostRecvNotify},
 		{"ZeroLength", testZeroLength},
 		{"SendImmCarriers", testSendImmCarriers},
 		{"UnsizedStream", testUnsizedStream},

@@ -69,7 +69,7 @@ func benchEndToEnd(b *testing.B, newBackend func(*emunic.Device) backend.Backend
 	msgs := 0
 	for i := 0; b.Loop(); i++ {
 		slot, msgID, gen := i%slots, uint32(i%1024), uint32(i/slots%2)
-		es, err := qps[1].Arm(slot, msgID, gen, mems[1], 0, pkts*mtu, progress)
+		es, err := qps[1].Arm(slot, msgID, gen, mems[1], 0, pkts*mtu, backend.Tokens(progress))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -30,7 +30,7 @@ func FuzzHandler(f *testing.F) {
 		refs := make([]*engine.Slot, testAttr.MaxMessages)
 		for s := range refs {
 			length := int(data[s]%65) * testAttr.MTU
-			es, err := recv.Arm(s, uint32(s), 0, rmem, 0, length, make(chan struct{}, 1))
+			es, err := recv.Arm(s, uint32(s), 0, rmem, 0, length, func() {})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -87,7 +87,7 @@ func TestHandlerDoesTheWork(t *testing.T) {
 	send, recv, smem, rmem := pair(t)
 	const pkts = 40 // 3 chunks of 16 packets
 	progress := make(chan struct{}, 1)
-	es, err := recv.Arm(1, 5, 1, rmem, 0, pkts*1024, progress)
+	es, err := recv.Arm(1, 5, 1, rmem, 0, pkts*1024, backend.Tokens(progress))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestHandlerDoesTheWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Fence: a message on another slot whose packets cover both channels.
-	fes, err := recv.Arm(2, 6, 1, rmem, 0, 2*1024, progress)
+	fes, err := recv.Arm(2, 6, 1, rmem, 0, 2*1024, backend.Tokens(progress))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func Run(t *testing.T, a, b backend.Backend) {
 		clear(dst)
 		w := &backend.Write{Slot: slot, MsgID: msgID, Gen: gen, Mem: smem, Length: len(src)}
 		write(t, send, w)
-		es, err := recv.Arm(slot, msgID, gen, rmem, 0, len(dst), progress)
+		es, err := recv.Arm(slot, msgID, gen, rmem, 0, len(dst), backend.Tokens(progress))
 		if err != nil {
 			t.Fatalf("round %d: %v", r, err)
 		}
