@@ -28,7 +28,7 @@ build: ## the sdr command, as $(BIN)
 
 # The SDK's C interface: libsdr.so and libsdr.a with sdr.h, sdr_mr.h and
 # sdr.pc, and the C examples built against them (sdr_write_bw, sdr_sr).
-# LIBSDR_FLAGS go to go build (-tags dpa on a BlueField host).
+# LIBSDR_FLAGS go to go build (-tags dpa,doca on a BlueField host).
 PREFIX ?= $(CURDIR)/build/libsdr
 libsdr: ## the SDK's C API (sdr.h) as libsdr.so/.a with sdr.pc, installed in $(PREFIX)
 	sh scripts/install-libsdr.sh $(PREFIX) $(LIBSDR_FLAGS)

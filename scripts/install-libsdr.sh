@@ -8,7 +8,7 @@
 #   include/sdr_mr.h share/sdr/examples/*.c bin/sdr_write_bw bin/sdr_sr
 # The example programs are compiled against the installed tree with
 # pkg-config, as a user's would be. Extra arguments go to go build (e.g.
-# -tags dpa on a BlueField host).
+# -tags dpa,doca on a BlueField host).
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 PREFIX [go build flags...]" >&2; exit 2; }
 prefix=$1

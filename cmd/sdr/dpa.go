@@ -26,7 +26,7 @@ doctor walks the BlueField-3 backend's bring-up in order (device and
 firmware, FlexIO process and window, UC QP creation, memory, root mkey
 and Arm, one SDR message end to end), printing pass or fail per step and
 where to look when one fails. With -dev it runs on the BlueField-3 (a
-build with -tags dpa); without, on dpasim over an in-process pipe, where
+build with -tags dpa,doca); without, on dpasim over an in-process pipe, where
 the hardware-only steps are skipped. Exit status 1 when a step failed.
 
 flags:

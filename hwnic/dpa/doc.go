@@ -32,7 +32,7 @@ import "errors"
 
 // ErrNotBuilt means this binary was built without the dpa build tag, so
 // it holds no BlueField-3 support.
-var ErrNotBuilt = errors.New("dpa: built without dpa support: rebuild with -tags dpa (cgo) on a host with NVIDIA DOCA (libflexio), rdma-core (libibverbs, mlx5dv) and the DPA image library from make dpa")
+var ErrNotBuilt = errors.New("dpa: built without dpa support: rebuild with -tags dpa,doca (cgo) on a host with NVIDIA DOCA (pkg-config libflexio), rdma-core (libibverbs, mlx5dv) and the DPA image library from make dpa")
 
 // Options select the BlueField device and the DPA program.
 type Options struct {

@@ -15,7 +15,7 @@ func TestOpenWithoutTag(t *testing.T) {
 	if !errors.Is(err, ErrNotBuilt) {
 		t.Fatalf("Open: %v, want ErrNotBuilt", err)
 	}
-	for _, word := range []string{"-tags dpa", "DOCA", "mlx5_0"} {
+	for _, word := range []string{"-tags dpa,doca", "DOCA", "mlx5_0"} {
 		if !strings.Contains(err.Error(), word) {
 			t.Errorf("error %q does not name %q", err, word)
 		}
