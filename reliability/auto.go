@@ -30,8 +30,8 @@ func (e *Estimator) choose(length int) (Scheme, ec.Params) {
 
 // ModelChoice returns the model's description of a scheme with code and
 // timeout factor alpha (the inverse of FromModel), for predictions beside
-// measurements, and false for Hybrid and Auto, which the models do not
-// cover (Auto becomes one of the others per transfer).
+// measurements, and false for Auto, which becomes one of the others per
+// transfer.
 func ModelChoice(s Scheme, code ec.Params, alpha float64) (model.Choice, bool) {
 	c := model.Choice{Alpha: alpha}
 	switch s {
@@ -44,6 +44,11 @@ func ModelChoice(s Scheme, code ec.Params, alpha float64) (model.Choice, bool) {
 		if code.Kind == ec.XOR {
 			c.Scheme = model.ECXOR
 		}
+	case Hybrid:
+		c.Scheme, c.K, c.M = model.HybridMDS, code.K, code.M
+		if code.Kind == ec.XOR {
+			c.Scheme = model.HybridXOR
+		}
 	default:
 		return c, false
 	}
@@ -51,7 +56,7 @@ func ModelChoice(s Scheme, code ec.Params, alpha float64) (model.Choice, bool) {
 }
 
 // ModelChoice is the plan's model description (ModelChoice, with the
-// model's default alpha), and false for Hybrid.
+// model's default alpha).
 func (p Plan) ModelChoice() (model.Choice, bool) {
 	return ModelChoice(p.Scheme, p.Code, model.DefaultAlpha)
 }
@@ -88,6 +93,10 @@ func FromModel(c model.Choice) (Scheme, ec.Params) {
 		return EC, ec.Params{Kind: ec.MDS, K: c.K, M: c.M}
 	case model.ECXOR:
 		return EC, ec.Params{Kind: ec.XOR, K: c.K, M: c.M}
+	case model.HybridMDS:
+		return Hybrid, ec.Params{Kind: ec.MDS, K: c.K, M: c.M}
+	case model.HybridXOR:
+		return Hybrid, ec.Params{Kind: ec.XOR, K: c.K, M: c.M}
 	}
 	return SRRTO, ec.Params{}
 }

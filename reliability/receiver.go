@@ -1020,9 +1020,15 @@ func (r *ReceiverEngine) askFor(x *recvXfer, first, n, want int, b *nackRound) {
 // its chunks lost — under repairShortOdds. A short repair costs its
 // submessage another round, an RTO; a chunk more costs its injection
 // (at 15 % chunk loss a repair of one chunk asks for three: with two it
-// would come up short once in 44).
+// would come up short once in 44). The loss is the estimator's, or the
+// transfer's own so far where that is higher: a connection's first
+// transfer has no estimate yet when Hybrid repairs its first
+// submessages.
 func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 	p := r.est.Loss()
+	if x.highest > 0 {
+		p = max(p, float64(x.highest-x.have)/float64(x.highest))
+	}
 	if packets := x.packetsOf(0); r.packetView != nil && packets > 1 && packets <= 64 {
 		p = 1 - math.Pow(1-p, 1/float64(packets))
 	}

@@ -32,12 +32,19 @@ func newDistribution(l Link, size int64, c Choice) (distribution, error) {
 			return nil, err
 		}
 		return newECModel(l, n, p, c.Alpha), nil
+	case HybridMDS, HybridXOR:
+		p := c.params()
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		return newHybridModel(l, n, p, c.Alpha), nil
 	}
 	return nil, fmt.Errorf("model: unknown scheme %v: %w", c.Scheme, ErrInvalidArgument)
 }
 
 // Predict returns the mean, p99.9 and error bound of a Choice's completion
-// time (see SR and EC); it costs what they cost.
+// time (see SR, EC and the package doc's Hybrid); it costs what they cost
+// (Hybrid: O(submessages × repair rounds) on a lossy link).
 func Predict(l Link, size int64, c Choice) (Estimate, error) {
 	d, err := newDistribution(l, size, c)
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package model holds analytic completion-time models of the reliability
 // schemes of SDR-RDMA (Khalilov et al., SC'25, arXiv 2505.05366) — Selective
-// Repeat with timeouts (SR-RTO) or NACKs (SR-NACK), and erasure coding with
-// a Reed–Solomon (MDS) or interleaved XOR code and SR repair — plus bounds on
+// Repeat with timeouts (SR-RTO) or NACKs (SR-NACK), erasure coding with a
+// Reed–Solomon (MDS) or interleaved XOR code and SR repair, and the hybrid
+// of the two (EC whose receiver NACKs a failed submessage at once) — plus bounds on
 // a ring Allreduce and Choose, which picks the scheme with the smallest
 // predicted mean. Auto mode, the simulator and the reports use it.
 //
@@ -63,6 +64,15 @@
 // XOR group needs all of its resent data when its parity was lost, all but
 // one otherwise).
 //
+// Hybrid(k, m): EC whose receiver NACKs a submessage it cannot decode as
+// soon as a later chunk arrives, not at the fallback timeout. Every
+// submessage s but the last is NACKed when the first chunk of s+1, injected
+// from end_s = (s+1)·(k+m)·T, lands (T + R/2 later); the NACK takes R/2,
+// the missing data chunks are resent back to back and land R/2 after their
+// injection, and lost resends are repaired after RTO each, as EC's. The
+// last submessage is EC's message of one submessage: it decodes on its
+// first pass or waits for the fallback timeout.
+//
 // # SR: the fluid model, exact to one injection time
 //
 // X = max_i (i·T + offset_i) is the last chunk's injection start plus delivery
@@ -117,6 +127,23 @@
 // P_fb·((N + L·m)·T + (1.5 + α/2)·R + T) — one fallback round whose
 // resends all arrive — and exceeds it only by the further repair rounds and
 // the resends' injection.
+//
+// # Hybrid: a product over submessages
+//
+// The submessages fail and are repaired independently, so
+// P(C ≤ t) = F_last(t)·Π_s F_s(t): F_last is EC's distribution for the
+// last submessage alone, and F_s is 1 − P_fail until round 0 of s's repair
+// ends at a_s = end_s + T + 1.5·R + E[M | fail]·T, then 1 − S_r (EC's
+// repair survival of one submessage) from a_s + r·RTO on. All a_s are one
+// arithmetic progression, so at any t the number of submessages in each
+// round is an interval count: the survival is evaluated on the union of
+// every submessage's round times, O(L × rounds) steps (rounds stop where
+// their weight over the L submessages falls below 1e-17; at 1 % loss and
+// MDS(32,8) there are none and the model is EC's last submessage).
+// Estimate.Bound is EC's plus one injection per NACK, which waits for the
+// next delivered chunk rather than the next chunk. A message of more than
+// 2^18 earlier submessages is taken in blocks, each repaired when its last
+// submessage would be, and the Bound grows by a block's injection.
 //
 // DecodeProbability and SubmessageFailure give the decode probabilities on
 // their own: Σ_{e>m} C(k+m, e)·p^e·(1−p)^(k+m−e) for MDS and 1 − Π_groups

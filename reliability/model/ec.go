@@ -273,21 +273,34 @@ func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 	}
 	rto := rtt * (1 + alpha)
 	base := total*tinj + (1.5+alpha/2)*rtt + em.nacked/fallback*tinj
+	for round, s := range repairSurvival(units, loss, survivalEpsilon) {
+		em.atoms = append(em.atoms, atom{base + float64(round)*rto, s})
+	}
+	return em
+}
+
+// repairSurvival returns, for repair rounds 0, 1, …, the probability that
+// some unit of units failed on the first pass and is still undecodable
+// after the round (every resent chunk lost in each of the round + 1
+// attempts, with probability loss^(round+1)); it stops after the first
+// below floor.
+func repairSurvival(units []unit, loss, floor float64) []float64 {
+	var out []float64
 	eps := loss
-	for round := 0; round < 100000; round++ {
+	for range 100000 {
 		b := newBinomial(eps)
 		logDone := 0.0
 		for i := range units {
 			logDone += units[i].count * math.Log1p(-units[i].stillFailing(b))
 		}
 		s := -math.Expm1(logDone)
-		em.atoms = append(em.atoms, atom{base + float64(round)*rto, s})
-		if s < survivalEpsilon || eps == 0 {
+		out = append(out, s)
+		if s < floor || eps == 0 {
 			break
 		}
 		eps *= loss
 	}
-	return em
+	return out
 }
 
 // lastUndecodable is P(the last submessage, of k data chunks, cannot be

@@ -61,12 +61,18 @@ func mcSR(rng *rand.Rand, c mcLink, n int, nack bool) float64 {
 	return done
 }
 
-// mcEC returns one completion time of an n-chunk message under EC(k, m).
-func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int) float64 {
+// mcEC returns one completion time of an n-chunk message under EC(k, m),
+// or with hybrid under Hybrid(k, m): a failed submessage but the last is
+// NACKed when the first chunk after it that is delivered lands.
+func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int, hybrid bool) float64 {
 	subs := (n + k - 1) / k
 	total := n + subs*m
-	type sub struct{ dataLost, parityLost []bool }
+	type sub struct {
+		dataLost, parityLost []bool
+		end                  int // position after its last chunk
+	}
 	var failed []sub
+	var lostAt []bool // every chunk of the first pass, in order
 	decodable := func(dataLost, parityLost []bool) bool {
 		if code == MDS {
 			e := 0
@@ -103,8 +109,9 @@ func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int) float64 {
 		for j := range p {
 			p[j] = c.lost(rng)
 		}
+		lostAt = append(append(lostAt, d...), p...)
 		if !decodable(d, p) {
-			failed = append(failed, sub{d, p})
+			failed = append(failed, sub{d, p, pos + ks + m})
 		} else if s == subs-1 {
 			// Earliest position by which the chunks received so far decode.
 			for t := 0; t < ks+m; t++ {
@@ -126,8 +133,8 @@ func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int) float64 {
 	if len(failed) == 0 {
 		return lastDecode
 	}
-	nackAt := c.rtt/2 + float64(total)*c.tinj + c.alpha*c.rtt/2 + c.rtt/2
-	resent := 0
+	fallbackAt := c.rtt/2 + float64(total)*c.tinj + c.alpha*c.rtt/2 + c.rtt/2
+	nackAt, resent := fallbackAt, 0
 	arrive := func() float64 {
 		start := nackAt + float64(resent)*c.tinj
 		resent++
@@ -136,8 +143,17 @@ func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int) float64 {
 		}
 		return start + c.tinj + c.rtt/2
 	}
-	done := 0.0
+	done := lastDecode // 0 unless the last submessage decoded
 	for _, f := range failed {
+		if hybrid {
+			nackAt, resent = fallbackAt, 0
+			for j := f.end; j < total; j++ {
+				if !lostAt[j] {
+					nackAt = float64(j+1)*c.tinj + c.rtt
+					break
+				}
+			}
+		}
 		arrivals := make([]float64, len(f.dataLost))
 		for j, l := range f.dataLost {
 			if l {
@@ -351,7 +367,12 @@ func TestPacketRepairLoss(t *testing.T) {
 	}
 }
 
-func TestECMatchesMonteCarlo(t *testing.T) {
+// TestECMatchesMonteCarlo and TestHybridMatchesMonteCarlo compare the EC
+// and Hybrid models with mcEC.
+func TestECMatchesMonteCarlo(t *testing.T)     { testCodedMatchesMonteCarlo(t, false) }
+func TestHybridMatchesMonteCarlo(t *testing.T) { testCodedMatchesMonteCarlo(t, true) }
+
+func testCodedMatchesMonteCarlo(t *testing.T, hybrid bool) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, tc := range []struct {
 		n    int
@@ -365,18 +386,21 @@ func TestECMatchesMonteCarlo(t *testing.T) {
 		for _, p := range []float64{1e-3, 1e-2, 0.05, 0.2} {
 			l, c := testLink(p)
 			size := int64(tc.n * l.ChunkSize)
-			params := Params{Code: tc.code, K: tc.k, M: tc.m}
-			est, err := EC(l, size, params, DefaultAlpha)
+			choice := ecChoice(Params{Code: tc.code, K: tc.k, M: tc.m}, DefaultAlpha)
+			if hybrid {
+				choice.Scheme += HybridMDS - ECMDS
+			}
+			est, err := Predict(l, size, choice)
 			if err != nil {
 				t.Fatal(err)
 			}
 			s := sample{xs: make([]float64, mcSamples(20000*64/max(tc.n, 64)))}
 			for i := range s.xs {
-				s.xs[i] = mcEC(rng, c, tc.n, tc.code, tc.k, tc.m)
+				s.xs[i] = mcEC(rng, c, tc.n, tc.code, tc.k, tc.m, hybrid)
 			}
-			name := tc.code.String() + "(" + itoa(tc.k) + "," + itoa(tc.m) + ") n=" + itoa(tc.n) + " p=" + ftoa(p)
+			name := choice.Scheme.String() + "(" + itoa(tc.k) + "," + itoa(tc.m) + ") n=" + itoa(tc.n) + " p=" + ftoa(p)
 			checkAgainstMC(t, name, est, func(q float64) time.Duration {
-				d, err := ECQuantile(l, size, params, DefaultAlpha, q)
+				d, err := Quantile(l, size, choice, q)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -147,10 +147,19 @@ const (
 	ECMDS
 	// ECXOR is erasure coding with the interleaved XOR code and SR repair.
 	ECXOR
+	// HybridMDS is ECMDS whose receiver NACKs a submessage it cannot
+	// decode as soon as a chunk of the next one arrives, and only the
+	// last one after the fallback timeout.
+	HybridMDS
+	// HybridXOR is HybridMDS with the interleaved XOR code.
+	HybridXOR
 	numSchemes
 )
 
-var schemeNames = [numSchemes]string{"sr-rto", "sr-nack", "ec-mds", "ec-xor"}
+var schemeNames = [numSchemes]string{"sr-rto", "sr-nack", "ec-mds", "ec-xor", "hybrid-mds", "hybrid-xor"}
+
+// coded reports whether s is erasure coded (K and M apply).
+func (s Scheme) coded() bool { return s >= ECMDS && s < numSchemes }
 
 // String returns the scheme's name as ParseScheme accepts it.
 func (s Scheme) String() string {
@@ -229,16 +238,16 @@ type Choice struct {
 // String renders the choice, e.g. "sr-rto(α=2)" or "ec-mds(32,8,α=2)".
 func (c Choice) String() string {
 	a := strconv.FormatFloat(c.Alpha, 'g', -1, 64)
-	if c.Scheme == ECMDS || c.Scheme == ECXOR {
+	if c.Scheme.coded() {
 		return fmt.Sprintf("%v(%d,%d,α=%s)", c.Scheme, c.K, c.M, a)
 	}
 	return fmt.Sprintf("%v(α=%s)", c.Scheme, a)
 }
 
-// params returns the erasure code of an EC choice.
+// params returns the erasure code of an EC or Hybrid choice.
 func (c Choice) params() Params {
 	code := MDS
-	if c.Scheme == ECXOR {
+	if c.Scheme == ECXOR || c.Scheme == HybridXOR {
 		code = XOR
 	}
 	return Params{Code: code, K: c.K, M: c.M}

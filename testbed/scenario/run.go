@@ -268,7 +268,7 @@ func (r *Row) summarize(m *measurement, size int) {
 // shorter than a few round trips leaves at the connection's pacing rate,
 // which a good sender keeps within what the path has shown it (BBR's
 // app-limited start does the same), so the model injects as the sender
-// did. False where the models do not cover it: hybrid, chunk loss beyond
+// did. False where the models do not cover it: chunk loss beyond
 // model.MaxLoss.
 func predict(sc *Scenario, lr LinkResult, size int, st reliability.Stats) (time.Duration, bool) {
 	c, ok := st.Plan.ModelChoice()

@@ -188,8 +188,8 @@ func (p Point) ModelLink() model.Link {
 }
 
 // ModelChoice returns the model's counterpart of the point's scheme, and
-// false for Hybrid, which the models do not cover. p must have its
-// defaults filled in (WithDefaults).
+// false for Auto, which becomes one of the others per transfer. p must
+// have its defaults filled in (WithDefaults).
 func (p Point) ModelChoice() (model.Choice, bool) {
 	return reliability.ModelChoice(p.Scheme, p.Code, p.Alpha)
 }

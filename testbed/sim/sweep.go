@@ -54,8 +54,8 @@ type Result struct {
 	Mean, P50, P99, P999, StdErr time.Duration
 	// Lossless is model.Lossless of the point: the slowdowns' reference.
 	Lossless time.Duration
-	// Model is the model's prediction of the point's scheme (nil for
-	// Hybrid, which the models do not cover).
+	// Model is the model's prediction of the point's scheme (nil where
+	// the models do not cover it).
 	Model *model.Estimate
 	// Means over the samples of what the engines report.
 	ChunksLost, Retransmitted, ParitySent, Decoded, Fallbacks, NACKs, Events float64
