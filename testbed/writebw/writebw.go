@@ -752,12 +752,15 @@ type ReliableResult struct {
 	Resent        int      `json:"chunks_resent"`
 	PacketsResent int      `json:"packets_resent"` // alone, repairing chunks that were mostly there
 	Parity        int      `json:"parity_chunks"`
-	PacingMbps    float64  `json:"pacing_rate_mbps"` // the rate the last transfer ended at
-	SRTTMs        float64  `json:"srtt_ms"`
-	RTOMs         float64  `json:"rto_ms"`                  // the retransmission timeout the last transfer ended with
-	ModelMs       float64  `json:"model_mean_ms,omitempty"` // the model's mean at that rate and round trip
-	ModelNote     string   `json:"model_note,omitempty"`
-	ElapsedSecond float64  `json:"elapsed_seconds"`
+	// SendRetries counts the sends the NIC had no room for at first
+	// (sdr.ErrRetry), retried from the sender's backlog.
+	SendRetries   int     `json:"send_retries,omitempty"`
+	PacingMbps    float64 `json:"pacing_rate_mbps"` // the rate the last transfer ended at
+	SRTTMs        float64 `json:"srtt_ms"`
+	RTOMs         float64 `json:"rto_ms"`                  // the retransmission timeout the last transfer ended with
+	ModelMs       float64 `json:"model_mean_ms,omitempty"` // the model's mean at that rate and round trip
+	ModelNote     string  `json:"model_note,omitempty"`
+	ElapsedSecond float64 `json:"elapsed_seconds"`
 	// How long after the server's completion of a transfer the client
 	// learned of it (median and worst; by the two hosts' clocks, so exact
 	// when both run on one host).
@@ -802,6 +805,7 @@ func reliableLoopback(f *Options, ln net.Listener, client, server *emunic.Device
 			r.Resent += fl.Resent
 			r.PacketsResent += fl.PacketsResent
 			r.Parity += fl.Parity
+			r.SendRetries += fl.SendRetries
 			r.ElapsedSecond = max(r.ElapsedSecond, fl.ElapsedSecond)
 			for _, p := range fl.Plans {
 				plans[p] = true
@@ -1061,6 +1065,7 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*ReliableR
 		res.Resent += st.Retransmitted
 		res.PacketsResent += st.PacketsResent
 		res.Parity += st.ParitySent
+		res.SendRetries += st.SendRetries
 		plans[st.Plan.String()] = true
 	}
 	for name := range plans {
@@ -1143,6 +1148,9 @@ func printReliable(w io.Writer, f *Options, r *ReliableResult) {
 	} else {
 		fmt.Fprintf(w, " Chunks resent: %d (%d packets alone)   parity: %d   pacing rate reached: %.1f Mb/s   smoothed RTT: %.3f ms   RTO: %.3f ms\n",
 			r.Resent, r.PacketsResent, r.Parity, r.PacingMbps, r.SRTTMs, r.RTOMs)
+	}
+	if r.SendRetries > 0 {
+		fmt.Fprintf(w, " Sends the NIC had no room for at first: %d (retried from the sender's backlog)\n", r.SendRetries)
 	}
 	if r.LagMaxMs > 0 {
 		fmt.Fprintf(w, " Completion learned by the client: %.3f ms after the server's (median), %.3f ms (worst)\n", r.LagP50Ms, r.LagMaxMs)
