@@ -44,6 +44,33 @@
 #include <libflexio-dev/flexio_dev_queue_access.h>
 #include <dpaintrin.h>
 
+/*
+ * Window words: relaxed __atomic loads and stores, which are the plain
+ * ld/sd of RISC-V (no read-modify-write reaches host memory); publishing
+ * stores are release, a fence before a plain store. What orders them
+ * for the host is the window fences around them.
+ *
+ * Every load of a window word the host changes is a win_load (the
+ * notification ring's log_cap is set before the thread starts), every
+ * store a window_store, and every load of a CQE goes through mlx5.h's
+ * accessors.
+ * Built for hostsim (SDR_HOSTSIM), they go to hostsim's memory model:
+ * it keeps stores in the thread's copy of the window until a writeback,
+ * and serves loads in an order the fences allow but the program does
+ * not impose; plain C accesses would not tell it which words the thread
+ * touched, nor when.
+ */
+#ifdef SDR_HOSTSIM
+#include <hostsim.h>
+#define win_load(p) hostsim_window_load(p)
+#define window_store(p, v, order) hostsim_window_store((p), (uint64_t)(v), (int)sizeof(*(p)))
+#define SDR_CQE_OP_OWN(cqe) hostsim_cqe_op_own(cqe)
+#define SDR_CQE_BE32(cqe, off) hostsim_cqe_be32((cqe), (off))
+#else
+static inline uint64_t win_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+#define window_store(p, v, order) __atomic_store_n((p), (v), (order))
+#endif
+
 #include "engine.h"
 #include "mlx5.h"
 #include "sdr_rx.h"
@@ -71,25 +98,6 @@ static int setup(struct sdr_rx_ctx *c)
 }
 
 /*
- * Window words: relaxed __atomic loads and stores, which are the plain
- * ld/sd of RISC-V (no read-modify-write reaches host memory); publishing
- * stores are release, a fence before a plain store. What orders them
- * for the host is the window fences around them.
- *
- * Every store through the window is a window_store. Built for hostsim
- * (SDR_HOSTSIM), it goes to hostsim's memory model, which keeps it in the
- * thread's copy of the window until a writeback: a plain C store would
- * not tell the model which bytes the thread wrote.
- */
-static inline uint64_t win_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-#ifdef SDR_HOSTSIM
-#include <hostsim.h>
-#define window_store(p, v, order) hostsim_window_store((p), (uint64_t)(v), (int)sizeof(*(p)))
-#else
-#define window_store(p, v, order) __atomic_store_n((p), (v), (order))
-#endif
-
-/*
  * notify tells the host to look at slot: the entry, a writeback, then
  * the producer index, then a writeback, so that the host never reads an
  * index ahead of its entry. The consumer index is the host's: read after
@@ -98,7 +106,7 @@ static inline uint64_t win_load(const uint64_t *p) { return __atomic_load_n(p, _
 static void notify(struct sdr_rx_ctx *c, uint32_t slot)
 {
 	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
-	uint64_t pi = c->notify_pi, ci = __atomic_load_n(&n->ci, __ATOMIC_RELAXED);
+	uint64_t pi = c->notify_pi, ci = win_load(&n->ci);
 	if (pi - ci >= (1ull << n->log_cap)) {
 		window_store(&n->overflow, 1, __ATOMIC_RELEASE);
 		__dpa_thread_window_writeback();
@@ -285,6 +293,8 @@ __dpa_global__ void sdr_rx_handler(uint64_t thread_arg)
 		uint8_t op_own = sdr_cqe_op_own(cqe);
 		if (!sdr_cqe_ready(op_own, c->ci, c->log_cq_size))
 			break;
+		/* The NIC writes the owner byte last: the CQE's other loads
+		 * must not be performed before it. */
 		__dpa_thread_fence(__DPA_MEMORY, __DPA_R, __DPA_R);
 		int gen = generation(c, sdr_cqe_qpn(cqe));
 		if (gen < 0) {

@@ -44,13 +44,24 @@ static inline void sdr_put_be64(uint8_t *p, uint64_t v)
 }
 
 /*
- * sdr_cqe_op_own loads the byte the NIC writes last, with acquire
- * ordering, so that the rest of the CQE read after it is the NIC's.
+ * A CQE's loads: plain unless the includer defines them first, as
+ * handler.c does for hostsim builds, where hostsim serves them under its
+ * model of load order.
  */
-static inline uint8_t sdr_cqe_op_own(const uint8_t *cqe)
-{
-	return __atomic_load_n(&cqe[SDR_CQE_OFF_OP_OWN], __ATOMIC_ACQUIRE);
-}
+#ifndef SDR_CQE_OP_OWN
+#define SDR_CQE_OP_OWN(cqe) __atomic_load_n(&(cqe)[SDR_CQE_OFF_OP_OWN], __ATOMIC_RELAXED)
+#endif
+#ifndef SDR_CQE_BE32
+#define SDR_CQE_BE32(cqe, off) sdr_be32((cqe) + (off))
+#endif
+
+/*
+ * sdr_cqe_op_own loads the byte the NIC writes last. It orders nothing:
+ * a reader that finds the CQE ready (sdr_cqe_ready) must fence DPA
+ * memory reads (R, R) before it reads the rest, or those loads may be
+ * performed first and see the CQE before the NIC wrote it.
+ */
+static inline uint8_t sdr_cqe_op_own(const uint8_t *cqe) { return SDR_CQE_OP_OWN(cqe); }
 
 /*
  * sdr_cqe_ready: whether the CQE at consumer index ci of a ring of
@@ -64,9 +75,9 @@ static inline int sdr_cqe_ready(uint8_t op_own, uint32_t ci, uint32_t log_size)
 }
 
 static inline uint8_t sdr_cqe_opcode(uint8_t op_own) { return op_own >> 4; }
-static inline uint32_t sdr_cqe_imm(const uint8_t *cqe) { return sdr_be32(cqe + SDR_CQE_OFF_IMM); }
-static inline uint32_t sdr_cqe_byte_cnt(const uint8_t *cqe) { return sdr_be32(cqe + SDR_CQE_OFF_BYTE_CNT); }
-static inline uint32_t sdr_cqe_qpn(const uint8_t *cqe) { return sdr_be32(cqe + SDR_CQE_OFF_QPN) & 0xffffff; }
+static inline uint32_t sdr_cqe_imm(const uint8_t *cqe) { return SDR_CQE_BE32(cqe, SDR_CQE_OFF_IMM); }
+static inline uint32_t sdr_cqe_byte_cnt(const uint8_t *cqe) { return SDR_CQE_BE32(cqe, SDR_CQE_OFF_BYTE_CNT); }
+static inline uint32_t sdr_cqe_qpn(const uint8_t *cqe) { return SDR_CQE_BE32(cqe, SDR_CQE_OFF_QPN) & 0xffffff; }
 static inline uint16_t sdr_cqe_wqe_counter(const uint8_t *cqe) { return sdr_be16(cqe + SDR_CQE_OFF_WQE_CNT); }
 
 /*

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "088635aa06850abf1f8dca59c506d1bb8ea737799034d314efbf0dcf4ae33d1e"
+const deviceSourceHash = "837c63c9d8b454fc89b386517adad89f871b8a3a8d562929967ae8af1e2208f1"

@@ -13,8 +13,9 @@
  * stores are performed (visible to the host) before later ones.
  *
  * Every fence is hostsim_thread_fence, which hostsim.c implements over
- * its window model (a memory fence fences nothing in the window) and
- * as a full host fence.
+ * its window model (a memory fence fences nothing in the window), its
+ * model of CQE loads (a memory read fence orders them after the owner
+ * byte's) and as a full host fence.
  */
 #ifndef SDR_HOSTSIM_DPAINTRIN_H
 #define SDR_HOSTSIM_DPAINTRIN_H

@@ -13,6 +13,8 @@
 #include <dpaintrin.h>
 #include <libflexio-dev/flexio_dev_queue_access.h>
 
+#include "../mlx5.h"
+
 #define HOSTSIM_WINDOWS 4096
 #define HOSTSIM_WINDOW_IDS 16
 
@@ -31,7 +33,9 @@ static struct window windows[HOSTSIM_WINDOWS];
  * the thread stored (window_store) and host memory does not have yet;
  * pending lists the words whose dirty is not 0. first[i] numbers the
  * oldest of word i's unperformed stores, last[i] its latest store, in
- * the thread's store order.
+ * the thread's store order. Bit i of the lazy bitmap marks word i as not
+ * yet loaded since the last read-invalidate and to be fetched again at
+ * its first load (hostsim_window_load).
  */
 struct view {
 	uint32_t mkey;
@@ -40,6 +44,7 @@ struct view {
 	uint64_t *dirty;
 	uint32_t *pending, npending;
 	uint64_t *first, *last;
+	uint64_t *lazy;
 };
 
 #define HOSTSIM_VIEWS 8
@@ -57,6 +62,9 @@ struct flexio_dev_thread_ctx {
 	uint64_t rng;      /* strict model: this thread's seeded choices (xorshift64) */
 	int fenced_w;      /* a memory write fence since the last doorbell record update */
 	int cq_ci_pending; /* the CQ doorbell record moved and no write fence followed yet */
+	/* strict model: the CQE whose owner byte the thread loaded last, with
+	 * no memory read fence since (its other loads are not ordered after) */
+	const uint8_t *cqe_unfenced;
 };
 
 /* The strict model's settings (hostsim_strict_windows); off by default. */
@@ -65,6 +73,8 @@ static struct {
 	uint64_t seed;
 	void (*visible)(void *arg, uint64_t haddr, uint64_t old, uint64_t now);
 	void *arg;
+	void (*loading)(void *arg, uint64_t haddr);
+	void *loading_arg;
 } strict;
 
 struct hostsim_thread {
@@ -96,6 +106,7 @@ void hostsim_thread_destroy(struct hostsim_thread *t)
 		free(t->ctx.views[i].pending);
 		free(t->ctx.views[i].first);
 		free(t->ctx.views[i].last);
+		free(t->ctx.views[i].lazy);
 	}
 	free(t);
 }
@@ -114,6 +125,12 @@ void hostsim_strict_windows(uint64_t seed, void (*visible)(void *arg, uint64_t h
 	strict.seed = seed;
 	strict.visible = visible;
 	strict.arg = arg;
+}
+
+void hostsim_window_loading(void (*loading)(void *arg, uint64_t haddr), void *arg)
+{
+	strict.loading = loading;
+	strict.loading_arg = arg;
 }
 
 /* rnd is xorshift64 over the thread's state: the model's seeded choices. */
@@ -154,7 +171,10 @@ static void perform_word(struct view *v, uint64_t i)
 }
 
 /* read_invalidate refreshes every view of the thread, word by word in a
- * random order (a later read may be served before an earlier one). */
+ * random order (a later read may be served before an earlier one), and
+ * marks a random half of the words lazy: each of those is fetched again
+ * at its first load, as a load the hardware performed then rather than
+ * at the fence. Loads that bypass hostsim_window_load see the refresh. */
 static void read_invalidate(struct flexio_dev_thread_ctx *t)
 {
 	for (int k = 0; k < t->nviews; k++) {
@@ -166,6 +186,8 @@ static void read_invalidate(struct flexio_dev_thread_ctx *t)
 			stride = 1;
 		for (uint64_t j = 0; j < n; j++)
 			refresh_word(v, (start + j * stride) % n);
+		for (uint64_t j = 0; j < (n + 63) / 64; j++)
+			v->lazy[j] = rnd(t);
 	}
 }
 
@@ -254,6 +276,30 @@ void hostsim_window_store(void *p, uint64_t value, int size)
 		die("a window store of a size other than 4 or 8");
 }
 
+uint64_t hostsim_window_load(const uint64_t *p)
+{
+	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
+	const uint8_t *b = (const uint8_t *)p;
+	for (int k = 0; strict.on && t && k < t->nviews; k++) {
+		struct view *v = &t->views[k];
+		if (b < v->shadow || b >= v->shadow + v->len)
+			continue;
+		uint64_t off = (uint64_t)(b - v->shadow), i = off / 8, w;
+		if (off % 8 != 0)
+			die("a misaligned window load");
+		if (strict.loading)
+			strict.loading(strict.loading_arg, v->base + off);
+		if (v->lazy[i / 64] >> (i % 64) & 1) {
+			v->lazy[i / 64] &= ~(1ull << (i % 64));
+			refresh_word(v, i);
+		}
+		memcpy(&w, b, 8);
+		return w;
+	}
+	/* Not a window view: host memory, which dpasim's host writes concurrently. */
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
 /* view_of returns the thread's view of window w, making it (a copy of
  * host memory as it is now) at the thread's first use. */
 static int view_of(struct flexio_dev_thread_ctx *t, struct window w)
@@ -265,8 +311,9 @@ static int view_of(struct flexio_dev_thread_ctx *t, struct window w)
 		die("strict windows: too many windows, or one not 8-byte aligned and sized");
 	struct view *v = &t->views[t->nviews];
 	*v = (struct view){.mkey = w.mkey, .base = w.base, .len = w.len, .shadow = calloc(1, w.len), .dirty = calloc(w.len / 8, 8),
-			    .pending = calloc(w.len / 8, 4), .first = calloc(w.len / 8, 8), .last = calloc(w.len / 8, 8)};
-	if (!v->shadow || !v->dirty || !v->pending || !v->first || !v->last)
+			    .pending = calloc(w.len / 8, 4), .first = calloc(w.len / 8, 8), .last = calloc(w.len / 8, 8),
+			    .lazy = calloc((w.len / 8 + 63) / 64, 8)};
+	if (!v->shadow || !v->dirty || !v->pending || !v->first || !v->last || !v->lazy)
 		die("out of memory");
 	for (uint64_t i = 0; i < w.len / 8; i++)
 		refresh_word(v, i);
@@ -427,9 +474,28 @@ flexio_dev_status_t flexio_dev_dbr_rq_inc_pi(uint32_t *rq_dbr)
 	return FLEXIO_DEV_STATUS_SUCCESS;
 }
 
+uint8_t hostsim_cqe_op_own(const uint8_t *cqe)
+{
+	if (running && strict.on)
+		running->ctx.cqe_unfenced = cqe;
+	/* Acquire on the host, whatever the model serves: the fields' real
+	 * bytes are then the NIC's, and ThreadSanitizer sees no race. */
+	return __atomic_load_n(&cqe[SDR_CQE_OFF_OP_OWN], __ATOMIC_ACQUIRE);
+}
+
+uint32_t hostsim_cqe_be32(const uint8_t *cqe, int off)
+{
+	uint32_t v = sdr_be32(cqe + off);
+	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
+	/* Not ordered after the owner byte's load: the hardware may have
+	 * performed it first, before the NIC wrote the CQE. */
+	if (t && strict.on && t->cqe_unfenced == cqe && rnd(t) % 2 == 0)
+		return ~v;
+	return v;
+}
+
 void hostsim_thread_fence(int space, int pred, int succ)
 {
-	(void)succ;
 	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
 	if (t && strict.on) {
 		early(t);
@@ -443,6 +509,8 @@ void hostsim_thread_fence(int space, int pred, int succ)
 			t->fenced_w = 1;
 			t->cq_ci_pending = 0;
 		}
+		if (space != __DPA_MMIO && (pred & __DPA_R) && (succ & __DPA_R))
+			t->cqe_unfenced = NULL;
 	}
 #ifdef __SANITIZE_THREAD__
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);

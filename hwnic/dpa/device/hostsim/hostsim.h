@@ -56,7 +56,18 @@ int hostsim_thread_armed(struct hostsim_thread *t, uint32_t *ci, uint32_t *cqn);
  *     to the host, with the word's host value before and after;
  *   - its loads see host memory as of its last read-invalidate (an
  *     __DPA_MMIO fence ordering reads), refreshed word by word in a
- *     random order, or a word refreshed earlier at random;
+ *     random order, or a word refreshed earlier at random; and, chosen
+ *     at random per word at each read-invalidate, a window load
+ *     (hostsim_window_load) fetches its word again the first time it
+ *     loads it: the hardware may perform that load then or at the
+ *     fence, so of two loads with no read fence between them the later
+ *     may see the older value;
+ *   - a load of a CQE's fields (hostsim_cqe_be32) with no DPA memory
+ *     read fence since the load of the CQE's owner byte
+ *     (hostsim_cqe_op_own) may, at random, be performed before it, ahead
+ *     of the NIC's write of the CQE: it then returns a value the NIC did
+ *     not write (the field's complement, standing in for the previous
+ *     lap's);
  *   - a run that ends with stores not written back aborts;
  *   - a receive doorbell record moved with no memory write fence since
  *     the previous one (the WQE unordered), or a CQ armed with no write
@@ -72,6 +83,27 @@ void hostsim_strict_windows(uint64_t seed, void (*visible)(void *arg, uint64_t h
  * Into the running thread's view when p is in one (the strict model),
  * else a release store. */
 void hostsim_window_store(void *p, uint64_t value, int size);
+
+/* hostsim_window_load is handler.c's win_load built for hostsim: a load
+ * of the 8-byte word at p, from the running thread's view when p is in
+ * one (the strict model), else a relaxed load. */
+uint64_t hostsim_window_load(const uint64_t *p);
+
+/*
+ * hostsim_window_loading registers loading(arg, haddr), called on the
+ * loading thread as a strict-model window load of the host word at haddr
+ * is about to be served, so that a test's host can change host memory
+ * between a thread's read fence and its load; NULL removes it. Like the
+ * visible callback, it is the process's one.
+ */
+void hostsim_window_loading(void (*loading)(void *arg, uint64_t haddr), void *arg);
+
+/* hostsim_cqe_op_own and hostsim_cqe_be32 are handler.c's CQE loads built
+ * for hostsim (mlx5.h's SDR_CQE_OP_OWN and SDR_CQE_BE32): the owner byte
+ * of the CQE at cqe, and the big-endian 32-bit field at byte off of it,
+ * under the strict model's load order. */
+uint8_t hostsim_cqe_op_own(const uint8_t *cqe);
+uint32_t hostsim_cqe_be32(const uint8_t *cqe, int off);
 
 /* hostsim_pending_stores_before returns how many window words hold
  * stores of the running thread, made before its latest store to the word

@@ -369,6 +369,10 @@ static void test_owner_wrap(void)
 			packet(r, 0, 0, (1u << 22) | (batch * 8 + k) << 4, 1024);
 		CHECK(drain(r, 0) == 1, "one event for 8 CQEs");
 		CHECK(r->ch[0].ctx.cqes == (batch + 1) * 8, "pass %u: %lu CQEs", batch, (unsigned long)r->ch[0].ctx.cqes);
+		CHECK(r->ch[0].ctx.unknown_qpn == 0 && r->ch[0].ctx.errors == 0 && r->ch[0].ctx.stale == 0,
+		      "pass %u: %lu unknown QPNs, %lu errors, %lu stale: CQE fields read as they were before the NIC wrote them",
+		      batch, (unsigned long)r->ch[0].ctx.unknown_qpn, (unsigned long)r->ch[0].ctx.errors,
+		      (unsigned long)r->ch[0].ctx.stale);
 		struct sdr_slot s = slot_of(r, 1, 24 * 1024);
 		CHECK(sdr_slot_chunk_done(&s, batch), "chunk %u", batch);
 		/* An event with nothing new: the old CQEs of the ring are not taken again. */
@@ -707,17 +711,23 @@ static void activation_reaction(struct rig *r, uint64_t haddr, uint64_t old, uin
 /* The host activates a slot while the handler is still in the run that
  * published the fence, and the message's packets come in behind it: the
  * handler's view of the slot's state is older than the activation, and
- * it must look again before it drops them as stale. */
+ * it must look again before it drops them as stale. A packet that reached
+ * the slot before the marker (dropped: the slot is inactive) makes the
+ * handler load the state in this run before the activation, so that its
+ * view holds the inactive state rather than a word it fetches afresh at
+ * its first load. */
 static void test_activation_mid_run(void)
 {
 	struct rig *r = rig_new(1, 1, 4, 4096, 1024, 1024, 4, L10);
 	prepare(r, 1, 4096);
 	r->react = activation_reaction;
+	packet(r, 0, 0, 5u << 22 | 3u << 4, 1024);
 	marker(r, 0, 0, 1);
 	drain(r, 0);
 	struct channel *ch = &r->ch[0];
-	CHECK(ch->ctx.cqes == 5, "%lu CQEs taken: the packets behind the marker were not produced", (unsigned long)ch->ctx.cqes);
-	CHECK(ch->ctx.chunks == 4 && ch->ctx.stale == 0, "%lu chunks, %lu stale: the handler judged the packets by a stale view",
+	CHECK(ch->ctx.cqes == 6, "%lu CQEs taken: the packets behind the marker were not produced", (unsigned long)ch->ctx.cqes);
+	CHECK(ch->ctx.chunks == 4 && ch->ctx.stale == 1,
+	      "%lu chunks, %lu stale (want 4, and the packet before the marker): the handler judged the packets by a stale view",
 	      (unsigned long)ch->ctx.chunks, (unsigned long)ch->ctx.stale);
 	struct sdr_slot s = slot_of(r, 1, 4096);
 	CHECK(chunks_done(&s) == 4, "%u chunks visible to the host", chunks_done(&s));
@@ -725,10 +735,12 @@ static void test_activation_mid_run(void)
 }
 
 /* rearm_reaction: the host of test_rearm_mid_pass. As channel 0's handler
- * makes its first store of slot 2 visible, the host re-arms slot 1 for
- * message 5 and channel 1's handler takes message 5's four packets (a
- * second DPA thread, run inside the first's run). */
+ * makes its first store of slot 2 in a round visible, the host re-arms
+ * slot 1 for message rearm_msg and channel 1's handler takes that
+ * message's four packets (a second DPA thread, run inside the first's
+ * run). */
 static int rearmed;
+static uint32_t rearm_msg;
 static void rearm_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
 {
 	(void)old, (void)now;
@@ -736,9 +748,9 @@ static void rearm_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t
 	if (rearmed || haddr < slot2 || haddr >= slot2 + 8 * (uint64_t)r->slot_words)
 		return;
 	rearmed = 1;
-	arm(r, 1, 4096, 5, 0);
+	arm(r, 1, 4096, rearm_msg, 0);
 	for (uint32_t k = 0; k < 4; k++)
-		packet(r, 1, 0, 5u << 22 | k << 4, 1024);
+		packet(r, 1, 0, rearm_msg << 22 | k << 4, 1024);
 	drain(r, 1);
 }
 
@@ -749,31 +761,99 @@ static void rearm_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t
  * one from the start of its run. Its record (the other thread's) differs
  * from that view: it must read the host's words afresh before it takes
  * the record for a stale one to clear, or it wipes the new receive's
- * count and takes the late packet. */
+ * count and takes the late packet. In rounds: the strict model may
+ * fetch the state word only at the late packet's load, which then sees
+ * the re-arm by itself. */
 static void test_rearm_mid_pass(void)
 {
+	enum { ROUNDS = 16 };
 	struct rig *r = rig_new(2, 1, 4, 4096, 1024, 1024, 4, L10);
-	arm(r, 1, 4096, 1, 0);
-	arm(r, 2, 4096, 2, 0);
-	packet(r, 0, 0, 2u << 22, 1024); /* slot 2's chunk 0: its store is the host's cue */
-	packet(r, 0, 0, 1u << 22, 1024); /* message 1's chunk 0, late */
-	rearmed = 0;
+	struct sdr_rx_ctx *x0 = &r->ch[0].ctx, *x1 = &r->ch[1].ctx;
 	r->react = rearm_reaction;
-	drain(r, 0);
-	CHECK(rearmed, "the host never saw a store of slot 2");
-	CHECK(r->ch[1].ctx.chunks == 4, "channel 1 counted %lu of message 5's chunks", (unsigned long)r->ch[1].ctx.chunks);
-	CHECK(r->ch[0].ctx.chunks == 1 && r->ch[0].ctx.stale == 1,
-	      "channel 0: %lu chunks, %lu stale: it took the late packet of the receive re-armed over",
-	      (unsigned long)r->ch[0].ctx.chunks, (unsigned long)r->ch[0].ctx.stale);
-	struct sdr_slot s = slot_of(r, 1, 4096);
-	CHECK(chunks_done(&s) == 4, "%u of message 5's chunks visible to the host", chunks_done(&s));
+	for (uint32_t round = 0; round < ROUNDS; round++) {
+		uint32_t late = 1 + 8 * round, cue = 2 + 8 * round; /* slots 1 and 2 */
+		rearm_msg = 5 + 8 * round;                          /* slot 1 again */
+		arm(r, 1, 4096, late, 0);
+		arm(r, 2, 4096, cue, 0);
+		uint64_t chunks0 = x0->chunks, stale0 = x0->stale, chunks1 = x1->chunks;
+		packet(r, 0, 0, cue << 22, 1024); /* slot 2's chunk 0: its store is the host's cue */
+		packet(r, 0, 0, late << 22, 1024); /* chunk 0 of slot 1's receive before the re-arm, late */
+		rearmed = 0;
+		drain(r, 0);
+		CHECK(rearmed, "round %u: the host never saw a store of slot 2", round);
+		CHECK(x1->chunks - chunks1 == 4, "round %u: channel 1 counted %lu of message %u's chunks", round,
+		      (unsigned long)(x1->chunks - chunks1), rearm_msg);
+		CHECK(x0->chunks - chunks0 == 1 && x0->stale - stale0 == 1,
+		      "round %u: channel 0: %lu chunks, %lu stale: it took the late packet of the receive re-armed over", round,
+		      (unsigned long)(x0->chunks - chunks0), (unsigned long)(x0->stale - stale0));
+		struct sdr_slot s = slot_of(r, 1, 4096);
+		CHECK(chunks_done(&s) == 4, "round %u: %u of message %u's chunks visible to the host", round, chunks_done(&s),
+		      rearm_msg);
+		notifications(r, 0, NULL);
+		notifications(r, 1, NULL);
+	}
+	rig_free(r);
+}
+
+/* rearm_loading: the host of test_length_after_state. As channel 0's
+ * handler is about to load slot 1's state word for the second time in a
+ * run (sync_slot's load after its read-invalidate), the host re-arms the
+ * slot for the same message with a longer length, the length word first
+ * as the host always writes it. */
+static struct {
+	uint64_t state; /* the host address of slot 1's state word */
+	int loads;      /* its loads in the current run */
+	uint32_t msg;
+} rearm_at;
+static void rearm_loading(void *arg, uint64_t haddr)
+{
+	if (haddr == rearm_at.state && ++rearm_at.loads == 2)
+		arm(arg, 1, 4096, rearm_at.msg, 0);
+}
+
+/*
+ * A handler that reads a slot's state word must take the length word
+ * the host wrote before that state, never an older one. Each round arms
+ * slot 1 for one 1024-byte packet and sends that message a packet at
+ * offset 2; the host re-arms the same key for 4096 bytes just before the
+ * handler's second load of the state word. A length loaded after that
+ * state makes the packet chunk 2 of four; the length fetched before the
+ * re-arm (a length load performed ahead of the state load) finds it out
+ * of range and marks the new receive truncated.
+ */
+static void test_length_after_state(void)
+{
+	enum { ROUNDS = 32 };
+	struct rig *r = rig_new(1, 1, 4, 4096, 1024, 1024, 4, L10);
+	rearm_at.state = (uint64_t)(uintptr_t)(r->words + r->slot_words);
+	hostsim_window_loading(rearm_loading, r);
+	for (uint32_t round = 0; round < ROUNDS; round++) {
+		rearm_at.msg = 1 + 4 * round, rearm_at.loads = 0;
+		arm(r, 1, 1024, rearm_at.msg, 0);
+		packet(r, 0, 0, rearm_at.msg << 22 | 2u << 4, 1024);
+		drain(r, 0);
+		notifications(r, 0, NULL);
+		CHECK(rearm_at.loads >= 2, "round %u: the handler loaded slot 1's state %d times, want a reload", round,
+		      rearm_at.loads);
+		struct sdr_slot s = slot_of(r, 1, 4096);
+		CHECK(!(s.words[1] & SDR_TRUNCATED_BIT) && sdr_slot_chunk_done(&s, 2) && chunks_done(&s) == 1,
+		      "round %u: the packet judged by the length before the re-arm (immediate word %#lx, %u chunks)", round,
+		      (unsigned long)s.words[1], chunks_done(&s));
+		CHECK(r->ch[0].ctx.chunks == round + 1 && r->ch[0].ctx.stale == 0, "round %u: %lu chunks, %lu stale", round,
+		      (unsigned long)r->ch[0].ctx.chunks, (unsigned long)r->ch[0].ctx.stale);
+	}
+	hostsim_window_loading(NULL, NULL);
 	rig_free(r);
 }
 
 /* The notification ring: the handler reads the host's consumer index
  * afresh at each event, so a ring the host keeps draining never
  * overflows; a full one raises the overflow flag instead of overwriting
- * entries the host has not consumed. */
+ * entries the host has not consumed. The host takes a raised flag as
+ * "look at every slot": the chunk flags stored before it must be visible
+ * first, which laps of clearing it and filling the ring again check each
+ * time it goes up (the strict model performs the stores of one writeback
+ * in a random order). */
 static void test_notify_overflow(void)
 {
 	struct rig *r = rig_new(1, 1, 2, 512 * 1024, 1024, 1024, 3, L10); /* 2^7 entries */
@@ -796,6 +876,20 @@ static void test_notify_overflow(void)
 	CHECK(__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE) == 1, "no overflow after 200 unconsumed notifications");
 	CHECK(__atomic_load_n(&n->pi, __ATOMIC_ACQUIRE) == 200 + 128, "producer index %lu, want the consumer's 200 + 128",
 	      (unsigned long)n->pi);
+	for (uint32_t lap = 0; lap < 16; lap++) {
+		__atomic_store_n(&n->overflow, 0, __ATOMIC_RELEASE);
+		notifications(r, 0, NULL);
+		uint32_t msg = 3 + 2 * lap; /* slot 1 again */
+		arm(r, 1, 512 * 1024, msg, 0);
+		for (uint32_t k = 0; k <= 128; k++) {
+			packet(r, 0, 0, msg << 22 | k << 4, 1024);
+			if (k % 8 == 7)
+				drain(r, 0);
+		}
+		drain(r, 0);
+		CHECK(__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE) == 1, "lap %u: no overflow after 129 unconsumed notifications",
+		      lap);
+	}
 	rig_free(r);
 }
 
@@ -819,6 +913,7 @@ int main(int argc, char **argv)
 		{"notify_overflow", test_notify_overflow},
 		{"activation_mid_run", test_activation_mid_run},
 		{"rearm_mid_pass", test_rearm_mid_pass},
+		{"length_after_state", test_length_after_state},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
