@@ -64,7 +64,7 @@
 #include <hostsim.h>
 #define win_load(p) hostsim_window_load(p)
 #define window_store(p, v, order) hostsim_window_store((p), (uint64_t)(v), (int)sizeof(*(p)))
-#define SDR_CQE_OP_OWN(cqe) hostsim_cqe_op_own(cqe)
+#define SDR_CQE_OP_OWN(cqe) hostsim_cqe_op_own((cqe), SDR_CQE_OFF_OP_OWN)
 #define SDR_CQE_BE32(cqe, off) hostsim_cqe_be32((cqe), (off))
 #else
 static inline uint64_t win_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "837c63c9d8b454fc89b386517adad89f871b8a3a8d562929967ae8af1e2208f1"
+const deviceSourceHash = "59c59a0483a1764b34094a671c35c51fd4ad2079609437812ed50e0631095454"

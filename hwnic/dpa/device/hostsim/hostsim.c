@@ -13,8 +13,6 @@
 #include <dpaintrin.h>
 #include <libflexio-dev/flexio_dev_queue_access.h>
 
-#include "../mlx5.h"
-
 #define HOSTSIM_WINDOWS 4096
 #define HOSTSIM_WINDOW_IDS 16
 
@@ -67,9 +65,10 @@ struct flexio_dev_thread_ctx {
 	const uint8_t *cqe_unfenced;
 };
 
-/* The strict model's settings (hostsim_strict_windows); off by default. */
+int hostsim_strict; /* hostsim.h; off until hostsim_strict_windows */
+
+/* The strict model's other settings (hostsim_strict_windows). */
 static struct {
-	int on;
 	uint64_t seed;
 	void (*visible)(void *arg, uint64_t haddr, uint64_t old, uint64_t now);
 	void *arg;
@@ -121,7 +120,7 @@ static void die(const char *what)
 
 void hostsim_strict_windows(uint64_t seed, void (*visible)(void *arg, uint64_t haddr, uint64_t old, uint64_t now), void *arg)
 {
-	strict.on = 1;
+	hostsim_strict = 1;
 	strict.seed = seed;
 	strict.visible = visible;
 	strict.arg = arg;
@@ -231,7 +230,7 @@ int hostsim_pending_stores_before(uint64_t haddr)
  * fence. Called at every device call. */
 static void early(struct flexio_dev_thread_ctx *t)
 {
-	if (!strict.on || t->nviews == 0)
+	if (!hostsim_strict || t->nviews == 0)
 		return;
 	struct view *v = &t->views[rnd(t) % (uint64_t)t->nviews];
 	uint64_t n = v->len / 8, r = rnd(t) % 4;
@@ -250,7 +249,7 @@ void hostsim_window_store(void *p, uint64_t value, int size)
 {
 	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
 	uint8_t *b = p;
-	for (int k = 0; strict.on && t && k < t->nviews; k++) {
+	for (int k = 0; hostsim_strict && t && k < t->nviews; k++) {
 		struct view *v = &t->views[k];
 		if (b < v->shadow || b >= v->shadow + v->len)
 			continue;
@@ -276,11 +275,11 @@ void hostsim_window_store(void *p, uint64_t value, int size)
 		die("a window store of a size other than 4 or 8");
 }
 
-uint64_t hostsim_window_load(const uint64_t *p)
+uint64_t hostsim_window_load_strict(const uint64_t *p)
 {
 	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
 	const uint8_t *b = (const uint8_t *)p;
-	for (int k = 0; strict.on && t && k < t->nviews; k++) {
+	for (int k = 0; t && k < t->nviews; k++) {
 		struct view *v = &t->views[k];
 		if (b < v->shadow || b >= v->shadow + v->len)
 			continue;
@@ -344,7 +343,7 @@ enum hostsim_exit hostsim_thread_run(struct hostsim_thread *t)
 	/* A store the cache happened to perform early is no excuse: only a
 	 * writeback guarantees it reaches the host. (Every pending store is
 	 * one made since the last writeback, which empties the views.) */
-	if (strict.on && t->ctx.stores != t->ctx.covered)
+	if (hostsim_strict && t->ctx.stores != t->ctx.covered)
 		die("a run ended with window stores not written back");
 	if (how == HOSTSIM_FINISHED)
 		t->finished = 1;
@@ -402,7 +401,7 @@ flexio_dev_status_t flexio_dev_multi_window_config(enum flexio_window_entity e, 
 	for (int i = 0; i < HOSTSIM_WINDOWS; i++) {
 		if (windows[i].len != 0 && windows[i].mkey == mkey) {
 			dtctx->window[e] = windows[i];
-			if (strict.on)
+			if (hostsim_strict)
 				dtctx->view[e] = view_of(dtctx, windows[i]);
 			st = FLEXIO_DEV_STATUS_SUCCESS;
 			break;
@@ -421,7 +420,7 @@ flexio_dev_status_t flexio_dev_multi_window_ptr_acquire(enum flexio_window_entit
 	if (w.len == 0 || haddr < w.base || haddr - w.base >= w.len)
 		return FLEXIO_DEV_STATUS_FAILED;
 	early(&running->ctx);
-	if (strict.on) /* the thread's copy, at an address of its own */
+	if (hostsim_strict) /* the thread's copy, at an address of its own */
 		*daddr = (flexio_uintptr_t)(uintptr_t)(running->ctx.views[running->ctx.view[e]].shadow + (haddr - w.base));
 	else
 		*daddr = haddr; /* the host's memory is the host's */
@@ -435,7 +434,7 @@ void flexio_dev_thread_finish(void) { longjmp(running->ctx.exit, HOSTSIM_FINISHE
 void hostsim_cq_arm(uint32_t ci, uint32_t qnum)
 {
 	early(&running->ctx);
-	if (strict.on && running->ctx.cq_ci_pending)
+	if (hostsim_strict && running->ctx.cq_ci_pending)
 		die("CQ armed before a write fence ordered its doorbell record");
 	running->ctx.armed = 1;
 	running->ctx.arm_ci = ci & 0xffffff;
@@ -465,7 +464,7 @@ flexio_dev_status_t flexio_dev_dbr_rq_inc_pi(uint32_t *rq_dbr)
 {
 	if (running) {
 		early(&running->ctx);
-		if (strict.on && !running->ctx.fenced_w)
+		if (hostsim_strict && !running->ctx.fenced_w)
 			die("receive doorbell record moved without a write fence after the WQE");
 		running->ctx.fenced_w = 0;
 	}
@@ -474,22 +473,18 @@ flexio_dev_status_t flexio_dev_dbr_rq_inc_pi(uint32_t *rq_dbr)
 	return FLEXIO_DEV_STATUS_SUCCESS;
 }
 
-uint8_t hostsim_cqe_op_own(const uint8_t *cqe)
+void hostsim_cqe_owner_loaded(const uint8_t *cqe)
 {
-	if (running && strict.on)
+	if (running)
 		running->ctx.cqe_unfenced = cqe;
-	/* Acquire on the host, whatever the model serves: the fields' real
-	 * bytes are then the NIC's, and ThreadSanitizer sees no race. */
-	return __atomic_load_n(&cqe[SDR_CQE_OFF_OP_OWN], __ATOMIC_ACQUIRE);
 }
 
-uint32_t hostsim_cqe_be32(const uint8_t *cqe, int off)
+uint32_t hostsim_cqe_served(const uint8_t *cqe, uint32_t v)
 {
-	uint32_t v = sdr_be32(cqe + off);
 	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
 	/* Not ordered after the owner byte's load: the hardware may have
 	 * performed it first, before the NIC wrote the CQE. */
-	if (t && strict.on && t->cqe_unfenced == cqe && rnd(t) % 2 == 0)
+	if (t && t->cqe_unfenced == cqe && rnd(t) % 2 == 0)
 		return ~v;
 	return v;
 }
@@ -497,7 +492,7 @@ uint32_t hostsim_cqe_be32(const uint8_t *cqe, int off)
 void hostsim_thread_fence(int space, int pred, int succ)
 {
 	struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
-	if (t && strict.on) {
+	if (t && hostsim_strict) {
 		early(t);
 		if (space == __DPA_MMIO || space == __DPA_SYSTEM) {
 			if (pred & __DPA_W)
