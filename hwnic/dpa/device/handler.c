@@ -53,12 +53,12 @@
  * Every load of a window word the host changes is a win_load (the
  * notification ring's log_cap is set before the thread starts), every
  * store a window_store, and every load of a CQE goes through mlx5.h's
- * accessors.
- * Built for hostsim (SDR_HOSTSIM), they go to hostsim's memory model:
- * it keeps stores in the thread's copy of the window until a writeback,
- * and serves loads in an order the fences allow but the program does
- * not impose; plain C accesses would not tell it which words the thread
- * touched, nor when.
+ * accessors. Built for hostsim (SDR_HOSTSIM), they go to hostsim's
+ * memory model: it keeps stores in the thread's copy of the window until
+ * a writeback, and serves loads in an order the fences allow but the
+ * program does not impose; plain C accesses would not tell it which
+ * words the thread touched, nor when. For the DPA they are the plain
+ * accesses.
  */
 #ifdef SDR_HOSTSIM
 #include <hostsim.h>

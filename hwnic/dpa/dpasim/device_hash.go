@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "59c59a0483a1764b34094a671c35c51fd4ad2079609437812ed50e0631095454"
+const deviceSourceHash = "b016cbad3b85e814a62e069745128efa76ab7d3eb261e7ea45f433d38f674a29"
