@@ -63,7 +63,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, line)
 	fmt.Fprintln(w, " rc: the NIC's go-back-N on RC channels (timeout 67 ms, 7 retries). uc: SDR without reliability (a message")
 	fmt.Fprintln(w, " completes only if none of its packets is lost). model: reliability/model's mean for the plan each transfer")
-	fmt.Fprintln(w, " ran, at the sustained rate or the rate its first pass left at where lower (hybrid has none).")
+	fmt.Fprintln(w, " ran, at the sustained rate or the rate its first pass left at where lower.")
 	fmt.Fprintf(w, " done in %.1f s\n", float64(r.Elapsed)/1e9)
 	fmt.Fprintln(w, line)
 }
