@@ -217,17 +217,46 @@ type ecModel struct {
 // below it: they move a mean by less than 1e-22·RTO.
 const patternFloor = 1e-22
 
+// codedMessage is an n-chunk message in the submessages of a code.
+type codedMessage struct {
+	p     Params
+	subs  float64 // submessages
+	lastK int     // data chunks of the last submessage
+	total float64 // chunks of the first pass, data and parity
+	// full and last profile a submessage of K data chunks and the last
+	// one (the same when lastK = K).
+	full, last submessage
+}
+
+func newCodedMessage(n float64, p Params, loss float64) codedMessage {
+	c := codedMessage{p: p, subs: math.Ceil(n / float64(p.K))}
+	c.lastK = int(n - (c.subs-1)*float64(p.K))
+	c.total = n + c.subs*float64(p.M)
+	c.full = newSubmessage(p, p.K, loss)
+	c.last = c.full
+	if c.lastK != p.K {
+		c.last = newSubmessage(p, c.lastK, loss)
+	}
+	return c
+}
+
+// lastFirstPass returns the times at which the last submessage may become
+// decodable on its first pass (the arrival of each of its chunks from its
+// k-th on), each with P(it is not decodable by then).
+func (c codedMessage) lastFirstPass(l Link) []atom {
+	tinj := l.injection()
+	start := (c.total - float64(c.lastK) - float64(c.p.M)) * tinj
+	var atoms []atom
+	for pos := c.lastK - 1; pos < c.lastK+c.p.M; pos++ {
+		atoms = append(atoms, atom{start + float64(pos+1)*tinj + l.rtt()/2, lastUndecodable(c.p, c.lastK, pos, l.Loss, c.last.units)})
+	}
+	return atoms
+}
+
 func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 	loss, tinj, rtt := l.Loss, l.injection(), l.rtt()
-	k, m := float64(p.K), float64(p.M)
-	subs := math.Ceil(n / k)
-	lastK := int(n - (subs-1)*k)
-	total := n + subs*m
-	full := newSubmessage(p, p.K, loss)
-	last := full
-	if lastK != p.K {
-		last = newSubmessage(p, lastK, loss)
-	}
+	c := newCodedMessage(n, p, loss)
+	subs, lastK, total, full, last := c.subs, c.lastK, c.total, c.full, c.last
 
 	em := &ecModel{tinj: tinj}
 	// First pass: the message completes when its last submessage becomes
@@ -237,10 +266,8 @@ func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
 		logOthers = (subs - 1) * full.logDecode
 	}
 	othersFail, othersOK := -math.Expm1(logOthers), math.Exp(logOthers)
-	start := (total - float64(lastK) - m) * tinj
-	for pos := lastK - 1; pos < lastK+p.M; pos++ {
-		s := othersFail + othersOK*lastUndecodable(p, lastK, pos, loss, last.units)
-		em.atoms = append(em.atoms, atom{start + float64(pos+1)*tinj + rtt/2, s})
+	for _, a := range c.lastFirstPass(l) {
+		em.atoms = append(em.atoms, atom{a.t, othersFail + othersOK*a.survival})
 	}
 	fallback := em.atoms[len(em.atoms)-1].survival
 	if fallback <= 0 {

@@ -32,24 +32,14 @@ const maxHybridBlocks = 1 << 18
 func newHybridModel(l Link, n float64, p Params, alpha float64) *hybridModel {
 	loss, tinj, rtt := l.Loss, l.injection(), l.rtt()
 	k, m := float64(p.K), float64(p.M)
-	subs := math.Ceil(n / k)
-	lastK := int(n - (subs-1)*k)
-	total := n + subs*m
+	c := newCodedMessage(n, p, loss)
+	subs, total, full, last := c.subs, c.total, c.full, c.last
 	rto := rtt * (1 + alpha)
-	full := newSubmessage(p, p.K, loss)
-	last := full
-	if lastK != p.K {
-		last = newSubmessage(p, lastK, loss)
-	}
 	h := &hybridModel{tinj: tinj}
 
 	// The last submessage, as EC's message of one: it becomes decodable
 	// on its first pass or is NACKed at the fallback timeout.
-	var lastAtoms []atom // (t, P(the last submessage is not complete by t))
-	start := (total - float64(lastK) - m) * tinj
-	for pos := lastK - 1; pos < lastK+p.M; pos++ {
-		lastAtoms = append(lastAtoms, atom{start + float64(pos+1)*tinj + rtt/2, lastUndecodable(p, lastK, pos, loss, last.units)})
-	}
+	lastAtoms := c.lastFirstPass(l) // (t, P(the last submessage is not complete by t))
 	if fail := lastAtoms[len(lastAtoms)-1].survival; fail > 0 {
 		h.nacked = last.nackedData
 		base := total*tinj + (1.5+alpha/2)*rtt + last.nackedData/fail*tinj
