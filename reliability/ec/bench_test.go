@@ -143,14 +143,14 @@ func BenchmarkRatio(b *testing.B) {
 	}
 }
 
-// bareShards returns a (K, M) reedsolomon encoder, limited to one goroutine
-// like the package's, and per submessage the shard slices over m's data and
+// bareShards returns a (K, M) reedsolomon encoder with the package's
+// options (rsGoroutines), and per submessage the shard slices over m's data and
 // parity that the package itself would pass (m's layout must have no
 // shortened submessage or short chunk).
 func bareShards(b *testing.B, m message) (reedsolomon.Encoder, [][][]byte) {
 	l := m.c.Layout()
 	p, cs := l.Params(), l.ChunkSize()
-	rs, err := reedsolomon.New(p.K, p.M, reedsolomon.WithMaxGoroutines(1))
+	rs, err := reedsolomon.New(p.K, p.M, reedsolomon.WithMaxGoroutines(rsGoroutines))
 	if err != nil {
 		b.Fatal(err)
 	}
