@@ -26,8 +26,9 @@ type hybridModel struct {
 // message with more (above 2^18 of them: 32 GiB of 4 KiB chunks in
 // submessages of 32) is modelled in blocks of consecutive submessages, each
 // repaired when its last one would be, and its Bound grows by a block's
-// injection.
-const maxHybridBlocks = 1 << 18
+// injection. A variable for the test that compares blocks with the exact
+// product.
+var maxHybridBlocks = 1 << 18
 
 func newHybridModel(l Link, n float64, p Params, alpha float64) *hybridModel {
 	loss, tinj, rtt := l.Loss, l.injection(), l.rtt()
@@ -61,8 +62,8 @@ func newHybridModel(l Link, n float64, p Params, alpha float64) *hybridModel {
 	block, blocks := 1.0, early
 	if early > 0 && early*fail >= survivalEpsilon {
 		h.nacked += early * full.nackedData
-		if blocks > maxHybridBlocks {
-			block = math.Ceil(early / maxHybridBlocks)
+		if limit := float64(maxHybridBlocks); blocks > limit {
+			block = math.Ceil(early / limit)
 			blocks = math.Ceil(early / block)
 			h.shift = (block - 1) * (k + m) * tinj
 		}

@@ -409,3 +409,30 @@ func testCodedMatchesMonteCarlo(t *testing.T, hybrid bool) {
 		}
 	}
 }
+
+// TestHybridBlocks: a message of more earlier submessages than the model
+// tells apart is taken in blocks, each repaired when its last submessage
+// would be: its mean is no smaller than the exact product's, and larger
+// by no more than the Bound it reports.
+func TestHybridBlocks(t *testing.T) {
+	l, _ := testLink(0.05)
+	size := int64(4096 * 32 * 1000) // 1000 submessages of (32,4): about 10 % fail
+	c := Choice{Scheme: HybridMDS, K: 32, M: 4, Alpha: DefaultAlpha}
+	exact, err := Predict(l, size, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(n int) { maxHybridBlocks = n }(maxHybridBlocks)
+	maxHybridBlocks = 64
+	blocked, err := Predict(l, size, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blocked.Mean < exact.Mean || blocked.Mean > exact.Mean+blocked.Bound {
+		t.Errorf("in blocks of 16: mean %v, bound %v; exact %v", blocked.Mean, blocked.Bound, exact.Mean)
+	}
+	if blocked.Bound <= exact.Bound {
+		t.Errorf("blocks did not widen the bound: %v, exact %v", blocked.Bound, exact.Bound)
+	}
+	t.Logf("exact %v ± %v, in blocks %v ± %v", exact.Mean, exact.Bound, blocked.Mean, blocked.Bound)
+}
