@@ -230,7 +230,9 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 			// run as a burst, which the pacer keeps short.
 			_ = s.qp.SetRateLimit(nicRateHeadroom * a.Rate * s.wireFactor)
 		case ActComplete, ActFail:
-			opening := s.endBacklog(a.Transfer)
+			// The receiver counts the messages of a transfer whose start
+			// still waits: it is opened and ended all the same.
+			opening := s.backlog.drop(a.Transfer, true)
 			if req := pending[a.Transfer]; req != nil { // canceled before it started
 				delete(pending, a.Transfer)
 				req.result <- result{stats: *a.Stats, err: a.Err}
@@ -258,17 +260,23 @@ func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[ui
 func (s *Sender) flush(xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
 	b := &s.backlog
 	b.encoded = nil
-	done := 0
-	defer func() { b.acts = b.acts[:copy(b.acts, b.acts[done:])] }()
-	for done < len(b.acts) {
+	for done := 0; ; {
+		if done == len(b.acts) {
+			b.acts = b.acts[:0]
+			return
+		}
 		a := &b.acts[done]
 		first, count, packets := a.First, a.Count, a.Packets
 		err := s.send(a, xfers, pending)
-		switch {
-		case err == nil:
+		if err == nil {
 			done++
 			b.stuck = time.Time{}
 			continue
+		}
+		// The sends made leave; the head is the one that stopped.
+		b.acts, done = b.acts[:copy(b.acts, b.acts[done:])], 0
+		a = &b.acts[0]
+		switch {
 		case errors.Is(err, errParityPending):
 			b.encoded = xfers[a.Transfer].encoder.progress
 			b.stuck = time.Time{}
@@ -285,15 +293,13 @@ func (s *Sender) flush(xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
 			case now.Sub(b.stuck) < retryFor:
 				b.wait = min(2*b.wait, 10*time.Millisecond)
 			default:
-				b.acts, done = b.acts[:copy(b.acts, b.acts[done:])], 0
-				s.fail(b.acts[0].Transfer, err)
+				s.fail(a.Transfer, err)
 				continue
 			}
 			b.retryAt = now.Add(b.wait)
 			return
 		default:
-			b.acts, done = b.acts[:copy(b.acts, b.acts[done:])], 0
-			s.fail(b.acts[0].Transfer, err)
+			s.fail(a.Transfer, err)
 		}
 	}
 }
@@ -301,37 +307,32 @@ func (s *Sender) flush(xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
 // fail cancels a transfer whose send failed, dropping its sends from the
 // backlog; the failure's actions run on the next turn of the loop.
 func (s *Sender) fail(id uint64, err error) {
-	s.backlog.acts = slices.DeleteFunc(s.backlog.acts, func(a Action) bool { return a.Transfer == id })
+	s.backlog.drop(id, false)
 	s.eng.Cancel(time.Now(), id, fmt.Errorf("reliability: transfer %d: %w", id, err))
 }
 
-// endBacklog removes an ended transfer's sends from the backlog but its
-// start, which becomes a discard: the receiver counts its messages, so
-// they are opened and ended all the same. It reports whether a start was
-// left.
-func (s *Sender) endBacklog(id uint64) (opening bool) {
-	s.backlog.acts = slices.DeleteFunc(s.backlog.acts, func(a Action) bool {
-		if a.Transfer != id {
-			return false
-		}
-		return a.Kind != ActStart
+// drop removes transfer id's sends from the backlog, but with keepStart
+// its start, which becomes a discard; it reports whether one was kept.
+func (b *backlog) drop(id uint64, keepStart bool) (kept bool) {
+	b.acts = slices.DeleteFunc(b.acts, func(a Action) bool {
+		return a.Transfer == id && !(keepStart && a.Kind == ActStart)
 	})
-	for i := range s.backlog.acts {
-		if a := &s.backlog.acts[i]; a.Transfer == id {
-			a.Discard, opening = true, true
+	for i := range b.acts {
+		if a := &b.acts[i]; a.Transfer == id {
+			a.Discard, kept = true, true
 		}
 	}
-	return opening
+	return kept
 }
 
 // send makes a send action, or as much of it as there is room for: it
 // leaves a cut to what is left and fails with sdr.ErrRetry or
 // errParityPending when something is.
 func (s *Sender) send(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) error {
-	x := xfers[a.Transfer]
 	if a.Kind == ActStart {
 		return s.open(a, xfers, pending)
 	}
+	x := xfers[a.Transfer]
 	if x == nil {
 		return nil
 	}
