@@ -486,10 +486,7 @@ func (h *RecvHandle) progressed() {
 	if h.notify != nil {
 		h.notify(h)
 	}
-	select {
-	case h.progress <- struct{}{}:
-	default:
-	}
+	backend.Token(h.progress)
 }
 
 // Progress returns a channel that receives a token when a chunk or the

@@ -168,16 +168,17 @@ type Write struct {
 	Carriers []int
 }
 
-// Tokens returns a notify for Arm that gives ch a token, never blocking
-// (tokens coalesce in a buffered ch).
-func Tokens(ch chan<- struct{}) func() {
-	return func() {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+// Token gives ch a token, never blocking (tokens coalesce in a buffered
+// ch).
+func Token(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
+
+// Tokens returns a notify for Arm that gives ch a Token.
+func Tokens(ch chan<- struct{}) func() { return func() { Token(ch) } }
 
 // LateWindow is how many messages apart two messages of a QP are when
 // they share a receive key (generation, message ID): messages n and n+k
