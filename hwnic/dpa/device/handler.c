@@ -65,7 +65,7 @@
 #define win_load(p) hostsim_window_load(p)
 #define window_store(p, v, order) hostsim_window_store((p), (uint64_t)(v), (int)sizeof(*(p)))
 #define SDR_CQE_OP_OWN(cqe) hostsim_cqe_op_own((cqe), SDR_CQE_OFF_OP_OWN)
-#define SDR_CQE_BE32(cqe, off) hostsim_cqe_be32((cqe), (off))
+#define SDR_CQE_BE32(cqe, off) hostsim_cqe_field((cqe), sdr_be32((cqe) + (off)))
 #else
 static inline uint64_t win_load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 #define window_store(p, v, order) __atomic_store_n((p), (v), (order))

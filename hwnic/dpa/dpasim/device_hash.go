@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "b016cbad3b85e814a62e069745128efa76ab7d3eb261e7ea45f433d38f674a29"
+const deviceSourceHash = "3f1b61c152f159582d60a58fc4f4d4380530d976cfe653077fa7a03c98f8d969"

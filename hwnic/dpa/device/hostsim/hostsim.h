@@ -62,7 +62,7 @@ int hostsim_thread_armed(struct hostsim_thread *t, uint32_t *ci, uint32_t *cqn);
  *     loads it: the hardware may perform that load then or at the
  *     fence, so of two loads with no read fence between them the later
  *     may see the older value;
- *   - a load of a CQE's fields (hostsim_cqe_be32) with no DPA memory
+ *   - a load of a CQE's fields (hostsim_cqe_field) with no DPA memory
  *     read fence since the load of the CQE's owner byte
  *     (hostsim_cqe_op_own) may, at random, be performed before it, ahead
  *     of the NIC's write of the CQE: it then returns a value the NIC did
@@ -110,10 +110,10 @@ static inline uint64_t hostsim_window_load(const uint64_t *p)
 void hostsim_window_loading(void (*loading)(void *arg, uint64_t haddr), void *arg);
 
 /*
- * hostsim_cqe_op_own and hostsim_cqe_be32 are handler.c's CQE loads built
- * for hostsim (mlx5.h's SDR_CQE_OP_OWN and SDR_CQE_BE32): the owner byte
- * at byte off of the CQE at cqe, and the big-endian 32-bit field at byte
- * off, under the strict model's load order. The owner byte is loaded with
+ * hostsim_cqe_op_own and hostsim_cqe_field are handler.c's CQE loads
+ * built for hostsim (mlx5.h's SDR_CQE_OP_OWN and SDR_CQE_BE32): the owner
+ * byte at byte off of the CQE at cqe, and a 32-bit field v of it as
+ * mlx5.h's sdr_be32 read it, under the strict model's load order. The owner byte is loaded with
  * acquire on the host whatever the model serves, so that the fields'
  * bytes are the NIC's and ThreadSanitizer sees no race; the strict model
  * then notes the load (hostsim_cqe_owner_loaded) and chooses what each
@@ -128,10 +128,8 @@ static inline uint8_t hostsim_cqe_op_own(const uint8_t *cqe, int off)
 		hostsim_cqe_owner_loaded(cqe);
 	return __atomic_load_n(&cqe[off], __ATOMIC_ACQUIRE);
 }
-static inline uint32_t hostsim_cqe_be32(const uint8_t *cqe, int off)
+static inline uint32_t hostsim_cqe_field(const uint8_t *cqe, uint32_t v)
 {
-	const uint8_t *b = cqe + off;
-	uint32_t v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 	return hostsim_strict ? hostsim_cqe_served(cqe, v) : v;
 }
 
