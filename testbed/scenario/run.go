@@ -50,8 +50,13 @@ type LinkResult struct {
 	// impairments (a calibration transfer), which the models use: the
 	// configured rate, or less where the emulation cannot keep up.
 	RateMbps float64 `json:"rate_mbps"`
-	RTTMs    float64 `json:"rtt_ms"`
-	Loss     float64 `json:"frame_loss"`
+	// CalibrationBytes is the size of the clean transfers RateMbps was
+	// measured on (the largest size, or calibrationMinBytes if larger),
+	// and CalibrationMs the fastest of them, a one-way delay removed.
+	CalibrationBytes int     `json:"calibration_bytes"`
+	CalibrationMs    float64 `json:"calibration_ms"`
+	RTTMs            float64 `json:"rtt_ms"`
+	Loss             float64 `json:"frame_loss"`
 	// Forward and Reverse are what the link did over the link's points
 	// (not the calibration), when the Network counts (Counting).
 	Forward, Reverse *LinkCounters `json:",omitempty"`
@@ -184,8 +189,9 @@ func calibrate(ctx context.Context, sc *Scenario, net Network, spec LinkSpec, fo
 	}
 	// The fastest clean transfer took a one-way delay plus the message's
 	// serialization (the last ACK's way back is not in Stats.Duration).
-	fastest := slices.Min(m.times) - forward.Delay
-	lr.RateMbps = float64(size) * 8 / max(fastest, time.Microsecond).Seconds() / 1e6
+	fastest := max(slices.Min(m.times)-forward.Delay, time.Microsecond)
+	lr.CalibrationBytes, lr.CalibrationMs = size, ms(fastest)
+	lr.RateMbps = float64(size) * 8 / fastest.Seconds() / 1e6
 	if forward.Bandwidth > 0 {
 		lr.RateMbps = min(lr.RateMbps, forward.Bandwidth/1e6)
 	}
