@@ -146,16 +146,22 @@ func (d *Device) GID() netip.Addr { return d.gid }
 // MAC returns the device's Ethernet address.
 func (d *Device) MAC() [6]byte { return d.mac }
 
-// PortFilter is implemented by ports that refuse frames themselves before
-// the device sees them (the AF_XDP port, whose XDP program drops frames
-// sent to another MAC and frames from a connected QP's non-peer). The
-// device's counters of the same reasons include the port's, so that every
-// refused frame shows under one name wherever the counters are shown.
+// PortFilter is implemented by ports that refuse or lose frames
+// themselves before the device sees them (the AF_XDP port, whose XDP
+// program drops frames sent to another MAC and frames from a connected
+// QP's non-peer, and cannot steer frames arriving on a queue without a
+// socket). The device's counters of the same reasons include the port's,
+// so that every such frame shows under one name wherever the counters are
+// shown.
 type PortFilter interface {
-	// FilterDrops returns how many frames the port refused as RxWrongMAC
-	// and as RxWrongPeer.
-	FilterDrops() (wrongMAC, wrongPeer uint64, err error)
+	// FilterDrops returns how many frames the port refused or lost, by
+	// reason.
+	FilterDrops() (PortDrops, error)
 }
+
+// PortDrops are a PortFilter's counts: frames refused as RxWrongMAC and as
+// RxWrongPeer, and frames lost as RxNoQueue.
+type PortDrops struct{ WrongMAC, WrongPeer, NoQueue uint64 }
 
 // Stats returns a snapshot of the counters. It costs one atomic load per
 // counter and, on a PortFilter port, one read of the port's counters (for
@@ -164,9 +170,10 @@ type PortFilter interface {
 func (d *Device) Stats() Stats {
 	s := d.stats.snapshot()
 	if f, ok := d.port.(PortFilter); ok {
-		if mac, peer, err := f.FilterDrops(); err == nil {
-			s[RxWrongMAC] += mac
-			s[RxWrongPeer] += peer
+		if drops, err := f.FilterDrops(); err == nil {
+			s[RxWrongMAC] += drops.WrongMAC
+			s[RxWrongPeer] += drops.WrongPeer
+			s[RxNoQueue] += drops.NoQueue
 		}
 	}
 	return s

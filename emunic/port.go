@@ -43,9 +43,10 @@ type QPSteering interface {
 // or ReturnTx.
 type TxBufferLender interface {
 	// LendTx fills bufs with free transmit buffers of TxBufferSize bytes
-	// and returns how many: fewer when the port is short of them, none
-	// once it is closed.
-	LendTx(bufs [][]byte) int
+	// for frames of flow (their UDP source port: a multi-queue port lends
+	// from the queue the flow leaves on) and returns how many: fewer when
+	// the port is short of them, none once it is closed.
+	LendTx(flow uint16, bufs [][]byte) int
 	// ReturnTx takes back lent buffers that carry no frame.
 	ReturnTx(bufs [][]byte)
 	// TxBufferSize is the size of a lent buffer: the longest frame it

@@ -50,6 +50,7 @@ const (
 	RxCE             // RoCE frames of connected QPs that arrived CE-marked
 	RxBacklogCE      // RoCE frames of connected QPs treated as CE: the receive ring was over its threshold
 	TxRateCuts       // DCQCN rate cuts CNPs caused at this device's QPs (reaction point; see QP.CongestionStats)
+	RxNoQueue        // frames for the device's QPs that arrived on a receive queue the port has no socket on (the kernel got them)
 	numCounters
 )
 
@@ -62,7 +63,7 @@ var counterNames = [numCounters]string{
 	"rx_no_recv_wqe", "rx_invalid_request", "rx_length_error", "rx_null_mr_writes",
 	"rx_qp_error", "tx_retransmits", "tx_acks", "tx_naks", "tx_rnr_naks", "rx_acks",
 	"rx_naks", "rx_rnr_naks", "timeouts", "port_errors", "tx_cnps", "rx_ce", "rx_backlog_ce",
-	"tx_rate_cuts",
+	"tx_rate_cuts", "rx_no_queue",
 }
 
 // String returns the counter's metric-style name, e.g. "rx_bad_icrc".
@@ -93,7 +94,7 @@ func (s *Stats) Each(fn func(name string, value uint64)) {
 var DropReasons = []Counter{RxNotRoCE, RxMalformed, RxBadICRC, RxWrongGID, RxWrongMAC,
 	RxBadIPChecksum, RxUnknownQP, RxWrongTransport, RxWrongPeer, RxBadPKey, RxBadQKey,
 	RxBadKey, RxOutOfBounds, RxAccessDenied, RxQPAccessDenied, RxPSNError, RxNoRecvWQE, RxInvalidRequest,
-	RxLengthError, RxQPError, RxAbandoned}
+	RxLengthError, RxQPError, RxAbandoned, RxNoQueue}
 
 // Drops returns the sum of every counter that stands for a refused frame.
 func (s *Stats) Drops() uint64 {

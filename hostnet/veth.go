@@ -26,6 +26,11 @@ type PairConfig struct {
 	Subnet netip.Prefix
 	// MTU of every interface (default 1500).
 	MTU int
+	// Queues is how many RX and TX queues every veth end has (default 1).
+	// With more, a bridge (Switched) transmits each flow on the queue its
+	// hash picks, and the veth's peer receives it on that queue, as RSS
+	// spreads flows over a real NIC's queues.
+	Queues int
 	// Switched puts a third namespace ("wan") between the hosts, with a
 	// bridge joining one veth pair to each host. Frames an AF_XDP socket
 	// sends or receives bypass the packet taps of its own interface, so
@@ -56,8 +61,8 @@ func (p *Pair) Close() error {
 }
 
 // NewPair creates two host namespaces joined by a veth pair (or, when
-// Switched, by a bridge in a third namespace), each veth end with one RX
-// and one TX queue (XDP on veth wants matching queue counts), addresses .1
+// Switched, by a bridge in a third namespace), each veth end with Queues
+// RX and TX queues (XDP on veth wants matching queue counts), addresses .1
 // and .2 of the subnet, the MTU, and every link up and operational (the
 // kernel passes frames over it). On error nothing is left behind;
 // otherwise the caller must Close the pair.
@@ -68,6 +73,7 @@ func NewPair(cfg PairConfig) (*Pair, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
 	}
+	cfg.Queues = max(1, cfg.Queues)
 	p := &Pair{}
 	if err := p.build(cfg); err != nil {
 		p.Close()
@@ -92,7 +98,7 @@ func (p *Pair) build(cfg PairConfig) error {
 	p.A = &Host{NS: p.spaces[0], IfName: "veth0", Addr: base.Next()}
 	p.B = &Host{NS: p.spaces[1], IfName: "veth0", Addr: base.Next().Next()}
 	if !cfg.Switched {
-		if err := AddVeth(p.A.NS, p.A.IfName, p.B.NS, p.B.IfName, cfg.MTU); err != nil {
+		if err := AddVeth(p.A.NS, p.A.IfName, p.B.NS, p.B.IfName, cfg.MTU, cfg.Queues); err != nil {
 			return err
 		}
 	} else {
@@ -110,7 +116,7 @@ func (p *Pair) build(cfg PairConfig) error {
 			host *Host
 			port string
 		}{{p.A, "to-a"}, {p.B, "to-b"}} {
-			if err := AddVeth(p.WAN, side.port, side.host.NS, side.host.IfName, cfg.MTU); err != nil {
+			if err := AddVeth(p.WAN, side.port, side.host.NS, side.host.IfName, cfg.MTU, cfg.Queues); err != nil {
 				return err
 			}
 			l, err := h.LinkByName(side.port)
@@ -169,8 +175,9 @@ func (host *Host) waitOperUp(timeout time.Duration) error {
 }
 
 // AddVeth creates a veth pair with end nameA in nsA and nameB in nsB,
-// one RX and one TX queue each, both at mtu and down.
-func AddVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int) error {
+// queues RX and TX queues each (at least one), both at mtu and down.
+func AddVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu, queues int) error {
+	queues = max(1, queues)
 	hA, err := nsA.Handle()
 	if err != nil {
 		return err
@@ -184,8 +191,9 @@ func AddVeth(nsA *Namespace, nameA string, nsB *Namespace, nameB string, mtu int
 	// The peer is created under a temporary name: nameB may exist in nsA.
 	const tmp = "sdrtb-peer"
 	veth := &netlink.Veth{
-		LinkAttrs: netlink.LinkAttrs{Name: nameA, MTU: mtu, NumTxQueues: 1, NumRxQueues: 1},
+		LinkAttrs: netlink.LinkAttrs{Name: nameA, MTU: mtu, NumTxQueues: queues, NumRxQueues: queues},
 		PeerName:  tmp, PeerNamespace: netlink.NsFd(nsB.handle()),
+		PeerNumTxQueues: uint32(queues), PeerNumRxQueues: uint32(queues),
 	}
 	if err := hA.LinkAdd(veth); err != nil {
 		return fmt.Errorf("hostnet: add veth %s/%s: %w", nsA.Name, nameA, err)

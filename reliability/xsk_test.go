@@ -103,7 +103,7 @@ func (l *xskLink) counters(t *testing.T) (dropped, redirected, ringLost uint64) 
 		}
 		dropped += c.Dropped
 		redirected += c.Redirected
-		st, err := h.XSK.Socket().Stats()
+		st, err := h.XSK.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}

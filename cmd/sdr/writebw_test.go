@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"github.com/sdr-rdma/sdr/testbed/writebw"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/wire"
 )
 
 // checkAllVerified fails t unless the server received every chunk of
@@ -134,37 +138,7 @@ func TestWriteBWOverXSK(t *testing.T) {
 	}{{64 << 10, 300, 16, true}, {1 << 20, 40, 4, true}, {8 << 20, 4, 1, true}, {1 << 20, 40, 4, false}} {
 		flags := []string{"-dev", "xsk", "-i", "veth0", "-s", fmt.Sprint(c.size), "-n", fmt.Sprint(c.iters), "-w", "2",
 			"-q", fmt.Sprint(c.inflight), "-json", "-verify", fmt.Sprintf("-rc=%v", c.rc)}
-		type outcome struct {
-			code     int
-			out, err string
-		}
-		server := make(chan outcome, 1)
-		go func() {
-			var o outcome
-			pair.B.NS.Do(func() error {
-				o.code, o.out, o.err = runSDR(append([]string{"write-bw"}, flags...)...)
-				return nil
-			})
-			server <- o
-		}()
-		var client outcome
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until the server listens
-			pair.A.NS.Do(func() error {
-				client.code, client.out, client.err = runSDR(append(append([]string{"write-bw"}, flags...), pair.B.Addr.String())...)
-				return nil
-			})
-			if client.code == exitOK || !strings.Contains(client.err, "connection refused") || time.Now().After(deadline) {
-				break
-			}
-		}
-		s := <-server
-		if client.code != exitOK || s.code != exitOK {
-			t.Fatalf("size %d: client exit %d (%s), server exit %d (%s)", c.size, client.code, client.err, s.code, s.err)
-		}
-		var r writebw.Result
-		if err := json.Unmarshal([]byte(client.out), &r); err != nil {
-			t.Fatal(err)
-		}
+		r := writeBWBetween(t, pair, flags)
 		what := fmt.Sprintf("%s size %d", r.Transport, c.size)
 		if c.rc {
 			checkAllVerified(t, what, r, c.iters, c.size/chunk)
@@ -174,6 +148,193 @@ func TestWriteBWOverXSK(t *testing.T) {
 		}
 		t.Logf("xsk %-16s %8d B x %3d: %.2f Gbit/s average, %.2f peak, %.3f Mpps, %d/%d chunks verified, %d/%d messages complete",
 			r.Transport, c.size, c.iters, r.BWAverageGbps, r.BWPeakGbps, r.PacketRateMpps, r.ChunksVerified, r.ChunksTotal, r.Complete, r.Iterations)
+	}
+}
+
+// writeBWBetween runs sdr write-bw with flags (and -json) as the server in
+// pair's host B and as the client in host A, and returns the client's
+// result; it fails t unless both exit 0.
+func writeBWBetween(t *testing.T, pair *hostnet.Pair, flags []string) writebw.Result {
+	t.Helper()
+	flags = append(append([]string{"write-bw"}, flags...), "-json")
+	type outcome struct {
+		code     int
+		out, err string
+	}
+	server := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		pair.B.NS.Do(func() error {
+			o.code, o.out, o.err = runSDR(flags...)
+			return nil
+		})
+		server <- o
+	}()
+	var client outcome
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until the server listens
+		pair.A.NS.Do(func() error {
+			client.code, client.out, client.err = runSDR(append(flags, pair.B.Addr.String())...)
+			return nil
+		})
+		if client.code == exitOK || !strings.Contains(client.err, "connection refused") || time.Now().After(deadline) {
+			break
+		}
+	}
+	s := <-server
+	if client.code != exitOK || s.code != exitOK {
+		t.Fatalf("write-bw %v: client exit %d (%s), server exit %d (%s)", flags, client.code, client.err, s.code, s.err)
+	}
+	var r writebw.Result
+	if err := json.Unmarshal([]byte(client.out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, client.out)
+	}
+	return r
+}
+
+// kernelRoCE listens on UDP 4791 in host B's kernel and counts what
+// arrives there: RoCEv2 frames the XDP program passed to the kernel
+// instead of a socket of the port. (UdpNoPorts would count the port's
+// neighbour probes to the discard port too.) fence sends a datagram from
+// host A that the program passes (no QP of the device's has its number)
+// and waits until the listener has it: everything sent before it was
+// processed, and the count includes it.
+type kernelRoCE struct {
+	conn   *net.UDPConn
+	seen   atomic.Int64
+	pair   *hostnet.Pair
+	fences int64
+
+	mu      sync.Mutex
+	escaped []wire.Opcode // the BTH opcodes of what arrived besides the fences
+}
+
+// fenceOpcode is the fences' BTH opcode: 0x04 (RC SEND ONLY), which no
+// SDR path sends.
+const fenceOpcode = 0x04
+
+func listenKernelRoCE(t *testing.T, pair *hostnet.Pair) *kernelRoCE {
+	t.Helper()
+	k := &kernelRoCE{pair: pair}
+	err := pair.B.NS.Do(func() (err error) {
+		k.conn, err = net.ListenUDP("udp4", &net.UDPAddr{Port: 4791})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.conn.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, _, err := k.conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			if n > 0 && buf[0] != fenceOpcode {
+				k.mu.Lock()
+				k.escaped = append(k.escaped, wire.Opcode(buf[0]))
+				k.mu.Unlock()
+			}
+			k.seen.Add(1)
+		}
+	}()
+	return k
+}
+
+// fence returns the opcodes of the datagrams the kernel received on 4791
+// since the last fence, besides the fences.
+func (k *kernelRoCE) fence(t *testing.T) []wire.Opcode {
+	t.Helper()
+	k.fences++
+	// A BTH for QP 0xFFFFFE, which the device never allocates.
+	bth := []byte{fenceOpcode, 0, 0xFF, 0xFF, 0, 0xFF, 0xFF, 0xFE, 0, 0, 0, 0}
+	err := k.pair.A.NS.Do(func() error {
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: k.pair.B.Addr.AsSlice(), Port: 4791})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write(bth)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); k.seen.Load() < k.fences; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the fence datagram never reached host B's kernel")
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	escaped := k.escaped
+	k.escaped = nil
+	return escaped
+}
+
+// TestWriteBWMultiQueue runs write-bw between two hosts joined through a
+// kernel bridge whose veths have several queues: the bridge transmits
+// each flow on the queue its hash picks, and the host's veth receives it
+// there, as RSS spreads flows over a NIC's queues, so the four channels'
+// QPs land on different queues. Every chunk arrives (raw RC: a QP whose
+// frames went astray would stall its go-back-N; UC could also lose frames
+// to a full ring, which no queue count changes), the reliable schemes
+// verify every transfer, no
+// RoCEv2 frame falls to the receiver's kernel (a listener on UDP 4791
+// there gets nothing but the fences, the XDP program's no-socket count
+// is zero), and with several queues at least
+// two of them carried data.
+func TestWriteBWMultiQueue(t *testing.T) {
+	privileged.Require(t)
+	for _, queues := range []int{1, 2, 4, 8} {
+		t.Run(fmt.Sprintf("queues=%d", queues), func(t *testing.T) {
+			pair, err := hostnet.NewPair(hostnet.PairConfig{Switched: true, Queues: queues})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pair.Close()
+			kernel := listenKernelRoCE(t, pair)
+			if stray := kernel.fence(t); len(stray) != 0 {
+				t.Fatalf("stray datagrams on UDP 4791 before the test: %v", stray)
+			}
+			const size, iters = 1 << 20, 200
+			r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-C", "4", "-rc", "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters), "-verify"})
+			nic := r.ServerNIC
+			busy := 0
+			for _, n := range nic.QueueFrames {
+				if n > 0 {
+					busy++
+				}
+			}
+			t.Logf("raw RC: %d/%d chunks, %.2f Gbit/s, frames by queue %v", r.ChunksDelivered, r.ChunksTotal, r.BWAverageGbps, nic.QueueFrames)
+			if r.ChunksTotal == 0 || r.ChunksDelivered != r.ChunksTotal || r.ChunksCorrupt != 0 || r.Complete != iters {
+				t.Errorf("raw RC write-bw over %d queues: want every chunk of %d messages: %+v", queues, iters, r)
+			}
+			if len(nic.QueueFrames) != queues || nic.NoQueue != 0 || (queues > 1 && busy < 2) {
+				t.Errorf("server NIC over %d queues: want frames on at least two queues and none without a socket: %+v", queues, nic)
+			}
+			if escaped := kernel.fence(t); len(escaped) != 0 {
+				t.Errorf("over %d queues RoCEv2 frames escaped the port to the receiver's kernel: %v", queues, escaped)
+			}
+			for _, scheme := range []string{"sr-nack", "ec"} {
+				r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-scheme", scheme, "-s", "16MiB", "-n", "3", "-w", "0"})
+				rel := r.Reliable
+				if rel == nil || rel.Transfers != 3 || rel.Verified != 3 || rel.Failed != 0 {
+					t.Errorf("%s over %d queues: want 3 transfers verified: %+v", scheme, queues, rel)
+				} else {
+					t.Logf("%s: %d/%d verified, %.0f Mbit/s", scheme, rel.Verified, rel.Transfers, rel.GoodputMbps)
+				}
+			}
+			// The reliable runs' last control datagrams (UD SENDs) may
+			// reach the server after its QPs are gone, as late frames for
+			// a destroyed QP do at any NIC; the program passes frames of
+			// QPs it does not know to the kernel. Nothing else may.
+			for _, op := range kernel.fence(t) {
+				if op != wire.UDSendOnly && op != wire.UDSendOnlyImm {
+					t.Errorf("over %d queues a %v frame escaped the port to the receiver's kernel", queues, op)
+				}
+			}
+		})
 	}
 }
 

@@ -330,7 +330,7 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 	// Where AF_XDP loses: frames the receiving socket's kernel side
 	// dropped (a full RX ring, mostly).
 	if r.XSK != nil {
-		st, err := r.XSK.Socket().Stats()
+		st, err := r.XSK.Stats()
 		if err != nil {
 			b.Fatalf("receiving socket's statistics: %v", err)
 		}

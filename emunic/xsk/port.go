@@ -3,6 +3,7 @@ package xsk
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
@@ -19,9 +20,18 @@ type PortConfig struct {
 	// Interface is the name of the network interface, in the network
 	// namespace NewPort runs in.
 	Interface string
-	// Queue is the receive/transmit queue (veth has one: 0).
-	Queue int
-	// Mode chooses copy or zero-copy (default: try zero-copy, fall back).
+	// Queues is how many receive queues the port binds, from queue 0
+	// (default: every active queue, as QueueCount finds them). RSS spreads
+	// flows over a multi-queue NIC's queues by their UDP ports, and RoCEv2
+	// gives each QP its own source port, so a QP's frames may arrive on
+	// any queue: binding fewer queues than the interface has is refused
+	// (ErrQueues) unless Steered says RoCEv2 reaches the bound ones only.
+	Queues int
+	// Steered says an ntuple rule (ethtool -N) steers UDP 4791 to the
+	// bound queues, so that Queues may be fewer than the interface has.
+	Steered bool
+	// Mode chooses copy or zero-copy (default: try zero-copy on each
+	// queue, fall back to copy; Port.ZeroCopy says what each got).
 	Mode Mode
 	// MultiBuffer enables frames larger than one page (MTU 4096 on veth):
 	// the frags XDP program and XDP_USE_SG.
@@ -35,29 +45,42 @@ type PortConfig struct {
 	// DefaultBusyPoll, negative: never), as a NIC's receive engine never
 	// sleeps while traffic flows.
 	BusyPoll time.Duration
-	// Socket overrides the socket's UMEM and ring sizes; Ifindex, Queue,
-	// Mode, MultiBuffer and BusyPoll are taken from the fields above.
+	// Socket overrides the UMEM and ring sizes of the port, split over
+	// its queues (see queueConfig); Ifindex, Queue, Mode, MultiBuffer and
+	// BusyPoll are taken from the fields above.
 	Socket Config
 }
 
-// Port is an emunic.Port on an AF_XDP socket, with the XDP steering
-// program attached to its interface. It implements emunic.QPSteering so
+// Port is an emunic.Port on the AF_XDP sockets of an interface's receive
+// queues, one socket and one UMEM per queue, with the XDP steering
+// program attached to the interface. It implements emunic.QPSteering so
 // the device registers its QPs with the program.
 //
+// Each queue has a UMEM of its own rather than one shared
+// (XDP_SHARED_UMEM across queues would still need a fill and completion
+// ring per queue): the queues then share no free list and no lock, and
+// the port's memory stays that of one queue, split (queueConfig).
+// Reception reads every queue through a Group. Transmission keeps each
+// flow on one queue, chosen by its UDP source port (a QP's), so that a
+// QP's frames stay in order and QPs spread over the queues as RSS spreads
+// them on the way in; a QP borrows its transmit buffers from its queue
+// (LendTx's flow).
+//
 // Transmission is coalesced like a NIC's doorbell: Send queues frames on
-// the TX ring, and a flusher goroutine has the kernel send whatever has
+// the TX rings, and a flusher goroutine has the kernel send whatever has
 // accumulated, so that many single-frame PostSends share one system call.
-// A Send of a list (listBatch frames or more), or one that leaves a full
-// kernel batch pending, flushes itself: streaming needs no goroutine
-// handoff, and the ring (the wire's queue, in front of every QP's ACKs
-// and CNPs) holds little more than one posted list.
+// A Send of a list (listBatch frames or more to one queue), or one that
+// leaves a full kernel batch pending, flushes itself: streaming needs no
+// goroutine handoff, and a ring (the wire's queue, in front of every QP's
+// ACKs and CNPs) holds little more than one posted list.
 type Port struct {
-	sock *Socket
-	prog *ebpf.Program
-	kick chan struct{}
-	done chan struct{} // closed by Close: the flusher returns
+	socks []*Socket // socks[q] is bound to queue q
+	group *Group
+	prog  *ebpf.Program
+	kick  chan struct{}
+	done  chan struct{} // closed by Close: the flusher returns
 	// flushed is closed by the flusher when it returns, so that Close
-	// never closes the socket under a Flush still running.
+	// never closes a socket under a Flush still running.
 	flushed   chan struct{}
 	closeOnce sync.Once
 	closeErr  error
@@ -77,16 +100,32 @@ var (
 	_ emunic.QPSteering     = (*Port)(nil)
 	_ emunic.PortFilter     = (*Port)(nil)
 	_ emunic.TxBufferLender = (*Port)(nil)
+	_ emunic.RXBacklogPort  = (*Port)(nil)
 )
 
 // NewPort loads and attaches the steering program to the interface and
-// binds an AF_XDP socket to the queue. Run it inside the interface's
-// network namespace (testbed.Namespace.Do); the port works from any
-// goroutine afterwards.
+// binds an AF_XDP socket to each of its receive queues. Run it inside the
+// interface's network namespace (testbed.Namespace.Do); the port works
+// from any goroutine afterwards. An interface whose queues cannot all be
+// bound is refused with ErrQueues and the fix.
 func NewPort(cfg PortConfig) (*Port, error) {
 	iface, err := net.InterfaceByName(cfg.Interface)
 	if err != nil {
 		return nil, fmt.Errorf("xsk: port: %w", err)
+	}
+	active, err := QueueCount(cfg.Interface)
+	if err != nil {
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
+	}
+	queues := cfg.Queues
+	if queues <= 0 {
+		queues = active
+	}
+	switch {
+	case queues > MaxQueues:
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, queuesRefusal(cfg.Interface, active, MaxQueues))
+	case queues < active && !cfg.Steered:
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, queuesRefusal(cfg.Interface, active, queues))
 	}
 	// The device's MAC is the interface's: the program drops steered
 	// frames sent to any other (the receive filter of a NIC).
@@ -96,35 +135,160 @@ func NewPort(cfg PortConfig) (*Port, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
 	}
-	if err := prog.Attach(iface.Index); err != nil {
+	p := &Port{prog: prog, kick: make(chan struct{}, 1), done: make(chan struct{}), flushed: make(chan struct{})}
+	if err := p.open(cfg, iface.Index, queues); err != nil {
+		for _, s := range p.socks {
+			s.Close()
+		}
 		prog.Close()
 		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
 	}
-	sc := cfg.Socket
-	sc.Ifindex, sc.Queue, sc.Mode, sc.MultiBuffer, sc.BusyPoll = iface.Index, cfg.Queue, cfg.Mode, cfg.MultiBuffer, cfg.BusyPoll
-	if sc.BusyPoll == 0 {
-		sc.BusyPoll = DefaultBusyPoll
-	}
-	sock, err := Open(sc)
-	if err != nil {
-		prog.Close()
-		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
-	}
-	if err := prog.SetSocket(cfg.Queue, sock.FD()); err != nil {
-		sock.Close()
-		prog.Close()
-		return nil, err
-	}
-	p := &Port{sock: sock, prog: prog, kick: make(chan struct{}, 1), done: make(chan struct{}), flushed: make(chan struct{})}
 	go p.flusher()
 	return p, nil
 }
 
-// Send queues frames for transmission on the interface.
+// open binds a socket to each queue, registers it with the program and
+// attaches the program: no frame is steered before every queue has its
+// socket.
+func (p *Port) open(cfg PortConfig, ifindex, queues int) error {
+	busyPoll := cfg.BusyPoll
+	if busyPoll == 0 {
+		busyPoll = DefaultBusyPoll
+	}
+	for q := range queues {
+		sc := queueConfig(cfg.Socket, queues)
+		sc.Ifindex, sc.Queue, sc.Mode, sc.MultiBuffer, sc.BusyPoll = ifindex, q, cfg.Mode, cfg.MultiBuffer, busyPoll
+		sock, err := Open(sc)
+		if err != nil {
+			return err
+		}
+		p.socks = append(p.socks, sock)
+		if err := p.prog.SetSocket(q, sock.FD()); err != nil {
+			return err
+		}
+	}
+	g, err := NewGroup(p.socks, busyPoll)
+	if err != nil {
+		return err
+	}
+	if err := p.prog.Attach(ifindex); err != nil {
+		g.Close()
+		p.socks = nil // closed with the group
+		return err
+	}
+	p.group = g
+	return nil
+}
+
+// queueConfig splits a port's UMEM and rings (cfg, or the defaults) over
+// queues: each queue gets 1/queues of them, but at least minQueueRing
+// descriptors per ring (RSS may put every busy flow on one queue, whose
+// ring then absorbs the bursts alone), so that a port of a few queues
+// costs about the memory of one (the default 64 MiB of UMEM; 32 MiB a
+// queue beyond two).
+func queueConfig(cfg Config, queues int) Config {
+	if queues <= 1 {
+		return cfg
+	}
+	const minQueueRing = 4096
+	ring := cfg.RingSize
+	if ring == 0 {
+		ring = DefaultRingSize
+	}
+	frames := cfg.NumFrames
+	if frames == 0 {
+		frames = 2 * ring
+	}
+	cfg.RingSize = max(minQueueRing, 1<<bits.Len(uint(ring/queues)-1))
+	cfg.NumFrames = max(2*cfg.RingSize, frames/queues)
+	return cfg
+}
+
+// Queues returns how many receive queues the port binds.
+func (p *Port) Queues() int { return len(p.socks) }
+
+// QueueFrames returns how many frames each queue has received, by queue.
+func (p *Port) QueueFrames() []uint64 {
+	n := make([]uint64, len(p.socks))
+	for q, s := range p.socks {
+		n[q] = s.Received()
+	}
+	return n
+}
+
+// ZeroCopy reports whether every queue's socket runs in zero-copy mode
+// (PortConfig.Mode Auto falls back to copy where the driver has none).
+func (p *Port) ZeroCopy() bool {
+	for _, s := range p.socks {
+		if !s.ZeroCopy() {
+			return false
+		}
+	}
+	return true
+}
+
+// Stats returns the kernel's AF_XDP counters summed over the queues.
+func (p *Port) Stats() (Stats, error) { return p.group.Stats() }
+
+// queueOf returns the transmit queue of a flow: its UDP source port.
+func (p *Port) queueOf(flow uint16) int { return int(flow) % len(p.socks) }
+
+// frameQueue returns the transmit queue of a frame the device built:
+// that of its UDP source port (queue 0 for a frame that is not UDP over
+// IPv4 or IPv6 without options, which the device never sends).
+func (p *Port) frameQueue(f []byte) int {
+	if len(p.socks) == 1 || len(f) < 14 {
+		return 0
+	}
+	var at int
+	switch uint16(f[12])<<8 | uint16(f[13]) {
+	case 0x0800:
+		at = 14 + 20
+	case 0x86DD:
+		at = 14 + 40
+	default:
+		return 0
+	}
+	if len(f) < at+2 {
+		return 0
+	}
+	return p.queueOf(uint16(f[at])<<8 | uint16(f[at+1]))
+}
+
+// Send queues frames for transmission on the interface, each on its
+// flow's queue.
 func (p *Port) Send(frames [][]byte) (int, error) {
-	n, err := p.sock.Enqueue(frames)
-	if err == nil && (len(frames) >= listBatch || p.sock.Pending() >= flushBatch) {
-		err = p.sock.Flush()
+	sent := 0
+	var err error
+	for sent < len(frames) && err == nil {
+		// The run of frames to one queue.
+		q := p.frameQueue(frames[sent])
+		end := sent + 1
+		for end < len(frames) && p.frameQueue(frames[end]) == q {
+			end++
+		}
+		var n int
+		n, err = p.sendQueue(q, frames[sent:end])
+		sent += n
+		if err != nil {
+			p.ReturnTx(frames[sent:]) // the chunks of frames not queued; Enqueue took back q's
+		}
+	}
+	if errors.Is(err, ErrClosed) {
+		err = emunic.ErrClosed
+	}
+	return sent, err
+}
+
+// sendQueue queues frames on queue q's socket and flushes or kicks the
+// flusher. A frame in another queue's lent chunk is copied, and the chunk
+// given back to its queue.
+func (p *Port) sendQueue(q int, frames [][]byte) (int, error) {
+	s := p.socks[q]
+	n, err := s.Enqueue(frames)
+	p.returnForeign(q, frames[:n])
+	if err == nil && (len(frames) >= listBatch || s.Pending() >= flushBatch) {
+		err = s.Flush()
 	} else if n > 0 {
 		// Also after a failure: what was queued still goes out.
 		select {
@@ -132,10 +296,22 @@ func (p *Port) Send(frames [][]byte) (int, error) {
 		default:
 		}
 	}
-	if errors.Is(err, ErrClosed) {
-		err = emunic.ErrClosed
-	}
 	return n, err
+}
+
+// returnForeign gives the chunks that other queues than q lent for frames
+// back to their queues.
+func (p *Port) returnForeign(q int, frames [][]byte) {
+	if len(p.socks) == 1 {
+		return
+	}
+	for _, f := range frames {
+		for o, s := range p.socks {
+			if o != q && s.owns(f) {
+				s.Return([][]byte{f})
+			}
+		}
+	}
 }
 
 func (p *Port) flusher() {
@@ -143,36 +319,60 @@ func (p *Port) flusher() {
 	for {
 		select {
 		case <-p.kick:
-			p.sock.Flush()
+			for _, s := range p.socks {
+				if s.Pending() > 0 {
+					s.Flush()
+				}
+			}
 		case <-p.done:
 			return
 		}
 	}
 }
 
-// LendTx lends free UMEM chunks (emunic.TxBufferLender): the device
-// encodes its frames in them, and Send queues those without a copy.
-func (p *Port) LendTx(bufs [][]byte) int { return p.sock.Lend(bufs) }
+// Flush has the kernel transmit every frame queued on any queue.
+func (p *Port) Flush() error {
+	var errs []error
+	for _, s := range p.socks {
+		errs = append(errs, s.Flush())
+	}
+	return errors.Join(errs...)
+}
+
+// LendTx lends free UMEM chunks of flow's queue (emunic.TxBufferLender):
+// the device encodes its frames in them, and Send queues those without a
+// copy.
+func (p *Port) LendTx(flow uint16, bufs [][]byte) int { return p.socks[p.queueOf(flow)].Lend(bufs) }
 
 // ReturnTx takes back lent chunks that carry no frame.
-func (p *Port) ReturnTx(bufs [][]byte) { p.sock.Return(bufs) }
+func (p *Port) ReturnTx(bufs [][]byte) {
+	for _, b := range bufs {
+		for _, s := range p.socks {
+			if s.owns(b) {
+				s.Return([][]byte{b})
+				break
+			}
+		}
+	}
+}
 
 // TxBufferSize returns the size of a lent chunk.
-func (p *Port) TxBufferSize() int { return p.sock.TxBufferSize() }
+func (p *Port) TxBufferSize() int { return p.socks[0].TxBufferSize() }
 
-// Recv receives the frames the XDP program steered to the socket.
+// Recv receives the frames the XDP program steered to the port's queues.
 func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {
-	n, err := p.sock.Receive(bufs, sizes)
+	n, err := p.group.Receive(bufs, sizes)
 	if errors.Is(err, ErrClosed) {
 		err = emunic.ErrClosed
 	}
 	return n, err
 }
 
-// RXBacklog returns the RX ring's fill level (emunic.RXBacklogPort): the
-// device treats frames arriving over its threshold as CE-marked, so that
-// CNPs slow the senders before the kernel drops for a full ring.
-func (p *Port) RXBacklog() float64 { return p.sock.RXBacklog() }
+// RXBacklog returns the fullest RX ring's fill level
+// (emunic.RXBacklogPort): the device treats frames arriving over its
+// threshold as CE-marked, so that CNPs slow the senders before the kernel
+// drops for a full ring.
+func (p *Port) RXBacklog() float64 { return p.group.RXBacklog() }
 
 // AddQP steers the frames of qpn to this port: from peer only, or from any
 // source when peer is the zero Addr (see ebpf.Program.AddQP).
@@ -182,28 +382,28 @@ func (p *Port) AddQP(qpn uint32, peer netip.Addr) error { return p.prog.AddQP(qp
 func (p *Port) RemoveQP(qpn uint32) error { return p.prog.RemoveQP(qpn) }
 
 // FilterDrops returns how many frames the XDP program dropped as sent to
-// another MAC and as not from a connected QP's peer (emunic.PortFilter:
-// the device counts them under RxWrongMAC and RxWrongPeer).
-func (p *Port) FilterDrops() (wrongMAC, wrongPeer uint64, err error) {
+// another MAC and as not from a connected QP's peer, and how many of the
+// device's frames it found on a queue without a socket and passed to the
+// kernel (emunic.PortFilter: the device counts them under RxWrongMAC,
+// RxWrongPeer and RxNoQueue).
+func (p *Port) FilterDrops() (emunic.PortDrops, error) {
 	c, err := p.prog.Counters()
-	return c.WrongMAC, c.WrongPeer, err
+	return emunic.PortDrops{WrongMAC: c.WrongMAC, WrongPeer: c.WrongPeer, NoQueue: c.NoSocket}, err
 }
 
-// Program returns the steering program, for its counters and fault
-// injection.
+// Program returns the steering program, for its counters (NoSocket:
+// frames of the device's QPs that arrived on a queue without a socket)
+// and fault injection.
 func (p *Port) Program() *ebpf.Program { return p.prog }
 
-// Socket returns the AF_XDP socket.
-func (p *Port) Socket() *Socket { return p.sock }
-
 // Close stops the flusher, waits for it to return, then detaches the
-// program and closes the socket. Later calls return the first call's
+// program and closes the sockets. Later calls return the first call's
 // result.
 func (p *Port) Close() error {
 	p.closeOnce.Do(func() {
 		close(p.done)
 		<-p.flushed
-		p.closeErr = errors.Join(p.sock.Close(), p.prog.Close())
+		p.closeErr = errors.Join(p.prog.Detach(), p.group.Close(), p.prog.Close())
 	})
 	return p.closeErr
 }

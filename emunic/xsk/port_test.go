@@ -270,3 +270,44 @@ func TestResolveMAC(t *testing.T) {
 		t.Errorf("resolved %x, want %x", mac, b.Net.MAC)
 	}
 }
+
+// TestPortQueues binds a port to every queue of a four-queue veth and
+// refuses one that would leave queues without a socket, naming the fix.
+func TestPortQueues(t *testing.T) {
+	privileged.Require(t)
+	pair, err := hostnet.NewPair(hostnet.PairConfig{Queues: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	err = pair.A.NS.Do(func() error {
+		n, err := xsk.QueueCount(pair.A.IfName)
+		if err != nil || n != 4 {
+			t.Errorf("QueueCount: %d, %v; want 4", n, err)
+		}
+		p, err := xsk.NewPort(xsk.PortConfig{Interface: pair.A.IfName})
+		if err != nil {
+			return err
+		}
+		if p.Queues() != 4 || len(p.QueueFrames()) != 4 {
+			t.Errorf("port binds %d queues, counts %d; want 4", p.Queues(), len(p.QueueFrames()))
+		}
+		if err := p.Close(); err != nil {
+			return err
+		}
+		_, err = xsk.NewPort(xsk.PortConfig{Interface: pair.A.IfName, Queues: 2})
+		if !errors.Is(err, xsk.ErrQueues) || !strings.Contains(err.Error(), "ethtool -L veth0 combined 2") {
+			t.Errorf("two of four queues: %v; want ErrQueues naming ethtool -L", err)
+		} else {
+			t.Logf("refused: %v", err)
+		}
+		p, err = xsk.NewPort(xsk.PortConfig{Interface: pair.A.IfName, Queues: 2, Steered: true})
+		if err != nil {
+			return fmt.Errorf("two steered queues: %w", err)
+		}
+		return p.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -630,7 +630,7 @@ func addBridgeHost(t *testing.T, pair *hostnet.Pair, addr netip.Prefix) *hostnet
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Close() })
-	if err := hostnet.AddVeth(pair.WAN, "to-c", ns, "veth0", 1500); err != nil {
+	if err := hostnet.AddVeth(pair.WAN, "to-c", ns, "veth0", 1500, 1); err != nil {
 		t.Fatal(err)
 	}
 	wan, err := pair.WAN.Handle()
@@ -737,7 +737,7 @@ func TestThirdHostAttack(t *testing.T) {
 	if sent, err := attacker.Send(frames); err != nil || sent != len(frames) {
 		t.Fatalf("attacker sent %d of %d frames: %v", sent, len(frames), err)
 	}
-	if err := attacker.Socket().Flush(); err != nil {
+	if err := attacker.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	// The fence: every attack frame has reached the target and been

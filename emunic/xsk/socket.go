@@ -97,14 +97,22 @@ var ErrClosed = errors.New("xsk: socket closed")
 // copy mode the kernel's work per frame is several times the queuing's).
 // Lock order: rxMu, kickMu, txMu.
 type Socket struct {
-	fd        int // the UMEM's owner: fill, completion and RX rings
-	txFD      int // the TX ring's, on the same UMEM and queue (fd with MultiBuffer)
-	wake      int // eventfd that interrupts a blocked Receive on Close
-	busyPoll  time.Duration
-	umem      []byte
+	fd       int // the UMEM's owner: fill, completion and RX rings
+	txFD     int // the TX ring's, on the same UMEM and queue (fd with MultiBuffer)
+	wake     int // eventfd that interrupts a blocked Receive on Close
+	busyPoll time.Duration
+	umem     []byte
+	// umemBase and umemLen locate the UMEM for owns, which reads them
+	// without a lock: they are set once, before the socket is shared.
+	umemBase  uintptr
+	umemLen   uintptr
 	frameSize uint64
-	zeroCopy  bool
-	closed    atomic.Bool
+	queue     int
+	// received counts the frames Receive took off the RX ring (one
+	// atomic add per batch): per-queue counts for reports.
+	received atomic.Uint64
+	zeroCopy bool
+	closed   atomic.Bool
 
 	rxMu sync.Mutex
 	rx   ring // descriptors
@@ -166,7 +174,7 @@ func Open(cfg Config) (*Socket, error) {
 	if err != nil {
 		return nil, permission("socket", err)
 	}
-	s := &Socket{fd: fd, txFD: -1, wake: -1, frameSize: uint64(cfg.FrameSize), busyPoll: max(0, cfg.BusyPoll)}
+	s := &Socket{fd: fd, txFD: -1, wake: -1, frameSize: uint64(cfg.FrameSize), queue: cfg.Queue, busyPoll: max(0, cfg.BusyPoll)}
 	if err := s.setup(cfg); err != nil {
 		s.Close()
 		return nil, err
@@ -188,6 +196,7 @@ func (s *Socket) setup(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("xsk: map UMEM of %d bytes: %w", size, err)
 	}
+	s.umemBase, s.umemLen = uintptr(unsafe.Pointer(&s.umem[0])), uintptr(size)
 	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&s.umem[0]))), Len: uint64(size), Size: uint32(cfg.FrameSize)}
 	if err := setsockopt(s.fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
 		return permission(fmt.Sprintf("register UMEM of %d bytes (beyond RLIMIT_MEMLOCK this needs CAP_IPC_LOCK)", size), err)
@@ -301,6 +310,22 @@ func setsockopt(fd, opt int, val unsafe.Pointer, size uintptr) error {
 // FD returns the socket's file descriptor, for the XDP program's XSKMAP.
 func (s *Socket) FD() int { return s.fd }
 
+// Queue returns the interface queue the socket is bound to.
+func (s *Socket) Queue() int { return s.queue }
+
+// Received returns how many frames Receive has taken off the RX ring.
+func (s *Socket) Received() uint64 { return s.received.Load() }
+
+// owns reports whether b starts inside the socket's UMEM (a chunk it
+// lent), without a lock.
+func (s *Socket) owns(b []byte) bool {
+	if cap(b) == 0 {
+		return false
+	}
+	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - s.umemBase // wraps around below the UMEM
+	return off < s.umemLen
+}
+
 // ZeroCopy reports whether the socket runs in zero-copy mode.
 func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 
@@ -332,6 +357,21 @@ func (s *Socket) Receive(bufs [][]byte, sizes []int) (int, error) {
 	}
 }
 
+// tryReceive is Receive without the wait: it returns what the RX ring
+// holds now, possibly nothing.
+func (s *Socket) tryReceive(bufs [][]byte, sizes []int) (int, error) {
+	s.rxMu.Lock()
+	defer s.rxMu.Unlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	return s.drainRx(bufs, sizes), nil
+}
+
+// rxProducer returns the RX ring's producer index. Only while the socket
+// cannot be closed (its Group's receive lock held).
+func (s *Socket) rxProducer() uint32 { return atomic.LoadUint32(s.rx.producer) }
+
 // DefaultBusyPoll is the AF_XDP port's Config.BusyPoll: 50 µs, the value
 // Linux documents for net.core.busy_poll.
 const DefaultBusyPoll = 50 * time.Microsecond
@@ -340,23 +380,29 @@ const DefaultBusyPoll = 50 * time.Microsecond
 // descriptor beyond seen, the producer index drainRx found nothing
 // complete at (a frame's first chunks without its last keep the ring
 // non-empty), and reports whether it did (false also when the socket
-// closed). It
-// looks at the ring in runs of rxSpinRun loads; between runs it reads the
-// clock (the first run, which usually ends the wait in a stream, reads
-// none) and yields to other goroutines and threads (a yield per load
-// would contend for the scheduler's lock with them).
+// closed).
 func (s *Socket) spinRx(seen uint32) bool {
-	const rxSpinRun = 256
+	return spin(s.busyPoll, &s.closed, func() bool { return atomic.LoadUint32(s.rx.producer) != seen })
+}
+
+// spin calls moved until it reports true, for up to busyPoll, and reports
+// whether it did (false also once closed is set). It calls moved in runs
+// of spinRun; between runs it reads the clock (the first run, which
+// usually ends the wait in a stream, reads none) and yields to other
+// goroutines and threads (a yield per call would contend for the
+// scheduler's lock with them).
+func spin(busyPoll time.Duration, closed *atomic.Bool, moved func() bool) bool {
+	const spinRun = 256
 	var deadline time.Time
-	for !s.closed.Load() {
-		for range rxSpinRun {
-			if atomic.LoadUint32(s.rx.producer) != seen {
+	for !closed.Load() {
+		for range spinRun {
+			if moved() {
 				return true
 			}
 		}
 		switch now := time.Now(); {
 		case deadline.IsZero():
-			deadline = now.Add(s.busyPoll)
+			deadline = now.Add(busyPoll)
 		case now.After(deadline):
 			return false
 		}
@@ -417,6 +463,7 @@ func (s *Socket) drainRx(bufs [][]byte, sizes []int) int {
 	if used == 0 {
 		return 0
 	}
+	s.received.Add(uint64(n))
 	atomic.StoreUint32(s.rx.consumer, cons+used)
 	atomic.StoreUint32(s.fill.producer, fillProd)
 	if s.fill.needWakeup() {

@@ -67,7 +67,7 @@ func (n *Network) build() error {
 	}); err != nil {
 		return fmt.Errorf("interop: tap: %w", err)
 	}
-	if err := hostnet.AddVeth(n.QEMU, n.HostPort, ns, "veth0", 1500); err != nil {
+	if err := hostnet.AddVeth(n.QEMU, n.HostPort, ns, "veth0", 1500, 1); err != nil {
 		return err
 	}
 	for _, name := range []string{n.Tap, n.HostPort} {

@@ -80,7 +80,7 @@ func carryOnce(t *testing.T, ab link.Config, n, size int, tos uint8, rate float6
 	if c := r.emu; c.KernelRXDropped+c.KernelRXRingFull != 0 {
 		starved = append(starved, fmt.Sprintf("emulator's socket: %d dropped, %d ring full", c.KernelRXDropped, c.KernelRXRingFull))
 	}
-	st, err := r.rx.port.Socket().Stats()
+	st, err := r.rx.port.Stats()
 	if err != nil {
 		t.Fatalf("receiver's socket statistics: %v", err)
 	}

@@ -22,9 +22,10 @@ const batch = 64
 // more than forwarding it, and 20 µs is nothing beside a 1 ms accuracy.
 const releaseSlack = 20 * time.Microsecond
 
-// forwarder carries one direction: frames received on in's socket wait in
-// its buffers until the link model's arrival time, then leave on out's
-// socket.
+// forwarder carries one direction: frames received on in's sockets (one
+// per receive queue of the ingress interface) wait in its buffers until
+// the link model's arrival time, then leave on out's socket (queue 0 of
+// the egress interface: one delay line, one order).
 //
 // Concurrency: one goroutine, locked to a thread of its own, runs it
 // (run): it owns the receive side of in, the transmit side of out, the
@@ -34,8 +35,9 @@ const releaseSlack = 20 * time.Microsecond
 // anywhere); the counters are atomics that Counters reads from anywhere;
 // stopped and the wake eventfd are how stop reaches the thread.
 type forwarder struct {
-	name    string
-	in, out *xsk.Socket
+	name string
+	in   []*xsk.Socket
+	out  *xsk.Socket
 
 	// slab holds every buffered frame: slot i is slab[i*slotLen:][:slotLen].
 	// It is mapped memory outside the Go heap: the kernel zeroes a page
@@ -74,7 +76,7 @@ type counters struct {
 	// counters (link.Direction.Counters).
 }
 
-func newForwarder(name string, in, out *xsk.Socket, cfg link.Config, slots int) (*forwarder, error) {
+func newForwarder(name string, in []*xsk.Socket, out *xsk.Socket, cfg link.Config, slots int) (*forwarder, error) {
 	model, err := link.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
@@ -82,7 +84,7 @@ func newForwarder(name string, in, out *xsk.Socket, cfg link.Config, slots int) 
 	// One byte more than the longest frame one UMEM chunk holds: a frame
 	// that fills its slot was cut by the receive copy (a guard: without
 	// multi-buffer neither the socket nor XDP on veth passes longer ones).
-	slotLen := in.MaxFrameLen() + 1
+	slotLen := in[0].MaxFrameLen() + 1
 	f := &forwarder{name: name, in: in, out: out, model: model, slotLen: slotLen, free: make([]int32, 0, slots)}
 	if f.slab, err = unix.Mmap(-1, 0, slots*slotLen, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS); err != nil {
 		return nil, fmt.Errorf("linkemu: %s: map %d frame buffers: %w", name, slots, err)
@@ -164,11 +166,11 @@ type txBatch struct {
 	frames [batch][]byte
 }
 
-// run forwards until stop: each turn it takes what waits on in's RX ring
-// (one batch, no system call when the ring is empty) and sends what is due
-// (one batch), so neither side starves the other under load; when there
-// was nothing to do it sleeps in ppoll on in's socket until a frame
-// arrives, the head of the delay line is due, or stop. A frame due while
+// run forwards until stop: each turn it takes what waits on each of in's
+// RX rings (a batch each, no system call when a ring is empty) and sends
+// what is due (one batch), so neither side starves the other under load;
+// when there was nothing to do it sleeps in ppoll on in's sockets until a
+// frame arrives, the head of the delay line is due, or stop. A frame due while
 // frames arrive goes out in the same turn, without waking anyone.
 func (f *forwarder) run() {
 	rx := &rxBatch{scratch: make([]byte, f.slotLen)}
@@ -176,15 +178,20 @@ func (f *forwarder) run() {
 		rx.reserved[i] = -1
 	}
 	tx := &txBatch{}
-	fds := []unix.PollFd{{Fd: int32(f.in.FD()), Events: unix.POLLIN}, {Fd: int32(f.wake), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(f.wake), Events: unix.POLLIN}}
+	for _, in := range f.in {
+		fds = append(fds, unix.PollFd{Fd: int32(in.FD()), Events: unix.POLLIN})
+	}
 	var ts unix.Timespec
 	for !f.stopped.Load() {
 		received := false
-		if f.in.RXBacklog() > 0 {
-			if !f.receive(rx) {
-				return
+		for _, in := range f.in {
+			if in.RXBacklog() > 0 {
+				if !f.receive(in, rx) {
+					return
+				}
+				received = true
 			}
-			received = true
 		}
 		sent, next, waiting := f.release(tx)
 		if received || sent {
@@ -195,7 +202,9 @@ func (f *forwarder) run() {
 			ts = unix.NsecToTimespec(int64(max(0, time.Until(next)-releaseSlack)))
 			timeout = &ts
 		}
-		fds[0].Revents, fds[1].Revents = 0, 0
+		for i := range fds {
+			fds[i].Revents = 0
+		}
 		unix.Ppoll(fds, timeout, nil)
 	}
 }
@@ -203,7 +212,7 @@ func (f *forwarder) run() {
 // receive takes one batch of frames off in's RX ring straight into
 // reserved slots, asks the link model for each frame's fate and queues the
 // survivors in the delay line. It reports false when in is closed.
-func (f *forwarder) receive(rx *rxBatch) bool {
+func (f *forwarder) receive(in *xsk.Socket, rx *rxBatch) bool {
 	for i := range rx.reserved {
 		if rx.reserved[i] < 0 && len(f.free) > 0 {
 			rx.reserved[i] = f.free[len(f.free)-1]
@@ -215,7 +224,7 @@ func (f *forwarder) receive(rx *rxBatch) bool {
 			rx.bufs[i] = f.slot(s)
 		}
 	}
-	n, err := f.in.Receive(rx.bufs[:], rx.sizes[:])
+	n, err := in.Receive(rx.bufs[:], rx.sizes[:])
 	if err != nil {
 		return false // closed, or broken beyond use
 	}

@@ -139,16 +139,18 @@ type Emulator struct {
 	closed    chan struct{}
 }
 
-// side is one interface: its steering program and AF_XDP socket.
+// side is one interface: its steering program and an AF_XDP socket per
+// receive queue (socks[q] on queue q; socks[0] also transmits).
 type side struct {
 	ifname string
 	prog   *ebpf.Program
-	sock   *xsk.Socket
+	socks  []*xsk.Socket
 }
 
 // Start attaches the emulator to interfaces ifA and ifB of namespace ns
 // (both up) and starts forwarding, ab applying to frames from A to B and
-// ba to the others. It costs two AF_XDP sockets (32 MiB of UMEM each),
+// ba to the others. It costs an AF_XDP socket per receive queue of each
+// interface (32 MiB of UMEM for queue 0, 8 MiB for each other queue),
 // the buffers of Slots frames per direction, and two goroutines, each
 // locked to a thread of its own at real-time priority when the process
 // may have it (see RealTime); it raises GOMAXPROCS by one per thread
@@ -178,7 +180,7 @@ func start(ifA, ifB string, ab, ba link.Config) (*Emulator, error) {
 	}
 	for d, cfg := range []link.Config{ab, ba} {
 		in, out := e.sides[d], e.sides[1-d]
-		f, err := newForwarder(Dir(d).String(), in.sock, out.sock, cfg, Slots)
+		f, err := newForwarder(Dir(d).String(), in.socks, out.socks[0], cfg, Slots)
 		if err != nil {
 			e.release()
 			return nil, err
@@ -193,8 +195,11 @@ func start(ifA, ifB string, ab, ba link.Config) (*Emulator, error) {
 	return e, nil
 }
 
-// openSide binds an AF_XDP socket to queue 0 of the interface and steers
-// every frame there.
+// openSide binds an AF_XDP socket to every receive queue of the
+// interface and steers every frame there: a frame RSS puts on any queue
+// reaches the emulator, none escapes its counters to the namespace's
+// kernel. An interface with more queues than the program's socket map
+// holds is refused (xsk.ErrQueues).
 func openSide(name string) (*side, error) {
 	iface, err := net.InterfaceByName(name)
 	if err != nil {
@@ -203,39 +208,65 @@ func openSide(name string) (*side, error) {
 	if iface.MTU > MaxMTU {
 		return nil, fmt.Errorf("linkemu: %s: MTU %d, at most %d: %w", name, iface.MTU, MaxMTU, ErrMTU)
 	}
-	s := &side{ifname: name}
-	// A socket closed on the queue a moment ago (a previous emulator, a
-	// test's port) releases it asynchronously: the bind fails with EBUSY
-	// until then.
-	for deadline := time.Now().Add(bindWait); ; time.Sleep(10 * time.Millisecond) {
-		s.sock, err = xsk.Open(xsk.Config{Ifindex: iface.Index, NumFrames: 2 * txRingSize, RingSize: txRingSize})
-		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-			break
-		}
-	}
+	queues, err := xsk.QueueCount(name)
 	if err != nil {
+		return nil, fmt.Errorf("linkemu: %w", err)
+	}
+	if queues > xsk.MaxQueues {
+		return nil, fmt.Errorf("linkemu: %s has %d receive queues, at most %d: %w (ethtool -L %s combined %d)",
+			name, queues, xsk.MaxQueues, xsk.ErrQueues, name, xsk.MaxQueues)
+	}
+	s := &side{ifname: name}
+	if s.prog, err = ebpf.Load(ebpf.Options{AllFrames: true}); err != nil {
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 	}
-	if s.prog, err = ebpf.Load(ebpf.Options{AllFrames: true}); err == nil {
-		if err = s.prog.SetSocket(0, s.sock.FD()); err == nil {
-			err = s.prog.Attach(iface.Index)
+	for q := range queues {
+		// Queue 0 transmits the direction's frames and takes the full
+		// rings; the others only receive, with a quarter of them.
+		ring := txRingSize
+		if q > 0 {
+			ring = txRingSize / 4
+		}
+		sock, err := openQueue(iface.Index, q, ring)
+		if err == nil {
+			s.socks = append(s.socks, sock)
+			err = s.prog.SetSocket(q, sock.FD())
+		}
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 		}
 	}
-	if err != nil {
+	if err := s.prog.Attach(iface.Index); err != nil {
 		s.close()
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 	}
 	return s, nil
 }
 
+// openQueue binds a socket to one queue. A socket closed on the queue a
+// moment ago (a previous emulator, a test's port) releases it
+// asynchronously: the bind fails with EBUSY until then.
+func openQueue(ifindex, queue, ring int) (*xsk.Socket, error) {
+	for deadline := time.Now().Add(bindWait); ; time.Sleep(10 * time.Millisecond) {
+		sock, err := xsk.Open(xsk.Config{Ifindex: ifindex, Queue: queue, NumFrames: 2 * ring, RingSize: ring})
+		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return sock, err
+		}
+	}
+}
+
 // close detaches the program first, so that no frame is steered to a
-// socket being closed, then closes the socket.
+// socket being closed, then closes the sockets.
 func (s *side) close() error {
 	var errs []error
 	if s.prog != nil {
 		errs = append(errs, s.prog.Close())
 	}
-	return errors.Join(append(errs, s.sock.Close())...)
+	for _, sock := range s.socks {
+		errs = append(errs, sock.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // SetConfig reconfigures one direction while it runs (link.Direction's
@@ -297,8 +328,12 @@ func (e *Emulator) Counters(d Dir) Counters {
 		return c // the socket's descriptor is closed, its number maybe reused
 	default:
 	}
-	if st, err := f.in.Stats(); err == nil {
-		c.KernelRXDropped, c.KernelRXRingFull, c.KernelFillRingEmpty = st.Rx_dropped, st.Rx_ring_full, st.Rx_fill_ring_empty_descs
+	for _, in := range f.in {
+		if st, err := in.Stats(); err == nil {
+			c.KernelRXDropped += st.Rx_dropped
+			c.KernelRXRingFull += st.Rx_ring_full
+			c.KernelFillRingEmpty += st.Rx_fill_ring_empty_descs
+		}
 	}
 	return c
 }

@@ -31,23 +31,23 @@ func BareForward(ns *hostnet.Namespace, ifA, ifB string) (stop func() error, err
 	go func() {
 		defer wg.Done()
 		var (
-			store  = make([]byte, batch*in.sock.MaxFrameLen())
+			store  = make([]byte, batch*in.socks[0].MaxFrameLen())
 			bufs   [batch][]byte
 			frames [batch][]byte
 			sizes  [batch]int
 		)
 		for i := range bufs {
-			bufs[i] = store[i*in.sock.MaxFrameLen() : (i+1)*in.sock.MaxFrameLen()]
+			bufs[i] = store[i*in.socks[0].MaxFrameLen() : (i+1)*in.socks[0].MaxFrameLen()]
 		}
 		for {
-			n, err := in.sock.Receive(bufs[:], sizes[:])
+			n, err := in.socks[0].Receive(bufs[:], sizes[:])
 			if err != nil {
 				return
 			}
 			for i := range n {
 				frames[i] = bufs[i][:sizes[i]]
 			}
-			if _, err := out.sock.Send(frames[:n]); err != nil {
+			if _, err := out.socks[0].Send(frames[:n]); err != nil {
 				return
 			}
 		}

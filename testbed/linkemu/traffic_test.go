@@ -255,7 +255,7 @@ func (r *xskReceiver) settle(t testing.TB) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := r.port.Socket().Stats()
+		st, err := r.port.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}

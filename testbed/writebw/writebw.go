@@ -88,22 +88,29 @@ type Result struct {
 // included: frames that arrived CE-marked or over the RX ring's threshold
 // (emunic.RxCE + RxBacklogCE), the CNPs it sent back, and the frames the
 // kernel dropped for a full AF_XDP RX ring and for an empty fill ring.
+// With an AF_XDP port also the frames each receive queue delivered, and
+// those of the device's QPs that arrived on a queue without a socket
+// (emunic.RxNoQueue: lost to the kernel).
 type NICCounters struct {
-	CEFrames      uint64 `json:"rx_ce_frames"`
-	CNPsSent      uint64 `json:"cnps_sent"`
-	RingFull      uint64 `json:"rx_ring_full"`
-	FillRingEmpty uint64 `json:"rx_fill_ring_empty"`
+	CEFrames      uint64   `json:"rx_ce_frames"`
+	CNPsSent      uint64   `json:"cnps_sent"`
+	RingFull      uint64   `json:"rx_ring_full"`
+	FillRingEmpty uint64   `json:"rx_fill_ring_empty"`
+	NoQueue       uint64   `json:"rx_no_queue"`
+	QueueFrames   []uint64 `json:"rx_queue_frames,omitempty"`
 }
 
 // readNIC returns dev's congestion counters; port, if not nil, adds its
 // socket's ring drops (one system call).
 func readNIC(dev *emunic.Device, port *xsk.Port) NICCounters {
 	st := dev.Stats()
-	c := NICCounters{CEFrames: st.Get(emunic.RxCE) + st.Get(emunic.RxBacklogCE), CNPsSent: st.Get(emunic.TxCNPs)}
+	c := NICCounters{CEFrames: st.Get(emunic.RxCE) + st.Get(emunic.RxBacklogCE), CNPsSent: st.Get(emunic.TxCNPs),
+		NoQueue: st.Get(emunic.RxNoQueue)}
 	if port != nil {
-		if x, err := port.Socket().Stats(); err == nil {
+		if x, err := port.Stats(); err == nil {
 			c.RingFull, c.FillRingEmpty = x.Rx_ring_full, x.Rx_fill_ring_empty_descs
 		}
+		c.QueueFrames = port.QueueFrames()
 	}
 	return c
 }
@@ -719,8 +726,11 @@ func Print(w io.Writer, f *Options, r *Result) {
 	fmt.Fprintln(w, line)
 	fmt.Fprintf(w, " Packets: %.4f Mpps   Chunks delivered: %d/%d (%.2f%%)   Complete messages: %d/%d\n",
 		r.PacketRateMpps, r.ChunksDelivered, r.ChunksTotal, 100*float64(r.ChunksDelivered)/float64(max(1, r.ChunksTotal)), r.Complete, r.Iterations)
-	fmt.Fprintf(w, " Server NIC: %d frames CE-marked or over the RX ring threshold, %d CNPs sent; dropped: %d for a full RX ring, %d for an empty fill ring\n",
-		r.ServerNIC.CEFrames, r.ServerNIC.CNPsSent, r.ServerNIC.RingFull, r.ServerNIC.FillRingEmpty)
+	fmt.Fprintf(w, " Server NIC: %d frames CE-marked or over the RX ring threshold, %d CNPs sent; dropped: %d for a full RX ring, %d for an empty fill ring, %d on a queue without a socket\n",
+		r.ServerNIC.CEFrames, r.ServerNIC.CNPsSent, r.ServerNIC.RingFull, r.ServerNIC.FillRingEmpty, r.ServerNIC.NoQueue)
+	if len(r.ServerNIC.QueueFrames) > 1 {
+		fmt.Fprintf(w, " Server NIC frames by receive queue: %v\n", r.ServerNIC.QueueFrames)
+	}
 	if r.Verify {
 		fmt.Fprintf(w, " Verified: %d chunks hold the client's bytes, %d do not; %d messages with a wrong immediate\n",
 			r.ChunksVerified, r.ChunksCorrupt, r.WrongImm)
