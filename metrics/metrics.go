@@ -131,6 +131,7 @@ type LinkCounters struct {
 	TXRingFull                                             uint64
 	TXErrors                                               uint64
 	KernelRXDropped, KernelRXRingFull, KernelFillRingEmpty uint64
+	Escaped                                                uint64
 }
 
 // Link collects a link emulator's counters per direction ("a_to_b",
@@ -168,6 +169,8 @@ func NewLink(read func() (aToB, bToA LinkCounters)) *Link {
 	m("duplicated", "extra copies the link made", func(c LinkCounters) uint64 { return c.Duplicated })
 	m("corrupted", "frames with a bit flipped", func(c LinkCounters) uint64 { return c.Corrupted })
 	m("ce_marked", "ECN-capable frames marked Congestion Experienced", func(c LinkCounters) uint64 { return c.CEMarked })
+	m("escaped", "frames that arrived on an interface queue without the emulator's socket (lost, never emulated)",
+		func(c LinkCounters) uint64 { return c.Escaped })
 	return l
 }
 

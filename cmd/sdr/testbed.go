@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/units"
@@ -55,6 +56,7 @@ type testbedFlags struct {
 	count                      int
 	code                       string
 	mtu, chunk, channels       int
+	queues                     int
 	timeout                    time.Duration
 	json, quiet                bool
 }
@@ -77,6 +79,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.schemes, "schemes", "", "`schemes`, comma-separated: rc (NIC go-back-N), uc (no reliability), sr-rto, sr-nack, ec, hybrid, auto; ec and hybrid optionally with their code, e.g. ec-xor(8,2) (else -code)")
 	fs.StringVar(&f.code, "code", "", "erasure `code` of ec and hybrid: mds(k,m) or xor(k,m)")
 	fs.IntVar(&f.mtu, "mtu", 0, "path MTU")
+	fs.IntVar(&f.queues, "queues", 1, "RX and TX `queues` per veth of -carrier netns: the hosts' QPs spread over them as RSS spreads them on a multi-queue NIC")
 	fs.IntVar(&f.chunk, "c", 0, "chunk size in bytes (a multiple of the MTU, at most 64 MTUs)")
 	fs.IntVar(&f.channels, "channels", 0, "transport QPs per SDR QP")
 	fs.DurationVar(&f.timeout, "timeout", 0, "how long one transfer may take before it counts as not completed")
@@ -96,9 +99,13 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sdr testbed: %v\n", err)
 		return exitUsage
 	}
+	if f.queues < 1 || f.queues > xsk.MaxQueues || (f.queues > 1 && f.carrier != "netns") {
+		fmt.Fprintf(stderr, "sdr testbed: -queues %d: 1 … %d, and more than 1 needs -carrier netns\n", f.queues, xsk.MaxQueues)
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	net, why, err := openNetwork(f.carrier, sc.MTU)
+	net, why, err := openNetwork(f.carrier, sc.MTU, f.queues)
 	if err != nil {
 		fmt.Fprintf(stderr, "sdr testbed: %v\n", err)
 		return exitFault
@@ -246,16 +253,15 @@ func (f *testbedFlags) scenario() (scenario.Scenario, error) {
 
 // openNetwork returns the carrier asked for; auto falls back to the pipe
 // when namespaces cannot be built, and why says so.
-func openNetwork(carrier string, mtu int) (net scenario.Network, why string, err error) {
-	switch carrier {
-	case "pipe":
+func openNetwork(carrier string, mtu, queues int) (net scenario.Network, why string, err error) {
+	if carrier == "pipe" {
 		return &scenario.Pipe{}, "", nil
 	}
 	// Name the capabilities a user lacks rather than fail on an EPERM
 	// half-way through building namespaces.
 	err = caps.Check(caps.Testbed, "-carrier netns", hostnet.RunDir)
 	if err == nil {
-		net, err = scenario.NewNamespaces(mtu)
+		net, err = scenario.NewNamespaces(mtu, queues)
 	}
 	switch {
 	case err == nil:

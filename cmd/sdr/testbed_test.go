@@ -103,14 +103,40 @@ func TestTestbedPipe(t *testing.T) {
 }
 
 // TestTestbedNamespaces runs the scenario between namespaces through the
-// AF_XDP link emulator, and leaves nothing behind (TestMain's check).
+// AF_XDP link emulator, over veths of four queues each (the hosts' QPs
+// spread over them as RSS spreads them), and leaves nothing behind
+// (TestMain's check): every transfer delivered, and the emulator's
+// counters account for every frame that reached it, none escaping it on
+// a queue it did not bind.
 func TestTestbedNamespaces(t *testing.T) {
 	privileged.Require(t)
-	dir, out, errOut := testbedRun(t, "-carrier", "netns")
+	dir, out, errOut := testbedRun(t, "-carrier", "netns", "-queues", "4")
 	if !strings.Contains(out, "link emulator") || !strings.Contains(errOut, "[ 3/3]") {
 		t.Errorf("carrier or progress missing:\n%s\n%s", out, errOut)
 	}
 	checkTestbedReport(t, dir, out)
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep scenario.Report
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Links) != 1 {
+		t.Fatalf("results.json: %v, %d links", err, len(rep.Links))
+	}
+	for _, c := range []*scenario.LinkCounters{rep.Links[0].Forward, rep.Links[0].Reverse} {
+		// The counters are read as the last point ends: its last frames
+		// may still wait in the emulated link, in no count yet.
+		waiting := func() int64 {
+			return int64(c.Frames+c.Duplicated) - int64(c.Delivered+c.Lost+c.QueueDrops+c.OtherDrops)
+		}
+		if c == nil || c.Frames == 0 || c.Escaped != 0 || waiting() < 0 || waiting() > 64 {
+			t.Errorf("link counters %v (delivered %d, duplicated %d, escaped %d): want every frame in the emulator's accounts (at most a few still waiting), none escaped",
+				c, c.Delivered, c.Duplicated, c.Escaped)
+		}
+	}
+	if code, _, errOut := runSDR("testbed", "-carrier", "pipe", "-queues", "4"); code != exitUsage {
+		t.Errorf("-queues over the pipe: exit %d (%s), want a usage error", code, errOut)
+	}
 }
 
 // signalWriter sends the process SIGINT once what is written to it

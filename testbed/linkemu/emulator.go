@@ -122,9 +122,14 @@ type Counters struct {
 	CEMarked                  uint64 // ECN-capable frames marked CE
 	TXRingFull                uint64 // TX batches that found the ring too full to take them at once
 	TXErrors                  uint64 // TX flushes that failed (a stalled ring); their frames stay queued
-	// The kernel's counters of the ingress socket: frames dropped before
+	// The kernel's counters of the ingress sockets: frames dropped before
 	// the emulator saw them (RX ring or fill ring out of room).
 	KernelRXDropped, KernelRXRingFull, KernelFillRingEmpty uint64
+	// Escaped counts the frames the ingress interface's XDP program found
+	// no socket for (a queue the emulator did not bind): passed to the wan
+	// namespace's kernel, never emulated, lost. Every queue is bound, so
+	// it stays 0; it is here to show that.
+	Escaped uint64
 }
 
 // Emulator forwards every frame between two interfaces through a link
@@ -327,6 +332,9 @@ func (e *Emulator) Counters(d Dir) Counters {
 	case <-e.closed:
 		return c // the socket's descriptor is closed, its number maybe reused
 	default:
+	}
+	if pc, err := e.sides[d].prog.Counters(); err == nil {
+		c.Escaped = pc.NoSocket
 	}
 	for _, in := range f.in {
 		if st, err := in.Stats(); err == nil {

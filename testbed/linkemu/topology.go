@@ -19,6 +19,9 @@ type TopologyConfig struct {
 	// 1500); MTU at most MaxMTU.
 	Subnet netip.Prefix
 	MTU    int
+	// Queues is hostnet.PairConfig's: RX and TX queues per veth (default
+	// 1). The emulator and the hosts' ports bind every one.
+	Queues int
 	// AB and BA configure the link from host A to host B and back.
 	AB, BA link.Config
 	// StaticNeighbors gives each host a permanent neighbour entry for the
@@ -45,10 +48,10 @@ type Topology struct {
 //
 // It builds testbed's switched pair and removes the bridge from the wan
 // namespace, so the hosts are set up exactly as every other testbed pair
-// (addresses, one queue per veth, MTU); the emulator takes the bridge's
+// (addresses, queues per veth, MTU); the emulator takes the bridge's
 // place on the same two veths.
 func NewTopology(cfg TopologyConfig) (*Topology, error) {
-	pair, err := hostnet.NewPair(hostnet.PairConfig{Subnet: cfg.Subnet, MTU: cfg.MTU, Switched: true})
+	pair, err := hostnet.NewPair(hostnet.PairConfig{Subnet: cfg.Subnet, MTU: cfg.MTU, Queues: cfg.Queues, Switched: true})
 	if err != nil {
 		return nil, fmt.Errorf("linkemu: topology: %w", err)
 	}

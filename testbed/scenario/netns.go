@@ -22,10 +22,12 @@ type Namespaces struct {
 }
 
 // NewNamespaces builds the topology, its interfaces sized for RoCE frames
-// of the given MTU (an Ethernet MTU of at least 1500, headers included),
-// with a clean link until Devices configures it. Close removes it all.
-func NewNamespaces(mtu int) (*Namespaces, error) {
-	topo, err := linkemu.NewTopology(linkemu.TopologyConfig{MTU: max(1500, mtu+128), StaticNeighbors: true})
+// of the given MTU (an Ethernet MTU of at least 1500, headers included)
+// with queues RX and TX queues each (at least one: a multi-queue host,
+// whose QPs spread over its queues as RSS spreads them), with a clean
+// link until Devices configures it. Close removes it all.
+func NewNamespaces(mtu, queues int) (*Namespaces, error) {
+	topo, err := linkemu.NewTopology(linkemu.TopologyConfig{MTU: max(1500, mtu+128), Queues: queues, StaticNeighbors: true})
 	if err != nil {
 		return nil, fmt.Errorf("scenario: namespaces: %w", err)
 	}
@@ -79,7 +81,7 @@ func (n *Namespaces) Counters() (forward, reverse LinkCounters) {
 	conv := func(c linkemu.Counters) LinkCounters {
 		return LinkCounters{Frames: c.FramesIn, Delivered: c.Forwarded, Lost: c.DroppedLoss, QueueDrops: c.DroppedQueue,
 			OtherDrops: c.DroppedMTU + c.DroppedNoBuffer + c.DroppedOversize + c.DroppedTX + c.KernelRXDropped,
-			Duplicated: c.Duplicated, Corrupted: c.Corrupted, CEMarked: c.CEMarked}
+			Duplicated: c.Duplicated, Corrupted: c.Corrupted, CEMarked: c.CEMarked, Escaped: c.Escaped}
 	}
 	return conv(n.topo.Emulator.Counters(linkemu.AToB)), conv(n.topo.Emulator.Counters(linkemu.BToA))
 }

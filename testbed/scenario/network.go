@@ -33,11 +33,16 @@ type LinkCounters struct {
 	// any other reason (MTU, the carrier out of buffers or TX room).
 	Lost, QueueDrops, OtherDrops    uint64
 	Duplicated, Corrupted, CEMarked uint64
+	// Escaped frames reached the carrier where it could not take them
+	// (an interface queue the link emulator did not bind): lost outside
+	// the link model, so never in Frames.
+	Escaped uint64 `json:",omitempty"`
 }
 
 func (c LinkCounters) sub(d LinkCounters) LinkCounters {
 	return LinkCounters{c.Frames - d.Frames, c.Delivered - d.Delivered, c.Lost - d.Lost, c.QueueDrops - d.QueueDrops,
-		c.OtherDrops - d.OtherDrops, c.Duplicated - d.Duplicated, c.Corrupted - d.Corrupted, c.CEMarked - d.CEMarked}
+		c.OtherDrops - d.OtherDrops, c.Duplicated - d.Duplicated, c.Corrupted - d.Corrupted, c.CEMarked - d.CEMarked,
+		c.Escaped - d.Escaped}
 }
 
 // Counting is a Network that counts what its link does, in total over
