@@ -139,21 +139,27 @@ func newRawSockets(tb testing.TB, txCfg, rxCfg xsk.Config) (pair *hostnet.Pair, 
 // BenchmarkUCWriteImm runs emunictest.BenchUCWriteImm between two
 // namespaces joined by a veth pair, once over AF_XDP ports and once over
 // UDP ports on the same addresses, for the emunic/raw and xsk/udp ratios;
-// over AF_XDP also at the large messages sdr write-bw is compared at.
+// over AF_XDP also at the large messages sdr write-bw is compared at, and
+// on veths of two queues (xsk-2q: the port's Group over both; what the
+// multi-queue path costs a stream).
 func BenchmarkUCWriteImm(b *testing.B) {
-	sizes := map[string][]int{"xsk": {1024, 64 << 10, 1 << 20, 8 << 20}, "udp": {1024, 64 << 10}}
-	for _, kind := range []string{"xsk", "udp"} {
+	sizes := map[string][]int{"xsk": {1024, 64 << 10, 1 << 20, 8 << 20}, "xsk-2q": {1024, 64 << 10}, "udp": {1024, 64 << 10}}
+	for _, kind := range []string{"xsk", "xsk-2q", "udp"} {
 		for _, size := range sizes[kind] {
 			b.Run(fmt.Sprintf("%s/%dB", kind, size), func(b *testing.B) {
 				privileged.Require(b)
-				pair, err := hostnet.NewPair(hostnet.PairConfig{})
+				queues := 1
+				if kind == "xsk-2q" {
+					queues = 2
+				}
+				pair, err := hostnet.NewPair(hostnet.PairConfig{Queues: queues})
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { pair.Close() })
 				var hosts []*emunictest.Host
 				for _, h := range []*hostnet.Host{pair.A, pair.B} {
-					if kind == "xsk" {
+					if kind != "udp" {
 						hosts = append(hosts, emunictest.NewXSKHost(b, h, xsk.PortConfig{}, nil))
 						continue
 					}
