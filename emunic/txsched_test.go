@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
@@ -13,129 +14,109 @@ import (
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-// TestPacedQPIsolation runs, on real time over the pipe, an RC QP paced at
-// 8 Mbit/s beside an unpaced UC ping-pong on the same two devices. The
-// paced QP's ACKs reach its device's receive goroutine, which pumps it: a
-// pacer that slept there would stall every QP of the device. The unpaced
-// pair's median round trip must grow by less than 1 ms while the paced
-// transfer runs, and the paced frames must leave at 8 Mbit/s ± 5 %. The
-// test shares a busy machine (under -race, beside other packages' tests):
-// what a stall of it could fail is judged by cause and effect, or measured
-// again, rather than against a short wall-clock bound.
+// TestPacedQPIsolation runs, on synctest's fake clock over the pipe, an
+// RC QP paced at 8 Mbit/s beside an unpaced UC ping-pong on the same two
+// devices. The paced QP's ACKs reach its device's receive goroutine, which
+// pumps it: a pacer that slept there would stall every QP of the device.
+// On the fake clock time moves only while every goroutine waits, so an
+// unpaced round trip that waits for nothing takes no time at all, and one
+// held behind the pacer takes a share of its 1.1 ms frame interval: the
+// unpaced pair's median round trip must not grow while the paced transfer
+// runs. The paced frames must leave at 8 Mbit/s ± 5 % in every window of a
+// quarter of them. Neither claim depends on how busy the machine is.
 func TestPacedQPIsolation(t *testing.T) {
-	const rate, size, messages = 8e6, 1024, 200
-	frameLen := writeImmFrameLen(t, size)
-	pipeA, pipeB := emunic.NewPipe(emunic.PipeConfig{})
-	port := &countingPort{Port: pipeA, timed: frameLen}
-	a, b := newHost(t, port, "10.0.0.1", 1), newHost(t, pipeB, "10.0.0.2", 2)
-	// The paced pair has CQs of its own on the same devices.
-	pa, err := emunictest.Attach(a.Dev, emunictest.CQDepth, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb, err := emunictest.Attach(b.Dev, emunictest.CQDepth, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa, qb := pa.QP(t, emunic.RC), pb.QP(t, emunic.RC)
-	emunictest.Connect(t, pa, qa, pb, qb, 1024, emunic.QPAttr{RateLimit: rate})
-	src, dst := pa.MR(t, make([]byte, size)), pb.MR(t, make([]byte, size))
-	for range messages {
-		if err := qb.PostRecv(emunic.RecvWR{}); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		const rate, size, messages = 8e6, 1024, 200
+		frameLen := writeImmFrameLen(t, size)
+		pipeA, pipeB := emunic.NewPipe(emunic.PipeConfig{})
+		port := &countingPort{Port: pipeA, timed: frameLen}
+		a, b := newHost(t, port, "10.0.0.1", 1), newHost(t, pipeB, "10.0.0.2", 2)
+		// The paced pair has CQs of its own on the same devices.
+		pa, err := emunictest.Attach(a.Dev, emunictest.CQDepth, false)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	ping := emunictest.NewPingPong(t, a, b, 64)
-	baseline := emunictest.Percentile(ping.Run(t, 30), 50)
-
-	acks := a.Dev.Stats().Get(emunic.RxACKs)
-	for i := range messages {
-		wr := emunic.SendWR{ID: uint64(i), Op: emunic.OpWriteImm, Unsignaled: i < messages-1, RemoteAddr: dst.Addr(),
-			RKey: dst.RKey(), SGL: []emunic.SGE{{Addr: src.Addr(), Length: size, LKey: src.LKey()}}}
-		if err := qa.PostSend(wr); err != nil {
+		pb, err := emunictest.Attach(b.Dev, emunictest.CQDepth, false)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	posted := time.Now()
-	// Fence: the paced QP's ACKs reach A's receive goroutine (which pumps
-	// it) before the ping-pong is measured.
-	for a.Dev.Stats().Get(emunic.RxACKs) == acks {
-		time.Sleep(100 * time.Microsecond)
-	}
-	// The best of up to three loaded medians: a pacer sleeping on the
-	// receive goroutine slows every round trip of every try (a frame
-	// leaves every 1.1 ms), a stall of the machine one try.
-	var loaded time.Duration
-	for try := range 3 {
-		m := emunictest.Percentile(ping.Run(t, 30), 50)
-		if try == 0 || m < loaded {
-			loaded = m
+		qa, qb := pa.QP(t, emunic.RC), pb.QP(t, emunic.RC)
+		emunictest.Connect(t, pa, qa, pb, qb, 1024, emunic.QPAttr{RateLimit: rate})
+		src, dst := pa.MR(t, make([]byte, size)), pb.MR(t, make([]byte, size))
+		for range messages {
+			if err := qb.PostRecv(emunic.RecvWR{}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if loaded-baseline < time.Millisecond {
-			break
-		}
-	}
-	var cqes [messages]emunic.CQE
-	got := pb.RecvCQ.Poll(cqes[:])
-	if got >= messages {
-		t.Fatalf("the paced transfer ended (%d of %d messages) before the ping-pong did: nothing overlapped", got, messages)
-	}
-	if loaded-baseline >= time.Millisecond {
-		t.Errorf("a QP paced at 8 Mbit/s raised the unpaced pair's median round trip from %v to %v", baseline, loaded)
-	}
+		ping := emunictest.NewPingPong(t, a, b, 64)
+		baseline := emunictest.Percentile(ping.Run(t, 30), 50)
 
-	for ; got < messages; got++ {
-		if c := emunictest.WaitCQE(t, pb.RecvCQ); c.Status != emunic.StatusSuccess {
-			t.Fatalf("paced message: %+v", c)
+		acks := a.Dev.Stats().Get(emunic.RxACKs)
+		postStart := time.Now()
+		for i := range messages {
+			wr := emunic.SendWR{ID: uint64(i), Op: emunic.OpWriteImm, Unsignaled: i < messages-1, RemoteAddr: dst.Addr(),
+				RKey: dst.RKey(), SGL: []emunic.SGE{{Addr: src.Addr(), Length: size, LKey: src.LKey()}}}
+			if err := qa.PostSend(wr); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	if c := emunictest.WaitCQE(t, pa.SendCQ); c.Status != emunic.StatusSuccess || c.WRID != messages-1 {
-		t.Fatalf("paced send completion: %+v", c)
-	}
-	// The rate: when the device handed the paced frames to the port. The
-	// bucket starts empty (no initial burst) and catches up after a late
-	// turn, so a stall of this shared host's scheduler shorter than the
-	// bucket (32 frames of MTU + 256 bytes: 37 of these) delays frames
-	// without changing the rate; the median over windows of a quarter of
-	// the frames measures the pacer rather than one late frame. A longer
-	// stall loses tokens and is followed by a bucket's burst: windows
-	// across such a gap, or starting within a bucket's frames after it,
-	// are left out.
-	sent := port.sent()
-	if len(sent) != messages {
-		t.Fatalf("%d paced frames seen at the port, want %d", len(sent), messages)
-	}
-	// Posting does not wait for the pacer: the posts returned before a
-	// quarter of the frames had left (at 8 Mbit/s 1.1 ms apart, from an
-	// empty bucket: 55 ms), where a PostSend that waited for tokens would
-	// have returned after all but the last left, and one that waited half
-	// a millisecond a post, or once 100 were queued, after 90 or more.
-	if quarter := sent[messages/4]; !posted.Before(quarter) {
-		t.Errorf("posting %d paced messages returned %v after frame %d left", messages, posted.Sub(quarter), messages/4)
-	}
-	const window, bucketBytes = messages / 4, 32 * (1024 + 256)
-	bucketFrames := bucketBytes/frameLen + 1
-	stall := time.Duration(bucketBytes * 8 / rate * float64(time.Second))
-	rates := make([]float64, 0, messages-window)
-	for i := range messages - window {
-		stalled := false
-		for k := max(1, i-bucketFrames); k <= i+window; k++ {
-			stalled = stalled || sent[k].Sub(sent[k-1]) > stall
+		posted := time.Now()
+		// Fence: the paced QP's ACKs reach A's receive goroutine (which pumps
+		// it) before the ping-pong is measured.
+		for a.Dev.Stats().Get(emunic.RxACKs) == acks {
+			time.Sleep(100 * time.Microsecond)
 		}
-		if !stalled {
+		rtts := ping.Run(t, 30)
+		loaded := emunictest.Percentile(rtts, 50)
+		var cqes [messages]emunic.CQE
+		got := pb.RecvCQ.Poll(cqes[:])
+		if got >= messages {
+			t.Fatalf("the paced transfer ended (%d of %d messages) before the ping-pong did: nothing overlapped", got, messages)
+		}
+		if loaded > baseline {
+			t.Errorf("a QP paced at 8 Mbit/s raised the unpaced pair's median round trip on the fake clock from %v to %v (max %v)",
+				baseline, loaded, slices.Max(rtts))
+		}
+
+		for ; got < messages; got++ {
+			if c := emunictest.WaitCQE(t, pb.RecvCQ); c.Status != emunic.StatusSuccess {
+				t.Fatalf("paced message: %+v", c)
+			}
+		}
+		if c := emunictest.WaitCQE(t, pa.SendCQ); c.Status != emunic.StatusSuccess || c.WRID != messages-1 {
+			t.Fatalf("paced send completion: %+v", c)
+		}
+		// The rate: when the device handed the paced frames to the port. The
+		// bucket starts empty (no initial burst); on the fake clock no turn
+		// of the pacer is late, so every window of a quarter of the frames
+		// measures the pacer.
+		sent := port.sent()
+		if len(sent) != messages {
+			t.Fatalf("%d paced frames seen at the port, want %d", len(sent), messages)
+		}
+		// Posting does not wait for the pacer: the posts returned before the
+		// first frame left after them (at 8 Mbit/s 1.1 ms apart, from an
+		// empty bucket, the second leaves 1.1 ms after the first), where a
+		// PostSend that waited for tokens would have returned after all but
+		// the last left. On the fake clock posting takes no time.
+		if posted != postStart {
+			t.Errorf("posting %d paced messages took %v on the fake clock: a post waited", messages, posted.Sub(postStart))
+		}
+		if !posted.Before(sent[1]) {
+			t.Errorf("posting %d paced messages returned %v after frame 1 left", messages, posted.Sub(sent[1]))
+		}
+		const window = messages / 4
+		rates := make([]float64, 0, messages-window)
+		for i := range messages - window {
 			rates = append(rates, float64(window*frameLen*8)/sent[i+window].Sub(sent[i]).Seconds())
 		}
-	}
-	if len(rates) < (messages-window)/3 {
-		t.Fatalf("%d of %d windows of paced frames without a gap over %v: too few to judge the rate", len(rates), messages-window, stall)
-	}
-	slices.Sort(rates)
-	measured := rates[len(rates)/2]
-	if measured < rate*0.95 || measured > rate*1.05 {
-		t.Errorf("paced QP: %d-byte frames left at %.3f Mbit/s (median of %d-frame windows; overall %.3f), want %.1f ± 5 %%",
-			frameLen, measured/1e6, window, float64((messages-1)*frameLen*8)/sent[messages-1].Sub(sent[0]).Seconds()/1e6, rate/1e6)
-	}
-	t.Logf("median RTT %v unloaded, %v beside the paced QP; paced rate %.3f Mbit/s", baseline, loaded, measured/1e6)
+		lo, hi := slices.Min(rates), slices.Max(rates)
+		if lo < rate*0.95 || hi > rate*1.05 {
+			t.Errorf("paced QP: %d-byte frames left at %.3f–%.3f Mbit/s (%d-frame windows; overall %.3f), want %.1f ± 5 %%",
+				frameLen, lo/1e6, hi/1e6, window, float64((messages-1)*frameLen*8)/sent[messages-1].Sub(sent[0]).Seconds()/1e6, rate/1e6)
+		}
+		t.Logf("median RTT %v unloaded, %v beside the paced QP (fake clock); paced rate %.3f–%.3f Mbit/s", baseline, loaded, lo/1e6, hi/1e6)
+	})
 }
 
 // writeImmFrameLen is the length of an IPv4 RC WRITE ONLY with immediate

@@ -311,8 +311,19 @@ func TestDriverSendBacklog(t *testing.T) {
 			}()
 			start := time.Now()
 			_, err := e.s.Write(ctx, make([]byte, 1<<20), 7)
-			if took := time.Since(start); !errors.Is(err, context.Canceled) || took >= time.Second {
-				t.Fatalf("write canceled while every send is refused: %v after %v, want context.Canceled before the %v a refusal is waited out", err, took, time.Second)
+			// The error alone does not tell: a Write whose cancel the loop
+			// left waiting reports context.Canceled too, once the refused
+			// head fails on its own after RetryFor. What does is returning
+			// before then; a prompt cancel takes a few channel operations
+			// and at most one 10 ms backoff, so only a stall of the machine
+			// of the whole RetryFor could fail a loop that is right.
+			took := time.Since(start)
+			t.Logf("write canceled while every send is refused: %v after %v", err, took)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("write canceled while every send is refused: %v, want context.Canceled", err)
+			}
+			if took >= reliability.RetryFor {
+				t.Fatalf("write canceled while every send is refused returned after %v: the loop waited the refusals out (%v)", took, reliability.RetryFor)
 			}
 			if err := <-readErr; !errors.Is(err, context.Canceled) {
 				t.Fatalf("canceled read: %v", err)
@@ -530,31 +541,49 @@ func TestDriversOverUDP(t *testing.T) {
 // (startup's doubling may overshoot for a round trip or two before the
 // queue shows; an unpaced sender overruns the bottleneck, and the queue
 // then drops most of what it is offered) — and the random loss does not
-// hold the rate down (the pacing rate ends above 40 % of the
-// bottleneck's).
+// hold the rate down: the pacing rate ends above 40 % of the rate a
+// calibration reached, the same transfer over the same link without the
+// random loss, on a connection of its own, earlier in the same run. On an
+// idle machine that is the bottleneck's 100 Mbit/s (the calibration's
+// rate counts up to it); a machine too busy to carry that sets the
+// calibration's rate, and this run's, lower alike. A controller that cut
+// on loss would sit near its 1 Mbit/s floor. (Load cannot raise the queue
+// drops: a machine that falls behind sends slower, not faster.)
 func TestPacesToBottleneck(t *testing.T) {
-	cfg, err := link.ParseConfig("rate=100Mbit,delay=5ms,loss=1%,queue=1MB")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ab, ba := mustLink(t, cfg, 21), mustLink(t, cfg, 22)
-	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
-	e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
-		sdr.QPAttr{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
+	const bottleneck = 100e6
 	const size = 8 << 20
-	start := time.Now()
-	sent, _ := transfer(t, e, size, 1, 1)
-	el := time.Since(start)
-	c := ab.Counters()
-	t.Logf("8 MiB in %v (%.1f Mbit/s), pacing at %.1f Mbit/s; link: %d frames, %d lost at random, %d queue drops",
-		el.Round(time.Millisecond), size*8/el.Seconds()/1e6, sent.PacingRate/1e6, c.Sent, c.Lost, c.QueueDrops)
+	run := func(spec string, seed uint64) (reliability.Stats, link.Counters) {
+		t.Helper()
+		cfg, err := link.ParseConfig(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ab, ba := mustLink(t, cfg, seed), mustLink(t, cfg, seed+1)
+		pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
+		e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+			sdr.QPAttr{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
+		start := time.Now()
+		sent, _ := transfer(t, e, size, 1, 1)
+		el := time.Since(start)
+		c := ab.Counters()
+		t.Logf("%s: 8 MiB in %v (%.1f Mbit/s), pacing at %.1f Mbit/s; link: %d frames, %d lost at random, %d queue drops",
+			spec, el.Round(time.Millisecond), size*8/el.Seconds()/1e6, sent.PacingRate/1e6, c.Sent, c.Lost, c.QueueDrops)
+		return sent, c
+	}
+	calib, _ := run("rate=100Mbit,delay=5ms,queue=1MB", 23)
+	sent, c := run("rate=100Mbit,delay=5ms,loss=1%,queue=1MB", 21)
 	if c.QueueDrops*50 > c.Sent {
 		t.Errorf("%d queue drops of %d frames: the sender overran the bottleneck", c.QueueDrops, c.Sent)
 	}
 	// About one chunk in 25 is lost, several every round trip: a
 	// controller that cut on loss would sit near its 1 Mbit/s floor.
-	if sent.PacingRate < 40e6 {
-		t.Errorf("pacing at %.1f Mbit/s on a 100 Mbit/s path with 1 %% random loss: the loss held the rate down", sent.PacingRate/1e6)
+	reached := min(bottleneck, calib.PacingRate)
+	if reached < bottleneck {
+		t.Logf("the calibration reached %.1f Mbit/s, below the bottleneck: judging against what this machine carried", reached/1e6)
+	}
+	if sent.PacingRate < 0.4*reached {
+		t.Errorf("pacing at %.1f Mbit/s on a 100 Mbit/s path with 1 %% random loss, %.1f without it: the loss held the rate down",
+			sent.PacingRate/1e6, calib.PacingRate/1e6)
 	}
 }
 

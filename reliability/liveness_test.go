@@ -61,59 +61,75 @@ func cutPair(t *testing.T, cfg reliability.ReceiverConfig) (*cutEndpoints, *atom
 	return e, &cut
 }
 
-// within fails t unless err is ErrPeerGone and came no later than bound
-// after start.
-func within(t *testing.T, what string, err error, start time.Time, bound time.Duration) {
+// gone fails t unless err is ErrPeerGone. The call that returned it ran
+// under a context whose deadline is the claim's bound: a call that had
+// waited that long would have failed with the context's error instead, so
+// the bound holds without a wall-clock assertion a busy machine could
+// break. took is logged only.
+func gone(t *testing.T, what string, err error, took time.Duration) {
 	t.Helper()
-	took := time.Since(start)
 	t.Logf("%s: %v after %v", what, err, took.Round(time.Millisecond))
 	if !errors.Is(err, reliability.ErrPeerGone) {
-		t.Errorf("%s: %v, want ErrPeerGone", what, err)
-	}
-	if took > bound {
-		t.Errorf("%s failed after %v, want within %v", what, took, bound)
+		t.Errorf("%s: %v, want ErrPeerGone before its context's deadline", what, err)
 	}
 }
 
+// detectWithin is how long after a path goes silent a Write or Read may
+// take to fail with ErrPeerGone, for a connection of timeout timeout: the
+// timeout itself, with room for a busy machine (the liveness check runs on
+// the engines' goroutines); a peer never declared gone, or declared gone
+// only after several timeouts, meets the context's deadline instead.
+func detectWithin(timeout time.Duration) time.Duration { return 3 * timeout }
+
 // TestPeerSilentBetweenTransfers: after one transfer completes the path
 // goes silent both ways (the peer died between transfers). The sender's
-// next Write and the receiver's next Read, each under a context of a
-// minute, fail with ErrPeerGone within Config.Timeout + 1 s; so does a
-// Write after that, at once.
+// next Write and the receiver's next Read fail with ErrPeerGone under a
+// context of detectWithin(Config.Timeout); a Write after that fails with
+// it under a context of Timeout/2: at once, from what the sender
+// remembers, not by waiting out a Timeout of its own.
 func TestPeerSilentBetweenTransfers(t *testing.T) {
 	const timeout = 2 * time.Second
 	e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
 	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
 	cut.Store(true)
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), detectWithin(timeout))
 	defer cancel()
 	read := readAsync(ctx, e.r, 1000)
 	_, err := e.s.Write(ctx, make([]byte, 1000), 2)
-	within(t, "write", err, start, timeout+time.Second)
-	within(t, "read", <-read, start, timeout+time.Second)
+	gone(t, "write", err, time.Since(start))
+	gone(t, "read", <-read, time.Since(start))
 	start = time.Now()
-	_, err = e.s.Write(ctx, make([]byte, 1000), 3)
-	within(t, "a later write", err, start, 100*time.Millisecond)
+	later, cancelLater := context.WithTimeout(context.Background(), timeout/2)
+	defer cancelLater()
+	_, err = e.s.Write(later, make([]byte, 1000), 3)
+	gone(t, "a later write", err, time.Since(start))
 }
+
+// errTooLate cancels a context detectWithin after a cut.
+var errTooLate = errors.New("the peer was not declared gone in time")
 
 // TestPeerSilentMidTransfer: the path goes silent both ways once 2000
 // frames of a 16 MiB transfer (16 384 frames) have crossed; the sender's
-// Write and the receiver's Read fail within Config.Timeout + 1 s of the
-// cut.
+// Write and the receiver's Read fail with ErrPeerGone under a context
+// canceled detectWithin(Config.Timeout) after the cut.
 func TestPeerSilentMidTransfer(t *testing.T) {
 	const timeout = 2 * time.Second
 	var cutAt atomic.Int64
 	e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	frames := 0
 	e.cutAfter = func() { // runs under the forward direction's lock, in send order
 		if frames++; frames == 2000 {
 			cutAt.Store(time.Now().UnixNano())
 			cut.Store(true)
+			time.AfterFunc(detectWithin(timeout), func() { cancel(errTooLate) })
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	// Nothing waits forever if the cut never comes.
+	stop := time.AfterFunc(time.Minute, func() { cancel(context.DeadlineExceeded) })
+	defer stop.Stop()
 	const size = 16 << 20
 	read := readAsync(ctx, e.r, size)
 	_, err := e.s.Write(ctx, make([]byte, size), 1)
@@ -121,18 +137,20 @@ func TestPeerSilentMidTransfer(t *testing.T) {
 		t.Fatalf("the transfer ended (%v) before 2000 frames crossed", err)
 	}
 	start := time.Unix(0, cutAt.Load())
-	within(t, "write", err, start, timeout+time.Second)
-	within(t, "read", <-read, start, timeout+time.Second)
+	gone(t, "write", err, time.Since(start))
+	gone(t, "read", <-read, time.Since(start))
 }
 
 // TestCloseAbortsPeer: Close on one side fails the other side's pending
-// call at once (its CLOSE arrives within a round trip), and its later
-// calls fail too.
+// call with ErrPeerGone because of the CLOSE (not ErrTimeout), under a
+// context of Timeout/2 (the liveness timeout cannot have fired), and its
+// later calls fail too, at once: again under a context of Timeout/2.
 func TestCloseAbortsPeer(t *testing.T) {
-	cfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: 30 * time.Second}, Scheme: reliability.SRNACK}
+	const timeout = 30 * time.Second
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK}
 	e, _ := cutPair(t, cfg)                // never cut
 	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout/2)
 	defer cancel()
 	before := e.toSender.Counters().Sent
 	read := readAsync(ctx, e.r, 1000)
@@ -149,10 +167,16 @@ func TestCloseAbortsPeer(t *testing.T) {
 	if err := e.s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	within(t, "the receiver's pending read", <-read, start, time.Second)
+	err := <-read
+	gone(t, "the receiver's pending read", err, time.Since(start))
+	if errors.Is(err, reliability.ErrTimeout) {
+		t.Errorf("the receiver's pending read: %v: the liveness timeout, not the sender's CLOSE", err)
+	}
 	start = time.Now()
-	_, _, err := e.r.Read(ctx, make([]byte, 1000))
-	within(t, "a later read", err, start, 100*time.Millisecond)
+	later, cancelLater := context.WithTimeout(context.Background(), timeout/2)
+	defer cancelLater()
+	_, _, err = e.r.Read(later, make([]byte, 1000))
+	gone(t, "a later read", err, time.Since(start))
 }
 
 // TestConnectSilentPeer: a bootstrap peer that accepts and never answers
@@ -181,8 +205,12 @@ func TestConnectSilentPeer(t *testing.T) {
 	start := time.Now()
 	_, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.SenderConfig{})
 	took := time.Since(start)
-	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
-		t.Errorf("connect to a silent peer: %v after %v, want DeadlineExceeded at 300 ms", err, took)
+	t.Logf("connect to a silent peer: %v after %v", err, took.Round(time.Millisecond))
+	// The error names the deadline; the wall-clock bound only catches a
+	// connect that ignored its context and ended some other way, late (the
+	// peer closes after 5 s): loose enough for a busy machine.
+	if !errors.Is(err, context.DeadlineExceeded) || took >= 5*time.Second {
+		t.Errorf("connect to a silent peer: %v after %v, want DeadlineExceeded at 300 ms (not the peer's close at 5 s)", err, took)
 	}
 }
 
