@@ -172,7 +172,11 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 			return nil, "", nil, err
 		}
 		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr), DisableCongestionControl: f.NoCC})
-		return dev, fmt.Sprintf("emunic/xsk on %s (%v)", f.Iface, gid), port, err
+		mode := "copy mode: the driver has no zero-copy"
+		if port.ZeroCopy() {
+			mode = "zero-copy"
+		}
+		return dev, fmt.Sprintf("emunic/xsk on %s (%v), %d queues, %s", f.Iface, gid, port.Queues(), mode), port, err
 	case "udp":
 		if server && f.Params.Loss > 0 {
 			return nil, "", nil, fmt.Errorf("-loss needs -dev xsk or -loopback: %w", errUsage)
