@@ -185,14 +185,7 @@ func TestRunInterrupted(t *testing.T) {
 // sustained rate, which the models use, is still measured on transfers
 // long enough to reach it.
 func TestCalibrationRate(t *testing.T) {
-	sc := scenario.Scenario{
-		Name:    "calibration",
-		Links:   []scenario.LinkSpec{{Forward: "rate=100Mbit,delay=25ms"}},
-		Sizes:   []int{64 << 10},
-		Count:   1,
-		Schemes: []string{"uc"},
-		Timeout: scenario.Duration(10 * time.Second),
-	}
+	sc := calibrationScenario()
 	rep, err := scenario.Run(context.Background(), sc, &scenario.Pipe{}, scenario.Hooks{})
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +194,19 @@ func TestCalibrationRate(t *testing.T) {
 	// transfer per round trip shows 9.5 Mbit/s of the link's 100: the
 	// calibration must run on transfers long enough to fill the pipe.
 	checkCalibration(t, rep.Links[0], 4<<20, 100)
+}
+
+// calibrationScenario is one 64 KiB raw transfer on a clean 100 Mbit/s
+// path of 50 ms: a bandwidth-delay product of ten such transfers.
+func calibrationScenario() scenario.Scenario {
+	return scenario.Scenario{
+		Name:    "calibration",
+		Links:   []scenario.LinkSpec{{Forward: "rate=100Mbit,delay=25ms"}},
+		Sizes:   []int{64 << 10},
+		Count:   1,
+		Schemes: []string{"uc"},
+		Timeout: scenario.Duration(10 * time.Second),
+	}
 }
 
 // checkCalibration checks what a calibration did, not how fast this
@@ -225,14 +231,7 @@ func checkCalibration(t *testing.T, lr scenario.LinkResult, wantBytes int, linkM
 // clean 100 Mbit/s, 50 ms path, as a fraction of the link (rate/link):
 // how near the emulation comes to the link on this machine.
 func BenchmarkCalibration(b *testing.B) {
-	sc := scenario.Scenario{
-		Name:    "calibration",
-		Links:   []scenario.LinkSpec{{Forward: "rate=100Mbit,delay=25ms"}},
-		Sizes:   []int{64 << 10},
-		Count:   1,
-		Schemes: []string{"uc"},
-		Timeout: scenario.Duration(10 * time.Second),
-	}
+	sc := calibrationScenario()
 	var sum float64
 	for b.Loop() {
 		rep, err := scenario.Run(context.Background(), sc, &scenario.Pipe{}, scenario.Hooks{})
