@@ -19,19 +19,10 @@ const (
 // RoCEv2 frame keeps a valid ICRC. Any layer-4 protocol is marked alike.
 // It costs a few loads and stores and allocates nothing.
 func MarkCE(frame []byte) bool {
-	if len(frame) < EthernetHeaderLen {
+	etherType, ip, ok := frameL3(frame)
+	if !ok {
 		return false
 	}
-	l3 := EthernetHeaderLen
-	etherType := uint16(frame[12])<<8 | uint16(frame[13])
-	if etherType == EtherTypeVLAN {
-		if len(frame) < EthernetHeaderLen+VLANTagLen {
-			return false
-		}
-		l3 += VLANTagLen
-		etherType = uint16(frame[16])<<8 | uint16(frame[17])
-	}
-	ip := frame[l3:]
 	switch {
 	case etherType == EtherTypeIPv4 && len(ip) >= IPv4HeaderLen && ip[0]>>4 == 4:
 		ecn := ip[1] & 0b11

@@ -188,3 +188,56 @@ func SourcePortUD(qpn uint32) uint16 {
 	const goldenRatio32 = 0x61C88647
 	return uint16(0xC000 + (qpn*goldenRatio32)>>(32-14))
 }
+
+// frameL3 returns an Ethernet II frame's EtherType and what follows its
+// header and at most one 802.1Q tag; ok is false for a frame too short to
+// hold them.
+func frameL3(frame []byte) (etherType uint16, l3 []byte, ok bool) {
+	if len(frame) < EthernetHeaderLen {
+		return 0, nil, false
+	}
+	at := EthernetHeaderLen
+	etherType = uint16(frame[12])<<8 | uint16(frame[13])
+	if etherType == EtherTypeVLAN {
+		if len(frame) < EthernetHeaderLen+VLANTagLen {
+			return 0, nil, false
+		}
+		at += VLANTagLen
+		etherType = uint16(frame[16])<<8 | uint16(frame[17])
+	}
+	return etherType, frame[at:], true
+}
+
+// FrameSourcePort returns the UDP source port of an Ethernet frame that
+// carries UDP over IPv4 (not a fragment) or IPv6 (no extension headers),
+// the field a NIC's RSS hashes and RoCEv2 sets per QP; ok is false for any
+// other frame. It reads a few bytes, checks nothing else, and allocates
+// nothing: the AF_XDP port calls it per frame sent, to pick the frame's
+// transmit queue.
+func FrameSourcePort(frame []byte) (port uint16, ok bool) {
+	etherType, ip, ok := frameL3(frame)
+	if !ok {
+		return 0, false
+	}
+	var udp []byte
+	switch {
+	case etherType == EtherTypeIPv4 && len(ip) >= IPv4HeaderLen && ip[0]>>4 == 4:
+		h := IPv4(ip)
+		ihl := h.HeaderLen()
+		if ihl < IPv4HeaderLen || len(ip) < ihl || h.Protocol() != IPProtocolUDP || h.MoreFragments() || h.FragmentOffset() != 0 {
+			return 0, false
+		}
+		udp = ip[ihl:]
+	case etherType == EtherTypeIPv6 && len(ip) >= IPv6HeaderLen && ip[0]>>4 == 6:
+		if IPv6(ip).NextHeader() != IPProtocolUDP {
+			return 0, false
+		}
+		udp = ip[IPv6HeaderLen:]
+	default:
+		return 0, false
+	}
+	if len(udp) < UDPHeaderLen {
+		return 0, false
+	}
+	return UDP(udp).SrcPort(), true
+}
