@@ -13,6 +13,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/wire"
 )
 
 // PortConfig configures an AF_XDP port.
@@ -123,9 +124,9 @@ func NewPort(cfg PortConfig) (*Port, error) {
 	}
 	switch {
 	case queues > MaxQueues:
-		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, queuesRefusal(cfg.Interface, active, MaxQueues))
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, QueuesRefusal(cfg.Interface, active, MaxQueues))
 	case queues < active && !cfg.Steered:
-		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, queuesRefusal(cfg.Interface, active, queues))
+		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, QueuesRefusal(cfg.Interface, active, queues))
 	}
 	// The device's MAC is the interface's: the program drops steered
 	// frames sent to any other (the receive filter of a NIC).
@@ -234,25 +235,14 @@ func (p *Port) Stats() (Stats, error) { return p.group.Stats() }
 func (p *Port) queueOf(flow uint16) int { return int(flow) % len(p.socks) }
 
 // frameQueue returns the transmit queue of a frame the device built:
-// that of its UDP source port (queue 0 for a frame that is not UDP over
-// IPv4 or IPv6 without options, which the device never sends).
+// that of its UDP source port (queue 0 for a frame without one, which the
+// device never sends).
 func (p *Port) frameQueue(f []byte) int {
-	if len(p.socks) == 1 || len(f) < 14 {
+	if len(p.socks) == 1 {
 		return 0
 	}
-	var at int
-	switch uint16(f[12])<<8 | uint16(f[13]) {
-	case 0x0800:
-		at = 14 + 20
-	case 0x86DD:
-		at = 14 + 40
-	default:
-		return 0
-	}
-	if len(f) < at+2 {
-		return 0
-	}
-	return p.queueOf(uint16(f[at])<<8 | uint16(f[at+1]))
+	port, _ := wire.FrameSourcePort(f)
+	return p.queueOf(port)
 }
 
 // Send queues frames for transmission on the interface, each on its
@@ -302,16 +292,36 @@ func (p *Port) sendQueue(q int, frames [][]byte) (int, error) {
 // returnForeign gives the chunks that other queues than q lent for frames
 // back to their queues.
 func (p *Port) returnForeign(q int, frames [][]byte) {
-	if len(p.socks) == 1 {
-		return
+	if len(p.socks) > 1 {
+		p.returnLent(frames, q)
 	}
-	for _, f := range frames {
-		for o, s := range p.socks {
-			if o != q && s.owns(f) {
-				s.Return([][]byte{f})
-			}
+}
+
+// returnLent gives lent chunks back to the queues that lent them, except
+// to queue skip (-1: none): one Return, one lock, per run of chunks of one
+// queue. Buffers no queue lent are ignored.
+func (p *Port) returnLent(bufs [][]byte, skip int) {
+	for start := 0; start < len(bufs); {
+		owner := p.owner(bufs[start])
+		end := start + 1
+		for end < len(bufs) && p.owner(bufs[end]) == owner {
+			end++
+		}
+		if owner >= 0 && owner != skip {
+			p.socks[owner].Return(bufs[start:end])
+		}
+		start = end
+	}
+}
+
+// owner returns the queue whose UMEM b lies in, or -1.
+func (p *Port) owner(b []byte) int {
+	for q, s := range p.socks {
+		if _, ok := s.offset(b); ok {
+			return q
 		}
 	}
+	return -1
 }
 
 func (p *Port) flusher() {
@@ -346,14 +356,11 @@ func (p *Port) LendTx(flow uint16, bufs [][]byte) int { return p.socks[p.queueOf
 
 // ReturnTx takes back lent chunks that carry no frame.
 func (p *Port) ReturnTx(bufs [][]byte) {
-	for _, b := range bufs {
-		for _, s := range p.socks {
-			if s.owns(b) {
-				s.Return([][]byte{b})
-				break
-			}
-		}
+	if len(p.socks) == 1 {
+		p.socks[0].Return(bufs)
+		return
 	}
+	p.returnLent(bufs, -1)
 }
 
 // TxBufferSize returns the size of a lent chunk.

@@ -69,9 +69,10 @@ func channels(ifname string) (int, error) {
 	return int(ch.CombinedCount + ch.RxCount), nil
 }
 
-// queuesRefusal explains why n receive queues of ifname cannot all be
-// bound when at most limit can, and how to fix it.
-func queuesRefusal(ifname string, n, limit int) error {
+// QueuesRefusal is the error (wrapping ErrQueues) for an interface whose
+// n receive queues cannot all be bound when at most limit can: it says how
+// to fix that.
+func QueuesRefusal(ifname string, n, limit int) error {
 	return fmt.Errorf("%w: %s has %d receive queues and a port binds at most %d; "+
 		"reduce them (ethtool -L %s combined %d) or steer RoCEv2 to the bound ones "+
 		"(ethtool -N %s flow-type udp4 dst-port 4791 action 0)",
@@ -79,8 +80,8 @@ func queuesRefusal(ifname string, n, limit int) error {
 }
 
 // Group receives from the sockets of several queues of one interface as
-// from one: the link emulator's forwarders and a port whose device runs
-// one receive goroutine read every queue through it. It owns the
+// from one: a Port's device runs one receive goroutine, which reads every
+// queue through it. It owns the
 // sockets: Close closes them. Receive is serialized by mu, which Close
 // also takes before it closes a socket, so a socket's rings are never
 // unmapped under a Receive.
@@ -114,9 +115,6 @@ func NewGroup(socks []*Socket, busyPoll time.Duration) (*Group, error) {
 	g.fds = append(g.fds, unix.PollFd{Fd: int32(wake), Events: unix.POLLIN})
 	return g, nil
 }
-
-// Sockets returns the group's sockets, one per queue.
-func (g *Group) Sockets() []*Socket { return g.socks }
 
 // Receive waits until frames arrive on any of the group's queues and
 // copies up to len(bufs) of them from one queue into bufs, their lengths
@@ -172,9 +170,12 @@ func (g *Group) RXBacklog() float64 {
 }
 
 // Stats returns the kernel's counters summed over the group's sockets.
-func (g *Group) Stats() (Stats, error) {
+func (g *Group) Stats() (Stats, error) { return SumStats(g.socks) }
+
+// SumStats returns the kernel's counters of socks, summed.
+func SumStats(socks []*Socket) (Stats, error) {
 	var sum Stats
-	for _, s := range g.socks {
+	for _, s := range socks {
 		st, err := s.Stats()
 		if err != nil {
 			return sum, err

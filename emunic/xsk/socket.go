@@ -102,12 +102,11 @@ type Socket struct {
 	wake     int // eventfd that interrupts a blocked Receive on Close
 	busyPoll time.Duration
 	umem     []byte
-	// umemBase and umemLen locate the UMEM for owns, which reads them
+	// umemBase and umemLen locate the UMEM for offset, which reads them
 	// without a lock: they are set once, before the socket is shared.
 	umemBase  uintptr
 	umemLen   uintptr
 	frameSize uint64
-	queue     int
 	// received counts the frames Receive took off the RX ring (one
 	// atomic add per batch): per-queue counts for reports.
 	received atomic.Uint64
@@ -174,7 +173,7 @@ func Open(cfg Config) (*Socket, error) {
 	if err != nil {
 		return nil, permission("socket", err)
 	}
-	s := &Socket{fd: fd, txFD: -1, wake: -1, frameSize: uint64(cfg.FrameSize), queue: cfg.Queue, busyPoll: max(0, cfg.BusyPoll)}
+	s := &Socket{fd: fd, txFD: -1, wake: -1, frameSize: uint64(cfg.FrameSize), busyPoll: max(0, cfg.BusyPoll)}
 	if err := s.setup(cfg); err != nil {
 		s.Close()
 		return nil, err
@@ -310,21 +309,19 @@ func setsockopt(fd, opt int, val unsafe.Pointer, size uintptr) error {
 // FD returns the socket's file descriptor, for the XDP program's XSKMAP.
 func (s *Socket) FD() int { return s.fd }
 
-// Queue returns the interface queue the socket is bound to.
-func (s *Socket) Queue() int { return s.queue }
-
 // Received returns how many frames Receive has taken off the RX ring.
 func (s *Socket) Received() uint64 { return s.received.Load() }
 
-// owns reports whether b starts inside the socket's UMEM (a chunk it
-// lent), without a lock.
-func (s *Socket) owns(b []byte) bool {
+// offset returns where b starts in the socket's UMEM, and whether it
+// starts there at all, without a lock.
+func (s *Socket) offset(b []byte) (uint64, bool) {
 	if cap(b) == 0 {
-		return false
+		return 0, false
 	}
 	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - s.umemBase // wraps around below the UMEM
-	return off < s.umemLen
+	return uint64(off), off < s.umemLen
 }
+
 
 // ZeroCopy reports whether the socket runs in zero-copy mode.
 func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
@@ -622,12 +619,8 @@ func (s *Socket) Return(bufs [][]byte) {
 // lentChunk returns the UMEM address of the lent chunk that b starts, if
 // it starts one. Caller holds txMu.
 func (s *Socket) lentChunk(b []byte) (uint64, bool) {
-	if cap(b) == 0 || s.umem == nil {
-		return 0, false
-	}
-	// Below the UMEM the difference wraps around to beyond it.
-	off := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - uintptr(unsafe.Pointer(unsafe.SliceData(s.umem))))
-	if off >= uint64(len(s.umem)) || off%s.frameSize != 0 || !s.lent[off/s.frameSize] {
+	off, ok := s.offset(b)
+	if !ok || s.umem == nil || off%s.frameSize != 0 || !s.lent[off/s.frameSize] {
 		return 0, false
 	}
 	return off, true

@@ -218,8 +218,7 @@ func openSide(name string) (*side, error) {
 		return nil, fmt.Errorf("linkemu: %w", err)
 	}
 	if queues > xsk.MaxQueues {
-		return nil, fmt.Errorf("linkemu: %s has %d receive queues, at most %d: %w (ethtool -L %s combined %d)",
-			name, queues, xsk.MaxQueues, xsk.ErrQueues, name, xsk.MaxQueues)
+		return nil, fmt.Errorf("linkemu: %w", xsk.QueuesRefusal(name, queues, xsk.MaxQueues))
 	}
 	s := &side{ifname: name}
 	if s.prog, err = ebpf.Load(ebpf.Options{AllFrames: true}); err != nil {
@@ -336,12 +335,8 @@ func (e *Emulator) Counters(d Dir) Counters {
 	if pc, err := e.sides[d].prog.Counters(); err == nil {
 		c.Escaped = pc.NoSocket
 	}
-	for _, in := range f.in {
-		if st, err := in.Stats(); err == nil {
-			c.KernelRXDropped += st.Rx_dropped
-			c.KernelRXRingFull += st.Rx_ring_full
-			c.KernelFillRingEmpty += st.Rx_fill_ring_empty_descs
-		}
+	if st, err := xsk.SumStats(f.in); err == nil {
+		c.KernelRXDropped, c.KernelRXRingFull, c.KernelFillRingEmpty = st.Rx_dropped, st.Rx_ring_full, st.Rx_fill_ring_empty_descs
 	}
 	return c
 }
