@@ -323,16 +323,23 @@ func (qp *QP) frameTemplate(gid netip.Addr, mac [6]byte, destQPN uint32) wire.Fi
 	}
 	f.SrcIP, f.DstIP = src, dst
 	f.TTL, f.DontFragment = wire.DefaultTTL, true
-	switch {
-	case qp.dev.kernelSrcPort != 0:
-		f.SrcPort = qp.dev.kernelSrcPort // the kernel's, which it writes
-	case qp.typ == UD:
-		f.SrcPort = wire.SourcePortUD(qp.qpn)
-	default:
-		f.SrcPort = wire.SourcePort(qp.qpn, destQPN)
-	}
+	f.SrcPort = qp.sourcePort(destQPN)
 	f.BTH.PKey, f.BTH.DestQP = wire.DefaultPKey, destQPN
 	return f
+}
+
+// sourcePort returns the UDP source port of the QP's frames toward
+// destQPN (a UD QP's are the same toward every destination): also the
+// flow a multi-queue port transmits them on (TxBufferLender).
+func (qp *QP) sourcePort(destQPN uint32) uint16 {
+	switch {
+	case qp.dev.kernelSrcPort != 0:
+		return qp.dev.kernelSrcPort // the kernel's, which it writes
+	case qp.typ == UD:
+		return wire.SourcePortUD(qp.qpn)
+	default:
+		return wire.SourcePort(qp.qpn, destQPN)
+	}
 }
 
 // fail moves the QP to ERR (its device closed), taking qp.mu.

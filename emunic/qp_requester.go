@@ -170,7 +170,7 @@ func (qp *QP) txBuf(w *sendWQE, i int) []byte {
 			if !w.wr.Op.spansPackets() {
 				want = 1 // one request packet
 			}
-			r.lent = r.lent[:qp.dev.lender.LendTx(qp.tmpl.SrcPort, r.lent[:want])]
+			r.lent = r.lent[:qp.dev.lender.LendTx(qp.sourcePort(qp.attr.DestQPN), r.lent[:want])]
 		}
 		if n := len(r.lent); n > 0 {
 			b := r.lent[n-1]

@@ -167,7 +167,7 @@ func (s *txSched) serve(qp *QP, now time.Time) {
 	qp.mu.Lock()
 	bufs, lent := s.bufs, 0
 	if qp.lendsTx() {
-		if lent = s.dev.lender.LendTx(qp.tmpl.SrcPort, s.lent); lent > 0 {
+		if lent = s.dev.lender.LendTx(qp.sourcePort(qp.attr.DestQPN), s.lent); lent > 0 {
 			bufs = s.lent[:lent]
 		}
 	}
