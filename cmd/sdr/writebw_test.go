@@ -137,7 +137,7 @@ func TestWriteBWOverXSK(t *testing.T) {
 		rc                    bool
 	}{{64 << 10, 300, 16, true}, {1 << 20, 40, 4, true}, {8 << 20, 4, 1, true}, {1 << 20, 40, 4, false}} {
 		flags := []string{"-dev", "xsk", "-i", "veth0", "-s", fmt.Sprint(c.size), "-n", fmt.Sprint(c.iters), "-w", "2",
-			"-q", fmt.Sprint(c.inflight), "-json", "-verify", fmt.Sprintf("-rc=%v", c.rc)}
+			"-q", fmt.Sprint(c.inflight), "-verify", fmt.Sprintf("-rc=%v", c.rc)}
 		r := writeBWBetween(t, pair, flags)
 		what := fmt.Sprintf("%s size %d", r.Transport, c.size)
 		if c.rc {
