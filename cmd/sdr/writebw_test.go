@@ -275,15 +275,19 @@ func (k *kernelRoCE) fence(t *testing.T) []wire.Opcode {
 // TestWriteBWMultiQueue runs write-bw between two hosts joined through a
 // kernel bridge whose veths have several queues: the bridge transmits
 // each flow on the queue its hash picks, and the host's veth receives it
-// there, as RSS spreads flows over a NIC's queues, so the four channels'
-// QPs land on different queues. Every chunk arrives (raw RC: a QP whose
+// there, as RSS spreads flows over a NIC's queues, so the channels' QPs
+// land on different queues.
+//
+// Raw RC over the 4 channels delivers every chunk (a QP whose
 // frames went astray would stall its go-back-N; UC could also lose frames
-// to a full ring, which no queue count changes), the reliable schemes
-// verify every transfer, no
-// RoCEv2 frame falls to the receiver's kernel (a listener on UDP 4791
-// there gets nothing but the fences, the XDP program's no-socket count
-// is zero), and with several queues at least
-// two of them carried data.
+// to a full ring, which no queue count changes), and the reliable schemes
+// verify every transfer. Which queue a flow lands on is the kernel's hash
+// with a random key, so 4 flows share one of two queues 1 time in 8: a
+// short raw UC run over 16 channels (all on one of two queues 1 time in
+// 2^15) shows that with several queues at least two carried data. No
+// RoCEv2 frame falls to the receiver's kernel: the XDP program's
+// no-socket count is zero, and a listener on UDP 4791 there gets nothing
+// but its fences.
 func TestWriteBWMultiQueue(t *testing.T) {
 	privileged.Require(t)
 	for _, queues := range []int{1, 2, 4, 8} {
@@ -300,18 +304,24 @@ func TestWriteBWMultiQueue(t *testing.T) {
 			const size, iters = 1 << 20, 200
 			r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-C", "4", "-rc", "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters), "-verify"})
 			nic := r.ServerNIC
+			t.Logf("raw RC: %d/%d chunks, %.2f Gbit/s, frames by queue %v", r.ChunksDelivered, r.ChunksTotal, r.BWAverageGbps, nic.QueueFrames)
+			if r.ChunksTotal == 0 || r.ChunksDelivered != r.ChunksTotal || r.ChunksCorrupt != 0 || r.Complete != iters {
+				t.Errorf("raw RC write-bw over %d queues: want every chunk of %d messages: %+v", queues, iters, r)
+			}
+			if len(nic.QueueFrames) != queues || nic.NoQueue != 0 {
+				t.Errorf("server NIC over %d queues: want a count per queue and no frame without a socket: %+v", queues, nic)
+			}
+			spread := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-C", "16", "-s", fmt.Sprint(size), "-n", "20", "-w", "2", "-verify"})
+			nic = spread.ServerNIC
 			busy := 0
 			for _, n := range nic.QueueFrames {
 				if n > 0 {
 					busy++
 				}
 			}
-			t.Logf("raw RC: %d/%d chunks, %.2f Gbit/s, frames by queue %v", r.ChunksDelivered, r.ChunksTotal, r.BWAverageGbps, nic.QueueFrames)
-			if r.ChunksTotal == 0 || r.ChunksDelivered != r.ChunksTotal || r.ChunksCorrupt != 0 || r.Complete != iters {
-				t.Errorf("raw RC write-bw over %d queues: want every chunk of %d messages: %+v", queues, iters, r)
-			}
-			if len(nic.QueueFrames) != queues || nic.NoQueue != 0 || (queues > 1 && busy < 2) {
-				t.Errorf("server NIC over %d queues: want frames on at least two queues and none without a socket: %+v", queues, nic)
+			t.Logf("raw UC, 16 channels: frames by queue %v", nic.QueueFrames)
+			if nic.NoQueue != 0 || spread.ChunksCorrupt != 0 || spread.ChunksVerified != spread.ChunksDelivered || (queues > 1 && busy < 2) {
+				t.Errorf("16 channels over %d queues: want frames on at least two queues, none without a socket, every chunk that arrived intact: %+v", queues, spread)
 			}
 			if escaped := kernel.fence(t); len(escaped) != 0 {
 				t.Errorf("over %d queues RoCEv2 frames escaped the port to the receiver's kernel: %v", queues, escaped)
