@@ -322,7 +322,6 @@ func (s *Socket) offset(b []byte) (uint64, bool) {
 	return uint64(off), off < s.umemLen
 }
 
-
 // ZeroCopy reports whether the socket runs in zero-copy mode.
 func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 
