@@ -2,6 +2,7 @@ package emunic
 
 import (
 	"container/heap"
+	"math"
 	"sync"
 	"time"
 
@@ -277,5 +278,9 @@ func (b *tokenBucket) readyAt() time.Time {
 	if b.rate == 0 || b.tokens >= 0 {
 		return b.last
 	}
-	return b.last.Add(time.Duration(-b.tokens / b.rate * float64(time.Second)))
+	// Rounded up, and a nanosecond more for refill's float rounding: a wait
+	// that fell short of the tokens would have the scheduler serve the QP
+	// again at once, and on a clock that does not move by itself (a
+	// synctest bubble) at the same instant forever.
+	return b.last.Add(time.Duration(math.Ceil(-b.tokens/b.rate*float64(time.Second))) + 1)
 }

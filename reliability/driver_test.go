@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
@@ -535,55 +536,53 @@ func TestDriversOverUDP(t *testing.T) {
 }
 
 // TestPacesToBottleneck moves 8 MiB over a pipe whose link has a
-// 100 Mbit/s bottleneck with a 1 MB queue, a 10 ms round trip and 1 %
-// random loss, with default attributes and config: the rate control
-// finds the bottleneck, so the queue drops at most 2 % of the frames
-// (startup's doubling may overshoot for a round trip or two before the
-// queue shows; an unpaced sender overruns the bottleneck, and the queue
-// then drops most of what it is offered) — and the random loss does not
-// hold the rate down: the pacing rate ends above 40 % of the rate a
-// calibration reached, the same transfer over the same link without the
-// random loss, on a connection of its own, earlier in the same run. On an
-// idle machine that is the bottleneck's 100 Mbit/s (the calibration's
-// rate counts up to it); a machine too busy to carry that sets the
-// calibration's rate, and this run's, lower alike. A controller that cut
-// on loss would sit near its 1 Mbit/s floor. (Load cannot raise the queue
-// drops: a machine that falls behind sends slower, not faster.)
+// 100 Mbit/s bottleneck with a 1 MB queue and a 10 ms round trip, without
+// loss and with 1 % random loss, with default attributes and config, on
+// synctest's fake clock: the host takes no time, so what the test sees is
+// the controller's alone, the same on a busy machine as on an idle one.
+// The rate control finds the bottleneck: the queue drops at most 2 % of
+// the frames (startup's doubling may overshoot for a round trip or two
+// before the queue shows; an unpaced sender overruns the bottleneck, and
+// the queue then drops most of what it is offered), and the transfer
+// moves at 80 % of the bottleneck or more — the random loss does not hold
+// the rate down (a controller that cut on loss would sit near its
+// 1 Mbit/s floor). On the wall clock a busy host's stalls add to the
+// round trips; that is issue 38's rate control, not this claim.
 func TestPacesToBottleneck(t *testing.T) {
 	const bottleneck = 100e6
 	const size = 8 << 20
-	run := func(spec string, seed uint64) (reliability.Stats, link.Counters) {
-		t.Helper()
-		cfg, err := link.ParseConfig(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ab, ba := mustLink(t, cfg, seed), mustLink(t, cfg, seed+1)
-		pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
-		e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
-			sdr.QPAttr{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
-		start := time.Now()
-		sent, _ := transfer(t, e, size, 1, 1)
-		el := time.Since(start)
-		c := ab.Counters()
-		t.Logf("%s: 8 MiB in %v (%.1f Mbit/s), pacing at %.1f Mbit/s; link: %d frames, %d lost at random, %d queue drops",
-			spec, el.Round(time.Millisecond), size*8/el.Seconds()/1e6, sent.PacingRate/1e6, c.Sent, c.Lost, c.QueueDrops)
-		return sent, c
-	}
-	calib, _ := run("rate=100Mbit,delay=5ms,queue=1MB", 23)
-	sent, c := run("rate=100Mbit,delay=5ms,loss=1%,queue=1MB", 21)
-	if c.QueueDrops*50 > c.Sent {
-		t.Errorf("%d queue drops of %d frames: the sender overran the bottleneck", c.QueueDrops, c.Sent)
-	}
-	// About one chunk in 25 is lost, several every round trip: a
-	// controller that cut on loss would sit near its 1 Mbit/s floor.
-	reached := min(bottleneck, calib.PacingRate)
-	if reached < bottleneck {
-		t.Logf("the calibration reached %.1f Mbit/s, below the bottleneck: judging against what this machine carried", reached/1e6)
-	}
-	if sent.PacingRate < 0.4*reached {
-		t.Errorf("pacing at %.1f Mbit/s on a 100 Mbit/s path with 1 %% random loss, %.1f without it: the loss held the rate down",
-			sent.PacingRate/1e6, calib.PacingRate/1e6)
+	for _, tc := range []struct {
+		spec string
+		seed uint64
+	}{
+		{"rate=100Mbit,delay=5ms,queue=1MB", 23},
+		{"rate=100Mbit,delay=5ms,loss=1%,queue=1MB", 21},
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg, err := link.ParseConfig(tc.spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ab, ba := mustLink(t, cfg, tc.seed), mustLink(t, cfg, tc.seed+1)
+				pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
+				e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+					sdr.QPAttr{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
+				start := time.Now()
+				sent, _ := transfer(t, e, size, 1, 1)
+				el := time.Since(start)
+				c := ab.Counters()
+				rate := size * 8 / el.Seconds()
+				t.Logf("8 MiB in %v (%.1f Mbit/s), pacing at %.1f Mbit/s; link: %d frames, %d lost at random, %d queue drops",
+					el, rate/1e6, sent.PacingRate/1e6, c.Sent, c.Lost, c.QueueDrops)
+				if c.QueueDrops*50 > c.Sent {
+					t.Errorf("%d queue drops of %d frames: the sender overran the bottleneck", c.QueueDrops, c.Sent)
+				}
+				if rate < 0.8*bottleneck {
+					t.Errorf("%.1f Mbit/s on a 100 Mbit/s path: below 80 %% of the bottleneck", rate/1e6)
+				}
+			})
+		})
 	}
 }
 
