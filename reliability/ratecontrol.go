@@ -73,6 +73,10 @@ type rateControl struct {
 	startup  bool
 	draining bool    // startup ended with a queue that is draining
 	cruise   float64 // the rate after draining
+	// cruiseGuessed says no delivery was seen when startup ended (every
+	// chunk ACKed had been repaired): the queue drained at the rate in
+	// force, and the rate stays there.
+	cruiseGuessed bool
 	// drainingRounds counts the draining rounds since the cruise was set.
 	drainingRounds int
 	// recent holds the last rounds' delivered rates, newest first, and
@@ -301,15 +305,18 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		// startup sent passed, and the path's rate is less): halve it.
 		if !queued {
 			rc.draining = false
-			rc.rate = rc.clamp(rc.cruise)
+			if !rc.cruiseGuessed {
+				rc.rate = rc.clamp(rc.cruise)
+			}
 		} else if rc.drainingRounds++; rc.drainingRounds >= drainRounds {
 			rc.cruise, rc.drainingRounds = rc.cruise/2, 0
 			rc.rate = rc.clamp(rc.cruise / 2)
 		}
-	case rc.startup && !rc.limited && (queued || rc.plateau(delivered)):
+	case rc.startup && (queued || !rc.limited && rc.plateau(delivered)):
 		rc.startup, rc.draining = false, true
 		rc.cruise = rc.cruiseRate(delivered, span)
-		if rc.cruise == 0 {
+		rc.cruiseGuessed = rc.cruise == 0
+		if rc.cruiseGuessed {
 			rc.cruise = rc.rate / 2 // nothing delivered seen: the rate a round ago
 		}
 		rc.drainingRounds = 0
@@ -461,6 +468,12 @@ func (rc *rateControl) onCongestion(notifications uint64) {
 		rc.roundNotifications += notifications - rc.notifications
 	}
 	rc.notifications = notifications
+}
+
+// wantsSample reports whether the round under way has had no round-trip
+// sample yet.
+func (rc *rateControl) wantsSample() bool {
+	return !rc.fixed && !rc.roundStart.IsZero() && rc.roundRTT == 0
 }
 
 // idle tells the controller the sender had nothing to release: the

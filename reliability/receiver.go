@@ -789,7 +789,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 	if x.renacks.Len() > 0 {
 		due = x.renacks.Min().due
 	}
-	if !x.tailAt.IsZero() && x.nackedBelow < x.chunks {
+	if x.plan.Scheme == SRNACK && !x.tailAt.IsZero() && x.nackedBelow < x.chunks {
 		due = minNonZero(due, x.tailCheck)
 	}
 	return due
@@ -962,8 +962,11 @@ func (r *ReceiverEngine) renackInterval() time.Duration {
 // submessages still to come into repairs.
 func (r *ReceiverEngine) fallbackLimit(now time.Time, x *recvXfer) int {
 	_, sub := x.passed(now, r.reorder)
-	if sub >= len(x.decodable) || x.probed {
+	switch {
+	case sub >= len(x.decodable) || x.probed && r.tailSettled(now, x):
 		return len(x.decodable)
+	case x.probed:
+		x.ftoAt = minTime(x.ftoAt, x.tailCheck) // look again once the tail may have settled
 	}
 	return sub - 1
 }
@@ -1173,7 +1176,7 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 		id, from := r.msg.Transfer, int(r.msg.From)
 		if x, ok := r.active[id]; ok {
 			r.sendAck(x, 0, min(from, x.chunks)/64)
-			if x.plan.Scheme == SRNACK && x.tailAt.IsZero() {
+			if (x.plan.Scheme == SRNACK || x.coded) && x.tailAt.IsZero() {
 				// The sender's tail probe: its first pass has left, so
 				// what is missing a reorder window from now is lost,
 				// unless it is still arriving (tailSettled).

@@ -57,11 +57,13 @@ type SenderEngine struct {
 	silent     int
 	lastAnswer time.Time
 	lastNews   time.Time
-	// pings times the round trip before the first transfer leaves;
-	// measured says a PONG came back.
-	pings    pingClock
-	measured bool
-	lastCTS  time.Time // when a CTS last credited a transfer not started
+	// pings times the round trip before the first transfer leaves, and
+	// during transfers (pingForRTT, mayBeQueued); measured says a PONG
+	// came back, pongedSent when the newest PING answered had left.
+	pings      pingClock
+	measured   bool
+	pongedSent time.Time
+	lastCTS    time.Time // when a CTS last credited a transfer not started
 	// backedOff is when silent last grew.
 	backedOff time.Time
 	live      liveness
@@ -477,12 +479,59 @@ func (s *SenderEngine) handlePong(now time.Time, seq uint64) {
 	if !ok {
 		return // not ours, or too old to time
 	}
+	s.pongedSent = maxTime(s.pongedSent, now.Add(-sample))
 	s.leastRTT = minNonZeroDuration(s.leastRTT, sample)
 	if !s.cfg.FixedRTT {
 		s.observeRTT(sample)
 	}
-	s.rc.onRTT(now, sample)
+	if len(s.active) > 0 && !s.rc.roundStart.IsZero() {
+		s.rateNews(now, sample) // a PING of pingForRTT, or a keepalive's, in a round
+	} else {
+		s.rc.onRTT(now, sample)
+	}
 	s.measured = true
+}
+
+// mayBeQueued reports whether flight f may still be waiting in a queue on
+// the path rather than lost: the receiver answered within the timeout,
+// and no PING that left after f has come back (a PING passes the queue
+// behind f's chunks; RACK's rule, that a loss shows once something sent
+// later arrived). Where chunks are rarely whole the first time (many
+// packets to a chunk, heavy loss) their ACKs are rare, and without this
+// an EC transfer's timers fired every 3 ms into a 60 ms queue and sent
+// 600 chunks again whole.
+func (s *SenderEngine) mayBeQueued(now time.Time, f flight) bool {
+	return now.Sub(s.lastAnswer) < s.timeout() && !s.pongedSent.After(f.sent)
+}
+
+// rateNews hands the rate control what the receiver's answer at now
+// tells: the chunks passed and arrived so far, and a round trip (sample;
+// 0: none).
+func (s *SenderEngine) rateNews(now time.Time, sample time.Duration) {
+	if len(s.repairs) == 0 && len(s.fresh) == 0 {
+		// Nothing waits to leave (a transfer's tail, or a new one waiting
+		// for its credit): the round says what the sender offered.
+		s.rc.idle()
+	}
+	if s.rc.onAck(now, s.passed, s.arrived, sample, s.srtt) {
+		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
+	}
+}
+
+// pingForRTT sends a PING while a transfer is under way and the rate
+// control's round has no round-trip sample yet, one per round. A chunk's
+// ACK is a sample only for a chunk sent once and whole (Karn's rule):
+// with 64 packets to a chunk and 5 % loss, 4 chunks in 100 arrive so,
+// an overflowing queue leaves none, and a controller without samples
+// never sees the queue it builds (an EC transfer paced at the 10 Gbit/s
+// startup rate into a 1 Gbit/s bottleneck sent 65 times the packets it
+// needed). A PING is timed whatever the data lost, and it waits in the
+// same queue; it costs one small datagram each way per round trip.
+func (s *SenderEngine) pingForRTT(now time.Time) {
+	if len(s.active) == 0 || s.live.gone != nil || !s.rc.wantsSample() || s.pings.last().After(s.rc.roundStart) {
+		return
+	}
+	s.ping(now)
 }
 
 // departure returns when n chunks handed over now will have left.
@@ -885,21 +934,26 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		if !ok {
 			continue
 		}
-		if !s.cfg.FixedRTT && x.ackedSeq <= f.seq && now.Sub(x.lastNewAck) < s.rto/2 &&
+		if !s.cfg.FixedRTT && x.ackedSeq <= f.seq && (now.Sub(x.lastNewAck) < s.rto/2 || s.mayBeQueued(now, f)) &&
 			x.acked.countRange(f.first, f.size) < f.size {
 			// Nothing sent after this flight has been acknowledged, yet
-			// ACKs still bring news: with a round trip that is only
-			// measured, the path is draining a queue (behind a large
-			// first pass) more slowly than the timer thought. Wait
+			// ACKs still bring news, or the receiver answers and no PING
+			// sent after the flight has come back: with a round trip that
+			// is only measured, the path is draining a queue (behind a
+			// large first pass) more slowly than the timer thought. Wait
 			// another RTO, as long as the news keeps coming and has not
-			// passed this flight, and probe instead of resending: a chunk
-			// lost from it shows once a later one is acknowledged (or the
-			// news stops). With a known round trip a timeout is a loss,
-			// as in the paper's SR.
+			// passed this flight, and probe (and ping) instead of
+			// resending: a chunk lost from it shows once a later one is
+			// acknowledged, or a later PING answered (or the news stops).
+			// With a known round trip a timeout is a loss, as in the
+			// paper's SR.
 			f.deadline = now.Add(s.timeout())
 			s.pushFlight(f)
 			if !x.probedAt.Equal(now) {
 				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
+			}
+			if last := s.pings.last(); !last.After(f.sent) || now.Sub(last) >= s.timeout() {
+				s.ping(now)
 			}
 			continue
 		}
@@ -928,6 +982,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 		}
 	}
 	s.openStalledWindow(now)
+	s.pingForRTT(now)
 	s.release(now)
 }
 
@@ -1020,6 +1075,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		s.msg = control.Message{Type: control.Pong, Transfer: m.Transfer}
 		s.send()
 	}
+	s.pingForRTT(now)
 	s.release(now)
 }
 
@@ -1123,14 +1179,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 			s.observeRTT(sample)
 		}
 	}
-	if len(s.repairs) == 0 && len(s.fresh) == 0 {
-		// Nothing waits to leave (a transfer's tail, or a new one waiting
-		// for its credit): the round says what the sender offered.
-		s.rc.idle()
-	}
-	if s.rc.onAck(now, s.passed, s.arrived, sample, s.srtt) {
-		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
-	}
+	s.rateNews(now, sample)
 	if m.AckFlags&control.AckImmMissing != 0 && now.Sub(x.lastImm) >= s.cfg.RTT {
 		x.lastImm = now
 		s.news(now) // an answer: the receiver is there
