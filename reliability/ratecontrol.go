@@ -23,7 +23,8 @@ import (
 //     round the sender was short of data for may raise that history,
 //     never lower it (BBR's application-limited samples). Its verdict
 //     rests on the smallest round-trip sample it saw (a chunk sent once,
-//     Karn's rule) against the path's floor (the smallest sample of the
+//     Karn's rule, or a PING the sender sends in a round without one)
+//     against the path's floor (the smallest sample of the
 //     last 10 s): a queue is building above floor + the larger of
 //     floor/2, 2 ms and the time fairQueueBits take at the flow's rate
 //     (a slower flow tolerates a longer queue, so flows sharing a
@@ -43,9 +44,11 @@ import (
 //     the path delivered lately) until the queue shows — in a round's
 //     minimum, or in eight samples in a row, which ends the round at
 //     once — or until two rounds in a row delivered less than 1.25 times
-//     the best before; then the sender paces at half the rate the path
-//     delivered in the last rounds until the queue has drained, and at
-//     that rate afterwards — halved for every three rounds the queue
+//     the best before (a round the sender was short of data for does
+//     not count; a queue ends it in any round); then the sender paces at
+//     half the rate the path delivered in the last rounds until the
+//     queue has drained, and at that rate afterwards (where no delivery
+//     was seen, at the rate the queue drained at) — halved for every three rounds the queue
 //     does not drain in (a queue that overflowed passed everything, and
 //     the path's rate is less). While startup lasts, first passes keep
 //     at most startupLead floor round trips of what the path delivered
