@@ -138,7 +138,8 @@ func transfer(t *testing.T, e endpoints, size int, imm uint32, seed uint64) (sen
 	}()
 	sent, err := e.s.Write(ctx, src, imm)
 	if err != nil {
-		t.Fatalf("write of %d bytes: %v", size, err)
+		cancel() // the read ends with the write's cause, or at once
+		t.Fatalf("write of %d bytes: %v; the read: %v", size, err, (<-done).err)
 	}
 	rr := <-done
 	if rr.err != nil {

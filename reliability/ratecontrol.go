@@ -97,8 +97,15 @@ type rateControl struct {
 	floorAt time.Time
 
 	roundStart  time.Time
-	roundPassed uint64        // the passed count at the round's start
-	roundRTT    time.Duration // the smallest sample of this round (0: none)
+	roundPassed uint64 // the passed count at the round's start
+	// passedAt is when the newest chunk passed left the sender (zero:
+	// unknown), roundPassedAt what it was at the round's start: a round's
+	// delivery counts over the longer of the ACKs' span and the sends'.
+	// passedWork and roundPassedWork are the chunks' worth of packets
+	// released through them: a repair of a few packets is one release.
+	passedAt, roundPassedAt     time.Time
+	passedWork, roundPassedWork float64
+	roundRTT                    time.Duration // the smallest sample of this round (0: none)
 	// roundArrived is the count of chunks sent once that arrived, at the
 	// round's start; losses holds the shares of passed chunks lost in the
 	// last samples (a ring), lossPassed and lossMissed the sample under
@@ -187,6 +194,10 @@ const (
 	// round trip the new floor.
 	staticRounds = 4
 	stuckShare   = 0.95
+	// shrinkShare: a queue shrinks after a cut while its round trip is
+	// below shrinkShare of the cut's; a full queue's round trip wobbles
+	// below it by a fraction of a percent, and took no further cut.
+	shrinkShare = 0.97
 	// floorWindow is how long the floor of the round trip is remembered:
 	// a route change that lengthens the path is learned after it.
 	floorWindow = 10 * time.Second
@@ -268,7 +279,22 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 	marks := float64(rc.roundNotifications) / max(1, float64(passed-rc.roundPassed)*rc.chunkPackets)
 	marked := marks*ecnShare > 1
 	queued := delayed || early || marked
-	delivered := rc.delivered(passed, arrived, delayed || early || marked) * rc.chunkBits / span.Seconds()
+	// Over the longer of the ACKs' span and the span between the sends of
+	// the chunks passed at its ends (BBR's delivery rate): where few
+	// chunks arrive whole the first time, passed moves in leaps, and one
+	// ACK covers the chunks sent over many rounds (22 Gbit/s "delivered"
+	// on a 1 Gbit/s path held every cut off while a full queue stood).
+	// Counted in chunks' worth of packets, not releases: a stream of
+	// packet repairs (a PNACK's) "delivered" 1.5–2.2 Gbit/s of a 1 Gbit/s
+	// path, and the queue it built was taken for a longer path.
+	interval, worth := span, 1.0
+	if !rc.passedAt.IsZero() && !rc.roundPassedAt.IsZero() {
+		interval = max(interval, rc.passedAt.Sub(rc.roundPassedAt))
+		if passed > rc.roundPassed {
+			worth = min(1, max(0, rc.passedWork-rc.roundPassedWork)/float64(passed-rc.roundPassed))
+		}
+	}
+	delivered := rc.delivered(passed, arrived, delayed || early || marked) * worth * rc.chunkBits / interval.Seconds()
 	if span < rc.floor {
 		// A round cut short by the early exit (others last a floor round
 		// trip at least): its ACKs, a burst or two, tell no rate. (4.5
@@ -284,7 +310,11 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 	// such rounds in a row, none of them 3 % below the first, it becomes
 	// the floor. (While the sender paces at what arrives, a standing
 	// queue and a longer path look alike; only a cut tells them apart.)
-	stuck := delayed && !marked && !rc.limited && rc.rate < stuckShare*rc.ceiling &&
+	// (Not without a delivery sample in the round: a cut then is below
+	// nothing known, and a full queue, which cannot grow, looks static —
+	// a floor taken from it ended every cut, and a transfer at 5 % loss
+	// stalled behind a standing queue for 10 s.)
+	stuck := delayed && !marked && !rc.limited && delivered > 0 && rc.rate < stuckShare*rc.ceiling &&
 		(rc.stuckRounds == 0 || rc.roundRTT >= rc.stuckRTT*97/100)
 	switch {
 	case !stuck:
@@ -329,7 +359,7 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		// Faster than the path: cut in proportion to the excess delay
 		// (once per round trip, and not while already below what the
 		// path delivers, which drains the queue by itself).
-		if now.Sub(rc.lastCut) < cutSpacing*srtt || rc.roundRTT < rc.cutRTT && !marked ||
+		if now.Sub(rc.lastCut) < cutSpacing*srtt || float64(rc.roundRTT) < shrinkShare*float64(rc.cutRTT) && !marked ||
 			rc.rate < 0.9*max(delivered, rc.recent[0]) || rc.limited {
 			break // not this round, draining already, or the tail of a transfer
 		}
@@ -432,6 +462,7 @@ func (rc *rateControl) plateau(delivered float64) bool {
 }
 
 func (rc *rateControl) newRound(now time.Time, passed, arrived uint64) {
+	rc.roundPassedAt, rc.roundPassedWork = rc.passedAt, rc.passedWork
 	rc.roundStart, rc.roundPassed, rc.roundArrived, rc.roundRTT, rc.limited, rc.roundNotifications = now, passed, arrived, 0, false, 0
 }
 
@@ -464,6 +495,11 @@ func (rc *rateControl) delivered(passed, arrived uint64, queued bool) float64 {
 	}
 	return got / arriving
 }
+
+// onPassed takes when the newest chunk passed (onAck's passed) left the
+// sender, and the chunks' worth of packets released through it, before
+// onAck.
+func (rc *rateControl) onPassed(at time.Time, work float64) { rc.passedAt, rc.passedWork = at, work }
 
 // onCongestion takes the QP's count of congestion notifications so far.
 func (rc *rateControl) onCongestion(notifications uint64) {

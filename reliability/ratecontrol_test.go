@@ -663,3 +663,54 @@ func newStartupSender(t *testing.T) *SenderEngine {
 	}
 	return s
 }
+
+// TestRateControlFullQueueIsNoFloor: after startup, rounds whose only
+// round-trip samples show a standing queue of 60 ms on a 0.1 ms path (a
+// full tail-drop queue cannot grow, so its round trip stands still), and
+// whose ACKs bring no delivery sample (no chunk sent once arrives whole),
+// keep cutting the rate and never make the queue the path's floor. Taken
+// for a longer path, it ended every cut, and a transfer stalled behind
+// the queue for 10 s.
+func TestRateControlFullQueueIsNoFloor(t *testing.T) {
+	rc := newRateControl(&Config{ChunkSize: 64 << 10, MTU: 1024, RTT: time.Millisecond})
+	now := time.Unix(1000, 0)
+	rc.onRTT(now, 100*time.Microsecond)
+	rc.onAck(now, 0, 0, 100*time.Microsecond, 100*time.Microsecond)
+	rc.startup = false // what startup did is not the claim
+	rc.rate, rc.ceiling = 2e9, 1.2e9
+	start := rc.rate
+	const queue = 60 * time.Millisecond
+	for i := range 40 {
+		now = now.Add(queue)
+		// The sample drifts down by a fraction of a percent in all, as
+		// a full queue's wobbles: that is no queue shrinking after a cut.
+		rc.onAck(now, 0, 0, queue-time.Duration(i)*20*time.Microsecond, queue)
+	}
+	t.Logf("rate %.0f → %.0f Mbit/s, floor %v", start/1e6, rc.rate/1e6, rc.floor)
+	if rc.floor > time.Millisecond {
+		t.Errorf("floor %v: the standing queue became the path's round trip", rc.floor)
+	}
+	if rc.rate > start/4 {
+		t.Errorf("rate %.0f Mbit/s after 40 rounds of a standing 60 ms queue, from %.0f: not cut", rc.rate/1e6, start/1e6)
+	}
+}
+
+// TestRateControlCountsPacketRepairsAsPackets: a round whose releases are
+// repairs of a few packets each (a PNACK's) delivered a few packets per
+// release, not a chunk: 100 releases of 2 of a chunk's 64 packets over
+// 10 ms are 164 Mbit/s, not 5.2 Gbit/s.
+func TestRateControlCountsPacketRepairsAsPackets(t *testing.T) {
+	rc := newRateControl(&Config{ChunkSize: 64 << 10, MTU: 1024, RTT: 10 * time.Millisecond})
+	now := time.Unix(1000, 0)
+	rc.onRTT(now, 10*time.Millisecond)
+	rc.onPassed(now.Add(-10*time.Millisecond), 500)
+	rc.onAck(now, 500, 500, 10*time.Millisecond, 10*time.Millisecond)
+	now = now.Add(10 * time.Millisecond)
+	rc.onPassed(now.Add(-10*time.Millisecond), 500+100*2.0/64)
+	rc.onAck(now, 600, 600, 10*time.Millisecond, 10*time.Millisecond)
+	want := 100 * 2 * 1024 * 8 / 0.01
+	t.Logf("delivered %.1f Mbit/s, want %.1f", rc.recent[0]/1e6, want/1e6)
+	if rc.recent[0] > 1.01*want || rc.recent[0] < 0.99*want {
+		t.Errorf("delivered %.1f Mbit/s, want %.1f: the repairs counted as whole chunks", rc.recent[0]/1e6, want/1e6)
+	}
+}

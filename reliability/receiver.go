@@ -639,7 +639,7 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 				x.deadline = r.live.deadline()
 				continue
 			}
-			r.fail(now, x, fmt.Errorf("reliability: transfer %d: %w", x.id, ErrTimeout), abortTimeout)
+			r.fail(now, x, fmt.Errorf("reliability: transfer %d: no progress for %v (%s): %w", x.id, r.cfg.Timeout, r.state(now, x), ErrTimeout), abortTimeout)
 			continue
 		}
 		if x.firstArrival.IsZero() && !x.ctsAt.After(now) {

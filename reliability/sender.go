@@ -47,6 +47,7 @@ type SenderEngine struct {
 	windowMoved               time.Time
 	windowOpen                bool
 	departures                []departure // recent runs: for round-trip samples
+	work                      float64     // chunks' worth of packets released so far (departure.work)
 	forgotten                 uint64      // the release count below which departures are gone
 	rateAnnounced             bool        // an ActRate went out
 	// silent counts retransmission timeouts in a row with no answer from
@@ -144,10 +145,12 @@ type pendingSend struct {
 }
 
 // departure is when a run of released chunks left: through release count
-// upTo.
+// upTo, and through work chunks' worth of packets (a repair of a chunk's
+// missing packets is one release of less than a chunk).
 type departure struct {
 	upTo uint64
 	at   time.Time
+	work float64
 }
 
 // Pacer constants.
@@ -513,6 +516,12 @@ func (s *SenderEngine) rateNews(now time.Time, sample time.Duration) {
 		// for its credit): the round says what the sender offered.
 		s.rc.idle()
 	}
+	if d, ok := s.departedRun(s.passed); ok && s.passed > 0 {
+		// Through the passed chunk: its run's work less the whole chunks
+		// released after it in the run (only a run of one is a repair of
+		// packets).
+		s.rc.onPassed(d.at, max(0, d.work-float64(d.upTo-s.passed)))
+	}
 	if s.rc.onAck(now, s.passed, s.arrived, sample, s.srtt) {
 		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
 	}
@@ -675,7 +684,11 @@ func (s *SenderEngine) release(now time.Time) {
 // if timed, arms retransmission timers for them in flights.
 func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int, packets uint64, timed bool) {
 	s.actions = append(s.actions, Action{Kind: ActSend, Transfer: x.id, Part: part, First: first, Count: n, Packets: packets})
-	s.handOver(now, x, n)
+	work := float64(n)
+	if packets != 0 {
+		work = float64(bits.OnesCount64(packets)) / float64(x.plan.ChunkSize/x.plan.MTU)
+	}
+	s.handOver(now, x, n, work)
 	if part == Data {
 		s.number(x, first, n, s.released)
 	}
@@ -712,7 +725,7 @@ func (s *SenderEngine) emit(now time.Time, x *sendXfer, part Part, first, n int,
 // timeout and the probe stand in).
 func (s *SenderEngine) emitCoded(now time.Time, x *sendXfer, first, n int) {
 	s.actions = append(s.actions, Action{Kind: ActSendCoded, Transfer: x.id, First: first, Count: n})
-	s.handOver(now, x, n)
+	s.handOver(now, x, n, float64(n))
 	for t := first; t < first+n; {
 		part, chunk, k := FirstPassPiece(x.layout, t)
 		k = min(k, first+n-t)
@@ -728,16 +741,17 @@ func (s *SenderEngine) emitCoded(now time.Time, x *sendXfer, first, n int) {
 
 // handOver notes that n chunks of x, released next, are handed over at
 // now: x's first departure, and the departure record RTT samples read.
-func (s *SenderEngine) handOver(now time.Time, x *sendXfer, n int) {
+func (s *SenderEngine) handOver(now time.Time, x *sendXfer, n int, work float64) {
 	if x.firstSent.IsZero() {
 		x.firstSent = maxTime(now, s.wireFree)
 	}
 	// A run leaves within a quantum of its release (the NIC paces it at
 	// the rate, or sends it at once): round-trip samples count from now.
+	s.work += work
 	if k := len(s.departures); k > 0 && s.departures[k-1].at.Equal(now) {
-		s.departures[k-1].upTo = s.released + uint64(n) // one run per instant: departed answers alike
+		s.departures[k-1].upTo, s.departures[k-1].work = s.released+uint64(n), s.work // one run per instant: departed answers alike
 	} else {
-		s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now})
+		s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now, work: s.work})
 	}
 	// Departures older than any round trip still to be sampled go.
 	keep := now.Add(-max(8*s.rto, time.Second))
@@ -777,11 +791,18 @@ func (x *sendXfer) firstOrder(i int) uint64 {
 // departed returns when the chunk released as number order left (false
 // when it is too old to tell).
 func (s *SenderEngine) departed(order uint64) (time.Time, bool) {
+	d, ok := s.departedRun(order)
+	return d.at, ok
+}
+
+// departedRun returns the departure of the run that released chunk
+// order, false when it is forgotten.
+func (s *SenderEngine) departedRun(order uint64) (departure, bool) {
 	i := sort.Search(len(s.departures), func(i int) bool { return s.departures[i].upTo >= order })
 	if i == len(s.departures) || order <= s.forgotten {
-		return time.Time{}, false
+		return departure{}, false
 	}
-	return s.departures[i].at, true
+	return s.departures[i], true
 }
 
 // resend sends again the chunks of [first, first+n) not acknowledged yet
@@ -967,7 +988,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 	for id, x := range s.active {
 		switch {
 		case !s.deadline(x).After(now):
-			s.fail(now, id, x.plan, fmt.Errorf("reliability: transfer %d: no progress for %v: %w", id, s.cfg.Timeout, ErrTimeout), abortTimeout)
+			s.fail(now, id, x.plan, fmt.Errorf("reliability: transfer %d: no progress for %v (%s): %w", id, s.cfg.Timeout, s.state(now, x), ErrTimeout), abortTimeout)
 		case !x.tailProbeAt.IsZero() && !x.tailProbeAt.After(now):
 			x.tailProbeAt = time.Time{}
 			if !x.probedAt.Equal(now) {
@@ -1066,7 +1087,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		}
 	case control.Abort:
 		if x, ok := s.active[m.Transfer]; ok {
-			s.finish(now, x, abortError(m.Reason))
+			s.finish(now, x, fmt.Errorf("%w (%s)", abortError(m.Reason), s.state(now, x)))
 		}
 	case control.Pong:
 		s.handlePong(now, m.Transfer)
