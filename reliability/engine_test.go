@@ -351,6 +351,10 @@ func TestBlackholeTimesOut(t *testing.T) {
 			if drops == 0 {
 				t.Fatal("nothing was sent")
 			}
+			// Each side's error says what it waited for.
+			if !strings.Contains(sent.err.Error(), "sender: 0 of ") || !strings.Contains(recvd.err.Error(), "receiver: 0 of ") {
+				t.Errorf("sender %q, receiver %q: want each side's state", sent.err, recvd.err)
+			}
 		})
 	}
 }

@@ -1243,7 +1243,7 @@ func (r *ReceiverEngine) peerGone(now time.Time) {
 	clear(r.confirming)
 	for _, x := range r.active {
 		x.stats.End = now
-		r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: r.live.gone})
+		r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: fmt.Errorf("%w (%s)", r.live.gone, r.state(now, x))})
 		r.retire(x.id)
 	}
 }

@@ -463,7 +463,7 @@ func (s *SenderEngine) nextKeepalive() time.Time {
 // with the liveness error; later Submits fail at once.
 func (s *SenderEngine) peerGone(now time.Time) {
 	for _, x := range s.active {
-		s.finish(now, x, s.live.gone)
+		s.finish(now, x, fmt.Errorf("%w (%s)", s.live.gone, s.state(now, x)))
 	}
 	for id, length := range s.lengths {
 		if length != canceled {
