@@ -21,7 +21,7 @@ import (
 
 // The soak's size. CI runs one connection per cell; a hunt runs many:
 //
-//	go test -run TestSoak -soak.connections 100 -soak.size 67108864 ./reliability
+//	go test ./reliability -run TestSoak -v -args -soak.connections 100 -soak.size 67108864
 var (
 	soakConnections = flag.Int("soak.connections", 1, "TestSoak: connections (link seeds) per scheme and loss")
 	soakSize        = flag.Int("soak.size", 8<<20, "TestSoak: bytes per transfer")
