@@ -276,7 +276,9 @@ func (k *kernelRoCE) fence(t *testing.T) []wire.Opcode {
 // kernel bridge whose veths have several queues: the bridge transmits
 // each flow on the queue its hash picks, and the host's veth receives it
 // there, as RSS spreads flows over a NIC's queues, so the channels' QPs
-// land on different queues.
+// land on different queues. One queue (the path every veth took before)
+// and four (the host); 2 and 8 passed alike and cost the suite a
+// minute under load.
 //
 // Raw RC over the 4 channels delivers every chunk (a QP whose
 // frames went astray would stall its go-back-N; UC could also lose frames
@@ -290,7 +292,7 @@ func (k *kernelRoCE) fence(t *testing.T) []wire.Opcode {
 // but its fences.
 func TestWriteBWMultiQueue(t *testing.T) {
 	privileged.Require(t)
-	for _, queues := range []int{1, 2, 4, 8} {
+	for _, queues := range []int{1, 4} {
 		t.Run(fmt.Sprintf("queues=%d", queues), func(t *testing.T) {
 			pair, err := hostnet.NewPair(hostnet.PairConfig{Switched: true, Queues: queues})
 			if err != nil {
