@@ -19,11 +19,13 @@ import (
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
-// The soak's size. CI runs one connection per cell; a hunt runs many:
+// The soak's size. CI runs one connection per cell; a hunt runs many, and
+// -soak.from runs one of them again:
 //
 //	go test ./reliability -run TestSoak -v -args -soak.connections 100 -soak.size 67108864
 var (
 	soakConnections = flag.Int("soak.connections", 1, "TestSoak: connections (link seeds) per scheme and loss")
+	soakFrom        = flag.Int("soak.from", 0, "TestSoak: the first connection's number (to run one a hunt reported again)")
 	soakSize        = flag.Int("soak.size", 8<<20, "TestSoak: bytes per transfer")
 )
 
@@ -56,7 +58,7 @@ func TestSoak(t *testing.T) {
 		for _, loss := range []float64{0.01, 0.05} {
 			t.Run(fmt.Sprintf("%s/loss=%g", sc.name, loss), func(t *testing.T) {
 				var times []time.Duration
-				for conn := range *soakConnections {
+				for conn := *soakFrom; conn < *soakFrom+*soakConnections; conn++ {
 					times = append(times, soakConnection(t, sc.cfg, loss, uint64(conn))...)
 				}
 				if len(times) == 0 {
