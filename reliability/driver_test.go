@@ -157,6 +157,9 @@ func transfer(t *testing.T, e endpoints, size int, imm uint32, seed uint64) (sen
 // TestDriversOverLossyPipe moves 1 MiB, 3 B and 0 B messages (and at 1 %
 // 4 MiB + 5000 B) through a lossy pipe with a 10 ms round trip
 // with every scheme: every byte arrives, every time.
+//
+// On synctest's fake clock: what it shows does not depend on the
+// machine's speed or load.
 func TestDriversOverLossyPipe(t *testing.T) {
 	schemes := []reliability.ReceiverConfig{
 		{Scheme: reliability.SRRTO},
@@ -173,19 +176,21 @@ func TestDriversOverLossyPipe(t *testing.T) {
 				name = fmt.Sprintf("%v-%v/loss=%v", cfg.Scheme, cfg.Code, loss)
 			}
 			t.Run(name, func(t *testing.T) {
-				cfg.RTT = 10 * time.Millisecond
-				cfg.Bandwidth = 2e9
-				e := pipePair(t, 5*time.Millisecond, loss, uint64(loss*1e4)+7, cfg)
-				sizes := []int{1 << 20, 3, 0}
-				if loss == 0.01 {
-					sizes = append(sizes, 4<<20+5000) // an odd length; 16 MiB and more: TestDriversLargeMessages
-				}
-				for i, size := range sizes {
-					sent, recvd := transfer(t, e, size, 0xC0DE0000+uint32(i), uint64(i))
-					t.Logf("%d B: %v in %v; sent %d chunks (%d again, %d parity), %d decoded, %d fallbacks",
-						size, recvd.Plan, recvd.Duration().Round(time.Millisecond), sent.ChunksSent, sent.Retransmitted,
-						sent.ParitySent, recvd.Decoded, recvd.Fallbacks)
-				}
+				synctest.Test(t, func(t *testing.T) {
+					cfg.RTT = 10 * time.Millisecond
+					cfg.Bandwidth = 2e9
+					e := pipePair(t, 5*time.Millisecond, loss, uint64(loss*1e4)+7, cfg)
+					sizes := []int{1 << 20, 3, 0}
+					if loss == 0.01 {
+						sizes = append(sizes, 4<<20+5000) // an odd length; 16 MiB and more: TestDriversLargeMessages
+					}
+					for i, size := range sizes {
+						sent, recvd := transfer(t, e, size, 0xC0DE0000+uint32(i), uint64(i))
+						t.Logf("%d B: %v in %v; sent %d chunks (%d again, %d parity), %d decoded, %d fallbacks",
+							size, recvd.Plan, recvd.Duration().Round(time.Millisecond), sent.ChunksSent, sent.Retransmitted,
+							sent.ParitySent, recvd.Decoded, recvd.Fallbacks)
+					}
+				})
 			})
 		}
 	}
@@ -431,6 +436,9 @@ func TestDriverCancel(t *testing.T) {
 // bound and the sender does not pace, so these runs also show the timers'
 // backoff keeping repairs from piling up behind a first pass the receiving
 // host drains slowly.
+//
+// On synctest's fake clock: what it shows does not depend on the
+// machine's speed or load.
 func TestDriversLargeMessages(t *testing.T) {
 	for _, cfg := range []reliability.ReceiverConfig{
 		{Scheme: reliability.SRNACK},
@@ -439,22 +447,23 @@ func TestDriversLargeMessages(t *testing.T) {
 		{Scheme: reliability.Auto},
 	} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
-			cfg.RTT = 10 * time.Millisecond
-			cfg.Timeout = time.Minute // the race detector slows the emulated NICs a lot
-			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: lossyLink(t, 5*time.Millisecond, 0.05, 11),
-				BToA: lossyLink(t, 5*time.Millisecond, 0.05, 12)})
-			e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
-				sdr.QPAttr{MTU: 1024, ChunkSize: 1024, MaxMessages: 4, MaxInFlightBytes: 512 << 20}, cfg)
-			sizes := []int{16 << 20}
-			if cfg.Scheme == reliability.EC {
-				sizes = append(sizes, 64<<20) // the others' 64 MiB runs: the AF_XDP test
-			}
-			for i, size := range sizes {
-				sent, recvd := transfer(t, e, size, uint32(i), uint64(i))
-				t.Logf("%d MiB: %v in %v; sent %d chunks (%d again, %d parity), %d decoded, %d fallbacks",
-					size>>20, recvd.Plan, recvd.Duration().Round(time.Millisecond), sent.ChunksSent, sent.Retransmitted,
-					sent.ParitySent, recvd.Decoded, recvd.Fallbacks)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				cfg.RTT = 10 * time.Millisecond
+				pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: lossyLink(t, 5*time.Millisecond, 0.05, 11),
+					BToA: lossyLink(t, 5*time.Millisecond, 0.05, 12)})
+				e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+					sdr.QPAttr{MTU: 1024, ChunkSize: 1024, MaxMessages: 4, MaxInFlightBytes: 512 << 20}, cfg)
+				sizes := []int{16 << 20}
+				if cfg.Scheme == reliability.EC {
+					sizes = append(sizes, 64<<20) // the others' 64 MiB runs: the AF_XDP test
+				}
+				for i, size := range sizes {
+					sent, recvd := transfer(t, e, size, uint32(i), uint64(i))
+					t.Logf("%d MiB: %v in %v; sent %d chunks (%d again, %d parity), %d decoded, %d fallbacks",
+						size>>20, recvd.Plan, recvd.Duration().Round(time.Millisecond), sent.ChunksSent, sent.Retransmitted,
+						sent.ParitySent, recvd.Decoded, recvd.Fallbacks)
+				}
+			})
 		})
 	}
 }
@@ -463,52 +472,57 @@ func TestDriversLargeMessages(t *testing.T) {
 // goroutines through a lossy pipe: transfers overlap within the window,
 // each Read gets one whole message, identified by its immediate, and every
 // message is read exactly once.
+//
+// On synctest's fake clock: what it shows does not depend on the
+// machine's speed or load.
 func TestDriverConcurrentTransfers(t *testing.T) {
 	for _, cfg := range []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}, {Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 8, M: 2}}} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
-			cfg.RTT = 10 * time.Millisecond
-			e := pipePair(t, 5*time.Millisecond, 0.02, 5, cfg)
-			const n, size = 12, 300 << 10
-			payload := func(i int) []byte {
-				p := make([]byte, size)
-				rng := rand.New(rand.NewPCG(uint64(i), 3))
-				for j := range p {
-					p[j] = byte(rng.Uint32())
-				}
-				return p
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			errs := make(chan error, 2*n)
-			seen := make(chan uint32, n)
-			for i := range n {
-				go func() {
-					_, err := e.s.Write(ctx, payload(i), uint32(i))
-					errs <- err
-				}()
-				go func() {
-					buf := make([]byte, size)
-					imm, _, err := e.r.Read(ctx, buf)
-					if err == nil && (imm >= n || !bytes.Equal(buf, payload(int(imm)))) {
-						err = fmt.Errorf("read of message %d: wrong bytes", imm)
+			synctest.Test(t, func(t *testing.T) {
+				cfg.RTT = 10 * time.Millisecond
+				e := pipePair(t, 5*time.Millisecond, 0.02, 5, cfg)
+				const n, size = 12, 300 << 10
+				payload := func(i int) []byte {
+					p := make([]byte, size)
+					rng := rand.New(rand.NewPCG(uint64(i), 3))
+					for j := range p {
+						p[j] = byte(rng.Uint32())
 					}
-					seen <- imm
-					errs <- err
-				}()
-			}
-			for range 2 * n {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
+					return p
 				}
-			}
-			got := map[uint32]bool{}
-			for range n {
-				imm := <-seen
-				if got[imm] {
-					t.Fatalf("message %d read twice", imm)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				errs := make(chan error, 2*n)
+				seen := make(chan uint32, n)
+				for i := range n {
+					go func() {
+						_, err := e.s.Write(ctx, payload(i), uint32(i))
+						errs <- err
+					}()
+					go func() {
+						buf := make([]byte, size)
+						imm, _, err := e.r.Read(ctx, buf)
+						if err == nil && (imm >= n || !bytes.Equal(buf, payload(int(imm)))) {
+							err = fmt.Errorf("read of message %d: wrong bytes", imm)
+						}
+						seen <- imm
+						errs <- err
+					}()
 				}
-				got[imm] = true
-			}
+				for range 2 * n {
+					if err := <-errs; err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := map[uint32]bool{}
+				for range n {
+					imm := <-seen
+					if got[imm] {
+						t.Fatalf("message %d read twice", imm)
+					}
+					got[imm] = true
+				}
+			})
 		})
 	}
 }
@@ -606,6 +620,9 @@ func mustLink(t *testing.T, cfg link.Config, seed uint64) *link.Direction {
 // timers resend them). The frames sent stay within 1.35 × those of one
 // first pass (data, and parity for EC); resending whole chunks sends
 // about twice as many.
+//
+// On synctest's fake clock: what it shows does not depend on the
+// machine's speed or load.
 func TestRepairsByPacket(t *testing.T) {
 	const size, transfers, mtu = 4 << 20, 3, 1024
 	attr := sdr.QPAttr{MTU: mtu, ChunkSize: 64 * mtu, MaxMessages: 16, MaxInFlightBytes: 64 << 20}
@@ -619,25 +636,27 @@ func TestRepairsByPacket(t *testing.T) {
 		{"ec-mds(32,8)", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}, size / mtu / 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ab := lossyLink(t, time.Millisecond, 0.01, 41)
-			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: lossyLink(t, time.Millisecond, 0.01, 42)})
-			e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), attr, tc.cfg)
-			packetsResent, chunksResent := 0, 0
-			for i := range transfers {
-				sent, _ := transfer(t, e, size, uint32(i), uint64(i))
-				packetsResent += sent.PacketsResent
-				chunksResent += sent.Retransmitted
-			}
-			needed := transfers * (size/mtu + tc.parity)
-			c := ab.Counters()
-			t.Logf("%d frames sent for %d packets needed (%.3f×), %d lost; %d packets resent alone, %d chunks", c.Sent, needed,
-				float64(c.Sent)/float64(needed), c.Lost, packetsResent, chunksResent)
-			if packetsResent == 0 {
-				t.Error("no packet was resent alone")
-			}
-			if float64(c.Sent) > 1.35*float64(needed) {
-				t.Errorf("%d frames sent for %d packets needed: more than 1.35×", c.Sent, needed)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				ab := lossyLink(t, time.Millisecond, 0.01, 41)
+				pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: lossyLink(t, time.Millisecond, 0.01, 42)})
+				e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), attr, tc.cfg)
+				packetsResent, chunksResent := 0, 0
+				for i := range transfers {
+					sent, _ := transfer(t, e, size, uint32(i), uint64(i))
+					packetsResent += sent.PacketsResent
+					chunksResent += sent.Retransmitted
+				}
+				needed := transfers * (size/mtu + tc.parity)
+				c := ab.Counters()
+				t.Logf("%d frames sent for %d packets needed (%.3f×), %d lost; %d packets resent alone, %d chunks", c.Sent, needed,
+					float64(c.Sent)/float64(needed), c.Lost, packetsResent, chunksResent)
+				if packetsResent == 0 {
+					t.Error("no packet was resent alone")
+				}
+				if float64(c.Sent) > 1.35*float64(needed) {
+					t.Errorf("%d frames sent for %d packets needed: more than 1.35×", c.Sent, needed)
+				}
+			})
 		})
 	}
 }

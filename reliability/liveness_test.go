@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
@@ -87,23 +88,28 @@ func detectWithin(timeout time.Duration) time.Duration { return 3 * timeout }
 // context of detectWithin(Config.Timeout); a Write after that fails with
 // it under a context of Timeout/2: at once, from what the sender
 // remembers, not by waiting out a Timeout of its own.
+//
+// On synctest's fake clock: what it shows does not depend on the
+// machine's speed or load.
 func TestPeerSilentBetweenTransfers(t *testing.T) {
-	const timeout = 2 * time.Second
-	e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
-	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
-	cut.Store(true)
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), detectWithin(timeout))
-	defer cancel()
-	read := readAsync(ctx, e.r, 1000)
-	_, err := e.s.Write(ctx, make([]byte, 1000), 2)
-	gone(t, "write", err, time.Since(start))
-	gone(t, "read", <-read, time.Since(start))
-	start = time.Now()
-	later, cancelLater := context.WithTimeout(context.Background(), timeout/2)
-	defer cancelLater()
-	_, err = e.s.Write(later, make([]byte, 1000), 3)
-	gone(t, "a later write", err, time.Since(start))
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 2 * time.Second
+		e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
+		transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
+		cut.Store(true)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), detectWithin(timeout))
+		defer cancel()
+		read := readAsync(ctx, e.r, 1000)
+		_, err := e.s.Write(ctx, make([]byte, 1000), 2)
+		gone(t, "write", err, time.Since(start))
+		gone(t, "read", <-read, time.Since(start))
+		start = time.Now()
+		later, cancelLater := context.WithTimeout(context.Background(), timeout/2)
+		defer cancelLater()
+		_, err = e.s.Write(later, make([]byte, 1000), 3)
+		gone(t, "a later write", err, time.Since(start))
+	})
 }
 
 // errTooLate cancels a context detectWithin after a cut.
@@ -113,32 +119,37 @@ var errTooLate = errors.New("the peer was not declared gone in time")
 // frames of a 16 MiB transfer (16 384 frames) have crossed; the sender's
 // Write and the receiver's Read fail with ErrPeerGone under a context
 // canceled detectWithin(Config.Timeout) after the cut.
+//
+// On synctest's fake clock: what it shows does not depend on the
+// machine's speed or load.
 func TestPeerSilentMidTransfer(t *testing.T) {
-	const timeout = 2 * time.Second
-	var cutAt atomic.Int64
-	e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	frames := 0
-	e.cutAfter = func() { // runs under the forward direction's lock, in send order
-		if frames++; frames == 2000 {
-			cutAt.Store(time.Now().UnixNano())
-			cut.Store(true)
-			time.AfterFunc(detectWithin(timeout), func() { cancel(errTooLate) })
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 2 * time.Second
+		var cutAt atomic.Int64
+		e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		frames := 0
+		e.cutAfter = func() { // runs under the forward direction's lock, in send order
+			if frames++; frames == 2000 {
+				cutAt.Store(time.Now().UnixNano())
+				cut.Store(true)
+				time.AfterFunc(detectWithin(timeout), func() { cancel(errTooLate) })
+			}
 		}
-	}
-	// Nothing waits forever if the cut never comes.
-	stop := time.AfterFunc(time.Minute, func() { cancel(context.DeadlineExceeded) })
-	defer stop.Stop()
-	const size = 16 << 20
-	read := readAsync(ctx, e.r, size)
-	_, err := e.s.Write(ctx, make([]byte, size), 1)
-	if cutAt.Load() == 0 {
-		t.Fatalf("the transfer ended (%v) before 2000 frames crossed", err)
-	}
-	start := time.Unix(0, cutAt.Load())
-	gone(t, "write", err, time.Since(start))
-	gone(t, "read", <-read, time.Since(start))
+		// Nothing waits forever if the cut never comes.
+		stop := time.AfterFunc(time.Minute, func() { cancel(context.DeadlineExceeded) })
+		defer stop.Stop()
+		const size = 16 << 20
+		read := readAsync(ctx, e.r, size)
+		_, err := e.s.Write(ctx, make([]byte, size), 1)
+		if cutAt.Load() == 0 {
+			t.Fatalf("the transfer ended (%v) before 2000 frames crossed", err)
+		}
+		start := time.Unix(0, cutAt.Load())
+		gone(t, "write", err, time.Since(start))
+		gone(t, "read", <-read, time.Since(start))
+	})
 }
 
 // TestCloseAbortsPeer: Close on one side fails the other side's pending
