@@ -118,6 +118,16 @@ var testQPAttr = sdr.QPAttr{MTU: 1024, ChunkSize: 16 << 10, MaxMessages: 16, Max
 // the other side; it checks the bytes (SHA-256) and the immediate.
 func transfer(t *testing.T, e endpoints, size int, imm uint32, seed uint64) (sent, recvd reliability.Stats) {
 	t.Helper()
+	sent, recvd, _, err := tryTransfer(e, size, imm, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sent, recvd
+}
+
+// tryTransfer is transfer that says why it failed instead, and how long
+// it took when it did not.
+func tryTransfer(e endpoints, size int, imm uint32, seed uint64) (sent, recvd reliability.Stats, took time.Duration, err error) {
 	src := make([]byte, size)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for i := range src {
@@ -136,22 +146,23 @@ func transfer(t *testing.T, e endpoints, size int, imm uint32, seed uint64) (sen
 		imm, st, err := e.r.Read(ctx, dst)
 		done <- readResult{imm, st, err}
 	}()
-	sent, err := e.s.Write(ctx, src, imm)
+	start := time.Now()
+	sent, err = e.s.Write(ctx, src, imm)
 	if err != nil {
 		cancel() // the read ends with the write's cause, or at once
-		t.Fatalf("write of %d bytes: %v; the read: %v", size, err, (<-done).err)
+		return sent, recvd, 0, fmt.Errorf("write of %d bytes: %w; the read: %v", size, err, (<-done).err)
 	}
 	rr := <-done
-	if rr.err != nil {
-		t.Fatalf("read of %d bytes: %v", size, rr.err)
+	took = time.Since(start)
+	switch {
+	case rr.err != nil:
+		return sent, rr.stats, 0, fmt.Errorf("read of %d bytes: %w", size, rr.err)
+	case sha256.Sum256(dst) != sha256.Sum256(src):
+		return sent, rr.stats, 0, fmt.Errorf("%d bytes: received data differs from what was sent", size)
+	case rr.imm != imm:
+		return sent, rr.stats, 0, fmt.Errorf("immediate %#x, want %#x", rr.imm, imm)
 	}
-	if sha256.Sum256(dst) != sha256.Sum256(src) {
-		t.Fatalf("%d bytes: received data differs from what was sent", size)
-	}
-	if rr.imm != imm {
-		t.Fatalf("immediate %#x, want %#x", rr.imm, imm)
-	}
-	return sent, rr.stats
+	return sent, rr.stats, took, nil
 }
 
 // TestDriversOverLossyPipe moves 1 MiB, 3 B and 0 B messages (and at 1 %

@@ -1,11 +1,8 @@
 package reliability_test
 
 import (
-	"context"
-	"crypto/sha256"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"testing"
@@ -91,7 +88,7 @@ func soakConnection(t *testing.T, cfg reliability.ReceiverConfig, loss float64, 
 		e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), attr, cfg)
 		needed := 0
 		for i := range 2 {
-			el, sent, err := timedTransfer(e, *soakSize, conn<<8|uint64(i))
+			sent, _, el, err := tryTransfer(e, *soakSize, uint32(i), uint64(conn)<<8|uint64(i))
 			needed += (sent.Plan.Length + sent.Plan.ParityLen()) / sent.Plan.MTU
 			t.Logf("connection %d, transfer %d: %v, %s, %d chunks and %d packets sent again, %d probes", conn, i, el, sent.Plan, sent.Retransmitted, sent.PacketsResent, sent.Probes)
 			if err != nil {
@@ -111,35 +108,3 @@ func soakConnection(t *testing.T, cfg reliability.ReceiverConfig, loss float64, 
 
 // soakLink is the soak's link rate, bit/s.
 const soakLink = 1e9
-
-// timedTransfer writes size random bytes and reads them on the other side
-// like transfer, and returns how long it took or why it failed.
-func timedTransfer(e endpoints, size int, seed uint64) (time.Duration, reliability.Stats, error) {
-	src := make([]byte, size)
-	rng := rand.New(rand.NewPCG(seed, 2))
-	for i := range src {
-		src[i] = byte(rng.Uint32())
-	}
-	dst := make([]byte, size)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	read := make(chan error, 1)
-	go func() {
-		_, _, err := e.r.Read(ctx, dst)
-		read <- err
-	}()
-	start := time.Now()
-	sent, err := e.s.Write(ctx, src, uint32(seed))
-	if err != nil {
-		cancel()
-		return 0, sent, fmt.Errorf("write: %w; the read: %v", err, <-read)
-	}
-	if err := <-read; err != nil {
-		return 0, sent, fmt.Errorf("read: %w", err)
-	}
-	el := time.Since(start)
-	if sha256.Sum256(dst) != sha256.Sum256(src) {
-		return 0, sent, fmt.Errorf("%d bytes: received data differs from what was sent", size)
-	}
-	return el, sent, nil
-}
