@@ -59,7 +59,10 @@ type Device struct {
 	lender TxBufferLender
 	mac    [6]byte
 	gid    netip.Addr
-	tap    *wire.PcapWriter
+	// ifMTU is the port's interface MTU (0: the port has none) and
+	// activeMTU the largest path MTU it carries; both set by NewDevice.
+	ifMTU, activeMTU int
+	tap              *wire.PcapWriter
 
 	mu        sync.Mutex // guards registration: keys, nextPD, nextQPN, qps writes
 	keys      keyTable
@@ -121,6 +124,11 @@ func NewDevice(cfg Config) (*Device, error) {
 	if ks, ok := cfg.Port.(KernelSender); ok {
 		d.kernelSrcPort = ks.KernelSourcePort()
 	}
+	d.activeMTU = maxPathMTU
+	if mp, ok := cfg.Port.(MTUPort); ok {
+		d.ifMTU = mp.MTU()
+		d.activeMTU = activeMTU(d.ifMTU)
+	}
 	d.backlogThreshold = cfg.RXBacklogThreshold
 	if d.backlogThreshold == 0 {
 		d.backlogThreshold = defaultRXBacklogThreshold
@@ -138,6 +146,44 @@ func NewDevice(cfg Config) (*Device, error) {
 	d.batch = newRxBatch()
 	go d.receiveLoop(batch)
 	return d, nil
+}
+
+// roceHeaderRoom is what a RoCE packet adds to its payload at most on an
+// interface's MTU (IP, UDP, BTH, extended headers, ICRC), as Linux
+// Soft-RoCE reserves it (RXE_MAX_HDR_LENGTH) when it derives the port's
+// active MTU from the interface's.
+const roceHeaderRoom = 80
+
+// maxPathMTU is the largest RoCE path MTU.
+const maxPathMTU = 4096
+
+// activeMTU returns the largest RoCE path MTU whose packets fit an
+// interface MTU of ifMTU bytes (0 when not even 256 does): 1500 gives
+// 1024, 9000 gives 4096.
+func activeMTU(ifMTU int) int {
+	for mtu := maxPathMTU; mtu >= 256; mtu /= 2 {
+		if mtu+roceHeaderRoom <= ifMTU {
+			return mtu
+		}
+	}
+	return 0
+}
+
+// ActiveMTU returns the largest path MTU the device's port carries (the
+// active_mtu ibv_query_port reports): derived from the interface's MTU for
+// ports on one (MTUPort), 4096 otherwise.
+func (d *Device) ActiveMTU() int { return d.activeMTU }
+
+// CheckPathMTU refuses a path MTU the port cannot carry, with an error
+// (wrapping ErrMTU) that names the interface MTU it would need: frames
+// longer than the interface's MTU are dropped by the kernel, where no
+// counter of the device sees them.
+func (d *Device) CheckPathMTU(mtu int) error {
+	if mtu <= d.activeMTU {
+		return nil
+	}
+	return fmt.Errorf("%w: path MTU %d, the port's active MTU is %d (interface MTU %d; a path MTU of %d needs an interface MTU of at least %d)",
+		ErrMTU, mtu, d.activeMTU, d.ifMTU, mtu, mtu+roceHeaderRoom)
 }
 
 // GID returns the device's address.

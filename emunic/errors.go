@@ -1,6 +1,9 @@
 package emunic
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned by the verbs-like API. Test with errors.Is.
 var (
@@ -9,6 +12,9 @@ var (
 	ErrInvalidState = errors.New("emunic: invalid QP state")
 	// ErrInvalidArgument means an attribute or work request is malformed.
 	ErrInvalidArgument = errors.New("emunic: invalid argument")
+	// ErrMTU means a path MTU above the port's active MTU: its frames
+	// would not fit the interface's MTU. It wraps ErrInvalidArgument.
+	ErrMTU = fmt.Errorf("%w: path MTU above the port's active MTU", ErrInvalidArgument)
 	// ErrQueueFull means a send or receive queue has no room; retry later.
 	ErrQueueFull = errors.New("emunic: queue full")
 	// ErrInvalidKey means an lkey names no live memory region of this

@@ -54,6 +54,13 @@ type TxBufferLender interface {
 	TxBufferSize() int
 }
 
+// MTUPort is implemented by ports on a network interface (the AF_XDP
+// port): MTU returns the interface's MTU, which bounds the RoCE path MTU
+// the device's QPs may use (Device.ActiveMTU).
+type MTUPort interface {
+	MTU() int
+}
+
 // KernelReceiver is implemented by ports whose frames the kernel has
 // already received at layers 2 and 3 and that rebuild them without
 // Ethernet addresses (the UDP port of package emunic/udp): the device's

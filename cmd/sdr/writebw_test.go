@@ -156,21 +156,37 @@ func TestWriteBWOverXSK(t *testing.T) {
 // result; it fails t unless both exit 0.
 func writeBWBetween(t *testing.T, pair *hostnet.Pair, flags []string) writebw.Result {
 	t.Helper()
-	flags = append(append([]string{"write-bw"}, flags...), "-json")
-	type outcome struct {
-		code     int
-		out, err string
+	client, server := runWriteBWPair(pair, append(flags, "-json"))
+	if client.code != exitOK || server.code != exitOK {
+		t.Fatalf("write-bw %v: client exit %d (%s), server exit %d (%s)", flags, client.code, client.err, server.code, server.err)
 	}
-	server := make(chan outcome, 1)
+	var r writebw.Result
+	if err := json.Unmarshal([]byte(client.out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, client.out)
+	}
+	return r
+}
+
+// writeBWOutcome is how one side of a write-bw run ended.
+type writeBWOutcome struct {
+	code     int
+	out, err string
+}
+
+// runWriteBWPair runs sdr write-bw with flags as the server in host B's
+// namespace and as the client in host A's, retrying the client until the
+// server listens, and returns how each ended.
+func runWriteBWPair(pair *hostnet.Pair, flags []string) (client, server writeBWOutcome) {
+	flags = append([]string{"write-bw"}, flags...)
+	done := make(chan writeBWOutcome, 1)
 	go func() {
-		var o outcome
+		var o writeBWOutcome
 		pair.B.NS.Do(func() error {
 			o.code, o.out, o.err = runSDR(flags...)
 			return nil
 		})
-		server <- o
+		done <- o
 	}()
-	var client outcome
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // until the server listens
 		pair.A.NS.Do(func() error {
 			client.code, client.out, client.err = runSDR(append(flags, pair.B.Addr.String())...)
@@ -180,15 +196,7 @@ func writeBWBetween(t *testing.T, pair *hostnet.Pair, flags []string) writebw.Re
 			break
 		}
 	}
-	s := <-server
-	if client.code != exitOK || s.code != exitOK {
-		t.Fatalf("write-bw %v: client exit %d (%s), server exit %d (%s)", flags, client.code, client.err, s.code, s.err)
-	}
-	var r writebw.Result
-	if err := json.Unmarshal([]byte(client.out), &r); err != nil {
-		t.Fatalf("%v\n%s", err, client.out)
-	}
-	return r
+	return client, <-done
 }
 
 // kernelRoCE listens on UDP 4791 in host B's kernel and counts what
@@ -347,6 +355,52 @@ func TestWriteBWMultiQueue(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWriteBWJumboMTU runs write-bw -dev xsk at path MTUs 2048 and 4096
+// between namespaces on 9000-byte-MTU veths, raw and with SR-NACK, every
+// message verified: the port takes frames longer than a 2 KiB chunk
+// (write-bw's rings are of 2 KiB chunks) and longer than a page
+// (multi-buffer). On 1500-byte veths -m 4096 is refused at start, before
+// the peer is contacted, with the MTUs that would carry it.
+func TestWriteBWJumboMTU(t *testing.T) {
+	privileged.Require(t)
+	pair, err := hostnet.NewPair(hostnet.PairConfig{MTU: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	for _, mtu := range []int{2048, 4096} {
+		m := fmt.Sprint(mtu)
+		const iters = 50
+		r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-m", m, "-s", "1048576", "-n", fmt.Sprint(iters), "-verify"})
+		t.Logf("raw, MTU %d: %d/%d chunks, %.2f Gbit/s", mtu, r.ChunksDelivered, r.ChunksTotal, r.BWAverageGbps)
+		if r.ChunksTotal == 0 || r.ChunksDelivered != r.ChunksTotal || r.ChunksVerified != r.ChunksTotal || r.Complete != iters {
+			t.Errorf("raw write-bw at MTU %d on 9000-byte veths: want every chunk of %d messages verified: %+v", mtu, iters, r)
+		}
+		rel := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-m", m, "-scheme", "sr-nack", "-s", "16MiB", "-n", "3", "-w", "0"}).Reliable
+		if rel == nil || rel.Transfers != 3 || rel.Verified != 3 || rel.Failed != 0 {
+			t.Errorf("sr-nack at MTU %d on 9000-byte veths: want 3 transfers verified: %+v", mtu, rel)
+		} else {
+			t.Logf("sr-nack, MTU %d: %d/%d verified, %.0f Mbit/s", mtu, rel.Verified, rel.Transfers, rel.GoodputMbps)
+		}
+	}
+
+	small, err := hostnet.NewPair(hostnet.PairConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	client, server := runWriteBWPair(small, []string{"-dev", "xsk", "-i", "veth0", "-m", "4096"})
+	for _, side := range []struct {
+		name string
+		o    writeBWOutcome
+	}{{"client", client}, {"server", server}} {
+		if side.o.code == exitOK || !strings.Contains(side.o.err, "active MTU is 1024 (interface MTU 1500") || !strings.Contains(side.o.err, "at least 4176") {
+			t.Errorf("write-bw -m 4096 on 1500-byte veths, %s: exit %d, %q; want a refusal naming the active MTU and the interface MTU needed",
+				side.name, side.o.code, side.o.err)
+		}
 	}
 }
 

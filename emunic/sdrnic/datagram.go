@@ -56,6 +56,9 @@ type datagramInfo struct {
 
 // NewDatagram creates a UD QP on the device for a datagram channel.
 func (d *Device) NewDatagram(attr backend.DatagramAttr) (backend.Datagram, error) {
+	if err := d.dev.CheckPathMTU(attr.MTU); err != nil {
+		return nil, fmt.Errorf("sdrnic: new datagram channel: %w", err)
+	}
 	g := &datagram{d: d, mtu: attr.MTU, qkey: rand.Uint32() & 0x7FFFFFFF}
 	g.closed, g.close = context.WithCancel(context.Background())
 	fail := func(err error) (backend.Datagram, error) {

@@ -110,6 +110,12 @@ type txState struct {
 // until then completions wait in the CQs. The device closes the
 // transport with itself.
 func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transport, error) {
+	if err := d.dev.CheckPathMTU(attr.MTU); err != nil {
+		if cfg.Release != nil {
+			cfg.Release()
+		}
+		return nil, fmt.Errorf("%s: new QP: %w", cfg.Name, err)
+	}
 	entries := int(attr.Layout.MaxMessageIDs())
 	if entries > 1<<16 || attr.Generations < 1 || attr.Generations > 16 || attr.MaxMessages < 1 || attr.MaxMessages > entries {
 		if cfg.Release != nil {

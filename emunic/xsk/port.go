@@ -34,9 +34,6 @@ type PortConfig struct {
 	// Mode chooses copy or zero-copy (default: try zero-copy on each
 	// queue, fall back to copy; Port.ZeroCopy says what each got).
 	Mode Mode
-	// MultiBuffer enables frames larger than one page (MTU 4096 on veth):
-	// the frags XDP program and XDP_USE_SG.
-	MultiBuffer bool
 	// AllRoCE steers every RoCEv2 frame instead of the device's QPs only.
 	AllRoCE bool
 	// DropProbability injects loss at ingress (see ebpf.Options).
@@ -47,8 +44,9 @@ type PortConfig struct {
 	// sleeps while traffic flows.
 	BusyPoll time.Duration
 	// Socket overrides the UMEM and ring sizes of the port, split over
-	// its queues (see queueConfig); Ifindex, Queue, Mode, MultiBuffer and
-	// BusyPoll are taken from the fields above.
+	// its queues (see queueConfig); Ifindex, Queue, Mode and BusyPoll are
+	// taken from the fields above, and the chunk size and MultiBuffer
+	// follow from the interface's MTU (see NewPort).
 	Socket Config
 }
 
@@ -78,8 +76,12 @@ type Port struct {
 	socks []*Socket // socks[q] is bound to queue q
 	group *Group
 	prog  *ebpf.Program
-	kick  chan struct{}
-	done  chan struct{} // closed by Close: the flusher returns
+	// mtu is the interface's MTU, and multiBuffer whether frames may
+	// span chunks for it; both set once by NewPort.
+	mtu         int
+	multiBuffer bool
+	kick        chan struct{}
+	done        chan struct{} // closed by Close: the flusher returns
 	// flushed is closed by the flusher when it returns, so that Close
 	// never closes a socket under a Flush still running.
 	flushed   chan struct{}
@@ -102,6 +104,7 @@ var (
 	_ emunic.PortFilter     = (*Port)(nil)
 	_ emunic.TxBufferLender = (*Port)(nil)
 	_ emunic.RXBacklogPort  = (*Port)(nil)
+	_ emunic.MTUPort        = (*Port)(nil)
 )
 
 // NewPort loads and attaches the steering program to the interface and
@@ -109,6 +112,13 @@ var (
 // interface's network namespace (testbed.Namespace.Do); the port works
 // from any goroutine afterwards. An interface whose queues cannot all be
 // bound is refused with ErrQueues and the fix.
+//
+// The sockets take every frame the interface's MTU lets in, up to the
+// longest a device sends (emunic.MaxFrameLen): frames that fit a 2 KiB
+// or 4 KiB chunk stay in one, longer ones (RoCE MTU 4096, jumbo-frame
+// interfaces) span several, with the frags XDP program and multi-buffer
+// sockets (FitFrames). A frame longer than a socket takes would be
+// dropped by the kernel where no counter of ours sees it.
 func NewPort(cfg PortConfig) (*Port, error) {
 	iface, err := net.InterfaceByName(cfg.Interface)
 	if err != nil {
@@ -132,11 +142,13 @@ func NewPort(cfg PortConfig) (*Port, error) {
 	// frames sent to any other (the receive filter of a NIC).
 	var mac [6]byte
 	copy(mac[:], iface.HardwareAddr)
-	prog, err := ebpf.Load(ebpf.Options{Frags: cfg.MultiBuffer, AllRoCE: cfg.AllRoCE, DropProbability: cfg.DropProbability, MAC: mac})
+	cfg.Socket = FitFrames(cfg.Socket, min(iface.MTU+vlanEthernetHeaderLen, emunic.MaxFrameLen))
+	prog, err := ebpf.Load(ebpf.Options{Frags: cfg.Socket.MultiBuffer, AllRoCE: cfg.AllRoCE, DropProbability: cfg.DropProbability, MAC: mac})
 	if err != nil {
 		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
 	}
-	p := &Port{prog: prog, kick: make(chan struct{}, 1), done: make(chan struct{}), flushed: make(chan struct{})}
+	p := &Port{prog: prog, mtu: iface.MTU, multiBuffer: cfg.Socket.MultiBuffer,
+		kick: make(chan struct{}, 1), done: make(chan struct{}), flushed: make(chan struct{})}
 	if err := p.open(cfg, iface.Index, queues); err != nil {
 		for _, s := range p.socks {
 			s.Close()
@@ -158,7 +170,7 @@ func (p *Port) open(cfg PortConfig, ifindex, queues int) error {
 	}
 	for q := range queues {
 		sc := queueConfig(cfg.Socket, queues)
-		sc.Ifindex, sc.Queue, sc.Mode, sc.MultiBuffer, sc.BusyPoll = ifindex, q, cfg.Mode, cfg.MultiBuffer, busyPoll
+		sc.Ifindex, sc.Queue, sc.Mode, sc.BusyPoll = ifindex, q, cfg.Mode, busyPoll
 		sock, err := Open(sc)
 		if err != nil {
 			return err
@@ -204,6 +216,18 @@ func queueConfig(cfg Config, queues int) Config {
 	cfg.NumFrames = max(2*cfg.RingSize, frames/queues)
 	return cfg
 }
+
+// vlanEthernetHeaderLen is the Ethernet header with one 802.1Q tag: what
+// a frame adds to the interface's MTU at most.
+const vlanEthernetHeaderLen = 18
+
+// MTU returns the interface's MTU when the port was opened
+// (emunic.MTUPort): the device's active RoCE MTU follows from it.
+func (p *Port) MTU() int { return p.mtu }
+
+// MultiBuffer reports whether the port's frames may span several chunks
+// (the interface's MTU needs it).
+func (p *Port) MultiBuffer() bool { return p.multiBuffer }
 
 // Queues returns how many receive queues the port binds.
 func (p *Port) Queues() int { return len(p.socks) }

@@ -24,7 +24,7 @@ import (
 // newXSKPair builds two namespaces joined by a switch with an emunic host
 // on an AF_XDP port in each; with dir set, the devices' pcap taps write to
 // emunic-a.pcap and emunic-b.pcap there (call flush before reading them).
-func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (a, b *emunictest.Host, pair *hostnet.Pair, flush func()) {
+func newXSKPair(t testing.TB, mtu int, dir string) (a, b *emunictest.Host, pair *hostnet.Pair, flush func()) {
 	t.Helper()
 	privileged.Require(t)
 	pair, err := hostnet.NewPair(hostnet.PairConfig{MTU: mtu, Switched: true})
@@ -47,7 +47,7 @@ func newXSKPair(t testing.TB, mtu int, multiBuffer bool, dir string) (a, b *emun
 			t.Cleanup(func() { tap.Close() }) // after the device's close, registered later
 			taps = append(taps, tap)
 		}
-		hosts = append(hosts, emunictest.NewXSKHost(t, h, xsk.PortConfig{MultiBuffer: multiBuffer}, tap))
+		hosts = append(hosts, emunictest.NewXSKHost(t, h, xsk.PortConfig{}, tap))
 	}
 	return hosts[0], hosts[1], pair, func() {
 		for _, tap := range taps {
@@ -166,7 +166,7 @@ func checkCapture(t *testing.T, path string, minPackets int) {
 // devices' taps and a tcpdump of the wire.
 func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 	dir := t.TempDir()
-	a, b, pair, flush := newXSKPair(t, 1500, false, dir)
+	a, b, pair, flush := newXSKPair(t, 1500, dir)
 	stop := startTcpdump(t, pair, filepath.Join(dir, "wire.pcap"))
 
 	// Kernel traffic alongside: a TCP echo and a ping.
@@ -221,16 +221,24 @@ func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 }
 
 // TestXSKMTUs runs RC and UC transfers at path MTU 2048 (1500-byte links
-// are too small: 2048 B frames need a 2100-byte link MTU) and at 4096 with
-// the frags program and multi-buffer AF_XDP.
+// are too small: 2048 B frames need a 2128-byte link MTU) and at 4096,
+// on links of just the MTU they need and on jumbo-frame links: the port
+// chooses multi-buffer AF_XDP (and the frags program) where a frame may
+// not fit one 4 KiB chunk, and the device's active MTU follows the link's.
 func TestXSKMTUs(t *testing.T) {
 	for _, c := range []struct {
 		pathMTU, linkMTU int
 		multiBuffer      bool
-	}{{2048, 2200, false}, {4096, 4200, true}} {
-		t.Run(fmt.Sprint(c.pathMTU), func(t *testing.T) {
+	}{{2048, 2128, false}, {4096, 4176, true}, {2048, 9000, true}, {4096, 9000, true}} {
+		t.Run(fmt.Sprintf("%d/link%d", c.pathMTU, c.linkMTU), func(t *testing.T) {
 			dir := t.TempDir()
-			a, b, pair, _ := newXSKPair(t, c.linkMTU, c.multiBuffer, dir)
+			a, b, pair, _ := newXSKPair(t, c.linkMTU, dir)
+			for _, h := range []*emunictest.Host{a, b} {
+				if h.XSK.MultiBuffer() != c.multiBuffer || h.XSK.MTU() != c.linkMTU || h.Dev.ActiveMTU() < c.pathMTU {
+					t.Fatalf("port on a %d-byte MTU: multi-buffer %v, MTU %d, active MTU %d; want multi-buffer %v, MTU %d, active MTU ≥ %d",
+						c.linkMTU, h.XSK.MultiBuffer(), h.XSK.MTU(), h.Dev.ActiveMTU(), c.multiBuffer, c.linkMTU, c.pathMTU)
+				}
+			}
 			stop := startTcpdump(t, pair, filepath.Join(dir, "wire.pcap"))
 			for _, typ := range []emunic.QPType{emunic.UC, emunic.RC} {
 				qa, qb := a.QP(t, typ), b.QP(t, typ)
@@ -258,7 +266,7 @@ func TestXSKMTUs(t *testing.T) {
 
 // TestResolveMAC finds the peer's MAC through the kernel's neighbour table.
 func TestResolveMAC(t *testing.T) {
-	a, b, _, _ := newXSKPair(t, 1500, false, "")
+	a, b, _, _ := newXSKPair(t, 1500, "")
 	var mac [6]byte
 	if err := a.Net.NS.Do(func() (err error) {
 		mac, err = xsk.ResolveMAC(a.Net.IfName, b.Net.Addr, 5*time.Second)

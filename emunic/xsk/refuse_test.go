@@ -60,7 +60,7 @@ func pipeNet(t *testing.T) *refusalNet {
 
 func xskNet(t *testing.T) *refusalNet {
 	dir := t.TempDir()
-	a, b, pair, flush := newXSKPair(t, 1500, false, dir)
+	a, b, pair, flush := newXSKPair(t, 1500, dir)
 	// With br_netfilter loaded, the bridge validates IPv4 headers (and
 	// drops a bad checksum) before the target's NIC could: make it forward
 	// frames as a plain Ethernet switch does.
@@ -682,7 +682,7 @@ func addBridgeHost(t *testing.T, pair *hostnet.Pair, addr netip.Prefix) *hostnet
 // its socket); and the pair's own traffic afterwards, at the same PSNs,
 // runs as if nothing had happened.
 func TestThirdHostAttack(t *testing.T) {
-	a, b, pair, _ := newXSKPair(t, 1500, false, "")
+	a, b, pair, _ := newXSKPair(t, 1500, "")
 	hostC := addBridgeHost(t, pair, netip.MustParsePrefix("10.77.0.3/24"))
 	var attacker *xsk.Port
 	if err := hostC.NS.Do(func() (err error) {

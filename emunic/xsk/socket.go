@@ -110,8 +110,9 @@ type Socket struct {
 	// received counts the frames Receive took off the RX ring (one
 	// atomic add per batch): per-queue counts for reports.
 	received atomic.Uint64
-	zeroCopy bool
-	closed   atomic.Bool
+	zeroCopy    bool
+	multiBuffer bool
+	closed      atomic.Bool
 
 	rxMu sync.Mutex
 	rx   ring // descriptors
@@ -173,7 +174,7 @@ func Open(cfg Config) (*Socket, error) {
 	if err != nil {
 		return nil, permission("socket", err)
 	}
-	s := &Socket{fd: fd, txFD: -1, wake: -1, frameSize: uint64(cfg.FrameSize), busyPoll: max(0, cfg.BusyPoll)}
+	s := &Socket{fd: fd, txFD: -1, wake: -1, frameSize: uint64(cfg.FrameSize), multiBuffer: cfg.MultiBuffer, busyPoll: max(0, cfg.BusyPoll)}
 	if err := s.setup(cfg); err != nil {
 		s.Close()
 		return nil, err
@@ -325,8 +326,50 @@ func (s *Socket) offset(b []byte) (uint64, bool) {
 // ZeroCopy reports whether the socket runs in zero-copy mode.
 func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 
-// MaxFrameLen returns the longest frame one chunk holds.
-func (s *Socket) MaxFrameLen() int { return int(s.frameSize) - unix.XDP_PACKET_HEADROOM }
+// MaxFrameLen returns the longest frame the socket receives whole: what
+// one chunk holds after the kernel's headroom, or with MultiBuffer what
+// MaxFrameChunks chunks hold.
+func (s *Socket) MaxFrameLen() int {
+	if s.multiBuffer {
+		return MaxFrameChunks*int(s.frameSize) - unix.XDP_PACKET_HEADROOM
+	}
+	return int(s.frameSize) - unix.XDP_PACKET_HEADROOM
+}
+
+// MaxFrameChunks is how many chunks a frame of a MultiBuffer socket spans
+// at most: three 4 KiB chunks hold a 9000-byte jumbo frame, and the
+// kernel's limit (MAX_SKB_FRAGS fragments after the first) is higher.
+const MaxFrameChunks = 3
+
+// FitFrames returns cfg adjusted so that its socket receives frames of
+// up to frameLen bytes whole: cfg as it is when one chunk (less the
+// kernel's headroom) holds them; 4096-byte chunks, the UMEM's size in
+// bytes kept, when one of those does; several of those (MultiBuffer)
+// otherwise. Frames longer than a socket takes never reach it: the
+// kernel drops them, counted only in its statistics (Stats' Rx_dropped),
+// so a port sizes its sockets for the longest frame its interface's MTU
+// lets in.
+func FitFrames(cfg Config, frameLen int) Config {
+	chunk := cfg.FrameSize
+	if chunk == 0 {
+		chunk = 4096
+	}
+	if frameLen <= chunk-unix.XDP_PACKET_HEADROOM {
+		return cfg
+	}
+	if chunk < 4096 {
+		if cfg.NumFrames != 0 {
+			ring := cfg.RingSize
+			if ring == 0 {
+				ring = DefaultRingSize
+			}
+			cfg.NumFrames = max(2*ring, cfg.NumFrames*chunk/4096)
+		}
+		cfg.FrameSize = 4096
+	}
+	cfg.MultiBuffer = frameLen > 4096-unix.XDP_PACKET_HEADROOM
+	return cfg
+}
 
 // Receive waits until frames arrive and copies up to len(bufs) of them
 // into bufs, their lengths into sizes. A frame spread over several chunks

@@ -458,7 +458,7 @@ func testMismatchedPeerInfo(t *testing.T, e *env) {
 		channels int
 		change   func(*sdr.QPAttr)
 	}{
-		{"MTU", 2, func(a *sdr.QPAttr) { a.MTU = 2048; a.ChunkSize = 2 * 2048 }},
+		{"MTU", 2, func(a *sdr.QPAttr) { a.MTU = mtu / 2; a.ChunkSize = 2 * (mtu / 2) }}, // smaller: every port carries it
 		{"chunk size", 2, func(a *sdr.QPAttr) { a.ChunkSize = 2 * mtu }},
 		{"slots", 2, func(a *sdr.QPAttr) { a.MaxMessages = 8 }},
 		{"slot size", 2, func(a *sdr.QPAttr) { a.MaxInFlightBytes = 8 << 20 }},
