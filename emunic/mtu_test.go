@@ -56,4 +56,3 @@ func TestActiveMTU(t *testing.T) {
 		}
 	}
 }
-

@@ -109,7 +109,7 @@ type Socket struct {
 	frameSize uint64
 	// received counts the frames Receive took off the RX ring (one
 	// atomic add per batch): per-queue counts for reports.
-	received atomic.Uint64
+	received    atomic.Uint64
 	zeroCopy    bool
 	multiBuffer bool
 	closed      atomic.Bool
