@@ -139,6 +139,31 @@ func TestTestbedNamespaces(t *testing.T) {
 	}
 }
 
+// TestTestbedNamespacesMTU4096 runs the scenario between namespaces at
+// path MTU 4096: the hosts' veths get a 4224-byte MTU, which the link
+// emulator carries on multi-buffer sockets. Every transfer is delivered,
+// and in fewer frames than half as large packets would take.
+func TestTestbedNamespacesMTU4096(t *testing.T) {
+	privileged.Require(t)
+	dir, out, _ := testbedRun(t, "-carrier", "netns", "-mtu", "4096", "-q")
+	if !strings.Contains(out, "link emulator") || !strings.Contains(out, "MTU 4096 B") {
+		t.Errorf("carrier or MTU not named:\n%s", out)
+	}
+	checkTestbedReport(t, dir, out)
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep scenario.Report
+	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Links) != 1 || rep.Links[0].Forward == nil {
+		t.Fatalf("results.json: %v, %+v", err, rep.Links)
+	}
+	const payload = 3 * 2 * 256 << 10 // three schemes, two transfers of 256 KiB
+	if f := rep.Links[0].Forward.Frames; f == 0 || f >= payload/2048 {
+		t.Errorf("%d frames crossed the emulator for %d bytes: want fewer than %d, as 4 KiB packets take", f, payload, payload/2048)
+	}
+}
+
 // signalWriter sends the process SIGINT once what is written to it
 // contains trigger: Ctrl-C at a known point of a run.
 type signalWriter struct {

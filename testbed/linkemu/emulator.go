@@ -78,8 +78,9 @@ func (d Dir) String() string {
 
 // Slots is how many frames each direction can hold at once (in flight
 // on the emulated wire, queued or waiting for their arrival time): 16384
-// of up to MaxMTU plus a header each, 60 MiB of address space per
-// direction, of which only what was once used takes memory. A frame
+// of the interface's longest frame each, 60 MiB of address space per
+// direction on 4 KiB chunks (190 MiB on multi-buffer sockets), of which
+// only what was once used takes memory. A frame
 // arriving when all are taken is dropped and counted (DroppedNoBuffer);
 // 16384 covers 1 Gbit/s of 1500-byte frames over 190 ms.
 const Slots = 16384
@@ -95,9 +96,12 @@ const bindWait = 2 * time.Second
 var ErrClosed = errors.New("linkemu: emulator closed")
 
 // MaxMTU is the largest interface MTU the emulator carries: a frame (MTU
-// plus the Ethernet header) must fit one 4 KiB AF_XDP chunk less the
-// kernel's 256-byte headroom, as the emulator uses no multi-buffer.
-const MaxMTU = 4096 - 256 - link.EthernetHeaderLen
+// plus the Ethernet header) must fit the chunks of one multi-buffer
+// AF_XDP frame (xsk.MaxFrameChunks of 4 KiB, less the kernel's 256-byte
+// headroom): a 9000-byte jumbo MTU does. Interfaces whose frames fit one
+// chunk get single-chunk sockets and the plain program, which cost less
+// per frame.
+const MaxMTU = xsk.MaxFrameChunks*4096 - 256 - link.EthernetHeaderLen
 
 // ErrMTU is wrapped by Start's error for an interface whose MTU exceeds
 // MaxMTU: the kernel would drop its longer frames before the emulator
@@ -221,7 +225,8 @@ func openSide(name string) (*side, error) {
 		return nil, fmt.Errorf("linkemu: %w", xsk.QueuesRefusal(name, queues, xsk.MaxQueues))
 	}
 	s := &side{ifname: name}
-	if s.prog, err = ebpf.Load(ebpf.Options{AllFrames: true}); err != nil {
+	sc := xsk.FitFrames(xsk.Config{Ifindex: iface.Index}, iface.MTU+link.EthernetHeaderLen)
+	if s.prog, err = ebpf.Load(ebpf.Options{AllFrames: true, Frags: sc.MultiBuffer}); err != nil {
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 	}
 	for q := range queues {
@@ -231,7 +236,8 @@ func openSide(name string) (*side, error) {
 		if q > 0 {
 			ring = txRingSize / 4
 		}
-		sock, err := openQueue(iface.Index, q, ring)
+		sc.Queue, sc.RingSize, sc.NumFrames = q, ring, 2*ring
+		sock, err := openQueue(sc)
 		if err == nil {
 			s.socks = append(s.socks, sock)
 			err = s.prog.SetSocket(q, sock.FD())
@@ -251,9 +257,9 @@ func openSide(name string) (*side, error) {
 // openQueue binds a socket to one queue. A socket closed on the queue a
 // moment ago (a previous emulator, a test's port) releases it
 // asynchronously: the bind fails with EBUSY until then.
-func openQueue(ifindex, queue, ring int) (*xsk.Socket, error) {
+func openQueue(cfg xsk.Config) (*xsk.Socket, error) {
 	for deadline := time.Now().Add(bindWait); ; time.Sleep(10 * time.Millisecond) {
-		sock, err := xsk.Open(xsk.Config{Ifindex: ifindex, Queue: queue, NumFrames: 2 * ring, RingSize: ring})
+		sock, err := xsk.Open(cfg)
 		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 			return sock, err
 		}
