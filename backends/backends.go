@@ -83,7 +83,7 @@ func Open(name string, opts Options) (*Device, error) {
 	case "udp":
 		gid, err := netip.ParseAddr(arg)
 		if ifname, ok := strings.CutPrefix(arg, "@"); ok { // udp:@eth0: the interface's address
-			_, gid, err = hostnet.InterfaceIPv4(ifname)
+			_, gid, err = hostnet.InterfaceGID(ifname)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("backends: device %q: %w", name, err)
@@ -94,7 +94,7 @@ func Open(name string, opts Options) (*Device, error) {
 		}
 		return newEmulated(name, emunic.Config{Port: port, GID: gid}, opts)
 	case "xsk":
-		iface, gid, err := hostnet.InterfaceIPv4(arg)
+		iface, gid, err := hostnet.InterfaceGID(arg)
 		if err != nil {
 			return nil, fmt.Errorf("backends: device %q: %w", name, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Host is one end of a link: a namespace and its interface.
@@ -21,8 +22,11 @@ type Host struct {
 
 // PairConfig describes a two-host network.
 type PairConfig struct {
-	// Subnet is a /24 whose .1 and .2 the hosts get (default 10.77.0.0/24,
-	// the rxe captures' addressing).
+	// Subnet is an IPv4 or IPv6 prefix whose first two addresses after
+	// the network's (.1 and .2, ::1 and ::2) the hosts get (default
+	// 10.77.0.0/24, the rxe captures' addressing). With an IPv6 subnet
+	// the hosts have no IPv4 address: an IPv6-only network, RoCEv2 GIDs
+	// as they are on the wire.
 	Subnet netip.Prefix
 	// MTU of every interface (default 1500).
 	MTU int
@@ -223,7 +227,12 @@ func (host *Host) configure(subnet netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("hostnet: %s: %w", host.IfName, err)
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: host.Addr.AsSlice(), Mask: net.CIDRMask(subnet.Bits(), 32)}}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: host.Addr.AsSlice(), Mask: net.CIDRMask(subnet.Bits(), host.Addr.BitLen())}}
+	if host.Addr.Is6() {
+		// Usable at once: duplicate address detection would hold the
+		// address tentative (unusable as a source) for a second or more.
+		addr.Flags = unix.IFA_F_NODAD
+	}
 	if err := h.AddrAdd(l, addr); err != nil {
 		return fmt.Errorf("hostnet: address %v: %w", host.Addr, err)
 	}

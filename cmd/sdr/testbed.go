@@ -57,6 +57,7 @@ type testbedFlags struct {
 	code                       string
 	mtu, chunk, channels       int
 	queues                     int
+	ipv6                       bool
 	timeout                    time.Duration
 	json, quiet                bool
 }
@@ -79,6 +80,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.schemes, "schemes", "", "`schemes`, comma-separated: rc (NIC go-back-N), uc (no reliability), sr-rto, sr-nack, ec, hybrid, auto; ec and hybrid optionally with their code, e.g. ec-xor(8,2) (else -code)")
 	fs.StringVar(&f.code, "code", "", "erasure `code` of ec and hybrid: mds(k,m) or xor(k,m)")
 	fs.IntVar(&f.mtu, "mtu", 0, "path MTU")
+	fs.BoolVar(&f.ipv6, "ipv6", false, "address the hosts of -carrier netns with IPv6 only (fd00:77::/64): IPv6 GIDs, RoCEv2 over IPv6")
 	fs.IntVar(&f.queues, "queues", 1, "RX and TX `queues` per veth of -carrier netns: the hosts' QPs spread over them as RSS spreads them on a multi-queue NIC")
 	fs.IntVar(&f.chunk, "c", 0, "chunk size in bytes (a multiple of the MTU, at most 64 MTUs)")
 	fs.IntVar(&f.channels, "channels", 0, "transport QPs per SDR QP")
@@ -103,9 +105,13 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sdr testbed: -queues %d: 1 … %d, and more than 1 needs -carrier netns\n", f.queues, xsk.MaxQueues)
 		return exitUsage
 	}
+	if f.ipv6 && f.carrier != "netns" {
+		fmt.Fprintln(stderr, "sdr testbed: -ipv6 needs -carrier netns")
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	net, why, err := openNetwork(f.carrier, sc.MTU, f.queues)
+	net, why, err := openNetwork(f.carrier, scenario.NamespacesConfig{MTU: sc.MTU, Queues: f.queues, IPv6: f.ipv6})
 	if err != nil {
 		fmt.Fprintf(stderr, "sdr testbed: %v\n", err)
 		return exitFault
@@ -253,7 +259,7 @@ func (f *testbedFlags) scenario() (scenario.Scenario, error) {
 
 // openNetwork returns the carrier asked for; auto falls back to the pipe
 // when namespaces cannot be built, and why says so.
-func openNetwork(carrier string, mtu, queues int) (net scenario.Network, why string, err error) {
+func openNetwork(carrier string, ns scenario.NamespacesConfig) (net scenario.Network, why string, err error) {
 	if carrier == "pipe" {
 		return &scenario.Pipe{}, "", nil
 	}
@@ -261,7 +267,7 @@ func openNetwork(carrier string, mtu, queues int) (net scenario.Network, why str
 	// half-way through building namespaces.
 	err = caps.Check(caps.Testbed, "-carrier netns", hostnet.RunDir)
 	if err == nil {
-		net, err = scenario.NewNamespaces(mtu, queues)
+		net, err = scenario.NewNamespaces(ns)
 	}
 	switch {
 	case err == nil:

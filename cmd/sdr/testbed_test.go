@@ -139,28 +139,42 @@ func TestTestbedNamespaces(t *testing.T) {
 	}
 }
 
-// TestTestbedNamespacesMTU4096 runs the scenario between namespaces at
-// path MTU 4096: the hosts' veths get a 4224-byte MTU, which the link
-// emulator carries on multi-buffer sockets. Every transfer is delivered,
-// and in fewer frames than half as large packets would take.
-func TestTestbedNamespacesMTU4096(t *testing.T) {
+// TestTestbedNamespacesMTU4096AndIPv6 runs the scenario between
+// namespaces at path MTU 4096 (the hosts' veths get a 4224-byte MTU,
+// which the link emulator carries on multi-buffer sockets: fewer frames
+// cross it than half as large packets would take) and over IPv6 only
+// (fd00:77::/64: IPv6 GIDs, RoCEv2 over IPv6). Every transfer arrives.
+func TestTestbedNamespacesMTU4096AndIPv6(t *testing.T) {
 	privileged.Require(t)
-	dir, out, _ := testbedRun(t, "-carrier", "netns", "-mtu", "4096", "-q")
-	if !strings.Contains(out, "link emulator") || !strings.Contains(out, "MTU 4096 B") {
-		t.Errorf("carrier or MTU not named:\n%s", out)
-	}
-	checkTestbedReport(t, dir, out)
-	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep scenario.Report
-	if err := json.Unmarshal(b, &rep); err != nil || len(rep.Links) != 1 || rep.Links[0].Forward == nil {
-		t.Fatalf("results.json: %v, %+v", err, rep.Links)
-	}
 	const payload = 3 * 2 * 256 << 10 // three schemes, two transfers of 256 KiB
-	if f := rep.Links[0].Forward.Frames; f == 0 || f >= payload/2048 {
-		t.Errorf("%d frames crossed the emulator for %d bytes: want fewer than %d, as 4 KiB packets take", f, payload, payload/2048)
+	for _, c := range []struct {
+		flag, named string
+		maxFrames   uint64
+	}{
+		{"-mtu=4096", "MTU 4096 B", payload / 2048},
+		{"-ipv6", "network namespaces (IPv6)", payload / 512},
+	} {
+		t.Run(c.flag, func(t *testing.T) {
+			dir, out, _ := testbedRun(t, "-carrier", "netns", c.flag, "-q")
+			if !strings.Contains(out, "link emulator") || !strings.Contains(out, c.named) {
+				t.Errorf("carrier or %q not named:\n%s", c.named, out)
+			}
+			checkTestbedReport(t, dir, out)
+			b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rep scenario.Report
+			if err := json.Unmarshal(b, &rep); err != nil || len(rep.Links) != 1 || rep.Links[0].Forward == nil {
+				t.Fatalf("results.json: %v, %+v", err, rep.Links)
+			}
+			if f := rep.Links[0].Forward.Frames; f == 0 || f >= c.maxFrames {
+				t.Errorf("%d frames crossed the emulator for %d bytes: want some, fewer than %d", f, payload, c.maxFrames)
+			}
+		})
+	}
+	if code, _, errOut := runSDR("testbed", "-carrier", "pipe", "-ipv6"); code != exitUsage {
+		t.Errorf("-ipv6 over the pipe: exit %d (%s), want a usage error", code, errOut)
 	}
 }
 

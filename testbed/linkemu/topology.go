@@ -130,7 +130,11 @@ func neighbor(host, peer *hostnet.Host) error {
 		return fmt.Errorf("linkemu: topology: %w", err)
 	}
 	defer h.Close()
-	n := &netlink.Neigh{LinkIndex: host.Ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+	family := netlink.FAMILY_V4
+	if peer.Addr.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	n := &netlink.Neigh{LinkIndex: host.Ifindex, Family: family, State: netlink.NUD_PERMANENT,
 		IP: peer.Addr.AsSlice(), HardwareAddr: net.HardwareAddr(peer.MAC[:])}
 	if err := h.NeighSet(n); err != nil {
 		return fmt.Errorf("linkemu: topology: neighbour %v on %s: %w", peer.Addr, host.NS.Name, err)

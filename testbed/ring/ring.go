@@ -387,7 +387,7 @@ func predict(hop link.Config, size int64, ranks int, s reliability.Scheme, code 
 func namespaceHops(model func(i int) link.Config) (hops localring.Hops, closeAll func() error) {
 	var nets []*scenario.Namespaces
 	hops = func(i int) (a, b *emunic.Device, err error) {
-		n, err := scenario.NewNamespaces(1024, 1)
+		n, err := scenario.NewNamespaces(scenario.NamespacesConfig{MTU: 1024})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -3,6 +3,7 @@ package scenario
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
@@ -21,13 +22,32 @@ type Namespaces struct {
 	topo *linkemu.Topology
 }
 
-// NewNamespaces builds the topology, its interfaces sized for RoCE frames
-// of the given MTU (an Ethernet MTU of at least 1500, headers included)
-// with queues RX and TX queues each (at least one: a multi-queue host,
-// whose QPs spread over its queues as RSS spreads them), with a clean
-// link until Devices configures it. Close removes it all.
-func NewNamespaces(mtu, queues int) (*Namespaces, error) {
-	topo, err := linkemu.NewTopology(linkemu.TopologyConfig{MTU: max(1500, mtu+128), Queues: queues, StaticNeighbors: true})
+// NamespacesConfig shapes the namespaces' network.
+type NamespacesConfig struct {
+	// MTU is the RoCE path MTU the interfaces are sized for: an Ethernet
+	// MTU of at least 1500 that carries it, headers included.
+	MTU int
+	// Queues is how many RX and TX queues each veth has (default one): a
+	// multi-queue host, whose QPs spread over its queues as RSS spreads
+	// them.
+	Queues int
+	// IPv6 addresses the hosts from fd00:77::/64 only, so that the
+	// devices' GIDs and every RoCEv2 frame are IPv6.
+	IPv6 bool
+}
+
+// IPv6Subnet is the hosts' prefix of an IPv6 network (a unique local
+// one, as the IPv4 default is private).
+var IPv6Subnet = netip.MustParsePrefix("fd00:77::/64")
+
+// NewNamespaces builds the topology cfg describes, with a clean link
+// until Devices configures it. Close removes it all.
+func NewNamespaces(cfg NamespacesConfig) (*Namespaces, error) {
+	tc := linkemu.TopologyConfig{MTU: max(1500, cfg.MTU+128), Queues: cfg.Queues, StaticNeighbors: true}
+	if cfg.IPv6 {
+		tc.Subnet = IPv6Subnet
+	}
+	topo, err := linkemu.NewTopology(tc)
 	if err != nil {
 		return nil, fmt.Errorf("scenario: namespaces: %w", err)
 	}
@@ -36,7 +56,11 @@ func NewNamespaces(mtu, queues int) (*Namespaces, error) {
 
 // Carrier implements Network.
 func (n *Namespaces) Carrier() string {
-	return "network namespaces, AF_XDP emulated NICs, AF_XDP link emulator in the wan namespace"
+	family := "IPv4"
+	if n.topo.A.Addr.Is6() {
+		family = "IPv6"
+	}
+	return "network namespaces (" + family + "), AF_XDP emulated NICs, AF_XDP link emulator in the wan namespace"
 }
 
 // Devices implements Network: it reconfigures the emulator's two

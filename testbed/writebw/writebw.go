@@ -155,7 +155,7 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 		if f.Iface == "" {
 			return nil, "", nil, fmt.Errorf("-dev xsk needs -i IFACE: %w", errUsage)
 		}
-		iface, gid, err := hostnet.InterfaceIPv4(f.Iface)
+		iface, gid, err := hostnet.InterfaceGID(f.Iface)
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -191,7 +191,7 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 		}
 		addr := f.Addr
 		if addr == "" && f.Iface != "" {
-			_, gid, err := hostnet.InterfaceIPv4(f.Iface)
+			_, gid, err := hostnet.InterfaceGID(f.Iface)
 			if err != nil {
 				return nil, "", nil, err
 			}
