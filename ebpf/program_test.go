@@ -88,6 +88,8 @@ func TestSteering(t *testing.T) {
 	fragment[14+6] |= 0x20 // MF
 	tcp := append([]byte(nil), ipv4...)
 	tcp[14+9] = 6
+	v4UnderV6 := roceFrame(t, true, ours, false)
+	v4UnderV6[14] = 0x45 // an IPv4 version nibble under the IPv6 ethertype
 	cases := []steerCase{
 		{"IPv4 RoCE for our QP", ipv4, xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
 		{"IPv6 RoCE for our QP", roceFrame(t, true, ours, false), xdpRedirect, func(c ebpf.Counters) uint64 { return c.Redirected }},
@@ -99,6 +101,7 @@ func TestSteering(t *testing.T) {
 		{"IP fragment", fragment, xdpPass, func(c ebpf.Counters) uint64 { return c.Passed }},
 		{"truncated BTH", ipv4[:14+20+8+6], xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},
 		{"truncated IP header", ipv4[:14+10], xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},
+		{"IPv4 header under the IPv6 ethertype", v4UnderV6, xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},
 		// BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet
 		// header, so the shortest case is a bare Ethernet header.
 		{"Ethernet header only", ipv4[:14], xdpPass, func(c ebpf.Counters) uint64 { return c.Malformed }},

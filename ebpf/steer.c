@@ -176,6 +176,8 @@ static __always_inline int steer(struct xdp_md *ctx) {
 		struct ipv6hdr *ip6 = l3;
 		if ((void *)(ip6 + 1) > end)
 			return pass(COUNTER_MALFORMED);
+		if (ip6->version != 6)
+			return pass(COUNTER_MALFORMED);
 		if (ip6->nexthdr != IPPROTO_UDP)
 			return pass(COUNTER_PASSED);
 		__builtin_memcpy(src, &ip6->saddr, 16);

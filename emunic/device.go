@@ -373,13 +373,7 @@ func (d *Device) receive(frame []byte) {
 		d.stats.inc(RxBadICRC)
 		return
 	}
-	var dst netip.Addr
-	if p.IPv4 != nil {
-		dst = p.IPv4.Dst()
-	} else {
-		dst = p.IPv6.Dst().Unmap()
-	}
-	if dst != d.gid {
+	if p.DstIP() != d.gid {
 		d.stats.inc(RxWrongGID)
 		return
 	}

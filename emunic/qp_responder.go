@@ -2,7 +2,6 @@ package emunic
 
 import (
 	"encoding/binary"
-	"net/netip"
 	"time"
 
 	"github.com/sdr-rdma/sdr/wire"
@@ -53,7 +52,7 @@ func (qp *QP) receive(p *wire.Packet) {
 		d.stats.inc(RxUnknownQP)
 		return
 	}
-	if qp.typ != UD && sourceAddr(p) != qp.attr.DestGID {
+	if qp.typ != UD && p.SrcIP() != qp.attr.DestGID {
 		d.stats.inc(RxWrongPeer) // rxe's check_addr
 		return
 	}
@@ -90,14 +89,6 @@ func (qp *QP) receive(p *wire.Packet) {
 			qp.receiveRC(p)
 		}
 	}
-}
-
-// sourceAddr returns a packet's source IP address, unmapped.
-func sourceAddr(p *wire.Packet) netip.Addr {
-	if p.IPv4 != nil {
-		return p.IPv4.Src()
-	}
-	return p.IPv6.Src().Unmap()
 }
 
 // pkeyMatches applies the partition key rule of IBA 10.9.3 (rxe's

@@ -350,6 +350,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"vlan truncated", mutate(func(b []byte) []byte { b[12], b[13] = 0x81, 0x00; return b[:16] }), ErrTruncated},
 		{"ip version 5", mutate(func(b []byte) []byte { b[ip] = 0x55; return b }), ErrNotRoCE},
 		{"ihl 4", mutate(func(b []byte) []byte { b[ip] = 0x44; return b }), ErrMalformed},
+		{"IPv6 header under the IPv4 ethertype", mutate(func(b []byte) []byte { b[ip] = 0x60; return b }), errIPEtherType},
 		{"total length beyond frame", mutate(func(b []byte) []byte { b[ip+2] = 0x7F; return b }), ErrTruncated},
 		{"fragment", mutate(func(b []byte) []byte { b[ip+6] |= 0x20; return b }), ErrNotRoCE},
 		{"tcp", mutate(func(b []byte) []byte { b[ip+9] = 6; return b }), ErrNotRoCE},
@@ -382,6 +383,17 @@ func TestDecodeRejects(t *testing.T) {
 		frame []byte
 		want  error
 	}{"pad exceeds payload", ackFrame, ErrMalformed})
+
+	// An IPv4 header under the IPv6 ethertype.
+	v6 := sampleFields([]byte("0123456789"))
+	v6.SrcIP, v6.DstIP = netip.MustParseAddr("fd00:77::2"), netip.MustParseAddr("fd00:77::3")
+	v6Frame := encodeFrame(t, &v6)
+	v6Frame[ip] = 0x45
+	cases = append(cases, struct {
+		name  string
+		frame []byte
+		want  error
+	}{"IPv4 header under the IPv6 ethertype", v6Frame, errIPEtherType})
 
 	var p Packet
 	for _, c := range cases {

@@ -45,6 +45,7 @@ var (
 	errShortIPv6       = fmt.Errorf("wire: IPv6 header: %w", ErrTruncated)
 	errIPv6Length      = fmt.Errorf("wire: IPv6 payload length: %w", ErrTruncated)
 	errIPVersion       = fmt.Errorf("wire: IP version: %w", ErrNotRoCE)
+	errIPEtherType     = fmt.Errorf("wire: IP version differs from the ethertype's: %w", ErrNotRoCE)
 	errShortUDP        = fmt.Errorf("wire: UDP header: %w", ErrTruncated)
 	errUDPPort         = fmt.Errorf("wire: UDP destination port is not 4791: %w", ErrNotRoCE)
 	errUDPLength       = fmt.Errorf("wire: UDP length: %w", ErrMalformed)

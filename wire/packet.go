@@ -1,6 +1,9 @@
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"net/netip"
+)
 
 // Packet is a decoded RoCEv2 packet: views over one frame, valid as long as
 // the frame is. A Packet is reused across frames; Decode overwrites every
@@ -60,6 +63,15 @@ func (p *Packet) Decode(frame []byte) error {
 	p.Ethernet = Ethernet(frame[:n])
 	switch etherType {
 	case EtherTypeIPv4, EtherTypeIPv6:
+		// The kernel (ip_rcv, ipv6_rcv) and a NIC's parser read the
+		// header the ethertype names and drop one of another version.
+		version := byte(6)
+		if etherType == EtherTypeIPv4 {
+			version = 4
+		}
+		if len(frame) > n && frame[n]>>4 != version {
+			return errIPEtherType
+		}
 		if err := p.decodeIP(frame[n:]); err != nil {
 			return err
 		}
@@ -202,6 +214,24 @@ func (p *Packet) decodeTransport(ib []byte) error {
 
 // Opcode returns the BTH opcode.
 func (p *Packet) Opcode() Opcode { return p.BTH.Opcode() }
+
+// SrcIP returns the source address of a decoded packet, IPv4-mapped IPv6
+// addresses unmapped (a GID as an address).
+func (p *Packet) SrcIP() netip.Addr {
+	if p.IPv4 != nil {
+		return p.IPv4.Src()
+	}
+	return p.IPv6.Src().Unmap()
+}
+
+// DstIP returns the destination address of a decoded packet, unmapped as
+// SrcIP's.
+func (p *Packet) DstIP() netip.Addr {
+	if p.IPv4 != nil {
+		return p.IPv4.Dst()
+	}
+	return p.IPv6.Dst().Unmap()
+}
 
 // Imm returns the immediate data; 0 when the opcode carries none.
 func (p *Packet) Imm() uint32 {

@@ -174,12 +174,7 @@ func (p *Port) prepare(frame []byte, i int) bool {
 		return false
 	}
 	transport := pkt.UDP.Length() - wire.UDPHeaderLen
-	var dst netip.AddrPort
-	if pkt.IPv4 != nil {
-		dst = netip.AddrPortFrom(pkt.IPv4.Dst(), wire.RoCEv2Port)
-	} else {
-		dst = netip.AddrPortFrom(pkt.IPv6.Dst().Unmap(), wire.RoCEv2Port)
-	}
+	dst := netip.AddrPortFrom(pkt.DstIP(), wire.RoCEv2Port)
 	if pkt.UDP.SrcPort() == p.local.Port() && (pkt.IPv4 == nil || pkt.IPv4.ID() == 0 && pkt.IPv4.DontFragment()) {
 		// The UDP header's view reaches through the datagram (it is a
 		// slice of frame).

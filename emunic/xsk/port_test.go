@@ -26,8 +26,14 @@ import (
 // emunic-a.pcap and emunic-b.pcap there (call flush before reading them).
 func newXSKPair(t testing.TB, mtu int, dir string) (a, b *emunictest.Host, pair *hostnet.Pair, flush func()) {
 	t.Helper()
+	return newXSKPairOn(t, hostnet.PairConfig{MTU: mtu, Switched: true}, dir)
+}
+
+// newXSKPairOn is newXSKPair on the network cfg describes.
+func newXSKPairOn(t testing.TB, cfg hostnet.PairConfig, dir string) (a, b *emunictest.Host, pair *hostnet.Pair, flush func()) {
+	t.Helper()
 	privileged.Require(t)
-	pair, err := hostnet.NewPair(hostnet.PairConfig{MTU: mtu, Switched: true})
+	pair, err := hostnet.NewPair(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

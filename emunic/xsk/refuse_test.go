@@ -35,7 +35,14 @@ type refusalNet struct {
 	fa, fb *emunic.QP // the fence pair: UC, a to b
 }
 
-func pipeNet(t *testing.T) *refusalNet {
+// Hosts' addresses of the refusal networks: IPv4 (the default) or
+// IPv6-only.
+var (
+	refusalSubnet4 = netip.MustParsePrefix("10.77.0.0/24")
+	refusalSubnet6 = netip.MustParsePrefix("fd00:77::/64")
+)
+
+func pipeNet(t *testing.T, subnet netip.Prefix) *refusalNet {
 	path := filepath.Join(t.TempDir(), "emunic-b.pcap")
 	tap, err := wire.CreatePcap(path)
 	if err != nil {
@@ -44,8 +51,8 @@ func pipeNet(t *testing.T) *refusalNet {
 	t.Cleanup(func() { tap.Close() }) // after the device's close, registered later
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{})
 	n := &refusalNet{
-		a:      emunictest.NewHost(t, pa, netip.MustParseAddr("10.77.0.1"), [6]byte{2, 0, 0, 0, 0, 1}, nil),
-		b:      emunictest.NewHost(t, pb, netip.MustParseAddr("10.77.0.2"), [6]byte{2, 0, 0, 0, 0, 2}, tap),
+		a:      emunictest.NewHost(t, pa, subnet.Addr().Next(), [6]byte{2, 0, 0, 0, 0, 1}, nil),
+		b:      emunictest.NewHost(t, pb, subnet.Addr().Next().Next(), [6]byte{2, 0, 0, 0, 0, 2}, tap),
 		inject: pa.Send,
 		tap:    path,
 		flush: func() {
@@ -58,18 +65,21 @@ func pipeNet(t *testing.T) *refusalNet {
 	return n
 }
 
-func xskNet(t *testing.T) *refusalNet {
+func xskNet(t *testing.T, subnet netip.Prefix) *refusalNet {
 	dir := t.TempDir()
-	a, b, pair, flush := newXSKPair(t, 1500, dir)
-	// With br_netfilter loaded, the bridge validates IPv4 headers (and
-	// drops a bad checksum) before the target's NIC could: make it forward
-	// frames as a plain Ethernet switch does.
+	a, b, pair, flush := newXSKPairOn(t, hostnet.PairConfig{Subnet: subnet, Switched: true}, dir)
+	// With br_netfilter loaded, the bridge validates IP headers (and
+	// drops a bad IPv4 checksum or an IPv6 payload length beyond the
+	// frame) before the target's NIC could: make it forward frames as a
+	// plain Ethernet switch does.
 	if err := pair.WAN.Do(func() error {
-		err := os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-iptables", []byte("0"), 0)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+		for _, family := range []string{"iptables", "ip6tables"} {
+			err := os.WriteFile("/proc/sys/net/bridge/bridge-nf-call-"+family, []byte("0"), 0)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
-		return err
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +132,7 @@ func (n *refusalNet) replies(t *testing.T, qpn uint32) []reply {
 	var out []reply
 	for _, f := range frames {
 		var p wire.Packet
-		if p.Decode(f.Data) != nil || p.IPv4 == nil || p.IPv4.Src() != n.b.Dev.GID() || p.BTH.DestQP() != qpn {
+		if p.Decode(f.Data) != nil || p.SrcIP() != n.b.Dev.GID() || p.BTH.DestQP() != qpn {
 			continue
 		}
 		r := reply{op: p.Opcode(), psn: p.BTH.PSN()}
@@ -272,16 +282,51 @@ var refusalCases = func() []refusalCase {
 
 // runOver runs fn over the pipe and over AF_XDP between namespaces.
 func runOver(t *testing.T, fn func(t *testing.T, n *refusalNet, port string)) {
+	runOverSubnet(t, refusalSubnet4, fn)
+}
+
+// runOverSubnet is runOver with the hosts' addresses from subnet.
+func runOverSubnet(t *testing.T, subnet netip.Prefix, fn func(t *testing.T, n *refusalNet, port string)) {
 	for _, port := range []string{"pipe", "xsk"} {
 		t.Run(port, func(t *testing.T) {
 			var n *refusalNet
 			if port == "pipe" {
-				n = pipeNet(t)
+				n = pipeNet(t, subnet)
 			} else {
-				n = xskNet(t)
+				n = xskNet(t, subnet)
 			}
 			fn(t, n, port)
 		})
+	}
+}
+
+// checkRefusals puts each refused frame of cases on the wire toward a
+// fresh connected QP of n (see TestRefusals).
+func checkRefusals(t *testing.T, n *refusalNet, port string, cases []refusalCase) {
+	for _, c := range cases {
+		if c.pipeOnly && port != "pipe" {
+			continue
+		}
+		for _, typ := range c.types {
+			t.Run(typ.String()+"/"+c.name, func(t *testing.T) {
+				tg := n.target(t, typ)
+				before := n.count(c.reason)
+				if _, err := n.inject(c.frames(t, n, tg)); err != nil {
+					t.Fatal(err)
+				}
+				n.fence(t)
+				if got := n.count(c.reason) - before; got != c.drops {
+					t.Errorf("%v moved by %d, want %d", c.reason, got, c.drops)
+				}
+				tg.untouched(t)
+				if r := n.replies(t, tg.qa.QPN()); len(r) != 0 {
+					t.Errorf("the target answered: %+v", r)
+				}
+				if s := tg.qb.State(); s != emunic.StateRTS {
+					t.Errorf("target QP in %v", s)
+				}
+			})
+		}
 	}
 }
 
@@ -289,33 +334,7 @@ func runOver(t *testing.T, fn func(t *testing.T, n *refusalNet, port string)) {
 // connected QP: nothing is written or completed, nothing is sent back, the
 // QP stays usable, and the frame is counted under its reason.
 func TestRefusals(t *testing.T) {
-	runOver(t, func(t *testing.T, n *refusalNet, port string) {
-		for _, c := range refusalCases {
-			if c.pipeOnly && port != "pipe" {
-				continue
-			}
-			for _, typ := range c.types {
-				t.Run(typ.String()+"/"+c.name, func(t *testing.T) {
-					tg := n.target(t, typ)
-					before := n.count(c.reason)
-					if _, err := n.inject(c.frames(t, n, tg)); err != nil {
-						t.Fatal(err)
-					}
-					n.fence(t)
-					if got := n.count(c.reason) - before; got != c.drops {
-						t.Errorf("%v moved by %d, want %d", c.reason, got, c.drops)
-					}
-					tg.untouched(t)
-					if r := n.replies(t, tg.qa.QPN()); len(r) != 0 {
-						t.Errorf("the target answered: %+v", r)
-					}
-					if s := tg.qb.State(); s != emunic.StateRTS {
-						t.Errorf("target QP in %v", s)
-					}
-				})
-			}
-		}
-	})
+	runOver(t, func(t *testing.T, n *refusalNet, port string) { checkRefusals(t, n, port, refusalCases) })
 }
 
 // TestAcceptedEdges is the refusals' control: a limited-member P_Key
@@ -811,4 +830,71 @@ func TestThirdHostAttack(t *testing.T) {
 			t.Errorf("%v target QP in %v", tg.typ, s)
 		}
 	}
+}
+
+// ipv6RefusalCases are refusalCases' counterparts for RoCEv2 over IPv6,
+// and the IPv6 header's own faults: RoCEv2 puts UDP right after the IPv6
+// header, so a packet with an extension header in between is not RoCEv2
+// to the device (and the XDP program passes it to the kernel); an IPv6
+// ethertype must carry an IPv6 header, as ipv6_rcv insists; a payload
+// length beyond the frame is a truncated packet.
+var ipv6RefusalCases = func() []refusalCase {
+	const ip6 = wire.EthernetHeaderLen // the IPv6 header's offset
+	stranger := refusalSubnet6.Addr().Next().Next().Next().Next().Next().Next().Next().Next().Next()
+	edit := func(change func(frame []byte) []byte) func(t *testing.T, n *refusalNet, tg *target) [][]byte {
+		return func(t *testing.T, n *refusalNet, tg *target) [][]byte {
+			return [][]byte{change(tg.frame(t, n, tg.op(wire.RCWriteOnly), 64, nil))}
+		}
+	}
+	return []refusalCase{
+		{"another IPv6 source address", connected,
+			writeOnly(func(f *wire.Fields) { f.SrcIP = stranger }), emunic.RxWrongPeer, 1, false},
+		{"another UDP destination port", connected, edit(func(frame []byte) []byte {
+			binary.BigEndian.PutUint16(frame[ip6+wire.IPv6HeaderLen+2:], wire.RoCEv2Port+1)
+			return frame
+		}), emunic.RxNotRoCE, 1, true},
+		{"a hop-by-hop extension header before UDP", connected, edit(func(frame []byte) []byte {
+			// Next header 0, then 8 bytes: next header UDP, length 0, PadN
+			// of 4 bytes.
+			ext := []byte{wire.IPProtocolUDP, 0, 1, 4, 0, 0, 0, 0}
+			out := append(append(append([]byte{}, frame[:ip6+wire.IPv6HeaderLen]...), ext...), frame[ip6+wire.IPv6HeaderLen:]...)
+			out[ip6+6] = 0
+			binary.BigEndian.PutUint16(out[ip6+4:], binary.BigEndian.Uint16(out[ip6+4:])+8)
+			return out
+		}), emunic.RxNotRoCE, 1, true},
+		{"an IPv4 header under the IPv6 ethertype", connected, edit(func(frame []byte) []byte {
+			frame[ip6] = 0x45
+			return frame
+		}), emunic.RxNotRoCE, 1, true},
+		{"an IPv6 payload length beyond the frame", connected, edit(func(frame []byte) []byte {
+			binary.BigEndian.PutUint16(frame[ip6+4:], binary.BigEndian.Uint16(frame[ip6+4:])+64)
+			return frame
+		}), emunic.RxMalformed, 1, false},
+	}
+}()
+
+// TestIPv6Refusals runs the refusals of RoCEv2 over IPv6 between hosts
+// with IPv6 GIDs (fd00:77::1 and ::2), over the pipe and over AF_XDP: each
+// frame is counted under its reason, nothing is written, answered or
+// broken; and the fields the ICRC does not cover (hop limit, flow label,
+// traffic class) may take any value, as rxe takes them: a write with hop
+// limit 1 and a flow label executes.
+func TestIPv6Refusals(t *testing.T) {
+	runOverSubnet(t, refusalSubnet6, func(t *testing.T, n *refusalNet, port string) {
+		if !n.b.Dev.GID().Is6() {
+			t.Fatalf("target's GID %v, want IPv6", n.b.Dev.GID())
+		}
+		checkRefusals(t, n, port, ipv6RefusalCases)
+		for _, typ := range connected {
+			t.Run(typ.String()+"/hop limit 1 and a flow label", func(t *testing.T) {
+				tg := n.target(t, typ)
+				frame := tg.frame(t, n, tg.op(wire.RCWriteOnly), 64, func(f *wire.Fields) { f.TTL, f.FlowLabel, f.TrafficClass = 1, 0xABCDE, 0x88 })
+				if _, err := n.inject([][]byte{frame}); err != nil {
+					t.Fatal(err)
+				}
+				n.fence(t)
+				emunictest.Verify(t, "written", tg.mem[:64], emunictest.Pattern(64, 64))
+			})
+		}
+	})
 }
