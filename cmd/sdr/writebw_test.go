@@ -157,7 +157,7 @@ func TestWriteBWOverXSK(t *testing.T) {
 // writeBWBetween runs sdr write-bw with flags (and -json) as the server in
 // pair's host B and as the client in host A, and returns the client's
 // result; it fails t unless both exit 0.
-func writeBWBetween(t *testing.T, pair *hostnet.Pair, flags []string) writebw.Result {
+func writeBWBetween(t testing.TB, pair *hostnet.Pair, flags []string) writebw.Result {
 	t.Helper()
 	client, server := runWriteBWPair(pair, append(flags, "-json"))
 	if client.code != exitOK || server.code != exitOK {
@@ -463,6 +463,49 @@ func TestWriteBWIPv6(t *testing.T) {
 		out, err := exec.Command(tshark, "-r", path, "-Y", "ipv6 && infiniband.bth", "-T", "fields", "-e", "infiniband.bth.opcode").Output()
 		if n := strings.Count(string(out), "\n"); err != nil || n != v6 {
 			t.Errorf("tshark dissected %d RoCEv2 packets over IPv6 (%v), our decoder %d", n, err, v6)
+		}
+	}
+}
+
+// BenchmarkWriteBWMTU measures write-bw -dev xsk between namespaces on
+// 9000-byte-MTU veths at path MTU 1024 and 4096, raw (UC, 16 MiB
+// messages) and reliable (SR-NACK, 16 MiB transfers): Gbit/s of payload
+// and packets/s (payload over the MTU). Compare the MTUs within one
+// invocation, as the machine's speed drifts between runs:
+//
+//	go test -run '^$' -bench WriteBWMTU -benchtime 1x -count 5 ./cmd/sdr
+func BenchmarkWriteBWMTU(b *testing.B) {
+	privileged.Require(b)
+	pair, err := hostnet.NewPair(hostnet.PairConfig{MTU: 9000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pair.Close()
+	const size = 16 << 20
+	for _, mode := range []string{"raw", "sr-nack"} {
+		for _, mtu := range []int{1024, 4096} {
+			b.Run(fmt.Sprintf("%s/mtu=%d", mode, mtu), func(b *testing.B) {
+				flags := []string{"-dev", "xsk", "-i", "veth0", "-m", fmt.Sprint(mtu), "-s", fmt.Sprint(size)}
+				if mode == "raw" {
+					flags = append(flags, "-n", "20")
+				} else {
+					flags = append(flags, "-scheme", mode, "-n", "4", "-w", "0")
+				}
+				var gbps float64
+				for range b.N {
+					r := writeBWBetween(b, pair, flags)
+					if mode == "raw" {
+						gbps += r.BWAverageGbps
+					} else if r.Reliable == nil || r.Reliable.Verified != r.Reliable.Transfers {
+						b.Fatalf("sr-nack: %+v", r.Reliable)
+					} else {
+						gbps += r.Reliable.GoodputMbps / 1e3
+					}
+				}
+				gbps /= float64(b.N)
+				b.ReportMetric(gbps, "Gbit/s")
+				b.ReportMetric(gbps*1e9/8/float64(mtu), "packets/s")
+			})
 		}
 	}
 }
