@@ -37,9 +37,10 @@ libsdr: ## the SDK's C API (sdr.h) as libsdr.so/.a with sdr.pc, installed in $(P
 # and libbpf-dev regenerate the XDP program; tcpdump, ping and ip drive the
 # namespace tests; libibverbs-dev gives hwnic/dpa the mlx5 layouts (mlx5dv.h);
 # gcc, g++ and pkg-config build libsdr's C programs as a user would; Slurm
-# and munge run the collectives' launcher test on a one-node cluster.
+# and munge run the collectives' launcher test on a one-node cluster;
+# podman with runc builds and runs the container image (testbed/container).
 APT_PACKAGES = tshark clang-14 llvm-14 libbpf-dev tcpdump iputils-ping iproute2 libibverbs-dev util-linux linux-headers-amd64 \
-               gcc g++ pkg-config slurmctld slurmd slurm-client munge
+               gcc g++ pkg-config slurmctld slurmd slurm-client munge podman runc
 
 # The main job: what the project can show so far, with no setup. Real SDR
 # traffic from Soft-RoCE decoded; then the point of the project: two hosts
