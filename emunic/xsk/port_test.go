@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -272,16 +273,22 @@ func TestXSKMTUs(t *testing.T) {
 
 // TestResolveMAC finds the peer's MAC through the kernel's neighbour table.
 func TestResolveMAC(t *testing.T) {
-	a, b, _, _ := newXSKPair(t, 1500, "")
-	var mac [6]byte
-	if err := a.Net.NS.Do(func() (err error) {
-		mac, err = xsk.ResolveMAC(a.Net.IfName, b.Net.Addr, 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if mac != b.Net.MAC {
-		t.Errorf("resolved %x, want %x", mac, b.Net.MAC)
+	for _, subnet := range []string{"10.77.0.0/24", "fd00:77::/64"} {
+		t.Run(subnet, func(t *testing.T) {
+			// Over IPv6 the kernel solicits the neighbour (NDP), which the
+			// XDP program passes to it on both sides.
+			a, b, _, _ := newXSKPairOn(t, hostnet.PairConfig{Subnet: netip.MustParsePrefix(subnet), Switched: true}, "")
+			var mac [6]byte
+			if err := a.Net.NS.Do(func() (err error) {
+				mac, err = xsk.ResolveMAC(a.Net.IfName, b.Net.Addr, 5*time.Second)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if mac != b.Net.MAC {
+				t.Errorf("resolved %x, want %x", mac, b.Net.MAC)
+			}
+		})
 	}
 }
 
