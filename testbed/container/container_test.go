@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +66,8 @@ var (
 // holding only it, tagged name, removed when t ends.
 func buildImage(t *testing.T, p podman, name string) {
 	dir := t.TempDir()
-	build := exec.CommandContext(p.ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", filepath.Join(dir, "sdr"), "github.com/sdr-rdma/sdr/cmd/sdr")
+	goTool := privileged.RequireTool(t, "go", "builds the static binary the image holds")
+	build := exec.CommandContext(p.ctx, goTool, "build", "-trimpath", "-o", filepath.Join(dir, "sdr"), "github.com/sdr-rdma/sdr/cmd/sdr")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
