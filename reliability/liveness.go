@@ -3,6 +3,8 @@ package reliability
 import (
 	"fmt"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/control"
 )
 
 // liveness tracks whether a connection's peer is still there, for both
@@ -27,6 +29,19 @@ type liveness struct {
 // one timeout, so losing a few does not end the connection.
 func keepaliveInterval(timeout time.Duration) time.Duration {
 	return max(timeout/8, 10*time.Millisecond)
+}
+
+// answerPing returns the answer to the peer's PING about transfer: a
+// PONG, or CLOSE once the peer counts as gone. An engine that has given up
+// on its peer has failed everything that waited on it and serves nothing
+// more; answering PINGs would keep a peer that does not know it (a forged
+// or crossed CLOSE, a silence that ended) waiting forever on a connection
+// that will never move, where CLOSE fails its calls at once.
+func (l *liveness) answerPing(transfer uint64) control.Message {
+	if l.gone != nil {
+		return control.Message{Type: control.Close}
+	}
+	return control.Message{Type: control.Pong, Transfer: transfer}
 }
 
 // idle restarts the clock while nothing waits on the peer.

@@ -1164,7 +1164,7 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 			r.peerGone(now)
 		}
 	case control.Ping:
-		r.msg = control.Message{Type: control.Pong, Transfer: r.msg.Transfer}
+		r.msg = r.live.answerPing(r.msg.Transfer)
 		r.send()
 	case control.Pong:
 		if d, ok := r.pings.sample(now, r.msg.Transfer); ok {

@@ -1093,7 +1093,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		s.handlePong(now, m.Transfer)
 	case control.Ping:
 		// The receiver times its round trip too.
-		s.msg = control.Message{Type: control.Pong, Transfer: m.Transfer}
+		s.msg = s.live.answerPing(m.Transfer)
 		s.send()
 	}
 	s.pingForRTT(now)
