@@ -148,18 +148,21 @@ func NewDevice(cfg Config) (*Device, error) {
 	return d, nil
 }
 
-// roceHeaderRoom is what a RoCE packet adds to its payload at most on an
-// interface's MTU (IP, UDP, BTH, extended headers, ICRC), as Linux
-// Soft-RoCE reserves it (RXE_MAX_HDR_LENGTH) when it derives the port's
-// active MTU from the interface's.
-const roceHeaderRoom = 80
+// roceHeaderRoom is what a RoCE packet may add to its payload on an
+// interface's MTU, as ib_core reserves it when it derives a hardware RoCE
+// port's active MTU from the interface's (iboe_get_mtu): the IPv6 header
+// (the GRH), UDP, BTH, XRC and AtomicETH extended headers and the ICRC,
+// 96 bytes. Soft-RoCE reserves 80 (RXE_MAX_HDR_LENGTH), 4 fewer than an
+// IPv6 WRITE-with-immediate takes, so its port may claim an MTU whose
+// largest packets do not fit.
+const roceHeaderRoom = 96
 
 // maxPathMTU is the largest RoCE path MTU.
 const maxPathMTU = 4096
 
 // activeMTU returns the largest RoCE path MTU whose packets fit an
 // interface MTU of ifMTU bytes (0 when not even 256 does): 1500 gives
-// 1024, 9000 gives 4096.
+// 1024, 9000 gives 4096, 4191 gives 2048.
 func activeMTU(ifMTU int) int {
 	for mtu := maxPathMTU; mtu >= 256; mtu /= 2 {
 		if mtu+roceHeaderRoom <= ifMTU {

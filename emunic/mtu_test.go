@@ -19,13 +19,13 @@ type mtuPort struct {
 func (p mtuPort) MTU() int { return p.mtu }
 
 // TestActiveMTU derives the port's active MTU from its interface's as
-// Soft-RoCE does (80 bytes of headers kept free) and refuses larger path
-// MTUs with ErrMTU, naming the interface MTU they need; a port on no
-// interface carries 4096.
+// ib_core does for hardware RoCE ports (96 bytes of headers kept free)
+// and refuses larger path MTUs with ErrMTU, naming the interface MTU they
+// need; a port on no interface carries 4096.
 func TestActiveMTU(t *testing.T) {
 	for _, c := range []struct{ ifMTU, active int }{
 		{0, 4096}, // no interface
-		{1500, 1024}, {9000, 4096}, {4176, 4096}, {4175, 2048}, {2128, 2048}, {2127, 1024}, {336, 256}, {335, 0},
+		{1500, 1024}, {9000, 4096}, {4192, 4096}, {4191, 2048}, {2144, 2048}, {2143, 1024}, {352, 256}, {351, 0},
 	} {
 		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
 		defer pb.Close()
@@ -51,8 +51,8 @@ func TestActiveMTU(t *testing.T) {
 		}
 		above := max(256, 2*c.active)
 		err = dev.CheckPathMTU(above)
-		if !errors.Is(err, emunic.ErrMTU) || !errors.Is(err, emunic.ErrInvalidArgument) || !strings.Contains(err.Error(), "at least "+strconv.Itoa(above+80)) {
-			t.Errorf("interface MTU %d: path MTU %d: %v, want ErrMTU naming an interface MTU of %d", c.ifMTU, above, err, above+80)
+		if !errors.Is(err, emunic.ErrMTU) || !errors.Is(err, emunic.ErrInvalidArgument) || !strings.Contains(err.Error(), "at least "+strconv.Itoa(above+96)) {
+			t.Errorf("interface MTU %d: path MTU %d: %v, want ErrMTU naming an interface MTU of %d", c.ifMTU, above, err, above+96)
 		}
 	}
 }

@@ -63,13 +63,7 @@ func (p *Packet) Decode(frame []byte) error {
 	p.Ethernet = Ethernet(frame[:n])
 	switch etherType {
 	case EtherTypeIPv4, EtherTypeIPv6:
-		// The kernel (ip_rcv, ipv6_rcv) and a NIC's parser read the
-		// header the ethertype names and drop one of another version.
-		version := byte(6)
-		if etherType == EtherTypeIPv4 {
-			version = 4
-		}
-		if len(frame) > n && frame[n]>>4 != version {
+		if !versionMatches(etherType, frame[n:]) {
 			return errIPEtherType
 		}
 		if err := p.decodeIP(frame[n:]); err != nil {
@@ -79,6 +73,18 @@ func (p *Packet) Decode(frame []byte) error {
 		return nil
 	}
 	return errEtherType
+}
+
+// versionMatches reports whether the IP header ip (possibly empty) is of
+// the version etherType names: the kernel (ip_rcv, ipv6_rcv) and a NIC's
+// parser read the header the ethertype names and drop one of another
+// version.
+func versionMatches(etherType uint16, ip []byte) bool {
+	version := byte(6)
+	if etherType == EtherTypeIPv4 {
+		version = 4
+	}
+	return len(ip) == 0 || ip[0]>>4 == version
 }
 
 // DecodeIP decodes a packet that starts at the IP header (captures of

@@ -148,8 +148,11 @@ func (p *Packet) DecodeCaptured(link layers.LinkType, data []byte) error {
 		if len(data) < hdrLen {
 			return errShortLinkHeader
 		}
-		switch binary.BigEndian.Uint16(data[protoOff:]) {
+		switch etherType := binary.BigEndian.Uint16(data[protoOff:]); etherType {
 		case EtherTypeIPv4, EtherTypeIPv6:
+			if !versionMatches(etherType, data[hdrLen:]) {
+				return errIPEtherType
+			}
 			return p.DecodeIP(data[hdrLen:])
 		}
 		return errEtherType

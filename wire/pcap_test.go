@@ -130,6 +130,13 @@ func TestPcapngAndCookedCaptures(t *testing.T) {
 	if err := p.DecodeCaptured(layers.LinkTypeLinuxSLL, sll[:10]); !errors.Is(err, ErrTruncated) {
 		t.Errorf("short SLL header: %v", err)
 	}
+	// The cooked header's protocol names IPv4; an IPv6 header under it
+	// is refused as Ethernet's ethertype would have it.
+	v6 := bytes.Clone(sll)
+	v6[linuxSLLLen] = 0x60
+	if err := p.DecodeCaptured(layers.LinkTypeLinuxSLL, v6); !errors.Is(err, errIPEtherType) {
+		t.Errorf("IPv6 header under the SLL header's IPv4 protocol: %v", err)
+	}
 }
 
 func TestPcapReaderRejectsGarbage(t *testing.T) {

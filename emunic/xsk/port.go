@@ -142,7 +142,7 @@ func NewPort(cfg PortConfig) (*Port, error) {
 	// frames sent to any other (the receive filter of a NIC).
 	var mac [6]byte
 	copy(mac[:], iface.HardwareAddr)
-	cfg.Socket = FitFrames(cfg.Socket, min(iface.MTU+vlanEthernetHeaderLen, emunic.MaxFrameLen))
+	cfg.Socket = FitFrames(cfg.Socket, min(iface.MTU+LinkHeaderRoom, emunic.MaxFrameLen))
 	prog, err := ebpf.Load(ebpf.Options{Frags: cfg.Socket.MultiBuffer, AllRoCE: cfg.AllRoCE, DropProbability: cfg.DropProbability, MAC: mac})
 	if err != nil {
 		return nil, fmt.Errorf("xsk: port on %s: %w", cfg.Interface, err)
@@ -216,10 +216,6 @@ func queueConfig(cfg Config, queues int) Config {
 	cfg.NumFrames = max(2*cfg.RingSize, frames/queues)
 	return cfg
 }
-
-// vlanEthernetHeaderLen is the Ethernet header with one 802.1Q tag: what
-// a frame adds to the interface's MTU at most.
-const vlanEthernetHeaderLen = 18
 
 // MTU returns the interface's MTU when the port was opened
 // (emunic.MTUPort): the device's active RoCE MTU follows from it.

@@ -228,7 +228,7 @@ func TestXSKTrafficBesideKernelTraffic(t *testing.T) {
 }
 
 // TestXSKMTUs runs RC and UC transfers at path MTU 2048 (1500-byte links
-// are too small: 2048 B frames need a 2128-byte link MTU) and at 4096,
+// are too small: a 2048-byte path MTU needs a 2144-byte link MTU) and at 4096,
 // on links of just the MTU they need and on jumbo-frame links: the port
 // chooses multi-buffer AF_XDP (and the frags program) where a frame may
 // not fit one 4 KiB chunk, and the device's active MTU follows the link's.
@@ -236,7 +236,7 @@ func TestXSKMTUs(t *testing.T) {
 	for _, c := range []struct {
 		pathMTU, linkMTU int
 		multiBuffer      bool
-	}{{2048, 2128, false}, {4096, 4176, true}, {2048, 9000, true}, {4096, 9000, true}} {
+	}{{2048, 2144, false}, {4096, 4192, true}, {2048, 9000, true}, {4096, 9000, true}} {
 		t.Run(fmt.Sprintf("%d/link%d", c.pathMTU, c.linkMTU), func(t *testing.T) {
 			dir := t.TempDir()
 			a, b, pair, _ := newXSKPair(t, c.linkMTU, dir)

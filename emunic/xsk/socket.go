@@ -326,20 +326,27 @@ func (s *Socket) offset(b []byte) (uint64, bool) {
 // ZeroCopy reports whether the socket runs in zero-copy mode.
 func (s *Socket) ZeroCopy() bool { return s.zeroCopy }
 
-// MaxFrameLen returns the longest frame the socket receives whole: what
-// one chunk holds after the kernel's headroom, or with MultiBuffer what
-// MaxFrameChunks chunks hold.
+// MaxFrameLen returns the longest frame the socket is sized for: what one
+// chunk holds after the kernel's headroom, or with MultiBuffer what
+// MaxFrameChunks chunks hold (in copy mode the kernel keeps the headroom
+// in every chunk of a frame).
 func (s *Socket) MaxFrameLen() int {
+	room := int(s.frameSize) - unix.XDP_PACKET_HEADROOM
 	if s.multiBuffer {
-		return MaxFrameChunks*int(s.frameSize) - unix.XDP_PACKET_HEADROOM
+		return MaxFrameChunks * room
 	}
-	return int(s.frameSize) - unix.XDP_PACKET_HEADROOM
+	return room
 }
 
-// MaxFrameChunks is how many chunks a frame of a MultiBuffer socket spans
-// at most: three 4 KiB chunks hold a 9000-byte jumbo frame, and the
-// kernel's limit (MAX_SKB_FRAGS fragments after the first) is higher.
+// MaxFrameChunks is how many chunks a frame of a MultiBuffer socket is
+// sized for: three 4 KiB chunks hold a 9000-byte jumbo frame (the
+// kernel's own limit, MAX_SKB_FRAGS fragments after the first, is
+// higher).
 const MaxFrameChunks = 3
+
+// LinkHeaderRoom is what a frame adds to its interface's MTU at most: the
+// Ethernet header and one 802.1Q tag.
+const LinkHeaderRoom = 18
 
 // FitFrames returns cfg adjusted so that its socket receives frames of
 // up to frameLen bytes whole: cfg as it is when one chunk (less the

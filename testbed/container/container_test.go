@@ -37,6 +37,15 @@ func (p podman) run(t *testing.T, args ...string) string {
 	return out
 }
 
+// cleanup runs podman with args to remove what a test made, also after
+// the test's context ended (a timeout, or the test returning before its
+// cleanups run), within a minute of its own.
+func (p podman) cleanup(args ...string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), time.Minute)
+	defer cancel()
+	podman{path: p.path, ctx: ctx}.try(args...)
+}
+
 func (p podman) try(args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(p.ctx, p.path, append([]string{"--runtime", "runc"}, args...)...)
@@ -77,7 +86,7 @@ func buildImage(t *testing.T, p podman, name string) {
 		t.Fatal(err)
 	}
 	p.run(t, "build", "--quiet", "--tag", name, "--file", filepath.Join(dir, "Containerfile"), dir)
-	t.Cleanup(func() { p.try("rmi", "--force", name) })
+	t.Cleanup(func() { p.cleanup("rmi", "--force", name) })
 }
 
 // TestContainers builds the image, runs sdr testbed inside a container
@@ -117,11 +126,11 @@ func TestContainers(t *testing.T) {
 
 	t.Run("write-bw between containers", func(t *testing.T) {
 		p.run(t, "network", "create", id)
-		defer p.try("network", "rm", "--force", id)
+		defer p.cleanup("network", "rm", "--force", id)
 		server := id + "-server"
 		args := append([]string{"run", "--detach", "--name", server, "--network", id}, limits...)
 		p.run(t, append(append(args, writeBWCaps...), image, "write-bw", "-dev", "xsk", "-i", "eth0")...)
-		defer p.try("rm", "--force", server)
+		defer p.cleanup("rm", "--force", server)
 		addr := strings.TrimSpace(p.run(t, "inspect", "--format", "{{(index .NetworkSettings.Networks \""+id+"\").IPAddress}}", server))
 		args = append([]string{"run", "--rm", "--network", id}, limits...)
 		args = append(append(args, writeBWCaps...), image, "write-bw", "-dev", "xsk", "-i", "eth0", "-s", "1048576", "-n", "50", "-verify", "-json", addr)

@@ -79,7 +79,7 @@ func (d Dir) String() string {
 // Slots is how many frames each direction can hold at once (in flight
 // on the emulated wire, queued or waiting for their arrival time): 16384
 // of the interface's longest frame each, 60 MiB of address space per
-// direction on 4 KiB chunks (190 MiB on multi-buffer sockets), of which
+// direction on 4 KiB chunks (180 MiB on multi-buffer sockets), of which
 // only what was once used takes memory. A frame
 // arriving when all are taken is dropped and counted (DroppedNoBuffer);
 // 16384 covers 1 Gbit/s of 1500-byte frames over 190 ms.
@@ -96,12 +96,12 @@ const bindWait = 2 * time.Second
 var ErrClosed = errors.New("linkemu: emulator closed")
 
 // MaxMTU is the largest interface MTU the emulator carries: a frame (MTU
-// plus the Ethernet header) must fit the chunks of one multi-buffer
-// AF_XDP frame (xsk.MaxFrameChunks of 4 KiB, less the kernel's 256-byte
-// headroom): a 9000-byte jumbo MTU does. Interfaces whose frames fit one
-// chunk get single-chunk sockets and the plain program, which cost less
-// per frame.
-const MaxMTU = xsk.MaxFrameChunks*4096 - 256 - link.EthernetHeaderLen
+// plus xsk.LinkHeaderRoom) must fit the chunks of one multi-buffer AF_XDP
+// frame (xsk.MaxFrameChunks of 4 KiB, each less the kernel's 256-byte
+// headroom): 11502, so a 9000-byte jumbo MTU does. Interfaces whose
+// frames fit one chunk get single-chunk sockets and the plain program,
+// which cost less per frame.
+const MaxMTU = xsk.MaxFrameChunks*(4096-256) - xsk.LinkHeaderRoom
 
 // ErrMTU is wrapped by Start's error for an interface whose MTU exceeds
 // MaxMTU: the kernel would drop its longer frames before the emulator
@@ -225,7 +225,7 @@ func openSide(name string) (*side, error) {
 		return nil, fmt.Errorf("linkemu: %w", xsk.QueuesRefusal(name, queues, xsk.MaxQueues))
 	}
 	s := &side{ifname: name}
-	sc := xsk.FitFrames(xsk.Config{Ifindex: iface.Index}, iface.MTU+link.EthernetHeaderLen)
+	sc := xsk.FitFrames(xsk.Config{Ifindex: iface.Index}, iface.MTU+xsk.LinkHeaderRoom)
 	if s.prog, err = ebpf.Load(ebpf.Options{AllFrames: true, Frags: sc.MultiBuffer}); err != nil {
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 	}

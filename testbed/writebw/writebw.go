@@ -172,13 +172,15 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 			return nil, "", nil, err
 		}
 		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr), DisableCongestionControl: f.NoCC})
-		if err == nil {
-			// Refused here, before the peer is contacted: frames longer
-			// than the interface's MTU would vanish in the kernel.
-			if err = dev.CheckPathMTU(f.Params.MTU); err != nil {
-				dev.Close()
-				return nil, "", nil, fmt.Errorf("-m %d on %s: %w", f.Params.MTU, f.Iface, err)
-			}
+		if err != nil {
+			port.Close()
+			return nil, "", nil, err
+		}
+		// Refused here, before the peer is contacted: frames longer than
+		// the interface's MTU would vanish in the kernel.
+		if err = dev.CheckPathMTU(f.Params.MTU); err != nil {
+			dev.Close()
+			return nil, "", nil, fmt.Errorf("-m %d on %s: %w", f.Params.MTU, f.Iface, err)
 		}
 		mode := "copy mode: the driver has no zero-copy"
 		if port.ZeroCopy() {
