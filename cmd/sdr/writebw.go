@@ -11,6 +11,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/testbed/writebw"
+	"github.com/sdr-rdma/sdr/wire"
 )
 
 const writeBWUsage = `usage: sdr write-bw [flags]            (server)
@@ -58,6 +59,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.Loopback, "loopback", false, "run server and client in this process over an in-memory link")
 	fs.BoolVar(&f.JSON, "json", false, "print the result as JSON")
 	fs.StringVar(&f.Metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
+	pcapPath := fs.String("pcap", "", "write every frame this side's NIC sends and receives to this pcap `file` (Wireshark opens it; with -loopback the client's, which sees both directions)")
 	cpuProfile := fs.String("cpuprofile", "", "write this side's CPU profile to `file` (go tool pprof)")
 	cc := fs.Bool("cc", true, "RoCE congestion control on this side's emulated NIC: ECN marks, CNPs, DCQCN (-cc=false for experiments)")
 	fs.DurationVar(&f.BusyPoll, "busy-poll", xsk.DefaultBusyPoll, "how long -dev xsk polls an empty receive ring before it sleeps (0: never polls)")
@@ -100,6 +102,19 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sdr write-bw: %v\n", err)
 			return exitFault
 		}
+	}
+	if *pcapPath != "" {
+		tap, err := wire.CreatePcap(*pcapPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr write-bw: -pcap: %v\n", err)
+			return exitFault
+		}
+		defer func() {
+			if err := tap.Close(); err != nil {
+				fmt.Fprintf(stderr, "sdr write-bw: -pcap: %v\n", err)
+			}
+		}()
+		f.Tap = tap
 	}
 	var res *writebw.Result
 	var err error

@@ -33,6 +33,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/wire"
 )
 
 // Params are the test parameters the client sends the server.
@@ -131,6 +132,10 @@ type Options struct {
 	// for Prometheus at that address during the run.
 	JSON    bool
 	Metrics string
+	// Tap, if set, records every frame this side's NIC sends and
+	// receives (with Loopback: the client's, which sees the whole
+	// conversation); the caller closes it after the run.
+	Tap *wire.PcapWriter
 	// NoCC turns RoCE congestion control off on this side's NICs;
 	// BusyPoll is xsk.PortConfig.BusyPoll of Dev xsk (0: none).
 	NoCC     bool
@@ -171,7 +176,7 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 		if err != nil {
 			return nil, "", nil, err
 		}
-		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr), DisableCongestionControl: f.NoCC})
+		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, MAC: [6]byte(iface.HardwareAddr), Tap: f.Tap, DisableCongestionControl: f.NoCC})
 		if err != nil {
 			port.Close()
 			return nil, "", nil, err
@@ -210,7 +215,7 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 		if err != nil {
 			return nil, "", nil, err
 		}
-		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, DisableCongestionControl: f.NoCC})
+		dev, err := emunic.NewDevice(emunic.Config{Port: port, GID: gid, Tap: f.Tap, DisableCongestionControl: f.NoCC})
 		return dev, fmt.Sprintf("emunic/udp on %v", gid), nil, err
 	}
 	return nil, "", nil, fmt.Errorf("-dev %q: want xsk or udp: %w", f.Dev, errUsage)
@@ -319,7 +324,7 @@ func Loopback(f *Options) (*Result, error) {
 		}
 	}
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: toServer, BToA: toClient})
-	client, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, DisableCongestionControl: f.NoCC})
+	client, err := emunic.NewDevice(emunic.Config{Port: pa, GID: netip.MustParseAddr("10.0.0.1"), MAC: [6]byte{2, 0, 0, 0, 0, 1}, Tap: f.Tap, DisableCongestionControl: f.NoCC})
 	if err != nil {
 		return nil, err
 	}
