@@ -37,7 +37,7 @@ func sdrFields(t *testing.T, tshark, path string, fields ...string) [][]string {
 	return rows
 }
 
-// TestWiresharkDissector records a lossy SR-NACK transfer with write-bw
+// TestWiresharkDissector records lossy SR-NACK transfers with write-bw
 // -pcap and reads it with tshark and contrib/wireshark/sdr.lua: every data
 // packet's message number, packet offset, nibble and chunk, and every
 // control datagram's type and transfer, are what this repository's own
@@ -49,7 +49,7 @@ func TestWiresharkDissector(t *testing.T) {
 	tshark := privileged.RequireTool(t, "tshark", "runs the Wireshark dissector")
 	path := filepath.Join(t.TempDir(), "reliable.pcap")
 	code, out, errOut := runSDR("write-bw", "-loopback", "-scheme", "sr-nack", "-link", "rate=1Gbit,delay=1ms,loss=2%",
-		"-s", "1MiB", "-n", "3", "-w", "0", "-json", "-pcap", path)
+		"-s", "512KiB", "-n", "3", "-w", "0", "-json", "-pcap", path)
 	if code != exitOK {
 		t.Fatalf("write-bw: exit %d: %s", code, errOut)
 	}
@@ -96,8 +96,8 @@ func TestWiresharkDissector(t *testing.T) {
 		}
 	}
 	rel := r.Reliable
-	if want := 3*(1<<20)/mtu + chunkPackets*rel.Resent + rel.PacketsResent; data != want {
-		t.Errorf("%d data packets dissected, want %d (first pass %d, %d chunks and %d packets repaired)", data, want, 3*(1<<20)/mtu, rel.Resent, rel.PacketsResent)
+	if want := 3*(512<<10)/mtu + chunkPackets*rel.Resent + rel.PacketsResent; data != want {
+		t.Errorf("%d data packets dissected, want %d (first pass %d, %d chunks and %d packets repaired)", data, want, 3*(512<<10)/mtu, rel.Resent, rel.PacketsResent)
 	}
 	if types["cts"] == 0 || types["ack"] == 0 || types["pnack"]+types["nack"] == 0 {
 		t.Errorf("control datagrams by type %v: want CTS, ACK and NACKs in a lossy transfer", types)
