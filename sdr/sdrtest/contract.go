@@ -796,3 +796,33 @@ func testUnsizedStream(t *testing.T, e *env) {
 	}
 	sized.End()
 }
+
+// testRateLimit sends 4 MiB on a QP whose four channels are each limited
+// to 25 Mbit/s (QPAttr.RateLimit, the SDK's rate_limit): the message must
+// not arrive faster than the 100 Mbit/s the limit allows (10 % for the
+// token buckets' initial bursts). Only an upper bound on the rate is
+// asserted: a busy machine makes the transfer slower, never faster.
+func testRateLimit(t *testing.T, e *env) {
+	const (
+		channels = 4
+		perQP    = 25e6 // bits per second
+		size     = 4 << 20
+	)
+	attr := sdr.QPAttr{MTU: mtu, MaxMessages: 2, MaxInFlightBytes: 2 * size, RateLimit: perQP}
+	sq, rq, sctx, rctx := e.pair(attr, channels)
+	h, err := rq.PostRecv(register(t, rctx, make([]byte, size)), 0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := sq.PostSend(sdr.SendRequest{MR: register(t, sctx, make([]byte, size)), Length: size}); err != nil {
+		t.Fatal(err)
+	}
+	waitForLong(t, "the paced message", h, h.Done, time.Minute)
+	elapsed := time.Since(start)
+	rate := float64(size) * 8 / elapsed.Seconds()
+	t.Logf("4 MiB in %v: %.0f Mbit/s of payload, limit %.0f Mbit/s on the wire", elapsed, rate/1e6, channels*perQP/1e6)
+	if limit := channels * perQP; rate > 1.1*limit {
+		t.Errorf("4 MiB arrived at %.0f Mbit/s, above the %.0f Mbit/s the rate limit allows", rate/1e6, limit/1e6)
+	}
+}

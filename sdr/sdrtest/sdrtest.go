@@ -55,6 +55,7 @@ func Run(t *testing.T, newBackends Factory) {
 		{"StreamingContinue", testStreaming},
 		{"ErrRetry", testErrRetry},
 		{"LengthErrors", testLengthErrors},
+		{"RateLimit", testRateLimit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,7 +149,13 @@ func register(t *testing.T, sc *sdr.Context, buf []byte) *sdr.MR {
 // waitFor polls cond until it holds or 10 s pass.
 func waitFor(t *testing.T, what string, h *sdr.RecvHandle, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	waitForLong(t, what, h, cond, 10*time.Second)
+}
+
+// waitForLong is waitFor with a bound of its own.
+func waitForLong(t *testing.T, what string, h *sdr.RecvHandle, cond func() bool, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	for !cond() {
 		wctx, wcancel := context.WithTimeout(ctx, 5*time.Millisecond)
