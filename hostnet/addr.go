@@ -15,43 +15,41 @@ func InterfaceGID(name string) (*net.Interface, netip.Addr, error) {
 	if err != nil {
 		return nil, netip.Addr{}, err
 	}
-	addrs, err := iface.Addrs()
-	if err != nil {
+	ip, err := firstAddr(iface, netip.Addr.Is4)
+	if err == nil && !ip.IsValid() {
+		ip, err = firstAddr(iface, func(ip netip.Addr) bool { return ip.Is6() && ip.IsGlobalUnicast() })
+	}
+	switch {
+	case err != nil:
 		return nil, netip.Addr{}, err
-	}
-	var v6 netip.Addr
-	for _, a := range addrs {
-		n, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(n.IP)
-		switch {
-		case !ok:
-		case ip.Unmap().Is4():
-			return iface, ip.Unmap(), nil
-		case !v6.IsValid() && ip.IsGlobalUnicast():
-			v6 = ip
-		}
-	}
-	if !v6.IsValid() {
+	case !ip.IsValid():
 		return nil, netip.Addr{}, fmt.Errorf("%s has no IPv4 address and no IPv6 address beyond link-local", name)
 	}
-	return iface, v6, nil
+	return iface, ip, nil
 }
 
 // FirstIPv4 returns the first IPv4 address of ifc.
 func FirstIPv4(ifc *net.Interface) (netip.Addr, error) {
+	ip, err := firstAddr(ifc, netip.Addr.Is4)
+	if err == nil && !ip.IsValid() {
+		err = fmt.Errorf("%s has no IPv4 address", ifc.Name)
+	}
+	return ip, err
+}
+
+// firstAddr returns the first address of ifc (IPv4-mapped ones unmapped)
+// that keep takes, or the zero Addr when none does.
+func firstAddr(ifc *net.Interface, keep func(netip.Addr) bool) (netip.Addr, error) {
 	addrs, err := ifc.Addrs()
 	if err != nil {
 		return netip.Addr{}, err
 	}
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && keep(ip.Unmap()) {
 				return ip.Unmap(), nil
 			}
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", ifc.Name)
+	return netip.Addr{}, nil
 }

@@ -63,10 +63,7 @@ func (p *Packet) Decode(frame []byte) error {
 	p.Ethernet = Ethernet(frame[:n])
 	switch etherType {
 	case EtherTypeIPv4, EtherTypeIPv6:
-		if !versionMatches(etherType, frame[n:]) {
-			return errIPEtherType
-		}
-		if err := p.decodeIP(frame[n:]); err != nil {
+		if err := p.decodeIPUnder(etherType, frame[n:]); err != nil {
 			return err
 		}
 		p.covered = frame[:n+len(p.covered)]
@@ -75,16 +72,19 @@ func (p *Packet) Decode(frame []byte) error {
 	return errEtherType
 }
 
-// versionMatches reports whether the IP header ip (possibly empty) is of
-// the version etherType names: the kernel (ip_rcv, ipv6_rcv) and a NIC's
-// parser read the header the ethertype names and drop one of another
-// version.
-func versionMatches(etherType uint16, ip []byte) bool {
+// decodeIPUnder decodes the IP packet b that a link header names as
+// etherType (EtherTypeIPv4 or EtherTypeIPv6). The header must be of that
+// version: the kernel (ip_rcv, ipv6_rcv) and a NIC's parser read the
+// header the ethertype names and drop one of another version.
+func (p *Packet) decodeIPUnder(etherType uint16, b []byte) error {
 	version := byte(6)
 	if etherType == EtherTypeIPv4 {
 		version = 4
 	}
-	return len(ip) == 0 || ip[0]>>4 == version
+	if len(b) > 0 && b[0]>>4 != version {
+		return errIPEtherType
+	}
+	return p.decodeIP(b)
 }
 
 // DecodeIP decodes a packet that starts at the IP header (captures of

@@ -150,10 +150,7 @@ func (p *Packet) DecodeCaptured(link layers.LinkType, data []byte) error {
 		}
 		switch etherType := binary.BigEndian.Uint16(data[protoOff:]); etherType {
 		case EtherTypeIPv4, EtherTypeIPv6:
-			if !versionMatches(etherType, data[hdrLen:]) {
-				return errIPEtherType
-			}
-			return p.DecodeIP(data[hdrLen:])
+			return p.decodeIPUnder(etherType, data[hdrLen:])
 		}
 		return errEtherType
 	}
