@@ -362,10 +362,11 @@ func TestWriteBWMultiQueue(t *testing.T) {
 }
 
 // TestWriteBWJumboMTU runs write-bw -dev xsk at path MTUs 2048 and 4096
-// between namespaces on 9000-byte-MTU veths, raw and with SR-NACK, every
-// message verified: the port takes frames longer than a 2 KiB chunk
-// (write-bw's rings are of 2 KiB chunks) and longer than a page
-// (multi-buffer). On 1500-byte veths -m 4096 is refused at start, before
+// between namespaces on 9000-byte-MTU veths, raw (on RC channels, whose
+// retransmission lets every message be asserted on a loaded host, as in
+// TestWriteBWMultiQueue) and with SR-NACK, every message verified: the
+// port takes frames longer than a 2 KiB chunk (write-bw's rings are of
+// 2 KiB chunks) and longer than a page (multi-buffer). On 1500-byte veths -m 4096 is refused at start, before
 // the peer is contacted, with the MTUs that would carry it.
 func TestWriteBWJumboMTU(t *testing.T) {
 	privileged.Require(t)
@@ -377,7 +378,7 @@ func TestWriteBWJumboMTU(t *testing.T) {
 	for _, mtu := range []int{2048, 4096} {
 		m := fmt.Sprint(mtu)
 		const iters = 50
-		r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-m", m, "-s", "1048576", "-n", fmt.Sprint(iters), "-verify"})
+		r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-m", m, "-rc", "-s", "1048576", "-n", fmt.Sprint(iters), "-verify"})
 		t.Logf("raw, MTU %d: %d/%d chunks, %.2f Gbit/s", mtu, r.ChunksDelivered, r.ChunksTotal, r.BWAverageGbps)
 		if r.ChunksTotal == 0 || r.ChunksDelivered != r.ChunksTotal || r.ChunksVerified != r.ChunksTotal || r.Complete != iters {
 			t.Errorf("raw write-bw at MTU %d on 9000-byte veths: want every chunk of %d messages verified: %+v", mtu, iters, r)
@@ -409,9 +410,9 @@ func TestWriteBWJumboMTU(t *testing.T) {
 
 // TestWriteBWIPv6 runs write-bw -dev xsk between namespaces with IPv6
 // addresses only (fd00:77::1 and ::2, through a bridge): the devices take
-// the IPv6 addresses as GIDs, raw messages and SR-NACK transfers arrive
-// verified, and a capture of the raw run holds RoCEv2 over IPv6 with
-// valid ICRCs, which tshark dissects too.
+// the IPv6 addresses as GIDs, raw messages (RC channels, as above) and
+// SR-NACK transfers arrive verified, and a capture of the raw run holds
+// RoCEv2 over IPv6 with valid ICRCs, which tshark dissects too.
 func TestWriteBWIPv6(t *testing.T) {
 	privileged.Require(t)
 	pair, err := hostnet.NewPair(hostnet.PairConfig{Subnet: netip.MustParsePrefix("fd00:77::/64"), Switched: true})
@@ -426,7 +427,7 @@ func TestWriteBWIPv6(t *testing.T) {
 	}
 	defer stop()
 	const iters = 50
-	r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-s", "1048576", "-n", fmt.Sprint(iters), "-verify"})
+	r := writeBWBetween(t, pair, []string{"-dev", "xsk", "-i", "veth0", "-rc", "-s", "1048576", "-n", fmt.Sprint(iters), "-verify"})
 	if r.ChunksTotal == 0 || r.ChunksVerified != r.ChunksTotal || r.Complete != iters {
 		t.Errorf("raw write-bw over IPv6: want every chunk of %d messages verified: %+v", iters, r)
 	}
