@@ -840,7 +840,7 @@ func TestThirdHostAttack(t *testing.T) {
 // length beyond the frame is a truncated packet.
 var ipv6RefusalCases = func() []refusalCase {
 	const ip6 = wire.EthernetHeaderLen // the IPv6 header's offset
-	stranger := refusalSubnet6.Addr().Next().Next().Next().Next().Next().Next().Next().Next().Next()
+	stranger := netip.MustParseAddr("fd00:77::9") // in the subnet, not a host of it
 	edit := func(change func(frame []byte) []byte) func(t *testing.T, n *refusalNet, tg *target) [][]byte {
 		return func(t *testing.T, n *refusalNet, tg *target) [][]byte {
 			return [][]byte{change(tg.frame(t, n, tg.op(wire.RCWriteOnly), 64, nil))}
