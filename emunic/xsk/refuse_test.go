@@ -839,7 +839,7 @@ func TestThirdHostAttack(t *testing.T) {
 // ethertype must carry an IPv6 header, as ipv6_rcv insists; a payload
 // length beyond the frame is a truncated packet.
 var ipv6RefusalCases = func() []refusalCase {
-	const ip6 = wire.EthernetHeaderLen // the IPv6 header's offset
+	const ip6 = wire.EthernetHeaderLen            // the IPv6 header's offset
 	stranger := netip.MustParseAddr("fd00:77::9") // in the subnet, not a host of it
 	edit := func(change func(frame []byte) []byte) func(t *testing.T, n *refusalNet, tg *target) [][]byte {
 		return func(t *testing.T, n *refusalNet, tg *target) [][]byte {
