@@ -151,7 +151,8 @@ func (r *ring) filled() uint32 { return atomic.LoadUint32(r.producer) - atomic.L
 
 func (r *ring) needWakeup() bool { return atomic.LoadUint32(r.flags)&unix.XDP_RING_NEED_WAKEUP != 0 }
 
-// Open creates, maps and binds an AF_XDP socket.
+// Open creates, maps and binds an AF_XDP socket, waiting up to bindWait
+// for a queue that a just-closed socket still holds.
 func Open(cfg Config) (*Socket, error) {
 	if cfg.FrameSize == 0 {
 		cfg.FrameSize = 4096
@@ -170,6 +171,23 @@ func Open(cfg Config) (*Socket, error) {
 	// what they have and fail below with a clear error).
 	unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY})
 
+	// A socket closed on the queue a moment ago (a previous port, the
+	// testbed's port of the last point) releases it asynchronously: the
+	// bind fails with EBUSY until then.
+	for deadline := time.Now().Add(bindWait); ; time.Sleep(10 * time.Millisecond) {
+		s, err := open(cfg)
+		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return s, err
+		}
+	}
+}
+
+// bindWait bounds how long Open waits for a queue that a socket closed a
+// moment ago still holds.
+const bindWait = 2 * time.Second
+
+// open makes one attempt at Open.
+func open(cfg Config) (*Socket, error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, permission("socket", err)

@@ -49,9 +49,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sdr-rdma/sdr/ebpf"
 	"github.com/sdr-rdma/sdr/emunic/xsk"
@@ -87,10 +84,6 @@ const Slots = 16384
 
 // txRingSize is the size of each socket's rings.
 const txRingSize = 4096
-
-// bindWait bounds how long Start waits for an interface queue that
-// another AF_XDP socket, just closed, still holds.
-const bindWait = 2 * time.Second
 
 // ErrClosed is returned by methods called after Close.
 var ErrClosed = errors.New("linkemu: emulator closed")
@@ -237,7 +230,7 @@ func openSide(name string) (*side, error) {
 			ring = txRingSize / 4
 		}
 		sc.Queue, sc.RingSize, sc.NumFrames = q, ring, 2*ring
-		sock, err := openQueue(sc)
+		sock, err := xsk.Open(sc)
 		if err == nil {
 			s.socks = append(s.socks, sock)
 			err = s.prog.SetSocket(q, sock.FD())
@@ -252,18 +245,6 @@ func openSide(name string) (*side, error) {
 		return nil, fmt.Errorf("linkemu: %s: %w", name, err)
 	}
 	return s, nil
-}
-
-// openQueue binds a socket to one queue. A socket closed on the queue a
-// moment ago (a previous emulator, a test's port) releases it
-// asynchronously: the bind fails with EBUSY until then.
-func openQueue(cfg xsk.Config) (*xsk.Socket, error) {
-	for deadline := time.Now().Add(bindWait); ; time.Sleep(10 * time.Millisecond) {
-		sock, err := xsk.Open(cfg)
-		if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-			return sock, err
-		}
-	}
 }
 
 // close detaches the program first, so that no frame is steered to a
