@@ -65,13 +65,13 @@ func ceMarked(p *wire.Packet) bool {
 // CE-marked frame (or any while the receive ring is over its threshold),
 // answered with a CNP unless the QP sent one less than npCNPInterval ago.
 // With congestion control off the device sends no CNPs. Caller holds
-// qp.mu; the receive goroutine runs it.
-func (qp *QP) congested(p *wire.Packet) {
+// qp.mu; a receive goroutine runs it (rx is its receiver).
+func (qp *QP) congested(rx *receiver, p *wire.Packet) {
 	d := qp.dev
 	ce := ceMarked(p)
 	if ce {
 		d.stats.inc(RxCE)
-	} else if d.rxBacklogged {
+	} else if rx.backlogged {
 		d.stats.inc(RxBacklogCE)
 	} else {
 		return
@@ -79,13 +79,13 @@ func (qp *QP) congested(p *wire.Packet) {
 	if !d.tx.dcqcn {
 		return
 	}
-	now := d.rxTime()
+	now := rx.arrival()
 	r := &qp.rsp
 	if !r.lastCNP.IsZero() && now.Sub(r.lastCNP) < npCNPInterval {
 		return
 	}
 	r.lastCNP = now
-	qp.sendCNP()
+	qp.sendCNP(rx)
 }
 
 // sendCNP sends a RoCEv2 CNP to the QP's peer QP (A17.9.3): BTH opcode
@@ -93,12 +93,12 @@ func (qp *QP) congested(p *wire.Packet) {
 // traffic was marked), PSN 0, then 16 reserved bytes of zero and the
 // ICRC, in an IP header of DSCP cnpDSCP, Not-ECT, from the QP's own UDP
 // source port.
-func (qp *QP) sendCNP() {
+func (qp *QP) sendCNP(rx *receiver) {
 	f := qp.tmpl
 	f.TrafficClass = cnpDSCP << 2
 	f.BTH = wire.BTHFields{Opcode: wire.CNP, PKey: wire.DefaultPKey, BECN: true, DestQP: qp.attr.DestQPN}
 	qp.dev.stats.inc(TxCNPs)
-	qp.sendCtl(&f)
+	qp.sendCtl(rx, &f)
 }
 
 // cnpReceived is the reaction point's entry for a CNP addressed to this

@@ -83,7 +83,7 @@ type CQE struct {
 }
 
 // CQ is a completion queue: a bounded ring that producers (the device's
-// receive goroutine, PostSend, timers) append to and consumers poll in
+// receive goroutines, PostSend, timers) append to and consumers poll in
 // batches or wait on without spinning, or hand to a completion handler
 // (SetHandler). Safe for concurrent use: mu guards the ring; dispatchMu
 // serializes the handler's calls and guards handler and batch.
@@ -93,7 +93,7 @@ type CQ struct {
 	head      int // next to poll
 	count     int
 	overflow  bool
-	scheduled bool          // a dispatch is due (the receive goroutine's at the end of its batch, or push's)
+	scheduled bool          // a dispatch is due (a receive goroutine's at the end of its batch, or push's)
 	hasHandle bool          // handler != nil, for append (under mu)
 	notify    chan struct{} // holds a token while entries are waiting
 
@@ -140,7 +140,7 @@ func (cq *CQ) push(e CQE) {
 	}
 }
 
-// pushRx appends a completion the device's receive goroutine produced
+// pushRx appends a completion a device's receive goroutine produced
 // (push for the others) and reports whether the CQ has a handler and no
 // dispatch was due: the caller must then see to one (the receive
 // goroutine dispatches at the end of its batch).
@@ -200,7 +200,7 @@ func (cq *CQ) SetHandler(h Handler) {
 // Dispatch hands every completion the CQ holds to its handler, after any
 // dispatch in progress has finished: once it returns, the handler has
 // taken every completion pushed before the call. Without a handler it
-// does nothing. The device's receive goroutine calls it at the end of
+// does nothing. A device's receive goroutine calls it at the end of
 // each receive batch that completed work on the CQ; a consumer calls it
 // as a fence. One lock pair per batch of up to 256 completions; it
 // allocates nothing once the batch buffer exists.

@@ -1,7 +1,6 @@
 package emunic
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -22,8 +21,8 @@ type Config struct {
 	GID netip.Addr
 	// Tap, when set, receives every frame the device sends or receives.
 	Tap *wire.PcapWriter
-	// RecvBatch is how many frames the receive goroutine takes from the
-	// port at once (default 64).
+	// RecvBatch is how many frames a receive goroutine takes from its
+	// queue at once (default 64).
 	RecvBatch int
 	// FixedKeys makes QP numbers sequential (0x11, 0x12, ...) and every
 	// key's tag start at 1, for tests that expect fixed values (captures
@@ -85,24 +84,15 @@ type Device struct {
 	tx     txState // transmission: pacing scheduler, ECN, DCQCN parameters
 	stats  counters
 	closed atomic.Bool
-	done   chan struct{} // closed when the receive goroutine exits
-
-	// Owned by the receive goroutine.
-	rx      wire.Packet
-	salvage []byte  // a copy of a READ request carrying payload (see decodeReadWithPayload)
-	batch   rxBatch // what the current receive batch leaves for its end
-	// backlog is the port's receive ring level, if it reports one;
-	// rxBacklogged says the current batch arrived over the threshold.
-	backlog          RXBacklogPort
+	// receiving counts the receive loops still running: one per receive
+	// queue of the port (see receiver).
+	receiving sync.WaitGroup
+	// backlogThreshold is Config.RXBacklogThreshold with its default.
 	backlogThreshold float64
-	rxBacklogged     bool
-	// rxAt is the current batch's arrival time, read once per batch and
-	// only when a frame needs it (rxTime): time.Now per frame cost 8 % of
-	// the pipe's CPU while the backlog kept every frame congested.
-	rxAt time.Time
 }
 
-// NewDevice creates a device on cfg.Port and starts its receive goroutine.
+// NewDevice creates a device on cfg.Port and starts its receive goroutines:
+// one per receive queue of a QueuedPort, one for any other port.
 func NewDevice(cfg Config) (*Device, error) {
 	if cfg.Port == nil {
 		return nil, fmt.Errorf("emunic: new device: no port: %w", ErrInvalidArgument)
@@ -116,10 +106,8 @@ func NewDevice(cfg Config) (*Device, error) {
 	}
 	_, l3 := cfg.Port.(KernelReceiver)
 	d := &Device{port: cfg.Port, mac: cfg.MAC, gid: cfg.GID.Unmap(), tap: cfg.Tap,
-		fixedKeys: cfg.FixedKeys, nextQPN: 0x10, checkMAC: !l3, done: make(chan struct{}),
-		salvage: make([]byte, MaxFrameLen)}
+		fixedKeys: cfg.FixedKeys, nextQPN: 0x10, checkMAC: !l3}
 	d.keys.fixed = cfg.FixedKeys
-	d.backlog, _ = cfg.Port.(RXBacklogPort)
 	d.lender, _ = cfg.Port.(TxBufferLender)
 	if ks, ok := cfg.Port.(KernelSender); ok {
 		d.kernelSrcPort = ks.KernelSourcePort()
@@ -143,8 +131,23 @@ func NewDevice(cfg Config) (*Device, error) {
 	}
 	qps := map[uint32]*QP{}
 	d.qps.Store(&qps)
-	d.batch = newRxBatch()
-	go d.receiveLoop(batch)
+	var receivers []*receiver
+	if qp, ok := cfg.Port.(QueuedPort); ok {
+		for _, q := range qp.RecvQueues() {
+			backlog, _ := q.(RXBacklogPort)
+			receivers = append(receivers, newReceiver(d, q, backlog))
+		}
+	} else {
+		backlog, _ := cfg.Port.(RXBacklogPort)
+		receivers = []*receiver{newReceiver(d, cfg.Port, backlog)}
+	}
+	d.receiving.Add(len(receivers))
+	for _, rx := range receivers {
+		go func() {
+			defer d.receiving.Done()
+			rx.loop(batch)
+		}()
+	}
 	return d, nil
 }
 
@@ -228,14 +231,14 @@ func (d *Device) Stats() Stats {
 	return s
 }
 
-// Close stops the device: the port is closed, the receive goroutine exits,
+// Close stops the device: the port is closed, the receive goroutines exit,
 // and every QP moves to the error state, flushing its work requests.
 func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
 	err := d.port.Close()
-	<-d.done
+	d.receiving.Wait()
 	for _, qp := range *d.qps.Load() {
 		qp.fail()
 	}
@@ -303,43 +306,6 @@ func (d *Device) transmitFrames(frames [][]byte, owned bool) {
 	}
 }
 
-func (d *Device) receiveLoop(batch int) {
-	defer close(d.done)
-	bufs := make([][]byte, batch)
-	for i := range bufs {
-		bufs[i] = make([]byte, MaxFrameLen)
-	}
-	sizes := make([]int, batch)
-	for {
-		n, err := d.port.Recv(bufs, sizes)
-		if err != nil {
-			if !errors.Is(err, ErrClosed) && !d.closed.Load() {
-				d.stats.inc(PortErrors)
-				continue
-			}
-			return
-		}
-		// The ring's level after this batch was taken: what still waits
-		// behind it.
-		d.rxBacklogged = d.backlog != nil && d.backlogThreshold >= 0 && d.backlog.RXBacklog() > d.backlogThreshold
-		d.rxAt = time.Time{}
-		for i := range n {
-			d.receive(bufs[i][:sizes[i]])
-		}
-		d.flushACKs()
-		d.dispatchCQs()
-	}
-}
-
-// rxTime returns the time the current receive batch was taken from the
-// port. Receive goroutine only.
-func (d *Device) rxTime() time.Time {
-	if d.rxAt.IsZero() {
-		d.rxAt = time.Now()
-	}
-	return d.rxAt
-}
-
 // broadcastMAC is the Ethernet broadcast address, which a NIC accepts.
 var broadcastMAC = [6]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 
@@ -347,112 +313,3 @@ var broadcastMAC = [6]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}
 // to dst: its own unicast address or broadcast. Multicast addresses are
 // refused: the device joins no multicast group.
 func (d *Device) acceptsMAC(dst [6]byte) bool { return dst == d.mac || dst == broadcastMAC }
-
-// receive validates one frame and hands it to its QP.
-func (d *Device) receive(frame []byte) {
-	if d.tap != nil {
-		d.tap.WritePacket(time.Now(), frame)
-	}
-	if d.checkMAC && len(frame) >= 6 && !d.acceptsMAC([6]byte(frame)) {
-		d.stats.inc(RxWrongMAC)
-		return
-	}
-	p := &d.rx
-	if err := p.Decode(frame); err != nil {
-		switch {
-		case errors.Is(err, wire.ErrNotRoCE):
-			d.stats.inc(RxNotRoCE)
-			return
-		case !d.decodeReadWithPayload(frame):
-			d.stats.inc(RxMalformed)
-			return
-		}
-	}
-	if p.IPv4 != nil && !p.IPv4.ChecksumValid() {
-		d.stats.inc(RxBadIPChecksum)
-		return
-	}
-	if !p.ICRCValidInPlace() { // the frame is in the receive goroutine's own buffer
-		d.stats.inc(RxBadICRC)
-		return
-	}
-	if p.DstIP() != d.gid {
-		d.stats.inc(RxWrongGID)
-		return
-	}
-	d.stats.inc(RxPackets)
-	d.stats.add(RxBytes, uint64(len(frame)))
-	qp := d.lookupQP(p.BTH.DestQP())
-	if qp == nil {
-		d.stats.inc(RxUnknownQP)
-		return
-	}
-	qp.receive(p)
-}
-
-// decodeReadWithPayload decodes into d.rx a frame the codec refused
-// because it is an RC READ request carrying payload, which the responder
-// must answer with a NAK (Invalid Request) rather than drop as garbage. The
-// codec keeps no ICRC for a packet it refuses, so the frame is copied,
-// decoded as the WRITE ONLY with the same headers, and its opcode restored
-// in the copy: the packet's views then hold the original bytes, ICRC
-// included. It reports whether the frame was such a request.
-func (d *Device) decodeReadWithPayload(frame []byte) bool {
-	p := &d.rx
-	if p.BTH == nil || p.Opcode() != wire.RCReadRequest || len(p.Payload) == 0 {
-		return false
-	}
-	at := len(p.Ethernet) + len(p.IPv4) + len(p.IPv6) + wire.UDPHeaderLen // the BTH opcode byte
-	buf := d.salvage[:copy(d.salvage, frame)]
-	buf[at] = byte(wire.RCWriteOnly)
-	if p.Decode(buf) != nil {
-		return false
-	}
-	buf[at] = byte(wire.RCReadRequest)
-	return true
-}
-
-// flushACKs sends the coalesced ACKs of the last receive batch.
-func (d *Device) flushACKs() {
-	for _, qp := range d.batch.ackQPs {
-		qp.sendScheduledACK()
-	}
-	clear(d.batch.ackQPs)
-	d.batch.ackQPs = d.batch.ackQPs[:0]
-	d.flushCtl()
-}
-
-// dispatchCQs runs the completion handlers of the CQs the last receive
-// batch completed work on, after its ACKs left (a handler's work must
-// not delay the peer's window).
-func (d *Device) dispatchCQs() {
-	for _, cq := range d.batch.cqs {
-		cq.Dispatch()
-	}
-	clear(d.batch.cqs)
-	d.batch.cqs = d.batch.cqs[:0]
-}
-
-// ctlFrame returns a buffer for the next control frame the receive
-// goroutine sends, flushing the queued ones when they fill a port call.
-func (d *Device) ctlFrame() []byte {
-	if d.batch.ctlFull() {
-		d.flushCtl()
-	}
-	return d.batch.nextCtlBuf()
-}
-
-// flushCtl sends the queued control frames in one port call.
-func (d *Device) flushCtl() {
-	d.transmit(d.batch.ctl)
-	d.batch.ctl = d.batch.ctl[:0]
-}
-
-// flushPendingCtl sends the queued control frames, if any: before a
-// completion is reported, so that whoever sees it finds the replies to
-// what preceded it sent.
-func (d *Device) flushPendingCtl() {
-	if len(d.batch.ctl) > 0 {
-		d.flushCtl()
-	}
-}

@@ -6,14 +6,16 @@
 // a real RoCEv2 frame built and checked by package wire, so its traffic is
 // what Linux Soft-RoCE sends and Wireshark dissects.
 //
-// Concurrency: each Device runs one receive goroutine that drains its port
-// and runs the responder and the requester's ACK handling; PostSend (and
+// Concurrency: each Device runs a receive goroutine per receive queue of
+// its port (receiver.go: one for most ports, one per queue of a multi-queue
+// AF_XDP port) that drains its queue and runs the responder and the
+// requester's ACK handling; PostSend (and
 // PostSendList, one doorbell for a list) runs the requester on the caller's
 // goroutine. A paced QP (a RateLimit, or a DCQCN rate cut) leaves its
 // packets to the device's TX scheduler instead (txsched.go): one goroutine
 // that builds them under the QP's lock as the QP's token bucket allows and
 // transmits them outside it, so that nothing sleeps under a lock and the
-// receive goroutine never waits for a pacer; a post that finds the QP's
+// receive goroutines never wait for a pacer; a post that finds the QP's
 // queue empty and its bucket holding tokens for all of it still goes out
 // at once. Frames are encoded straight into the port's transmit memory
 // when the port lends it (TxBufferLender: the AF_XDP port's UMEM), so
@@ -40,9 +42,9 @@
 // (the notification point, cnp.go), whose reaction point cuts and recovers
 // its rate as DCQCN does (dcqcn.go, QP.CongestionStats).
 //
-// Files: device.go (the Device, its receive goroutine and the checks
-// before a frame reaches a QP), rxbatch.go (what one receive batch
-// gathers: ACKs to coalesce, CQs to wake, control frames to send),
+// Files: device.go (the Device), receiver.go (a receive loop: the checks
+// before a frame reaches a QP, and what one receive batch gathers: ACKs
+// to coalesce, CQs to wake, control frames to send),
 // memory.go (PDs, MRs, keys), cq.go, and a QP in three: qp.go (creation,
 // state machine, posting receives, teardown), qp_requester.go (the send
 // queue, packet building, ACK handling and retransmission) and

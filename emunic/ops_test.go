@@ -15,15 +15,17 @@ import (
 
 func TestRCReadAndAtomics(t *testing.T) {
 	for _, kind := range portKinds {
-		t.Run(kind.name, func(t *testing.T) { testRCReadAndAtomics(t, kind.hosts) })
+		t.Run(kind.name, func(t *testing.T) { testRCReadAndAtomics(t, kind.hosts, messageSizes) })
 	}
 }
 
-func testRCReadAndAtomics(t *testing.T, hosts func(testing.TB) (*host, *host)) {
+// testRCReadAndAtomics READs messages of sizes and runs every atomic
+// operation between two hosts.
+func testRCReadAndAtomics(t *testing.T, hosts func(testing.TB) (*host, *host), sizes []int) {
 	a, b := hosts(t)
 	qa, qb := a.QP(t, emunic.RC), b.QP(t, emunic.RC)
 	emunictest.Connect(t, a, qa, b, qb, 1024, emunic.QPAttr{})
-	for i, size := range messageSizes {
+	for i, size := range sizes {
 		remote := emunictest.Pattern(max(size, 1), uint64(i))
 		remoteMR := b.MR(t, remote)
 		local, intact := emunic.Canaried(max(size, 1))

@@ -288,6 +288,7 @@ func (p *PipePort) Recv(bufs [][]byte, sizes []int) (int, error) {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
+			p.signal(p.ready) // Close's one token wakes the next waiter too
 			return 0, ErrClosed
 		}
 		full := p.queue.len() >= pipeRXRing

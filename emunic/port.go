@@ -5,7 +5,7 @@ import "net/netip"
 // Port moves Ethernet frames between a Device and the wire. Every port
 // carries the same encoded RoCEv2 frames. Implementations are safe for
 // concurrent Send calls; Recv is called by the device's receive goroutine
-// only.
+// only (a QueuedPort's queues are read instead).
 type Port interface {
 	// Send transmits frames. The port is done with the buffers when Send
 	// returns. It returns how many frames it took.
@@ -20,6 +20,25 @@ type Port interface {
 	Recv(bufs [][]byte, sizes []int) (int, error)
 	// Close stops the port; a blocked Recv returns ErrClosed.
 	Close() error
+}
+
+// QueuedPort is implemented by ports with receive queues of their own
+// (the AF_XDP port: one socket per receive queue of the interface, over
+// which RSS spreads flows by their 5-tuple, and so QPs by their UDP
+// source port). The device reads each queue on a receive goroutine of its
+// own instead of calling Recv, so that the queues are served on as many
+// cores, each with its own batch, ACKs and completions.
+type QueuedPort interface {
+	// RecvQueues returns the port's receive queues, at least one. A
+	// queue may also implement RXBacklogPort, for its own ring.
+	RecvQueues() []RecvQueue
+}
+
+// RecvQueue is one receive queue of a QueuedPort: Recv is Port.Recv for
+// the frames that arrive on this queue alone, and is called by one
+// goroutine.
+type RecvQueue interface {
+	Recv(bufs [][]byte, sizes []int) (int, error)
 }
 
 // QPSteering is implemented by ports that deliver only the frames of

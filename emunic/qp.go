@@ -124,7 +124,7 @@ type QP struct {
 	req requester
 	rsp responder
 
-	ackPending bool // the receive goroutine owes the peer a coalesced ACK
+	ackPending bool // a receive goroutine owes the peer a coalesced ACK
 }
 
 // CreateQP creates a queue pair in the RESET state.

@@ -848,8 +848,8 @@ func (qp *QP) failOldest(status Status) {
 // completeThrough completes outstanding requests acknowledged through psn.
 // READs and atomics complete only with their responses: an ACK beyond an
 // unfinished one stops there (it will be retransmitted). It runs on the
-// receive goroutine (handleResponse).
-func (qp *QP) completeThrough(psn wire.PSN) {
+// receive goroutine (handleResponse), rx its receiver.
+func (qp *QP) completeThrough(rx *receiver, psn wire.PSN) {
 	r := &qp.req
 	progressed := false
 	if len(r.outstanding) > 0 && r.ackPSN.Before(psn.Next()) && !r.sentPSN.Before(psn.Next()) {
@@ -865,7 +865,7 @@ func (qp *QP) completeThrough(psn wire.PSN) {
 			break
 		}
 		if !w.wr.Unsignaled {
-			qp.completeOnRx(qp.sendCQ, qp.sendCompletion(w, StatusSuccess))
+			qp.completeOnRx(rx, qp.sendCQ, qp.sendCompletion(w, StatusSuccess))
 		}
 		r.outstanding[0] = nil
 		r.outstanding = r.outstanding[1:]
@@ -883,7 +883,7 @@ func (qp *QP) completeThrough(psn wire.PSN) {
 
 // handleResponse processes an RC ACK, NAK, READ response or atomic ACK
 // addressed to this QP's requester. Caller holds qp.mu.
-func (qp *QP) handleResponse(p *wire.Packet) {
+func (qp *QP) handleResponse(rx *receiver, p *wire.Packet) {
 	r := &qp.req
 	psn := p.BTH.PSN()
 	op := p.Opcode()
@@ -892,10 +892,10 @@ func (qp *QP) handleResponse(p *wire.Packet) {
 		switch syn.Kind() {
 		case wire.SyndromeACK:
 			qp.dev.stats.inc(RxACKs)
-			qp.completeThrough(psn)
+			qp.completeThrough(rx, psn)
 		case wire.SyndromeRNRNAK:
 			qp.dev.stats.inc(RxRNRNAKs)
-			qp.completeThrough(psn.Add(-1))
+			qp.completeThrough(rx, psn.Add(-1))
 			if len(r.outstanding) == 0 {
 				return
 			}
@@ -917,7 +917,7 @@ func (qp *QP) handleResponse(p *wire.Packet) {
 			})
 		case wire.SyndromeNAK:
 			qp.dev.stats.inc(RxNAKs)
-			qp.completeThrough(psn.Add(-1))
+			qp.completeThrough(rx, psn.Add(-1))
 			if len(r.outstanding) == 0 {
 				return
 			}
@@ -986,8 +986,8 @@ func (qp *QP) handleResponse(p *wire.Packet) {
 	}
 	qp.dev.stats.inc(RxACKs)
 	// A response implicitly acknowledges everything before it.
-	qp.completeThrough(psn.Add(-1))
+	qp.completeThrough(rx, psn.Add(-1))
 	if w.done {
-		qp.completeThrough(w.lastPSN())
+		qp.completeThrough(rx, w.lastPSN())
 	}
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // responder is the receive side of a QP; guarded by QP.mu and driven by
-// the device's receive goroutine.
+// the device's receive goroutines (a receiver, passed as rx).
 type responder struct {
 	ePSN wire.PSN // next expected PSN
 	msn  uint32   // RC message sequence number
@@ -39,7 +39,7 @@ type atomicResult struct {
 }
 
 // receive dispatches a validated packet addressed to this QP.
-func (qp *QP) receive(p *wire.Packet) {
+func (qp *QP) receive(rx *receiver, p *wire.Packet) {
 	d := qp.dev
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
@@ -70,23 +70,23 @@ func (qp *QP) receive(p *wire.Packet) {
 		return
 	}
 	if qp.typ != UD {
-		qp.congested(p)
+		qp.congested(rx, p)
 	}
 	switch qp.typ {
 	case UD:
-		qp.receiveUD(p)
+		qp.receiveUD(rx, p)
 	case UC:
-		qp.receiveUC(p)
+		qp.receiveUC(rx, p)
 	case RC:
 		switch op.Info().Operation {
 		case wire.OpAck, wire.OpAtomicAck, wire.OpReadResponse:
 			if qp.state == StateRTS {
-				qp.handleResponse(p)
+				qp.handleResponse(rx, p)
 			} else {
 				d.stats.inc(RxInvalidRequest)
 			}
 		default:
-			qp.receiveRC(p)
+			qp.receiveRC(rx, p)
 		}
 	}
 }
@@ -101,7 +101,7 @@ func pkeyMatches(pkt, own uint16) bool {
 	return pkt&0x7FFF != 0 && pkt&0x7FFF == own&0x7FFF && (pkt|own)&0x8000 != 0
 }
 
-func (qp *QP) receiveUD(p *wire.Packet) {
+func (qp *QP) receiveUD(rx *receiver, p *wire.Packet) {
 	d := qp.dev
 	if p.DETH.QKey() != qp.attr.QKey {
 		d.stats.inc(RxBadQKey)
@@ -124,7 +124,7 @@ func (qp *QP) receiveUD(p *wire.Packet) {
 	if w.sgl.length() < grhLen+len(p.Payload) {
 		d.stats.inc(RxLengthError)
 		cqe.Status = StatusLocalLengthError
-		qp.completeRecv(cqe)
+		qp.completeRecv(rx, cqe)
 		return
 	}
 	var grh [grhLen]byte
@@ -135,13 +135,13 @@ func (qp *QP) receiveUD(p *wire.Packet) {
 	}
 	w.sgl.copyAt(0, grh[:])
 	w.sgl.copyAt(grhLen, p.Payload)
-	qp.completeRecv(cqe)
+	qp.completeRecv(rx, cqe)
 }
 
 // receiveUC applies IBA UC semantics: a PSN gap drops the rest of the
 // current message, and the responder resynchronizes on the next FIRST or
 // ONLY packet whatever its PSN.
-func (qp *QP) receiveUC(p *wire.Packet) {
+func (qp *QP) receiveUC(rx *receiver, p *wire.Packet) {
 	r := &qp.rsp
 	psn := p.BTH.PSN()
 	pos := p.Opcode().Info().Position
@@ -161,7 +161,7 @@ func (qp *QP) receiveUC(p *wire.Packet) {
 		r.resync = false
 	}
 	r.ePSN = psn.Next()
-	if fault := qp.execute(p); fault != 0 {
+	if fault := qp.execute(rx, p); fault != 0 {
 		qp.dev.stats.inc(fault)
 		r.active = false
 		r.resync = pos == wire.PositionFirst || pos == wire.PositionMiddle
@@ -171,7 +171,7 @@ func (qp *QP) receiveUC(p *wire.Packet) {
 // receiveRC applies the RC responder rules: in-order packets execute,
 // duplicates are acknowledged again (READs re-executed, atomics answered
 // from their saved result), and a gap is NAKed once.
-func (qp *QP) receiveRC(p *wire.Packet) {
+func (qp *QP) receiveRC(rx *receiver, p *wire.Packet) {
 	d := qp.dev
 	r := &qp.rsp
 	psn := p.BTH.PSN()
@@ -190,40 +190,40 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 		d.stats.inc(RxDuplicate)
 		switch op {
 		case wire.RCReadRequest:
-			qp.respondRead(p, psn, false)
+			qp.respondRead(rx, p, psn, false)
 		case wire.RCCompareSwap, wire.RCFetchAdd:
 			for _, a := range r.atomics {
 				if a.valid && a.psn == psn {
-					qp.flushACK()
-					qp.sendAtomicAck(psn, a.orig)
+					qp.flushACK(rx)
+					qp.sendAtomicAck(rx, psn, a.orig)
 				}
 			}
 		default:
-			qp.scheduleACK()
+			qp.scheduleACK(rx)
 		}
 		return
 	case dist > 0:
 		d.stats.inc(RxPSNError)
 		if !r.nakSent {
 			r.nakSent = true
-			qp.flushACK()
-			qp.sendACK(wire.NAK(wire.NAKPSNSequenceError), r.ePSN)
+			qp.flushACK(rx)
+			qp.sendACK(rx, wire.NAK(wire.NAKPSNSequenceError), r.ePSN)
 		}
 		return
 	}
 	r.nakSent = false
-	if fault := qp.execute(p); fault != 0 {
+	if fault := qp.execute(rx, p); fault != 0 {
 		d.stats.inc(fault)
-		qp.flushACK()
+		qp.flushACK(rx)
 		switch fault {
 		case RxNoRecvWQE:
-			qp.sendACK(wire.RNRNAK(rnrTimerCode(qp.attr.RNRTimer.Microseconds())), psn)
+			qp.sendACK(rx, wire.RNRNAK(rnrTimerCode(qp.attr.RNRTimer.Microseconds())), psn)
 			d.stats.inc(TxRNRNAKs)
 			return // the sender retries the same PSN
 		case RxBadKey, RxOutOfBounds, RxAccessDenied:
-			qp.sendACK(wire.NAK(wire.NAKRemoteAccessError), psn)
+			qp.sendACK(rx, wire.NAK(wire.NAKRemoteAccessError), psn)
 		default:
-			qp.sendACK(wire.NAK(wire.NAKInvalidRequest), psn)
+			qp.sendACK(rx, wire.NAK(wire.NAKInvalidRequest), psn)
 		}
 		qp.enterError()
 		return
@@ -239,27 +239,27 @@ func (qp *QP) receiveRC(p *wire.Packet) {
 	r.ePSN = psn.Next()
 	// Acknowledge once per receive batch rather than per A bit, so that
 	// the requester's window keeps moving inside long messages.
-	qp.scheduleACK()
+	qp.scheduleACK(rx)
 }
 
-// completeRecv reports a receive completion from the receive goroutine:
+// completeRecv reports a receive completion from a receive goroutine:
 // it gets the QP's number and context, and a CQ with a handler is
 // dispatched at the end of the receive batch. Control frames (NAKs, READ responses)
 // queued for earlier packets of the batch leave first, so that whoever
 // sees the completion finds the replies to what preceded it sent; this
 // costs nothing while none is queued.
-func (qp *QP) completeRecv(e CQE) {
-	qp.dev.flushPendingCtl()
+func (qp *QP) completeRecv(rx *receiver, e CQE) {
+	rx.flushPendingCtl()
 	e.QPN, e.QPContext = qp.qpn, qp.ctx
-	qp.completeOnRx(qp.recvCQ, e)
+	qp.completeOnRx(rx, qp.recvCQ, e)
 }
 
-// completeOnRx appends a completion the device's receive goroutine
+// completeOnRx appends a completion a receive goroutine
 // produced to cq; a CQ with a handler is dispatched at the end of the
-// receive batch. Caller holds qp.mu, on the receive goroutine.
-func (qp *QP) completeOnRx(cq *CQ, e CQE) {
+// receive batch. Caller holds qp.mu, on rx's goroutine.
+func (qp *QP) completeOnRx(rx *receiver, cq *CQ, e CQE) {
 	if cq.pushRx(e) {
-		qp.dev.batch.completed(cq)
+		rx.completed(cq)
 	}
 }
 
@@ -280,7 +280,7 @@ func rnrTimerCode(us int64) uint8 {
 
 // execute performs an in-sequence request packet. It returns the counter
 // of the fault that refused it, or 0.
-func (qp *QP) execute(p *wire.Packet) Counter {
+func (qp *QP) execute(rx *receiver, p *wire.Packet) Counter {
 	r := &qp.rsp
 	info := p.Opcode().Info()
 	pos := info.Position
@@ -315,13 +315,13 @@ func (qp *QP) execute(p *wire.Packet) Counter {
 	}
 	switch info.Operation {
 	case wire.OpSend:
-		return qp.executeSend(p, pos)
+		return qp.executeSend(rx, p, pos)
 	case wire.OpWrite:
-		return qp.executeWrite(p, pos)
+		return qp.executeWrite(rx, p, pos)
 	case wire.OpReadRequest:
-		return qp.respondRead(p, p.BTH.PSN(), true)
+		return qp.respondRead(rx, p, p.BTH.PSN(), true)
 	case wire.OpCompareSwap, wire.OpFetchAdd:
-		return qp.executeAtomic(p)
+		return qp.executeAtomic(rx, p)
 	}
 	return RxInvalidRequest
 }
@@ -356,7 +356,7 @@ func remoteRight(op wire.Operation) Access {
 // maxDMALength is the longest RDMA operation IBA allows (C9-94: 2^31).
 const maxDMALength = 1 << 31
 
-func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
+func (qp *QP) executeSend(rx *receiver, p *wire.Packet, pos wire.Position) Counter {
 	r := &qp.rsp
 	if pos == wire.PositionFirst || pos == wire.PositionOnly {
 		if !r.held {
@@ -369,14 +369,14 @@ func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 		r.active, r.op, r.offset = true, wire.OpSend, 0
 	}
 	if r.offset+len(p.Payload) > r.recv.sgl.length() {
-		qp.completeRecv(CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv})
+		qp.completeRecv(rx, CQE{WRID: r.recv.id, Status: StatusLocalLengthError, Opcode: WCRecv})
 		r.held, r.active = false, false
 		return RxLengthError
 	}
 	r.recv.sgl.copyAt(r.offset, p.Payload)
 	r.offset += len(p.Payload)
 	if pos == wire.PositionLast || pos == wire.PositionOnly {
-		qp.completeRecv(CQE{WRID: r.recv.id, Opcode: WCRecv, ByteLen: uint32(r.offset),
+		qp.completeRecv(rx, CQE{WRID: r.recv.id, Opcode: WCRecv, ByteLen: uint32(r.offset),
 			Imm: p.Imm(), HasImm: p.ImmDt != nil})
 		r.held, r.active = false, false
 		r.msn = (r.msn + 1) & 0xFFFFFF
@@ -384,7 +384,7 @@ func (qp *QP) executeSend(p *wire.Packet, pos wire.Position) Counter {
 	return 0
 }
 
-func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
+func (qp *QP) executeWrite(rx *receiver, p *wire.Packet, pos wire.Position) Counter {
 	r := &qp.rsp
 	n := len(p.Payload)
 	var mem []byte
@@ -440,7 +440,7 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 			} else {
 				w, _ = qp.takeRecv()
 			}
-			qp.completeRecv(CQE{WRID: w.id, Opcode: WCRecvWriteImm, ByteLen: uint32(r.dmaLen),
+			qp.completeRecv(rx, CQE{WRID: w.id, Opcode: WCRecvWriteImm, ByteLen: uint32(r.dmaLen),
 				Imm: p.Imm(), HasImm: true})
 		}
 	}
@@ -449,7 +449,7 @@ func (qp *QP) executeWrite(p *wire.Packet, pos wire.Position) Counter {
 
 // respondRead sends the READ responses for a request whose first response
 // PSN is psn (the request's own PSN, or a retransmitted request's).
-func (qp *QP) respondRead(p *wire.Packet, psn wire.PSN, first bool) Counter {
+func (qp *QP) respondRead(rx *receiver, p *wire.Packet, psn wire.PSN, first bool) Counter {
 	length := int(p.RETH.DMALength())
 	mem, discard, fault := qp.dev.resolveRemote(qp.pd, p.RETH.RKey(), p.RETH.VA(), length, AccessRemoteRead)
 	if fault != 0 {
@@ -458,7 +458,7 @@ func (qp *QP) respondRead(p *wire.Packet, psn wire.PSN, first bool) Counter {
 	if discard && length > 0 {
 		return RxAccessDenied // the null MR cannot be read
 	}
-	qp.flushACK()
+	qp.flushACK(rx)
 	if first {
 		qp.rsp.msn = (qp.rsp.msn + 1) & 0xFFFFFF
 	}
@@ -479,12 +479,12 @@ func (qp *QP) respondRead(p *wire.Packet, psn wire.PSN, first bool) Counter {
 		}
 		off := i * qp.mtu
 		f.Payload = mem[off:min(off+qp.mtu, length)]
-		qp.sendCtl(&f)
+		qp.sendCtl(rx, &f)
 	}
 	return 0
 }
 
-func (qp *QP) executeAtomic(p *wire.Packet) Counter {
+func (qp *QP) executeAtomic(rx *receiver, p *wire.Packet) Counter {
 	a := p.AtomicETH
 	if a.VA()%8 != 0 {
 		return RxInvalidRequest
@@ -496,7 +496,7 @@ func (qp *QP) executeAtomic(p *wire.Packet) Counter {
 	if discard {
 		return RxAccessDenied
 	}
-	qp.flushACK()
+	qp.flushACK(rx)
 	orig := binary.LittleEndian.Uint64(mem)
 	if p.Opcode() == wire.RCFetchAdd {
 		binary.LittleEndian.PutUint64(mem, orig+a.SwapAdd())
@@ -507,35 +507,35 @@ func (qp *QP) executeAtomic(p *wire.Packet) Counter {
 	r.atomics[r.nextAtm] = atomicResult{valid: true, psn: p.BTH.PSN(), orig: orig}
 	r.nextAtm = (r.nextAtm + 1) % len(r.atomics)
 	r.msn = (r.msn + 1) & 0xFFFFFF
-	qp.sendAtomicAck(p.BTH.PSN(), orig)
+	qp.sendAtomicAck(rx, p.BTH.PSN(), orig)
 	return 0
 }
 
-func (qp *QP) sendAtomicAck(psn wire.PSN, orig uint64) {
+func (qp *QP) sendAtomicAck(rx *receiver, psn wire.PSN, orig uint64) {
 	f := qp.tmpl
 	f.BTH.Opcode, f.BTH.PSN = wire.RCAtomicAck, psn
 	f.AETH = wire.AETHFields{Syndrome: wire.ACK(wire.CreditsInvalid), MSN: qp.rsp.msn}
 	f.OrigRemoteData = orig
-	qp.sendCtl(&f)
+	qp.sendCtl(rx, &f)
 }
 
-// scheduleACK asks the receive goroutine to acknowledge this QP once at
+// scheduleACK asks rx to acknowledge this QP once at
 // the end of the current batch (ACK coalescing).
-func (qp *QP) scheduleACK() {
+func (qp *QP) scheduleACK(rx *receiver) {
 	if !qp.ackPending {
 		qp.ackPending = true
-		qp.dev.batch.ackLater(qp)
+		rx.ackLater(qp)
 	}
 }
 
 // sendScheduledACK sends the ACK scheduleACK asked for, at the end of the
-// receive batch (the receive goroutine), unless the QP left RTR and RTS
+// receive batch (rx's goroutine), unless the QP left RTR and RTS
 // since.
-func (qp *QP) sendScheduledACK() {
+func (qp *QP) sendScheduledACK(rx *receiver) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.state == StateRTR || qp.state == StateRTS {
-		qp.flushACK()
+		qp.flushACK(rx)
 	}
 	qp.ackPending = false
 }
@@ -544,15 +544,15 @@ func (qp *QP) sendScheduledACK() {
 // response for a later PSN (a NAK, READ response or ATOMIC ACK), so that
 // responses leave in PSN order and the ACK carries the MSN of the messages
 // it covers. Caller holds qp.mu; the QP is in RTR or RTS.
-func (qp *QP) flushACK() {
+func (qp *QP) flushACK(rx *receiver) {
 	if qp.ackPending {
 		qp.ackPending = false
-		qp.sendACK(wire.ACK(wire.CreditsInvalid), qp.rsp.ePSN.Add(-1))
+		qp.sendACK(rx, wire.ACK(wire.CreditsInvalid), qp.rsp.ePSN.Add(-1))
 	}
 }
 
 // sendACK sends an ACK or NAK for psn at once.
-func (qp *QP) sendACK(syn wire.Syndrome, psn wire.PSN) {
+func (qp *QP) sendACK(rx *receiver, syn wire.Syndrome, psn wire.PSN) {
 	f := qp.tmpl
 	f.BTH.Opcode, f.BTH.PSN = wire.RCAck, psn
 	f.AETH = wire.AETHFields{Syndrome: syn, MSN: qp.rsp.msn}
@@ -562,17 +562,17 @@ func (qp *QP) sendACK(syn wire.Syndrome, psn wire.PSN) {
 	case wire.SyndromeNAK:
 		qp.dev.stats.inc(TxNAKs)
 	}
-	qp.sendCtl(&f)
+	qp.sendCtl(rx, &f)
 }
 
-// sendCtl encodes a responder-generated frame into the receive goroutine's
+// sendCtl encodes a responder-generated frame into rx's
 // control batch.
-func (qp *QP) sendCtl(f *wire.Fields) {
+func (qp *QP) sendCtl(rx *receiver, f *wire.Fields) {
 	f.IPID = qp.dev.nextIPID()
-	buf := qp.dev.ctlFrame()
+	buf := rx.ctlFrame()
 	n, err := wire.Encode(buf, f)
 	if err != nil {
 		panic("emunic: encode control frame: " + err.Error())
 	}
-	qp.dev.batch.queueCtl(buf[:n])
+	rx.queueCtl(buf[:n])
 }

@@ -42,8 +42,8 @@ func (t *txState) init(d *Device, cfg Config) {
 // allows the next packet, and one goroutine serves them in due order. A
 // turn locks the QP only to build its frames (tokens allowing, up to
 // txBatchLen) and transmits them after unlocking, so nothing sleeps or
-// waits for tokens under a QP lock, and the receive goroutine, which
-// pumps RC QPs on ACKs, only enqueues a paced QP here.
+// waits for tokens under a QP lock, and a receive goroutine, which pumps
+// RC QPs on ACKs, only enqueues a paced QP here.
 //
 // The goroutine runs while QPs wait and exits when none do (so it lives
 // in a testing/synctest bubble with the poster that started it, and a

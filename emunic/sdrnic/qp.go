@@ -25,7 +25,7 @@ func (d *Device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 }
 
 // engineHandler runs the Go engine on a channel's receive completions,
-// inline on the device's receive goroutine (see emunic.Handler). It reads t.slots (atomics);
+// inline on a device's receive goroutine (see emunic.Handler). It reads t.slots (atomics);
 // its calls are serialized by the CQ, which makes them the owner of
 // consumed.
 type engineHandler struct {

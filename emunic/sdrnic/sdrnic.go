@@ -5,7 +5,7 @@
 // i·SlotSize points at the buffer of the posted message with ID i of that
 // generation, or at the null MR), and one receive CQ per channel whose
 // completion handler runs the per-packet engine on the channel's receive
-// completions, inline on the device's receive goroutine, and keeps the
+// completions, inline on the device's receive goroutines, and keeps the
 // channel QPs' receive queues stocked (docs/DESIGN.md §7).
 //
 // That transport is exported (Device.NewTransport, Transport) with the

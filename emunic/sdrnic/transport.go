@@ -402,7 +402,7 @@ func (t *Transport) quiesce() {
 
 // Fence returns once every channel's handler has taken all completions
 // its CQ held when Fence was called: a dispatch in progress (on the
-// device's receive goroutine) finishes, and what is left is dispatched
+// device's receive goroutines) finishes, and what is left is dispatched
 // here. One lock pair per channel when the CQs are empty.
 func (t *Transport) Fence() {
 	for _, cq := range t.recvCQs {

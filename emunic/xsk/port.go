@@ -59,7 +59,8 @@ type PortConfig struct {
 // (XDP_SHARED_UMEM across queues would still need a fill and completion
 // ring per queue): the queues then share no free list and no lock, and
 // the port's memory stays that of one queue, split (queueConfig).
-// Reception reads every queue through a Group. Transmission keeps each
+// The device reads each queue's socket on a goroutine of its own
+// (RecvQueues); Recv reads every queue through a Group. Transmission keeps each
 // flow on one queue, chosen by its UDP source port (a QP's), so that a
 // QP's frames stay in order and QPs spread over the queues as RSS spreads
 // them on the way in; a QP borrows its transmit buffers from its queue
@@ -105,6 +106,8 @@ var (
 	_ emunic.TxBufferLender = (*Port)(nil)
 	_ emunic.RXBacklogPort  = (*Port)(nil)
 	_ emunic.MTUPort        = (*Port)(nil)
+	_ emunic.QueuedPort     = (*Port)(nil)
+	_ emunic.RXBacklogPort  = recvQueue{}
 )
 
 // NewPort loads and attaches the steering program to the interface and
@@ -386,9 +389,34 @@ func (p *Port) ReturnTx(bufs [][]byte) {
 // TxBufferSize returns the size of a lent chunk.
 func (p *Port) TxBufferSize() int { return p.socks[0].TxBufferSize() }
 
-// Recv receives the frames the XDP program steered to the port's queues.
+// Recv receives the frames the XDP program steered to any of the port's
+// queues (the device reads each queue on its own instead: RecvQueues).
 func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {
-	n, err := p.group.Receive(bufs, sizes)
+	return portErr(p.group.Receive(bufs, sizes))
+}
+
+// RecvQueues returns one receiver per bound queue (emunic.QueuedPort):
+// the device reads each on a goroutine of its own.
+func (p *Port) RecvQueues() []emunic.RecvQueue {
+	qs := make([]emunic.RecvQueue, len(p.socks))
+	for q, s := range p.socks {
+		qs[q] = recvQueue{s}
+	}
+	return qs
+}
+
+// recvQueue is one queue's socket as an emunic.RecvQueue, with its RX
+// ring's level (emunic.RXBacklogPort).
+type recvQueue struct{ s *Socket }
+
+func (q recvQueue) Recv(bufs [][]byte, sizes []int) (int, error) {
+	return portErr(q.s.Receive(bufs, sizes))
+}
+
+func (q recvQueue) RXBacklog() float64 { return q.s.RXBacklog() }
+
+// portErr returns Receive's results with ErrClosed as emunic's.
+func portErr(n int, err error) (int, error) {
 	if errors.Is(err, ErrClosed) {
 		err = emunic.ErrClosed
 	}
@@ -396,9 +424,9 @@ func (p *Port) Recv(bufs [][]byte, sizes []int) (int, error) {
 }
 
 // RXBacklog returns the fullest RX ring's fill level
-// (emunic.RXBacklogPort): the device treats frames arriving over its
-// threshold as CE-marked, so that CNPs slow the senders before the kernel
-// drops for a full ring.
+// (emunic.RXBacklogPort; the device reads each queue's own): the device
+// treats frames arriving over its threshold as CE-marked, so that CNPs
+// slow the senders before the kernel drops for a full ring.
 func (p *Port) RXBacklog() float64 { return p.group.RXBacklog() }
 
 // AddQP steers the frames of qpn to this port: from peer only, or from any
@@ -436,11 +464,12 @@ func (p *Port) Close() error {
 }
 
 // ResolveMAC returns the Ethernet address of ip on the interface from the
-// kernel's neighbour table, asking the kernel to resolve it (by sending a
-// UDP datagram to the discard port, which makes it ARP or solicit) when the
-// entry is missing. The XDP program passes ARP and NDP to the kernel, so
-// the kernel answers for the device's address too. Run it in the
-// interface's namespace.
+// kernel's neighbour table, asking the kernel to resolve it when the entry
+// is missing (a neighbour update with NTF_USE, which makes it ARP or
+// solicit as if a packet were waiting, and sends nothing to the peer
+// itself). The XDP program passes ARP and NDP to the kernel, so the kernel
+// answers for the device's address too. Run it in the interface's
+// namespace.
 func ResolveMAC(ifname string, ip netip.Addr, timeout time.Duration) ([6]byte, error) {
 	link, err := netlink.LinkByName(ifname)
 	if err != nil {
@@ -451,7 +480,7 @@ func ResolveMAC(ifname string, ip netip.Addr, timeout time.Duration) ([6]byte, e
 		family = netlink.FAMILY_V6
 	}
 	deadline := time.Now().Add(timeout)
-	for poked := false; ; {
+	for asked := false; ; {
 		neighs, err := netlink.NeighList(link.Attrs().Index, family)
 		if err != nil {
 			return [6]byte{}, fmt.Errorf("xsk: neighbour table of %s: %w", ifname, err)
@@ -465,12 +494,12 @@ func ResolveMAC(ifname string, ip netip.Addr, timeout time.Duration) ([6]byte, e
 		if time.Now().After(deadline) {
 			return [6]byte{}, fmt.Errorf("xsk: resolve %v on %s: no answer within %v", ip, ifname, timeout)
 		}
-		if !poked {
-			if c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 9))); err == nil {
-				c.Write([]byte{0})
-				c.Close()
+		if !asked {
+			ask := &netlink.Neigh{LinkIndex: link.Attrs().Index, Family: family, IP: ip.Unmap().AsSlice(), Flags: netlink.NTF_USE}
+			if err := netlink.NeighSet(ask); err != nil {
+				return [6]byte{}, fmt.Errorf("xsk: resolve %v on %s: %w", ip, ifname, err)
 			}
-			poked = true
+			asked = true
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -80,11 +80,11 @@ func QueuesRefusal(ifname string, n, limit int) error {
 }
 
 // Group receives from the sockets of several queues of one interface as
-// from one: a Port's device runs one receive goroutine, which reads every
-// queue through it. It owns the
-// sockets: Close closes them. Receive is serialized by mu, which Close
-// also takes before it closes a socket, so a socket's rings are never
-// unmapped under a Receive.
+// from one, for a reader that takes every queue on one goroutine
+// (Port.Recv: the conformance runner, tests); a device reads each queue
+// on its own (Port.RecvQueues). It owns the sockets: Close closes them.
+// Receive is serialized by mu, which Close also takes before it closes a
+// socket, so a socket's rings are never unmapped under a Receive.
 type Group struct {
 	socks    []*Socket
 	busyPoll time.Duration

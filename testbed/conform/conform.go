@@ -27,9 +27,9 @@
 //
 // Memory is observed through the fence QP: before a case the battery
 // READs the case's 4 KiB window, after it READs it again. A target
-// processes frames in arrival order (emunic has one receive goroutine;
-// rxe runs each request on its QP's task in softirq order, READ responses
-// after), so the fence READ's response proves every earlier frame was
+// processes frames in arrival order (emunic has one receive goroutine per
+// receive queue, and the testbed's veths one queue; rxe runs each request
+// on its QP's task in softirq order, READ responses after), so the fence READ's response proves every earlier frame was
 // processed, and its bytes show what they did. After the case's own
 // frames a probe goes to the case QP: on RC a WRITE ONLY of an 8-byte
 // marker with AckReq at the PSN the case should have left the QP

@@ -78,7 +78,7 @@ type qp struct {
 
 // worker is one channel: the NIC side that turns emunic's completions
 // into CQEs and the handler thread that takes them. It is the channel's
-// sdrnic.Handler; its calls (inline on the device's receive goroutine,
+// sdrnic.Handler; its calls (inline on a device's receive goroutine,
 // one at a time) own ch, in, out and posted.
 type worker struct {
 	q      *qp
@@ -321,7 +321,7 @@ type handlerStats struct {
 }
 
 // stats sums the handlers' counters. The handlers write them on the
-// device's receive goroutine, so call it after a Fence (or with no
+// device's receive goroutines, so call it after a Fence (or with no
 // receive running): for tests and debugging.
 func (q *qp) stats() handlerStats {
 	var s handlerStats
