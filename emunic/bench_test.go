@@ -42,7 +42,7 @@ func BenchmarkUCWriteImm(b *testing.B) {
 				}
 				a := emunictest.NewHost(b, pa, gidA, [6]byte{2, 0, 0, 0, 0, 1}, nil)
 				r := emunictest.NewHost(b, pb, gidB, [6]byte{2, 0, 0, 0, 0, 2}, nil)
-				emunictest.BenchUCWriteImm(b, a, r, size)
+				emunictest.BenchUCWriteImm(b, a, r, size, 1)
 			})
 		}
 	}

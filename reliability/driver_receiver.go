@@ -236,6 +236,7 @@ func (r *Receiver) run() {
 			r.l.drain(r.eng.HandleControl)
 			r.eng.HandleTimer(time.Now())
 		case <-r.l.ctx.Done():
+			r.l.drain(r.eng.HandleControl) // a CLOSE already here spares the peer ours
 			r.eng.Close(time.Now())
 			r.execute(r.eng.Actions(acts[:0]), xfers)
 			for _, req := range queue {

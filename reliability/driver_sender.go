@@ -154,6 +154,7 @@ func (s *Sender) run() {
 			s.l.drain(s.handleControl)
 			s.eng.HandleTimer(time.Now())
 		case <-s.l.ctx.Done():
+			s.l.drain(s.handleControl) // a CLOSE already here spares the peer ours
 			s.eng.Close(time.Now())
 			acts = s.eng.Actions(acts[:0])
 			s.execute(acts, xfers, pending)

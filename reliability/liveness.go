@@ -22,6 +22,8 @@ type liveness struct {
 	timeout time.Duration
 	heard   time.Time // last news, or when the engine last had nothing waiting
 	gone    error
+	// peerClosed says the peer closed the connection (gone by CLOSE).
+	peerClosed bool
 }
 
 // keepaliveInterval is how long a sender that hears nothing waits before
@@ -78,5 +80,18 @@ func (l *liveness) closed() bool {
 		return false
 	}
 	l.gone = fmt.Errorf("%w: it closed the connection", ErrPeerGone)
+	l.peerClosed = true
 	return true
+}
+
+// closing returns how many CLOSE datagrams an engine sends as it closes:
+// two, against a loss, unless the peer closed first. A peer that closed
+// has destroyed its QPs, or is about to, and its port hands datagrams for
+// QPs it does not know to its kernel, which counts them as UDP to a port
+// nobody listens on.
+func (l *liveness) closing() int {
+	if l.peerClosed {
+		return 0
+	}
+	return 2
 }

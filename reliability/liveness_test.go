@@ -156,6 +156,9 @@ func TestPeerSilentMidTransfer(t *testing.T) {
 // call with ErrPeerGone because of the CLOSE (not ErrTimeout), under a
 // context of Timeout/2 (the liveness timeout cannot have fired), and its
 // later calls fail too, at once: again under a context of Timeout/2.
+// The receiver, closing after the sender's CLOSE, sends nothing more: the
+// sender's QP is gone, and its port would hand the datagrams to its
+// kernel.
 func TestCloseAbortsPeer(t *testing.T) {
 	const timeout = 30 * time.Second
 	cfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK}
@@ -188,6 +191,13 @@ func TestCloseAbortsPeer(t *testing.T) {
 	defer cancelLater()
 	_, _, err = e.r.Read(later, make([]byte, 1000))
 	gone(t, "a later read", err, time.Since(start))
+	before = e.toSender.Counters().Sent
+	if err := e.r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if sent := e.toSender.Counters().Sent - before; sent != 0 {
+		t.Errorf("the receiver sent %d datagrams as it closed after the sender had", sent)
+	}
 }
 
 // TestConnectSilentPeer: a bootstrap peer that accepts and never answers

@@ -1219,15 +1219,17 @@ func (r *ReceiverEngine) Cancel(now time.Time, id uint64, err error) {
 }
 
 // Close fails every posted transfer with ErrClosed and tells the sender,
-// which fails its own at once (a CLOSE, sent twice against a loss).
+// which fails its own at once (a CLOSE, sent twice against a loss),
+// unless the sender closed first.
 func (r *ReceiverEngine) Close(now time.Time) {
 	for _, x := range r.active {
 		r.fail(now, x, ErrClosed, abortClosed)
 	}
 	clear(r.confirming)
 	r.msg = control.Message{Type: control.Close}
-	r.send()
-	r.send()
+	for range r.live.closing() {
+		r.send()
+	}
 }
 
 // watch restarts the liveness clock while no Read waits.

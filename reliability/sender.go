@@ -1345,14 +1345,16 @@ func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
 
 // Close fails every transfer that has not finished with ErrClosed and
 // tells the receiver, which fails its own at once (a CLOSE, sent twice
-// against a loss; were both lost, its liveness timeout still ends them).
+// against a loss; were both lost, its liveness timeout still ends them),
+// unless the receiver closed first.
 func (s *SenderEngine) Close(now time.Time) {
 	for id, x := range s.active {
 		s.fail(now, id, x.plan, ErrClosed, abortClosed)
 	}
 	s.msg = control.Message{Type: control.Close}
-	s.send()
-	s.send()
+	for range s.live.closing() {
+		s.send()
+	}
 }
 
 // statsCopy returns a copy of the transfer's statistics for an action.

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -251,71 +252,72 @@ func Verify(tb testing.TB, what string, got, want []byte) {
 	}
 }
 
-// BenchUCWriteImm sends b.N UC WRITE-with-Imm messages of size bytes from
-// a to r at MTU 1024 and reports delivered messages/s, packets/s, payload
-// Gbit/s, the process's CPU time per packet, the fraction lost (UDP and
-// AF_XDP may drop when the sender outruns the receiver) and the CNPs and
-// rate cuts congestion control made. The receiver keeps its receive queue
-// stocked as an SDR receiver does: a completion handler on its CQ reposts
-// each batch's receives with one list post, on the device's receive path.
-func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
-	qa, qr := a.QP(b, emunic.UC), r.QP(b, emunic.UC)
-	Connect(b, a, qa, r, qr, 1024, emunic.QPAttr{})
-	src := a.MR(b, make([]byte, size))
-	dst := r.MR(b, make([]byte, size))
-	const rqDepth = 8192
-	for range rqDepth {
-		if err := qr.PostRecv(emunic.RecvWR{}); err != nil {
-			b.Fatal(err)
-		}
+// BenchUCWriteImm streams unsignaled UC WRITE-with-Imm messages of size
+// bytes from a to r at MTU 1024 over streams QP pairs at once (one poster
+// goroutine each, b.N messages between them) and reports delivered
+// messages/s, packets/s, payload Gbit/s, the process's CPU time per
+// packet, the fraction lost (UDP and AF_XDP may drop when the sender
+// outruns the receiver) and the CNPs and rate cuts congestion control
+// made. Each stream has CQs of its own, and on a multi-queue AF_XDP port
+// stream i leaves (and so arrives) on queue i mod the queue count, as RSS
+// would spread distinct flows: the streams share nothing but the devices.
+// The receiver keeps each receive queue stocked as an SDR receiver does: a
+// completion handler on its CQ reposts each batch's receives with one list
+// post, on the device's receive path.
+func BenchUCWriteImm(b *testing.B, a, r *Host, size, streams int) {
+	queues := 1
+	if a.XSK != nil {
+		queues = a.XSK.Queues()
 	}
-	counter := &deliveryCounter{qp: qr, reposts: make([]emunic.RecvWR, 256)}
-	r.RecvCQ.SetHandler(counter)
-	b.Cleanup(func() { r.RecvCQ.SetHandler(nil) })
-	wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
-		SGL: []emunic.SGE{{Addr: src.Addr(), Length: uint32(size), LKey: src.LKey()}}}
+	var posts []func(n int)
+	var counters []*deliveryCounter
+	for i := range streams {
+		post, counter := benchStream(b, a, r, size, i%queues, queues)
+		posts, counters = append(posts, post), append(counters, counter)
+	}
 	packets := (size + 1023) / 1024
 
 	before := CPUTime()
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Since(epoch)
-	for i := range b.N {
-		wr.Imm = uint32(i)
-		for {
-			err := qa.PostSend(wr)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, emunic.ErrQueueFull) {
-				b.Fatal(err)
-			}
-			// Congestion control cut the QP's rate and its send queue is
-			// full: as a verbs application on ENOMEM, retry once the TX
-			// scheduler has drained some.
-			time.Sleep(20 * time.Microsecond)
+	var posting sync.WaitGroup
+	for i, post := range posts {
+		posting.Go(func() { post(b.N/streams + btoi(i < b.N%streams)) })
+	}
+	posting.Wait()
+	delivered := func() (n int64) {
+		for _, c := range counters {
+			n += c.delivered.Load()
 		}
+		return n
 	}
 	// Everything is delivered, or what is missing was lost: nothing more
 	// arrived for a while (UC has no retransmission).
 	const idle = 200 * time.Millisecond
-	for seen := counter.delivered.Load(); seen < int64(b.N); {
+	for seen := delivered(); seen < int64(b.N); {
 		time.Sleep(idle)
-		now := counter.delivered.Load()
+		now := delivered()
 		if now == seen {
 			break
 		}
 		seen = now
 	}
-	n := counter.delivered.Load()
-	elapsed := time.Duration(counter.last.Load()) - start
+	n := delivered()
+	var last int64
+	for _, c := range counters {
+		last = max(last, c.last.Load())
+	}
+	elapsed := time.Duration(last) - start
 	b.StopTimer()
 	cpu := CPUTime() - before
 	if n == 0 {
 		b.Fatalf("nothing delivered; sender counters %s; receiver counters %s", nonZero(a.Dev.Stats()), nonZero(r.Dev.Stats()))
 	}
-	if f := counter.repostFailures.Load(); f > 0 {
-		b.Fatalf("%d receives could not be reposted: losses would be the benchmark's", f)
+	for _, c := range counters {
+		if f := c.repostFailures.Load(); f > 0 {
+			b.Fatalf("%d receives could not be reposted: losses would be the benchmark's", f)
+		}
 	}
 	pkts := float64(n) * float64(packets)
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
@@ -327,7 +329,7 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 	// caused at the sender (both 0 while the receiver keeps up).
 	b.ReportMetric(float64(r.Dev.Stats().Get(emunic.TxCNPs)), "cnps")
 	b.ReportMetric(float64(a.Dev.Stats().Get(emunic.TxRateCuts)), "cuts")
-	// Where AF_XDP loses: frames the receiving socket's kernel side
+	// Where AF_XDP loses: frames the receiving sockets' kernel side
 	// dropped (a full RX ring, mostly).
 	if r.XSK != nil {
 		st, err := r.XSK.Stats()
@@ -336,6 +338,69 @@ func BenchUCWriteImm(b *testing.B, a, r *Host, size int) {
 		}
 		b.ReportMetric(float64(st.Rx_ring_full+st.Rx_dropped), "rx-drops")
 	}
+}
+
+func btoi(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// benchStream connects a UC QP pair for BenchUCWriteImm whose frames leave
+// on queue of queues (their UDP source port picks it), each QP on CQs of
+// its own, and returns a poster of n messages and the receiver's counter.
+func benchStream(b *testing.B, a, r *Host, size, queue, queues int) (post func(n int), counter *deliveryCounter) {
+	ha, hr := *a, *r // the hosts with this stream's CQs
+	for _, h := range []*Host{&ha, &hr} {
+		var err error
+		if h.SendCQ, err = emunic.NewCQ(CQDepth); err == nil {
+			h.RecvCQ, err = emunic.NewCQ(CQDepth)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	qa, qr := ha.QP(b, emunic.UC), hr.QP(b, emunic.UC)
+	// QPNs are random: draw receivers until the flow hashes to the queue.
+	for int(wire.SourcePort(qa.QPN(), qr.QPN()))%queues != queue {
+		qr.Destroy()
+		qr = hr.QP(b, emunic.UC)
+	}
+	Connect(b, &ha, qa, &hr, qr, 1024, emunic.QPAttr{})
+	src := ha.MR(b, make([]byte, size))
+	dst := hr.MR(b, make([]byte, size))
+	const rqDepth = 8192
+	for range rqDepth {
+		if err := qr.PostRecv(emunic.RecvWR{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	counter = &deliveryCounter{qp: qr, reposts: make([]emunic.RecvWR, 256)}
+	hr.RecvCQ.SetHandler(counter)
+	b.Cleanup(func() { hr.RecvCQ.SetHandler(nil) })
+	wr := emunic.SendWR{Op: emunic.OpWriteImm, Unsignaled: true, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
+		SGL: []emunic.SGE{{Addr: src.Addr(), Length: uint32(size), LKey: src.LKey()}}}
+	post = func(n int) {
+		for i := range n {
+			wr.Imm = uint32(i)
+			for {
+				err := qa.PostSend(wr)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, emunic.ErrQueueFull) {
+					b.Error(err)
+					return
+				}
+				// Congestion control cut the QP's rate and its send queue
+				// is full: as a verbs application on ENOMEM, retry once the
+				// TX scheduler has drained some.
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+	}
+	return post, counter
 }
 
 // deliveryCounter is BenchUCWriteImm's receive CQ handler: it counts

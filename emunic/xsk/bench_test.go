@@ -140,17 +140,21 @@ func newRawSockets(tb testing.TB, txCfg, rxCfg xsk.Config) (pair *hostnet.Pair, 
 // namespaces joined by a veth pair, once over AF_XDP ports and once over
 // UDP ports on the same addresses, for the emunic/raw and xsk/udp ratios;
 // over AF_XDP also at the large messages sdr write-bw is compared at, and
-// on veths of two queues (xsk-2q: the port's Group over both; what the
-// multi-queue path costs a stream).
+// on veths of two queues: xsk-2q with one stream (what the multi-queue
+// path costs a stream), xsk-2q-2s with two on different queues (what a
+// receive goroutine per queue gives).
 func BenchmarkUCWriteImm(b *testing.B) {
-	sizes := map[string][]int{"xsk": {1024, 64 << 10, 1 << 20, 8 << 20}, "xsk-2q": {1024, 64 << 10}, "udp": {1024, 64 << 10}}
-	for _, kind := range []string{"xsk", "xsk-2q", "udp"} {
+	sizes := map[string][]int{"xsk": {1024, 64 << 10, 1 << 20, 8 << 20}, "xsk-2q": {1024, 64 << 10}, "xsk-2q-2s": {1024, 64 << 10}, "udp": {1024, 64 << 10}}
+	for _, kind := range []string{"xsk", "xsk-2q", "xsk-2q-2s", "udp"} {
 		for _, size := range sizes[kind] {
 			b.Run(fmt.Sprintf("%s/%dB", kind, size), func(b *testing.B) {
 				privileged.Require(b)
-				queues := 1
-				if kind == "xsk-2q" {
+				queues, streams := 1, 1
+				switch kind {
+				case "xsk-2q":
 					queues = 2
+				case "xsk-2q-2s":
+					queues, streams = 2, 2
 				}
 				pair, err := hostnet.NewPair(hostnet.PairConfig{Queues: queues})
 				if err != nil {
@@ -172,7 +176,7 @@ func BenchmarkUCWriteImm(b *testing.B) {
 					}
 					hosts = append(hosts, emunictest.NewHost(b, port, h.Addr, h.MAC, nil))
 				}
-				emunictest.BenchUCWriteImm(b, hosts[0], hosts[1], size)
+				emunictest.BenchUCWriteImm(b, hosts[0], hosts[1], size, streams)
 			})
 		}
 	}

@@ -1004,7 +1004,16 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (verified, f
 	}
 	wg.Wait()
 	verdict.Verified, verdict.Failed = verified, failed
-	return verified, failed, bs.SendJSON(verdict)
+	if err := bs.SendJSON(verdict); err != nil {
+		return verified, failed, err
+	}
+	// The client closes first (closeOrderly): the receiver then hears its
+	// CLOSE and sends none back to QPs already gone, whose frames the
+	// client's port would hand to its kernel.
+	if _, err := bs.Recv(); err != nil && !errors.Is(err, io.EOF) {
+		return verified, failed, fmt.Errorf("waiting for the client to close: %w", err)
+	}
+	return verified, failed, nil
 }
 
 // prefault writes b through, a byte per page, so that its pages are
@@ -1015,6 +1024,10 @@ func prefault(b []byte) []byte {
 	}
 	return b
 }
+
+// closedMessage is what a reliable run's client sends the server once
+// its side of the connection is closed: the server closes its side then.
+const closedMessage = "closed"
 
 // serverVerdict is what a reliable run's server tells the client at the
 // end: the transfers verified and failed, and when each verified one
@@ -1043,7 +1056,8 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*ReliableR
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
+	closeSender := sync.OnceValue(s.Close)
+	defer closeSender()
 	n := p.Warmup + p.Iterations
 	stats := make([]reliability.Stats, n)
 	errs := make([]error, n)
@@ -1077,6 +1091,11 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*ReliableR
 	var server serverVerdict
 	if err := bs.RecvJSON(&server); err != nil {
 		return nil, fmt.Errorf("the server's verdict: %w", err)
+	}
+	// Close first, then let the server close: its receiver, having heard
+	// our CLOSE, sends nothing after our QPs are gone, nor we after its.
+	if err := errors.Join(closeSender(), bs.Send([]byte(closedMessage))); err != nil {
+		return nil, fmt.Errorf("closing the connection: %w", err)
 	}
 	res := &ReliableResult{Scheme: p.Scheme, Window: p.reliableWindow(), Transfers: p.Iterations, Verified: server.Verified, Failed: server.Failed,
 		ElapsedSecond: elapsed.Seconds()}
