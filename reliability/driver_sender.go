@@ -287,6 +287,9 @@ func (s *Sender) flush(xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
 				x.retries++
 			}
 			now := time.Now()
+			if t := s.eng.Config().Trace; t != nil {
+				t.Trace(TraceEvent{Time: now, Side: traceSender, Kind: TraceBacklog, Transfer: a.Transfer, Part: a.Part.String(), First: a.First, Count: a.Count})
+			}
 			progressed := a.First != first || a.Count != count || a.Packets != packets
 			switch {
 			case progressed || b.stuck.IsZero(): // or a new head

@@ -55,6 +55,10 @@ type ReceiverEngine struct {
 	msg     control.Message
 	// Malformed counts control datagrams that failed to decode.
 	Malformed int
+	// trace is Config.Trace; now is the time of the call in progress,
+	// for its events.
+	trace Tracer
+	now   time.Time
 }
 
 // recvXfer is one posted transfer.
@@ -143,7 +147,8 @@ func NewReceiverEngine(cfg ReceiverConfig) (*ReceiverEngine, error) {
 		return nil, err
 	}
 	r := &ReceiverEngine{cfg: cfg, rto: cfg.rto(), active: map[uint64]*recvXfer{}, done: map[uint64]bool{},
-		confirming: map[uint64]*confirmation{}, reorder: cfg.ReorderWindow, live: liveness{timeout: cfg.Timeout}}
+		confirming: map[uint64]*confirmation{}, reorder: cfg.ReorderWindow, live: liveness{timeout: cfg.Timeout},
+		trace: cfg.Trace}
 	r.est.init(cfg.Config)
 	return r, nil
 }
@@ -174,10 +179,32 @@ func (r *ReceiverEngine) Estimator() *Estimator { return &r.est }
 // Actions appends the queued actions to dst, clears the queue and returns
 // dst.
 func (r *ReceiverEngine) Actions(dst []Action) []Action {
+	if r.trace != nil {
+		r.traceActions()
+	}
 	dst = append(dst, r.actions...)
 	clear(r.actions)
 	r.actions = r.actions[:0]
 	return dst
+}
+
+// traceActions traces the decodes and ends among the queued actions (the
+// control datagrams are traced as they are queued).
+func (r *ReceiverEngine) traceActions() {
+	for _, a := range r.actions {
+		e := TraceEvent{Time: r.now, Side: traceReceiver, Transfer: a.Transfer}
+		switch a.Kind {
+		case ActDecode:
+			e.Kind, e.First = TraceDecode, a.Sub
+		case ActComplete:
+			e.Kind, e.Bytes = TraceComplete, a.Stats.Plan.Length
+		case ActFail:
+			e.Kind, e.Err = TraceFail, a.Err.Error()
+		default:
+			continue
+		}
+		r.trace.Trace(e)
+	}
 }
 
 // Plan chooses how a transfer of length bytes will travel: the
@@ -201,6 +228,7 @@ func (r *ReceiverEngine) Plan(length int) Plan {
 // posted its SDR receives) and sends its CTS. It returns the transfer's
 // number.
 func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
+	r.now = now
 	r.watch(now)
 	if r.live.gone != nil {
 		return 0, r.live.gone
@@ -231,6 +259,9 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	}
 	r.next++
 	r.active[x.id] = x
+	if r.trace != nil {
+		r.trace.Trace(TraceEvent{Time: now, Side: traceReceiver, Kind: TraceStart, Transfer: x.id, Bytes: plan.Length, Plan: plan.String()})
+	}
 	r.sendCTS(now, x)
 	if r.pingDue(now) {
 		r.ping(now)
@@ -279,6 +310,9 @@ func (r *ReceiverEngine) send() {
 		panic(fmt.Sprintf("reliability: encoding %v: %v", r.msg.Type, err)) // sizes are bounded by construction
 	}
 	r.actions = append(r.actions, Action{Kind: ActControl, Transfer: r.msg.Transfer, Datagram: p})
+	if r.trace != nil {
+		r.trace.Trace(controlEvent(r.now, traceReceiver, TraceControlOut, &r.msg))
+	}
 }
 
 // Deadline returns when HandleTimer must next be called, and false when no
@@ -318,6 +352,7 @@ func (r *ReceiverEngine) Deadline() (time.Time, bool) {
 // (sdr.RecvHandle.BitmapWords): nothing is copied on the way. Bits only
 // accumulate: what a bitmap no longer shows is kept. Costs O(chunks/64).
 func (r *ReceiverEngine) HandleProgress(now time.Time, id uint64, data, parity []uint64, immDone bool) {
+	r.now = now
 	x, ok := r.active[id]
 	if !ok {
 		return
@@ -336,6 +371,7 @@ func (r *ReceiverEngine) HandleProgress(now time.Time, id uint64, data, parity [
 // whether the immediate is whole: HandleProgress for a caller that knows
 // what arrived (the simulator), at O(n/64).
 func (r *ReceiverEngine) HandleChunks(now time.Time, id uint64, part Part, first, n int, immDone bool) {
+	r.now = now
 	x, ok := r.active[id]
 	if !ok {
 		return
@@ -622,6 +658,7 @@ func (r *ReceiverEngine) repeatCompletions(now time.Time) {
 
 // HandleTimer runs the timers that are due at now.
 func (r *ReceiverEngine) HandleTimer(now time.Time) {
+	r.now = now
 	r.watch(now)
 	if r.live.expire(now) {
 		r.peerGone(now)
@@ -1139,6 +1176,9 @@ func (b *nackRound) flush(m *control.Message) {
 	}
 	for range b.copies {
 		b.r.actions = append(b.r.actions, Action{Kind: ActControl, Transfer: b.x.id, Datagram: p})
+		if b.r.trace != nil {
+			b.r.trace.Trace(controlEvent(b.r.now, traceReceiver, TraceControlOut, m))
+		}
 	}
 	m.Ranges, m.Packets = m.Ranges[:0], m.Packets[:0]
 }
@@ -1152,12 +1192,16 @@ func (b *nackRound) end() {
 // HandleControl processes one control datagram from the sender.
 // Malformed datagrams are counted and dropped.
 func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
+	r.now = now
 	if err := r.msg.Decode(datagram); err != nil {
 		r.Malformed++
 		return
 	}
 	r.watch(now)
 	r.live.hear(now)
+	if r.trace != nil {
+		r.trace.Trace(controlEvent(now, traceReceiver, TraceControlIn, &r.msg))
+	}
 	switch r.msg.Type {
 	case control.Close:
 		if r.live.closed() {
@@ -1213,6 +1257,7 @@ func (r *ReceiverEngine) fail(now time.Time, x *recvXfer, err error, reason uint
 // Cancel fails posted transfer id with err now and tells the sender.
 // Unknown or finished transfers are ignored.
 func (r *ReceiverEngine) Cancel(now time.Time, id uint64, err error) {
+	r.now = now
 	if x, ok := r.active[id]; ok {
 		r.fail(now, x, err, abortClosed)
 	}
@@ -1222,6 +1267,7 @@ func (r *ReceiverEngine) Cancel(now time.Time, id uint64, err error) {
 // which fails its own at once (a CLOSE, sent twice against a loss),
 // unless the sender closed first.
 func (r *ReceiverEngine) Close(now time.Time) {
+	r.now = now
 	for _, x := range r.active {
 		r.fail(now, x, ErrClosed, abortClosed)
 	}

@@ -252,6 +252,10 @@ type Config struct {
 	// repeated NACKs of one hole or submessage at most 2-fold while the
 	// transfer's chunks have stopped arriving.
 	NoBackoff bool
+	// Trace, when set, receives every decision the engine makes (see
+	// Tracer; NewJSONTracer writes them for `sdr trace`). Nil costs a nil
+	// check per decision.
+	Trace Tracer
 
 	rateCap float64 // Bandwidth as the caller set it (0: no cap)
 }

@@ -82,6 +82,10 @@ type SenderEngine struct {
 	msg     control.Message
 	// Malformed counts control datagrams that failed to decode.
 	Malformed int
+	// trace is Config.Trace; now is the time of the call in progress,
+	// for its events.
+	trace Tracer
+	now   time.Time
 }
 
 // sendXfer is one started transfer.
@@ -180,7 +184,14 @@ func NewSenderEngine(cfg SenderConfig) (*SenderEngine, error) {
 		return nil, err
 	}
 	return &SenderEngine{cfg: cfg, rto: cfg.rto(), rc: newRateControl(&cfg.Config), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
-		active: map[uint64]*sendXfer{}, live: liveness{timeout: cfg.Timeout}}, nil
+		active: map[uint64]*sendXfer{}, live: liveness{timeout: cfg.Timeout}, trace: cfg.Trace}, nil
+}
+
+// traced hands e, from the sender at the time of the call in progress, to
+// the tracer (which the caller has checked is set).
+func (s *SenderEngine) traced(e TraceEvent) {
+	e.Time, e.Side = s.now, traceSender
+	s.trace.Trace(e)
 }
 
 // Config returns the configuration with defaults filled in.
@@ -191,6 +202,7 @@ func (s *SenderEngine) Config() SenderConfig { return s.cfg }
 // has arrived, every earlier transfer has started and the window has
 // room.
 func (s *SenderEngine) Submit(now time.Time, length int) uint64 {
+	s.now = now
 	s.watch(now)
 	id := s.submitted
 	s.submitted++
@@ -337,9 +349,12 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	s.windowMoved, s.windowOpen = now, false
 	s.inFlight += plan.Length + plan.ParityLen()
 	s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
+	if s.trace != nil {
+		s.traced(TraceEvent{Kind: TraceStart, Transfer: id, Bytes: plan.Length, Plan: plan.String()})
+	}
 	if !s.rateAnnounced && !s.rc.fixed {
 		s.rateAnnounced = true
-		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
+		s.announceRate()
 	}
 	if x.coded {
 		// Submessage by submessage, its data then its parity, so that each
@@ -382,6 +397,7 @@ func (s *SenderEngine) firstPassLeft(x *sendXfer) {
 // actions, so that retransmission timers and round-trip samples count
 // from the real departure rather than from the injection clock's guess.
 func (s *SenderEngine) Injected(now time.Time) {
+	s.now = now
 	s.wireFree = maxTime(s.wireFree, now)
 	for i := len(s.flights) - 1; i >= 0 && s.flights[i].unconfirmed; i-- {
 		f := &s.flights[i]
@@ -523,7 +539,15 @@ func (s *SenderEngine) rateNews(now time.Time, sample time.Duration) {
 		s.rc.onPassed(d.at, max(0, d.work-float64(d.upTo-s.passed)))
 	}
 	if s.rc.onAck(now, s.passed, s.arrived, sample, s.srtt) {
-		s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
+		s.announceRate()
+	}
+}
+
+// announceRate tells the caller the pacing rate (ActRate).
+func (s *SenderEngine) announceRate() {
+	s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
+	if s.trace != nil {
+		s.traced(TraceEvent{Kind: TraceRate, Rate: s.rc.rate, SRTT: s.srtt, RTO: s.rto})
 	}
 }
 
@@ -670,6 +694,13 @@ func (s *SenderEngine) release(now time.Time) {
 			s.emitCoded(now, x, p.first, n)
 		} else {
 			s.emit(now, x, p.part, p.first, n, p.packets, p.timed)
+		}
+		if s.trace != nil {
+			e := TraceEvent{Kind: TraceSend, Transfer: x.id, Part: p.part.String(), First: p.first, Count: n, Packets: p.packets, Repair: q == &s.repairs}
+			if p.kind == ActSendCoded {
+				e.Kind, e.Part = TraceSendCoded, ""
+			}
+			s.traced(e)
 		}
 		p.first += n
 		p.count -= n
@@ -934,12 +965,14 @@ func (s *SenderEngine) timesRepairs(x *sendXfer) bool { return x.plan.Scheme != 
 // control datagram. A round in which the count grew is a congested one
 // for the rate control, whatever its round trips show.
 func (s *SenderEngine) HandleCongestion(now time.Time, notifications uint64) {
+	s.now = now
 	s.rc.onCongestion(notifications)
 }
 
 // HandleTimer runs the timers that are due at now. The first call (or
 // any other call) starts the connection's liveness clock.
 func (s *SenderEngine) HandleTimer(now time.Time) {
+	s.now = now
 	s.watch(now)
 	if s.live.expire(now) {
 		s.peerGone(now)
@@ -978,7 +1011,10 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 			}
 			continue
 		}
-		if s.resend(now, x, f.first, f.size, f.seq) > 0 {
+		if n := s.resend(now, x, f.first, f.size, f.seq); n > 0 {
+			if s.trace != nil {
+				s.traced(TraceEvent{Kind: TraceTimeout, Transfer: x.id, First: f.first, Count: n})
+			}
 			s.timedOut(now)
 			if !x.probedAt.Equal(now) {
 				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
@@ -1031,11 +1067,15 @@ func (s *SenderEngine) send() {
 		panic(fmt.Sprintf("reliability: encoding %v: %v", s.msg.Type, err)) // sizes are bounded by construction
 	}
 	s.actions = append(s.actions, Action{Kind: ActControl, Transfer: s.msg.Transfer, Datagram: p})
+	if s.trace != nil {
+		s.trace.Trace(controlEvent(s.now, traceSender, TraceControlOut, &s.msg))
+	}
 }
 
 // HandleControl processes one control datagram from the receiver.
 // Malformed datagrams are counted and dropped.
 func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
+	s.now = now
 	if err := s.msg.Decode(datagram); err != nil {
 		s.Malformed++
 		return
@@ -1043,6 +1083,9 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 	s.watch(now)
 	s.live.hear(now)
 	m := &s.msg
+	if s.trace != nil {
+		s.trace.Trace(controlEvent(now, traceSender, TraceControlIn, m))
+	}
 	switch m.Type {
 	case control.Close:
 		if s.live.closed() {
@@ -1289,6 +1332,9 @@ func (s *SenderEngine) observeRTT(sample time.Duration) {
 	}
 	path := max(s.cfg.RTT, s.leastRTT)
 	s.rto = max(path+time.Duration(s.cfg.Alpha*float64(path)), s.srtt+4*s.rttvar, 2*s.srtt)
+	if s.trace != nil {
+		s.traced(TraceEvent{Kind: TraceRTT, SRTT: s.srtt, RTO: s.rto})
+	}
 }
 
 // RTO returns the retransmission timeout in force.
@@ -1308,6 +1354,13 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 		s.actions = append(s.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: err})
 	} else {
 		s.actions = append(s.actions, Action{Kind: ActComplete, Transfer: x.id, Stats: x.statsCopy()})
+	}
+	if s.trace != nil {
+		e := TraceEvent{Kind: TraceComplete, Transfer: x.id, Bytes: x.plan.Length}
+		if err != nil {
+			e.Kind, e.Err = TraceFail, err.Error()
+		}
+		s.traced(e)
 	}
 	s.tryStart(now)
 }
@@ -1331,6 +1384,7 @@ const canceled = -1
 // ActStart with Discard set and no further ActFail. Unknown or finished
 // transfers are ignored.
 func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
+	s.now = now
 	s.watch(now)
 	defer s.release(now)
 	if x, ok := s.active[id]; ok {
@@ -1348,6 +1402,7 @@ func (s *SenderEngine) Cancel(now time.Time, id uint64, err error) {
 // against a loss; were both lost, its liveness timeout still ends them),
 // unless the receiver closed first.
 func (s *SenderEngine) Close(now time.Time) {
+	s.now = now
 	for id, x := range s.active {
 		s.fail(now, id, x.plan, ErrClosed, abortClosed)
 	}

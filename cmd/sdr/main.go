@@ -6,6 +6,7 @@
 //	sdr sim [flags]                              simulate SR/EC at scale, compare with the models
 //	sdr testbed [flags]                          the main job: RC vs SDR reliability over an emulated long-haul link
 //	sdr testbed clean                            delete namespaces a crashed test run left
+//	sdr trace [-transfer N] [-o DIR] FILE        summarize a reliability trace, draw a transfer's timeline
 //	sdr write-bw [flags] [SERVER]                SDR write bandwidth, like ib_write_bw (-scheme: reliable)
 //
 // Exit status: 0 on success, 1 when the job found a fault (a malformed
@@ -42,6 +43,7 @@ var commands = map[string]command{
 	"pcap":      {"decode RoCEv2 packets in pcap/pcapng files and verify their ICRC", runPcap},
 	"sim":       {"simulate the reliability schemes at the paper's scale; CSV/JSON, table, plots", runSim},
 	"testbed":   {"RC vs SDR reliability over an emulated long-haul link between namespaces; report with plots (clean: delete leftovers)", runTestbed},
+	"trace":     {"summarize a reliability trace (-trace FILE) and draw a transfer's timeline", runTrace},
 	"write-bw":  {"SDR write bandwidth test, like perftest's ib_write_bw", runWriteBW},
 }
 

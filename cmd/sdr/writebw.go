@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic/xsk"
 	"github.com/sdr-rdma/sdr/internal/caps"
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/testbed/writebw"
 	"github.com/sdr-rdma/sdr/wire"
@@ -60,6 +62,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.JSON, "json", false, "print the result as JSON")
 	fs.StringVar(&f.Metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
 	pcapPath := fs.String("pcap", "", "write every frame this side's NIC sends and receives to this pcap `file` (Wireshark opens it; with -loopback the client's, which sees both directions)")
+	tracePath := fs.String("trace", "", "write every decision of this side's reliability engines to `file` (JSON Lines; with -loopback both sides'; sdr trace draws it); needs -scheme")
 	cpuProfile := fs.String("cpuprofile", "", "write this side's CPU profile to `file` (go tool pprof)")
 	cc := fs.Bool("cc", true, "RoCE congestion control on this side's emulated NIC: ECN marks, CNPs, DCQCN (-cc=false for experiments)")
 	fs.DurationVar(&f.BusyPoll, "busy-poll", xsk.DefaultBusyPoll, "how long -dev xsk polls an empty receive ring before it sleeps (0: never polls)")
@@ -102,6 +105,24 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sdr write-bw: %v\n", err)
 			return exitFault
 		}
+	}
+	if *tracePath != "" {
+		if p.Scheme == "" || f.Flows != 1 {
+			fmt.Fprintln(stderr, "sdr write-bw: -trace needs -scheme and one flow")
+			return exitUsage
+		}
+		file, err := os.Create(*tracePath)
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr write-bw: -trace: %v\n", err)
+			return exitFault
+		}
+		tracer := reliability.NewJSONTracer(file)
+		defer func() {
+			if err := errors.Join(tracer.Close(), file.Close()); err != nil {
+				fmt.Fprintf(stderr, "sdr write-bw: -trace: %v\n", err)
+			}
+		}()
+		f.Trace = tracer
 	}
 	if *pcapPath != "" {
 		tap, err := wire.CreatePcap(*pcapPath)

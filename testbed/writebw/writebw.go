@@ -132,6 +132,9 @@ type Options struct {
 	// for Prometheus at that address during the run.
 	JSON    bool
 	Metrics string
+	// Trace, if set, receives this side's reliability engines' decisions
+	// (with Loopback both sides'; one connection: Flows 1).
+	Trace reliability.Tracer
 	// Tap, if set, records every frame this side's NIC sends and
 	// receives (with Loopback: the client's, which sees the whole
 	// conversation); the caller closes it after the run.
@@ -289,9 +292,9 @@ func writeBWSide(conn net.Conn, f *Options, server bool) (*Result, error) {
 	b := sdrnic.New(dev, sdrnic.Options{RC: f.Params.RC})
 	switch {
 	case f.Params.Scheme != "" && server:
-		return serveReliableResult(bs, b, &f.Params)
+		return serveReliableResult(bs, b, &f.Params, f.Trace)
 	case f.Params.Scheme != "":
-		return clientReliableResult(bs, b, &f.Params)
+		return clientReliableResult(bs, b, &f.Params, f.Trace)
 	case server:
 		return serveWriteBW(bs, b, &f.Params, desc, nic)
 	}
@@ -813,10 +816,10 @@ func reliableLoopback(f *Options, ln net.Listener, client, server *emunic.Device
 	n := max(1, f.Flows)
 	flows := make([]*ReliableResult, n)
 	err := loopbackFlows(ln, n, &f.Params, func(bs *sdr.Bootstrap, p *Params) error {
-		_, err := serveReliableResult(bs, sdrnic.New(server, sdrnic.Options{}), p)
+		_, err := serveReliableResult(bs, sdrnic.New(server, sdrnic.Options{}), p, f.Trace)
 		return err
 	}, func(i int, bs *sdr.Bootstrap) (err error) {
-		flows[i], err = clientReliable(bs, sdrnic.New(client, sdrnic.Options{}), &f.Params)
+		flows[i], err = clientReliable(bs, sdrnic.New(client, sdrnic.Options{}), &f.Params, f.Trace)
 		return err
 	})
 	if err != nil {
@@ -921,8 +924,8 @@ const maxReliableWindow = 4
 
 // serveReliableResult is the server's side of a reliable run and its
 // result (what it verified).
-func serveReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*Result, error) {
-	verified, failed, err := serveReliable(bs, b, p)
+func serveReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (*Result, error) {
+	verified, failed, err := serveReliable(bs, b, p, trace)
 	if err != nil {
 		return nil, err
 	}
@@ -932,8 +935,8 @@ func serveReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*Resu
 
 // clientReliableResult is the client's side of a reliable run and its
 // result.
-func clientReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*Result, error) {
-	r, err := clientReliable(bs, b, p)
+func clientReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (*Result, error) {
+	r, err := clientReliable(bs, b, p, trace)
 	if err != nil {
 		return nil, err
 	}
@@ -942,14 +945,15 @@ func clientReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*Res
 
 // serveReliable receives Warmup+Iterations transfers, checks each one's
 // bytes and immediate, sends the client the counts verified and failed,
-// and returns them.
-func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (verified, failed int, err error) {
+// and returns them; trace, if not nil, gets the receiver's decisions.
+func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (verified, failed int, err error) {
 	sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
 	if err != nil {
 		return 0, 0, err
 	}
 	defer sc.Close()
 	cfg, err := p.ReliableConfig()
+	cfg.Trace = trace
 	if err != nil {
 		return 0, 0, err
 	}
@@ -1039,14 +1043,16 @@ type serverVerdict struct {
 }
 
 // clientReliable sends Warmup+Iterations transfers and measures the
-// last Iterations of them.
-func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*ReliableResult, error) {
+// last Iterations of them; trace, if not nil, gets the sender's
+// decisions.
+func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (*ReliableResult, error) {
 	sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
 	if err != nil {
 		return nil, err
 	}
 	defer sc.Close()
 	cfg, err := p.ReliableConfig()
+	cfg.Trace = trace
 	if err != nil {
 		return nil, err
 	}
