@@ -671,3 +671,45 @@ func TestRepairsByPacket(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuedTransferWaitsItsTurn: three 8 MiB transfers posted at once
+// over a 100 Mbit/s path take about 2 s in all, one after the other (the
+// sender's pacer sends first passes in order), with a Timeout of 1 s: the
+// last one's first chunk comes more than a Timeout after it was posted,
+// while the earlier ones progress, and it must not time out. (The
+// receiver counted the Timeout from the Post for a transfer with no chunk
+// yet, and a write-bw run of 64 MiB transfers at 60 Mbit/s under -race
+// failed one of three this way.)
+func TestQueuedTransferWaitsItsTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := link.ParseConfig("rate=100Mbit,delay=1ms,queue=1MB")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: mustLink(t, cfg, 1), BToA: mustLink(t, cfg, 2)})
+		rcfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: time.Second}, Scheme: reliability.SRNACK}
+		e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), sdr.QPAttr{}, rcfg)
+		const n, size = 3, 8 << 20
+		ctx := context.Background()
+		errs := make(chan error, 2*n)
+		start := time.Now()
+		for i := range n {
+			go func() {
+				_, err := e.s.Write(ctx, make([]byte, size), uint32(i))
+				errs <- err
+			}()
+			go func() {
+				_, _, err := e.r.Read(ctx, make([]byte, size))
+				errs <- err
+			}()
+		}
+		for range 2 * n {
+			if err := <-errs; err != nil {
+				t.Fatalf("after %v: %v", time.Since(start), err)
+			}
+		}
+		if took := time.Since(start); took < 2*time.Second {
+			t.Fatalf("%d transfers of %d B took %v at 100 Mbit/s: the last did not wait more than the Timeout", n, size, took)
+		}
+	})
+}

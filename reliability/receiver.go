@@ -59,6 +59,9 @@ type ReceiverEngine struct {
 	// for its events.
 	trace Tracer
 	now   time.Time
+	// progressAt is when any transfer last got new chunks: a transfer
+	// none of whose chunks came yet waits behind the ones that do.
+	progressAt time.Time
 }
 
 // recvXfer is one posted transfer.
@@ -479,6 +482,7 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 	}
 	if changed {
 		x.deadline = now.Add(r.cfg.Timeout) // Timeout counts from the last progress
+		r.progressAt = now
 		r.live.hear(now)
 		if !x.lastArrival.IsZero() {
 			x.maxGap = max(x.maxGap, now.Sub(x.lastArrival))
@@ -670,6 +674,14 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 	}
 	for _, x := range r.active {
 		if !x.deadline.After(now) {
+			if x.firstArrival.IsZero() && now.Sub(r.progressAt) < r.cfg.Timeout {
+				// Its chunks wait behind an earlier transfer's, which
+				// progresses (the sender's pacer sends first passes in
+				// order): the connection does, and Timeout counts from
+				// its progress, as the sender's does.
+				x.deadline = r.progressAt.Add(r.cfg.Timeout)
+				continue
+			}
 			if now.Sub(r.live.heard) > 2*keepaliveInterval(r.cfg.Timeout) {
 				// The peer is silent too (a live sender pings): the
 				// liveness clock, due soon, names the cause.

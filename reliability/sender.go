@@ -547,7 +547,7 @@ func (s *SenderEngine) rateNews(now time.Time, sample time.Duration) {
 func (s *SenderEngine) announceRate() {
 	s.actions = append(s.actions, Action{Kind: ActRate, Rate: s.rc.rate})
 	if s.trace != nil {
-		s.traced(TraceEvent{Kind: TraceRate, Rate: s.rc.rate, SRTT: s.srtt, RTO: s.rto})
+		s.traced(TraceEvent{Kind: TraceRate, Rate: s.rc.rate, Delivered: s.rc.lastDelivered, Reason: s.rc.why, SRTT: s.srtt, RTO: s.rto})
 	}
 }
 

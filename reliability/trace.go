@@ -49,7 +49,9 @@ const (
 	// TraceTimeout: a retransmission timer fired and resent Count chunks
 	// from First.
 	TraceTimeout TraceKind = "timeout"
-	// TraceRate: the pacing rate changed to Rate (bits/s of payload).
+	// TraceRate: the pacing rate changed to Rate (bits/s of payload);
+	// Reason says which rule of the rate control moved it, Delivered the
+	// round's delivery sample it saw (bits/s).
 	TraceRate TraceKind = "rate"
 	// TraceRTT: the round-trip estimate changed: SRTT and RTO.
 	TraceRTT TraceKind = "rtt"
@@ -78,6 +80,8 @@ type TraceEvent struct {
 	Control    string        `json:"control,omitempty"`
 	Cumulative uint32        `json:"cumulative,omitempty"`
 	Rate       float64       `json:"rate,omitempty"`
+	Delivered  float64       `json:"delivered,omitempty"`
+	Reason     string        `json:"reason,omitempty"`
 	SRTT       time.Duration `json:"srtt,omitempty"`
 	RTO        time.Duration `json:"rto,omitempty"`
 	Bytes      int           `json:"bytes,omitempty"`

@@ -771,19 +771,21 @@ var writeBWRings = xsk.Config{FrameSize: 2048, RingSize: 16384, NumFrames: 65536
 // view of each transfer (it learns of completion when the receiver's ACK
 // arrives) and the server's verification.
 type ReliableResult struct {
-	Scheme        string   `json:"scheme"`
-	Plans         []string `json:"plans"`
-	Window        int      `json:"window"` // transfers under way at once
-	Transfers     int      `json:"transfers"`
-	Verified      int      `json:"transfers_verified"` // bytes and immediate as sent
-	Failed        int      `json:"transfers_failed"`
-	GoodputMbps   float64  `json:"goodput_mbps"`
-	P50Ms         float64  `json:"completion_p50_ms"`
-	P99Ms         float64  `json:"completion_p99_ms"`
-	P999Ms        float64  `json:"completion_p999_ms"`
-	Resent        int      `json:"chunks_resent"`
-	PacketsResent int      `json:"packets_resent"` // alone, repairing chunks that were mostly there
-	Parity        int      `json:"parity_chunks"`
+	Scheme    string   `json:"scheme"`
+	Plans     []string `json:"plans"`
+	Window    int      `json:"window"` // transfers under way at once
+	Transfers int      `json:"transfers"`
+	Verified  int      `json:"transfers_verified"` // bytes and immediate as sent
+	Failed    int      `json:"transfers_failed"`
+	// FirstError is why the client's first failed transfer failed.
+	FirstError    string  `json:"first_error,omitempty"`
+	GoodputMbps   float64 `json:"goodput_mbps"`
+	P50Ms         float64 `json:"completion_p50_ms"`
+	P99Ms         float64 `json:"completion_p99_ms"`
+	P999Ms        float64 `json:"completion_p999_ms"`
+	Resent        int     `json:"chunks_resent"`
+	PacketsResent int     `json:"packets_resent"` // alone, repairing chunks that were mostly there
+	Parity        int     `json:"parity_chunks"`
 	// SendRetries counts the sends the NIC had no room for at first
 	// (sdr.ErrRetry), retried from the sender's backlog.
 	SendRetries   int     `json:"send_retries,omitempty"`
@@ -1107,6 +1109,11 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace relia
 		ElapsedSecond: elapsed.Seconds()}
 	var times, lags []time.Duration
 	plans := map[string]bool{}
+	for i := range n {
+		if errs[i] != nil && res.FirstError == "" {
+			res.FirstError = fmt.Sprintf("transfer %d: %v", i, errs[i])
+		}
+	}
 	for i := p.Warmup; i < n; i++ {
 		if errs[i] != nil {
 			continue
@@ -1205,6 +1212,9 @@ func printReliable(w io.Writer, f *Options, r *ReliableResult) {
 	}
 	if r.SendRetries > 0 {
 		fmt.Fprintf(w, " Sends the NIC had no room for at first: %d (retried from the sender's backlog)\n", r.SendRetries)
+	}
+	if r.FirstError != "" {
+		fmt.Fprintf(w, " First failure: %s\n", r.FirstError)
 	}
 	if r.LagMaxMs > 0 {
 		fmt.Fprintf(w, " Completion learned by the client: %.3f ms after the server's (median), %.3f ms (worst)\n", r.LagP50Ms, r.LagMaxMs)
