@@ -4,12 +4,39 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // env is the SDK's environment, read when a context is created.
 type env struct {
-	Generations int  // SDR_QP_NUM_GENERATIONS (0: the SDK's default)
-	RC          bool // SDR_USE_UC_QP=0
+	Generations int // SDR_QP_NUM_GENERATIONS (0: the SDK's default)
+	// Transport is SDR_USE_UC_QP: unset (the SDK's default, RC), UC (1)
+	// or RC (0).
+	Transport transport
+}
+
+// transport is the channel QPs' transport SDR_USE_UC_QP asks for.
+type transport uint8
+
+const (
+	transportDefault transport = iota
+	transportUC
+	transportRC
+)
+
+// channelRC reports whether a context on the resolved device name carries
+// its packets on RC channel QPs: as SDR_USE_UC_QP says, else the SDK's
+// default, RC — its public sdr_write_bw.c reports "SDR packet-level
+// transport: RC" unless --uc sets SDR_USE_UC_QP=1 — except on dpa:,
+// whose backend has UC channels only (an explicit 0 is refused there).
+func (e env) channelRC(name string) bool {
+	switch e.Transport {
+	case transportUC:
+		return false
+	case transportRC:
+		return true
+	}
+	return !strings.HasPrefix(name, "dpa:")
 }
 
 // envAccepted are the SDK's variables that have no effect on our
@@ -47,7 +74,12 @@ func readEnv(getenv func(string) string) (env, error) {
 	if n, set, err = num("SDR_USE_UC_QP"); err != nil {
 		return e, err
 	}
-	e.RC = set && n == 0
+	switch {
+	case set && n == 0:
+		e.Transport = transportRC
+	case set:
+		e.Transport = transportUC
+	}
 	for _, name := range envAccepted {
 		if _, _, err := num(name); err != nil {
 			return e, err

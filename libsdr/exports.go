@@ -3,6 +3,7 @@ package main
 /*
 #cgo CFLAGS: -I${SRCDIR}/include
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "sdr.h"
 #include "sdr_mr.h"
@@ -23,7 +24,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"unsafe"
 
 	"github.com/sdr-rdma/sdr/backends"
@@ -48,6 +48,19 @@ func status(err error) C.int {
 	return C.SDR_ERROR
 }
 
+// getenv reads the process's environment as the C library holds it now:
+// a program may setenv the SDK's variables before sdr_context_create (the
+// SDK's sdr_write_bw.c sets SDR_USE_UC_QP for --uc), which Go's own copy,
+// taken when the library loaded, would not see.
+func getenv(name string) string {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	if v := C.getenv(cname); v != nil {
+		return C.GoString(v)
+	}
+	return ""
+}
+
 //export sdr_context_create
 func sdr_context_create(devName *C.libsdr_const_char, attr *C.struct_sdr_dev_attr) *C.struct_sdr_context {
 	if attr == nil {
@@ -58,7 +71,7 @@ func sdr_context_create(devName *C.libsdr_const_char, attr *C.struct_sdr_dev_att
 	if devName != nil {
 		name = C.GoString((*C.char)(unsafe.Pointer(devName)))
 	}
-	c, err := newContext(backends.Resolve(name, os.Getenv), os.Getenv, contextAttr{
+	c, err := newContext(backends.Resolve(name, getenv), getenv, contextAttr{
 		Channels: int(attr.num_channels), LogMaxQPs: int(attr.log_max_qps),
 	})
 	if err != nil {
@@ -366,12 +379,13 @@ func sdr_send_poll(handle *C.struct_sdr_send_handle, completed *C.int, st *C.str
 	if st != nil {
 		st.flags = 0
 	}
-	if !s.poll() {
+	done, err := s.poll()
+	if !done {
 		*completed = 0
 		return C.SDR_RETRY
 	}
 	*completed = 1
-	return C.SDR_SUCCESS
+	return status(err)
 }
 
 //export sdr_last_error

@@ -284,3 +284,47 @@ func TestCallBench(t *testing.T) {
 		}
 	}
 }
+
+// sendPost is test/sendpost.c's line.
+type sendPost struct {
+	Bytes     int     `json:"bytes"`
+	RateLimit int     `json:"rate_limit_kbps"`
+	PostUs    float64 `json:"post_us"`
+	SentUs    float64 `json:"sent_us"`
+	ArrivedUs float64 `json:"arrived_us"`
+}
+
+// TestSendPostIsAsynchronous runs test/sendpost.c: one 32 MiB message
+// over the in-process link, posted with sdr_send_post. Unpaced, the post
+// returns before the message is injected (it only queues it) and the
+// send completes before the message has all arrived or with it. Paced by
+// rate_limit at 100 Mbit/s per channel over 4 channels, the message
+// arrives no faster than 400 Mbit/s (an upper bound on the rate, which a
+// loaded machine only lowers), and the post still returns at once: in
+// under a tenth of the transfer.
+func TestSendPostIsAsynchronous(t *testing.T) {
+	prefix := installed(t)
+	bin := compile(t, "cc", append([]string{"-O2", "-std=c11", "-Wall", "-Werror"}, pkgConfig(t, prefix, "--cflags")...),
+		"test/sendpost.c", pkgConfig(t, prefix, "--libs"))
+	measure := func(rate string) sendPost {
+		t.Helper()
+		var r sendPost
+		if err := json.Unmarshal([]byte(run(t, bin, rate)), &r); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rate_limit %s kbit/s: post %.0f µs, injected after %.0f µs, arrived after %.0f µs (%.0f Mbit/s)",
+			rate, r.PostUs, r.SentUs, r.ArrivedUs, float64(r.Bytes)*8/r.ArrivedUs)
+		return r
+	}
+	r := measure("0")
+	if r.PostUs <= 0 || r.PostUs > r.SentUs || r.SentUs > 1.5*r.ArrivedUs {
+		t.Errorf("unpaced: post %.0f µs, sent %.0f µs, arrived %.0f µs: want the post to return before the send completes", r.PostUs, r.SentUs, r.ArrivedUs)
+	}
+	r = measure("100000")
+	if mbps := float64(r.Bytes) * 8 / r.ArrivedUs; mbps > 400*1.1 {
+		t.Errorf("rate_limit 100 Mbit/s × 4 channels: the message arrived at %.0f Mbit/s", mbps)
+	}
+	if r.PostUs > r.ArrivedUs/10 {
+		t.Errorf("paced: the post took %.0f µs of a %.0f µs transfer", r.PostUs, r.ArrivedUs)
+	}
+}

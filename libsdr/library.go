@@ -57,7 +57,7 @@ func newContext(name string, getenv func(string) string, attr contextAttr) (*con
 	if err != nil {
 		return nil, err
 	}
-	dev, err := backends.Open(name, backends.Options{RC: e.RC})
+	dev, err := backends.Open(name, backends.Options{RC: e.channelRC(name)})
 	if err != nil {
 		return nil, fmt.Errorf("libsdr: %w", err)
 	}
@@ -323,13 +323,15 @@ func (r *recvObj) complete() error {
 // release unpins the bitmap: called once, by whoever took the handle.
 func (r *recvObj) release() { r.pin.Unpin() }
 
-// sendObj is a struct sdr_send_handle: a posted message, or a stream
-// until it ends. The stream is safe for concurrent use; ended is set by
-// end and read by poll.
+// sendObj is a struct sdr_send_handle: a posted message (sent, complete
+// once the QP's send goroutine injected it), or a stream until it ends.
+// The stream and sent are safe for concurrent use; ended is set by end
+// and read by poll.
 type sendObj struct {
 	handle uintptr
 	qp     *qpObj
-	stream *sdr.Stream // nil for sdr_send_post
+	sent   *sdr.SendHandle // sdr_send_post's; nil for a stream
+	stream *sdr.Stream     // nil for sdr_send_post
 	ended  atomic.Bool
 }
 
@@ -351,11 +353,11 @@ func (q *qpObj) postSend(key uint32, addr uintptr, length int, remoteOffset uint
 			return nil, fmt.Errorf("libsdr: send post: %w", err)
 		}
 	}
-	if _, err := q.qp.PostSend(req); err != nil {
+	sent, err := q.qp.PostSend(req)
+	if err != nil {
 		return nil, err
 	}
-	s := &sendObj{qp: q}
-	s.ended.Store(true) // injected: PostSend returns after the packets left
+	s := &sendObj{qp: q, sent: sent}
 	s.handle = table.add(s)
 	return s, nil
 }
@@ -398,12 +400,19 @@ func (s *sendObj) end() error {
 	return nil
 }
 
-// poll reports whether the send was injected, releasing the handle if
-// so.
-func (s *sendObj) poll() bool {
-	if !s.ended.Load() {
-		return false
+// poll reports whether the send is complete, releasing the handle if so,
+// and why a posted message failed (its QP broke or closed before it was
+// injected).
+func (s *sendObj) poll() (bool, error) {
+	switch {
+	case s.sent != nil && !s.sent.Poll(), s.sent == nil && !s.ended.Load():
+		return false, nil
 	}
 	table.drop(s.handle)
-	return true
+	if s.sent != nil {
+		if err := s.sent.Err(); err != nil {
+			return true, fmt.Errorf("libsdr: send: %w", err)
+		}
+	}
+	return true, nil
 }

@@ -22,11 +22,16 @@ func TestReadEnv(t *testing.T) {
 	}
 	e, err = readEnv(envOf(map[string]string{"SDR_QP_NUM_GENERATIONS": "4", "SDR_USE_UC_QP": "0",
 		"SDR_DPA_TX_NUM_WORKERS": "8", "SDR_RECV_CTX_N_ROOT_MKEYS": "2"}))
-	if err != nil || e.Generations != 4 || !e.RC {
+	if err != nil || e.Generations != 4 || !e.channelRC("pipe:x") || !e.channelRC("dpa:mlx5_0") {
 		t.Errorf("generations 4, RC: got %+v, %v", e, err)
 	}
-	if e, _ := readEnv(envOf(map[string]string{"SDR_USE_UC_QP": "1"})); e.RC {
+	if e, _ := readEnv(envOf(map[string]string{"SDR_USE_UC_QP": "1"})); e.channelRC("udp:127.0.0.1") {
 		t.Error("SDR_USE_UC_QP=1 chose RC")
+	}
+	// Unset: the SDK's default, RC, but UC on the BlueField, which has
+	// nothing else.
+	if e, _ := readEnv(envOf(nil)); !e.channelRC("xsk:eth0") || e.channelRC("dpa:mlx5_0") {
+		t.Error("SDR_USE_UC_QP unset: want RC on the emulated NIC, UC on dpa:")
 	}
 	for _, bad := range []map[string]string{
 		{"SDR_QP_NUM_GENERATIONS": "0"},
@@ -226,7 +231,7 @@ func BenchmarkGoSide(b *testing.B) {
 	b.Run("send_poll", func(b *testing.B) {
 		for b.Loop() {
 			o, err := lookup[*sendObj](&table, s.handle, "send handle")
-			if err != nil || o.poll() {
+			if done, _ := o.poll(); err != nil || done {
 				b.Fatal("an open stream polled complete")
 			}
 		}

@@ -15,11 +15,15 @@
 // # Sends happen whole or not at all
 //
 // PostSend validates everything (memory, range, length, immediate) before
-// it takes a message number, and injects the message in one backend call
-// that sends every packet or none; when it fails (ErrRetry included)
-// nothing was sent and no number was consumed, so the next message still
-// lands in the next posted receive. A Stream owns its number from
-// StartStream on: each Continue and End is again all or nothing.
+// it takes a message number; when that fails (ErrRetry: no message free)
+// no number was consumed, so the next message still lands in the next
+// posted receive. It then queues the message on the QP's send queue and
+// returns, as a NIC's post returns once the work request is queued: the
+// QP's send goroutine injects queued messages in order, each in one
+// backend call that sends every packet or none (waiting while the
+// backend has no room), and completes its handle. A Stream owns its
+// number from StartStream on: each Continue and End is again all or
+// nothing, on the caller's goroutine.
 //
 // # Late packets
 //
@@ -82,6 +86,9 @@ var (
 	ErrNotConnected = errors.New("sdr: QP not connected")
 	// ErrDone means the handle or stream was already completed or ended.
 	ErrDone = errors.New("sdr: already completed")
+	// ErrClosed means the QP was closed: a post after Close, or a message
+	// still queued when it closed.
+	ErrClosed = errors.New("sdr: QP closed")
 	// ErrPeerInfo means the peer's Info is malformed.
 	ErrPeerInfo = backend.ErrPeerInfo
 	// ErrPeerMismatch means the peer's QP has another geometry; the
@@ -263,6 +270,7 @@ type QP struct {
 	window   int
 
 	numberMu sync.Mutex
+	sends    sendQueue
 
 	mu        sync.Mutex
 	connected bool
@@ -350,8 +358,13 @@ func (q *QP) Connect(remote []byte) error {
 	return nil
 }
 
-// Close releases the QP.
-func (q *QP) Close() error { return q.bqp.Close() }
+// Close releases the QP. Messages still in its send queue are not sent:
+// their handles complete with ErrClosed, as a destroyed QP's work
+// requests are flushed.
+func (q *QP) Close() error {
+	q.sends.close()
+	return q.bqp.Close()
+}
 
 // position returns the slot, message ID and generation of message n.
 func (q *QP) position(n uint64) (slot int, msgID, gen uint32) {
@@ -554,10 +567,24 @@ func (q *QP) checkSend(req SendRequest) error {
 	return nil
 }
 
-// SendHandle tracks a send. "Complete" means injected, not delivered.
-type SendHandle struct{ done chan struct{} }
+// SendHandle tracks a send. "Complete" means injected (every packet
+// handed to the NIC), not delivered: that is what the peer's bitmap says.
+type SendHandle struct {
+	done chan struct{}
+	err  error // set before done closes
+}
 
-// Poll reports whether the send has been injected. It never blocks.
+// newSendHandle returns a handle not yet complete.
+func newSendHandle() *SendHandle { return &SendHandle{done: make(chan struct{})} }
+
+// finish completes the handle with err.
+func (s *SendHandle) finish(err error) {
+	s.err = err
+	close(s.done)
+}
+
+// Poll reports whether the send is complete (injected, or failed: Err).
+// It never blocks.
 func (s *SendHandle) Poll() bool {
 	select {
 	case <-s.done:
@@ -567,49 +594,67 @@ func (s *SendHandle) Poll() bool {
 	}
 }
 
-// Wait blocks until the send is injected or ctx ends.
+// Err returns why a complete send failed (nil: injected, or not complete
+// yet).
+func (s *SendHandle) Err() error {
+	if !s.Poll() {
+		return nil
+	}
+	return s.err
+}
+
+// Wait blocks until the send is complete or ctx ends; it returns why the
+// send failed, or ctx's error.
 func (s *SendHandle) Wait(ctx context.Context) error {
 	select {
 	case <-s.done:
-		return nil
+		return s.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// PostSend sends one message whole, or nothing: it validates the request
-// (ErrInvalid, ErrTooLong), takes the next message number and injects
-// every packet and immediate carrier in one backend call. If that fails
-// (ErrRetry when the backend lacks room for now) the number is given back
-// and nothing was sent. It allocates a handle.
+// PostSend posts one message, sent whole or not at all: it validates the
+// request (ErrInvalid, ErrTooLong), takes the next message number
+// (ErrRetry when MaxMessages messages are open or their bytes would
+// exceed MaxInFlightBytes, ErrClosed after Close) and queues the message
+// on the QP's send queue, then returns. The QP's send goroutine injects
+// every packet and immediate carrier in one backend call, after the
+// messages posted before, and then completes the handle (Poll, Wait):
+// the buffer must stay unchanged until then. A backend without room
+// for now delays the message; one that fails for good (a broken
+// transport) fails it and every message after it, and later posts. It
+// allocates a handle.
 func (q *QP) PostSend(req SendRequest) (*SendHandle, error) {
 	if err := q.checkSend(req); err != nil {
 		return nil, err
 	}
 	q.numberMu.Lock()
 	defer q.numberMu.Unlock()
+	if err := q.sends.usable(); err != nil {
+		return nil, err
+	}
 	st, err := q.startStream(StreamRequest{Length: req.Length, Imm: req.Imm, HasImm: req.HasImm})
 	if err != nil {
 		return nil, err
 	}
-	w := st.write()
+	m := &queuedSend{st: st, w: st.write(), h: newSendHandle()}
 	if req.Length > 0 {
-		w.Mem, w.Off, w.Length = req.MR.mem, req.Off, req.Length
+		m.w.Mem, m.w.Off, m.w.Length = req.MR.mem, req.Off, req.Length
 	}
-	w.Carriers = st.carriers()
-	if err := q.bqp.Write(&w); err != nil {
+	m.w.Carriers = st.carriers()
+	if err := q.sends.push(q, m); err != nil {
 		st.release(true)
-		return nil, fmt.Errorf("sdr: send: %w", err)
+		return nil, err
 	}
-	st.release(false)
-	return doneHandle(), nil
+	return m.h, nil
 }
 
 // doneHandle returns a handle that is already complete: backends inject
 // before Write returns.
 func doneHandle() *SendHandle {
-	h := &SendHandle{done: make(chan struct{})}
-	close(h.done)
+	h := newSendHandle()
+	h.finish(nil)
 	return h
 }
 

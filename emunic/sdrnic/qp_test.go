@@ -100,12 +100,14 @@ func connectedPair(t *testing.T, cfg emunic.PipeConfig, opts sdrnic.Options, att
 	return sq, rq, sctx, rctx
 }
 
-// TestRCFullSendQueueIsErrRetry drops the receiver's ACKs until the RC
-// channel's send queue cannot take another message: that send fails with
-// ErrRetry before a single packet goes out, and once ACKs flow again
-// (the sender's timeouts resend, within its retry budget) its retry lands
-// in the next receive (no message number was consumed).
-func TestRCFullSendQueueIsErrRetry(t *testing.T) {
+// TestRCFullSendQueueWaits drops the receiver's ACKs until the RC
+// channel's send queue cannot take another message: the posts still
+// return (the SDK queues them), but only the messages the NIC's queue
+// took leave, and the next waits in the SDK's send queue, its handle
+// incomplete and none of its packets on the wire; once ACKs flow again
+// (the sender's timeouts resend, within its retry budget) every message
+// lands in its receive, in order.
+func TestRCFullSendQueueWaits(t *testing.T) {
 	acks, data := &gate{}, &gate{}
 	attr := sdr.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 8, MaxInFlightBytes: 8 * 8 * 1024}
 	sq, rq, sctx, rctx := connectedPair(t, emunic.PipeConfig{AToB: data.direction(t), BToA: acks.direction(t)}, sdrnic.Options{RC: true, SendQueueDepth: 1}, attr, 1)
@@ -129,40 +131,30 @@ func TestRCFullSendQueueIsErrRetry(t *testing.T) {
 		hs = append(hs, h)
 	}
 	acks.set(true)
-	sent := 0
-	for ; sent < 8; sent++ {
-		_, err := sq.PostSend(sdr.SendRequest{MR: srcMR, Length: size, Imm: uint32(sent), HasImm: true})
-		if errors.Is(err, sdr.ErrRetry) {
-			if n := data.frames(uint32(sent)); n != 0 {
-				t.Fatalf("a send refused with ErrRetry put %d frames on the wire", n)
-			}
-			break
-		}
+	var sends []*sdr.SendHandle
+	for i := range 6 {
+		h, err := sq.PostSend(sdr.SendRequest{MR: srcMR, Length: size, Imm: uint32(i), HasImm: true})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("post %d: %v", i, err)
 		}
+		sends = append(sends, h)
 	}
-	if sent != 4 {
-		t.Fatalf("%d messages of 8 packets fit a 34-request queue, want 4", sent)
-	}
-	acks.set(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for {
-		_, err := sq.PostSend(sdr.SendRequest{MR: srcMR, Length: size, Imm: uint32(sent), HasImm: true})
-		if err == nil {
-			break
+	for i, h := range sends[:4] { // 4 messages of 8 packets fit a 34-request queue
+		if err := h.Wait(ctx); err != nil {
+			t.Fatalf("send %d: %v", i, err)
 		}
-		if !errors.Is(err, sdr.ErrRetry) || ctx.Err() != nil {
-			t.Fatalf("retry: %v", err)
-		}
-		time.Sleep(time.Millisecond)
 	}
-	for i, h := range hs[:sent+1] {
+	if sends[4].Poll() || data.frames(4) != 0 {
+		t.Fatalf("the fifth message, beyond the NIC's full queue: complete %v, %d frames on the wire", sends[4].Poll(), data.frames(4))
+	}
+	acks.set(false)
+	for i, h := range hs {
 		for {
 			if imm, ok := h.Imm(); ok && h.Done() {
 				if imm != uint32(i) {
-					t.Fatalf("receive %d got message %d: the refused send consumed a number", i, imm)
+					t.Fatalf("receive %d got message %d", i, imm)
 				}
 				break
 			}

@@ -13,8 +13,9 @@
  *   sdr_sr [-d DEV] [-s size] [-c chunk] [-m mtu] [-i report_ms] [-t timeout_s]
  *
  * DEV names both ends' device (default "pipe:sr/loss=5%,delay=1ms": 5 %
- * of packets lost each way, 1 ms one way). Exit status 0 when every byte
- * arrived intact.
+ * of packets lost each way, 1 ms one way). Its packets travel on UC
+ * channel QPs (SDR_USE_UC_QP=1 unless set otherwise). Exit status 0 when
+ * every byte arrived intact.
  *
  * Build: cc -O2 sdr_sr.c $(pkg-config --cflags --libs sdr) -lpthread
  */
@@ -285,6 +286,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "sdr_sr: -m a power of two from 256 to 4096, -c a power of two from -m to 64 of them\n");
         return 2;
     }
+    /* Selective Repeat is the reliability here: packets travel on UC
+       channel QPs, as the SDK's programs ask with --uc (its default is RC).
+       An SDR_USE_UC_QP already set wins. */
+    if (setenv("SDR_USE_UC_QP", "1", 0))
+        die("setenv");
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, control))
         die("socketpair");
     open_end(&tx);

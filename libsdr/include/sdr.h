@@ -211,7 +211,10 @@ int sdr_recv_complete(struct sdr_recv_handle *handle);
 
 /* Sends one message, all of it or nothing, from the start of the peer's
    receive buffer (remote_offset 0; anything else is SDR_ERROR). SDR_RETRY
-   when the QP has no free message (slots or in-flight bytes) at the moment. */
+   when the QP has no free message (slots or in-flight bytes) at the moment.
+   It returns once the message is queued; the library's send thread injects
+   it, in posting order: leave the buffer unchanged until sdr_send_poll
+   reports the send complete. */
 int sdr_send_post(struct sdr_qp *qp, struct sdr_send_wr *wr,
                   struct sdr_send_handle **handle);
 
@@ -232,7 +235,10 @@ int sdr_streaming_send_end(struct sdr_send_handle *handle);
 /* Whether the send was injected (handed to the wire; not "delivered": that
    is what the peer's bitmap says). SDR_SUCCESS with *completed_flag = 1
    once it was, after which the handle is invalid; SDR_RETRY with
-   *completed_flag = 0 for a stream not yet ended. status may be NULL. */
+   *completed_flag = 0 for a posted message not yet injected or a stream
+   not yet ended; SDR_ERROR with *completed_flag = 1 for a posted message
+   that failed (its QP destroyed or broken before it left), the handle
+   released. status may be NULL. */
 int sdr_send_poll(struct sdr_send_handle *handle, int *completed_flag,
                   struct sdr_send_status *status);
 

@@ -97,6 +97,23 @@ static int wait_done(const uint8_t *bitmap, size_t chunks)
     return -1;
 }
 
+/* Polls a posted send until it completes (the QP's send thread injects
+   it after sdr_send_post returned); returns sdr_send_poll's last result,
+   SDR_RETRY if it never completed. */
+static int wait_sent(struct sdr_send_handle *sh, struct sdr_send_status *st)
+{
+    long spins;
+    int completed = 0;
+    for (spins = 0; spins < 2000000000L; spins++) {
+        int rc = sdr_send_poll(sh, &completed, st);
+        if (rc != SDR_RETRY)
+            return rc == SDR_SUCCESS && completed == 1 ? SDR_SUCCESS : rc;
+        if (completed != 0)
+            return SDR_ERROR; /* RETRY must say not completed */
+    }
+    return SDR_RETRY;
+}
+
 static void test_send_post(struct end *tx, struct end *rx)
 {
     struct sdr_recv_wr rwr;
@@ -127,7 +144,7 @@ static void test_send_post(struct end *tx, struct end *rx)
     swr.local_addr = (uint64_t)(uintptr_t)tx->buf;
     swr.remote_offset = 0;
     CHECK(sdr_send_post(tx->qp, &swr, &sh) == SDR_SUCCESS);
-    CHECK(sdr_send_poll(sh, &completed, &st) == SDR_SUCCESS && completed == 1);
+    CHECK(wait_sent(sh, &st) == SDR_SUCCESS);
     CHECK(sdr_send_poll(sh, &completed, &st) == SDR_ERROR); /* released */
 
     CHECK(wait_done(bitmap, 11) == 0);
@@ -286,12 +303,11 @@ static void test_misuse(struct end *tx, struct end *rx)
             CHECK(sdr_recv_post(rx->qp, &rwr, &hs[i]) == SDR_SUCCESS);
         CHECK(sdr_recv_post(rx->qp, &rwr, &rh) == SDR_RETRY);
         for (i = 0; i < 16; i++) {
-            int done = 0;
             swr.opcode = SDR_WR_WRITE;
             swr.length = 1024;
             swr.remote_offset = 0;
             CHECK(sdr_send_post(tx->qp, &swr, &sh) == SDR_SUCCESS);
-            CHECK(sdr_send_poll(sh, &done, NULL) == SDR_SUCCESS && done);
+            CHECK(wait_sent(sh, NULL) == SDR_SUCCESS);
         }
         for (i = 0; i < 16; i++) {
             uint8_t *bm = NULL;

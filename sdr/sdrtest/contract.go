@@ -228,8 +228,12 @@ func testFailedSends(t *testing.T, e *env) {
 	if n := e.im.packets(); n != before {
 		t.Errorf("failed sends injected %d packets", n-before)
 	}
-	// Message 0.
-	if _, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: 2 * mtu, Imm: 0xA0, HasImm: true}); err != nil {
+	// Message 0, open until injected.
+	sent, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: 2 * mtu, Imm: 0xA0, HasImm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sent.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Messages 1..4 as open streams; a fifth message must wait (ErrRetry)
@@ -824,5 +828,91 @@ func testRateLimit(t *testing.T, e *env) {
 	t.Logf("4 MiB in %v: %.0f Mbit/s of payload, limit %.0f Mbit/s on the wire", elapsed, rate/1e6, channels*perQP/1e6)
 	if limit := channels * perQP; rate > 1.1*limit {
 		t.Errorf("4 MiB arrived at %.0f Mbit/s, above the %.0f Mbit/s the rate limit allows", rate/1e6, limit/1e6)
+	}
+}
+
+// testAsyncPost: PostSend returns once the message is queued. While the
+// backend's send engine is held, two posts return, neither handle is
+// complete and no packet left; released, the messages leave in posting
+// order and their handles complete. A message still queued when the QP
+// closes completes with ErrClosed.
+func testAsyncPost(t *testing.T, e *env) {
+	sq, rq, sctx, rctx := e.pair(defaultAttr(), 2)
+	const size = 3 * chunkSize
+	src := pattern(2*size, 7)
+	smr := register(t, sctx, src)
+	dst := make([]byte, 2*size)
+	dmr := register(t, rctx, dst)
+	var recvs []*sdr.RecvHandle
+	for i := range 2 {
+		h, err := rq.PostRecv(dmr, i*size, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recvs = append(recvs, h)
+	}
+	release := e.im.hold()
+	defer release()
+	before := e.im.packets()
+	var sends []*sdr.SendHandle
+	for i := range 2 {
+		h, err := sq.PostSend(sdr.SendRequest{MR: smr, Off: i * size, Length: size, Imm: 0xA5A0 + uint32(i), HasImm: true})
+		if err != nil {
+			t.Fatalf("post %d while the send engine is held: %v", i, err)
+		}
+		sends = append(sends, h)
+	}
+	if sends[0].Poll() || sends[1].Poll() || e.im.packets() != before {
+		t.Fatalf("posts returned with handles complete (%v, %v) or %d packets out while the send engine was held",
+			sends[0].Poll(), sends[1].Poll(), e.im.packets()-before)
+	}
+	release()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, h := range sends {
+		if err := h.Wait(ctx); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	for i, h := range recvs {
+		waitFor(t, "a posted message", h, func() bool { _, ok := h.Imm(); return h.Done() && ok })
+		if imm, _ := h.Imm(); imm != 0xA5A0+uint32(i) || !bytes.Equal(dst[i*size:(i+1)*size], src[i*size:(i+1)*size]) {
+			t.Errorf("receive %d: immediate %#x or bytes differ: the queue reordered or lost a message", i, imm)
+		}
+	}
+
+	release = e.im.hold()
+	first, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: size, HasImm: true}) // the send goroutine takes it, held
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: size, HasImm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- sq.Close() }()
+	// The fence: a post fails with ErrClosed once Close has flushed the
+	// queue (it then waits for the held send).
+	for {
+		_, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: size, HasImm: true})
+		if errors.Is(err, sdr.ErrClosed) {
+			break
+		}
+		if err != nil && !errors.Is(err, sdr.ErrRetry) {
+			t.Fatalf("a post while the QP closes: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("Close never refused a post")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	<-closed
+	if err := queued.Wait(ctx); !errors.Is(err, sdr.ErrClosed) {
+		t.Errorf("a message queued behind the held one when the QP closed: %v, want ErrClosed", err)
+	}
+	if err := first.Wait(ctx); err != nil {
+		t.Logf("the held message as the QP closed: %v", err) // its backend may have closed under it
 	}
 }

@@ -22,6 +22,18 @@ type impaired struct {
 	// injected counts the packets (data and carriers) handed to the
 	// backend, copies included.
 	injected int
+	// stall, when set, holds every Write until it is closed: a NIC whose
+	// send engine is busy.
+	stall chan struct{}
+}
+
+// hold makes Writes wait until the returned release is called.
+func (im *impaired) hold() (release func()) {
+	ch := make(chan struct{})
+	im.mu.Lock()
+	im.stall = ch
+	im.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
 }
 
 type heldPacket struct {
@@ -96,8 +108,11 @@ type impairedQP struct {
 // Write splits the write into single packets and applies the policy.
 func (q *impairedQP) Write(w *backend.Write) error {
 	q.im.mu.Lock()
-	fate, reverse := q.im.fate, q.im.reverse
+	fate, reverse, stall := q.im.fate, q.im.reverse, q.im.stall
 	q.im.mu.Unlock()
+	if stall != nil {
+		<-stall
+	}
 	if fate == nil && !reverse {
 		if err := q.QP.Write(w); err != nil {
 			return err

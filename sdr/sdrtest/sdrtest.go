@@ -56,6 +56,7 @@ func Run(t *testing.T, newBackends Factory) {
 		{"ErrRetry", testErrRetry},
 		{"LengthErrors", testLengthErrors},
 		{"RateLimit", testRateLimit},
+		{"AsyncPost", testAsyncPost},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
