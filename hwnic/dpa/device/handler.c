@@ -28,15 +28,14 @@
  * 2.9) and later, where the window calls name a window entity and the
  * queue calls take no thread context. The SDK's headers gate each call
  * on FLEXIO_DEV_VER_USED, so a call of another generation does not
- * compile. SDR_FLEXIO_DEV_VER exists for the CI check that the gates
- * bite (devicetest's TestDeviceISA builds this file at 24.4 and expects
- * it to fail).
+ * compile. A build may state another (-DFLEXIO_DEV_VER_USED=..., as the
+ * SDK's samples are built): devicetest's TestDeviceISA builds this file
+ * at 25.1 and at 24.4, where it must fail, so that the gates bite.
  */
 #include <libflexio-dev/flexio_dev_ver.h>
-#ifndef SDR_FLEXIO_DEV_VER
-#define SDR_FLEXIO_DEV_VER FLEXIO_DEV_VER(24, 10, 0)
+#ifndef FLEXIO_DEV_VER_USED
+#define FLEXIO_DEV_VER_USED FLEXIO_DEV_VER(24, 10, 0)
 #endif
-#define FLEXIO_DEV_VER_USED SDR_FLEXIO_DEV_VER
 /* Every FlexIO device call is marked experimental (deprecated unless
  * this is defined, which -Werror would turn into errors). */
 #define FLEXIO_DEV_ALLOW_EXPERIMENTAL_API

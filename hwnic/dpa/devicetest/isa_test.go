@@ -52,7 +52,7 @@ var amo = regexp.MustCompile(`(?m)^\s*[0-9a-f]+:\s+(?:[0-9a-f]{2} )+\s*(amo[a-z]
 func TestDeviceISA(t *testing.T) {
 	clang := privileged.RequireTool(t, "clang-14", "compiles the device C for the DPA's RISC-V ISA")
 	objdump := privileged.RequireTool(t, "llvm-objdump-14", "disassembles the DPA object to look for LR/SC")
-	for _, ver := range []string{"", "-DSDR_FLEXIO_DEV_VER=FLEXIO_DEV_VER(25,1,0)"} {
+	for _, ver := range []string{"", "-DFLEXIO_DEV_VER_USED=FLEXIO_DEV_VER(25,1,0)"} {
 		var extra []string
 		if ver != "" {
 			extra = append(extra, ver)
@@ -79,7 +79,7 @@ func TestDeviceISA(t *testing.T) {
 		t.Logf("%s: %d instructions, 0 LR/SC, %d AMOs (the slot lock's swap)", map[bool]string{true: "24.10 (declared)", false: ver}[ver == ""],
 			len(regexp.MustCompile(`(?m)^\s*[0-9a-f]+:`).FindAllString(string(out), -1)), len(amo.FindAllString(string(out), -1)))
 	}
-	_, diag, err := compileDPA(t, clang, "-DSDR_FLEXIO_DEV_VER=FLEXIO_DEV_VER(24,4,0)")
+	_, diag, err := compileDPA(t, clang, "-DFLEXIO_DEV_VER_USED=FLEXIO_DEV_VER(24,4,0)")
 	if err == nil {
 		t.Fatalf("handler.c compiled at FlexIO 24.4: the shim's version gates do not bite")
 	}
