@@ -137,6 +137,15 @@ func runDPADoctor(args []string, stdout, stderr io.Writer) int {
 			code = exitFault
 		}
 	}
+	switch {
+	case code != exitOK:
+		fmt.Fprintln(stdout, "verdict: not ready: the first failed step says where to look")
+	case !target.Hardware:
+		fmt.Fprintln(stdout, "verdict: the walk passes on dpasim, a simulation of the DPA handler over emulated NICs; "+
+			"it says nothing of a BlueField-3: run sdr dpa doctor -dev mlx5_0 there (a build with -tags dpa,doca)")
+	default:
+		fmt.Fprintln(stdout, "verdict: every step of the bring-up passed on this BlueField-3")
+	}
 	return code
 }
 
