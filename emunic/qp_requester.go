@@ -251,6 +251,18 @@ func (qp *QP) SendQueueRoom() int {
 	return math.MaxInt
 }
 
+// SendQueueIdle reports whether every send work request posted so far
+// has been handed to the port, and on RC acknowledged: none waits for the
+// pacer or is in a scheduler turn's transmission, none is unacknowledged.
+// An unpaced UC or UD QP is idle whenever no post runs. It takes the QP's
+// lock.
+func (qp *QP) SendQueueIdle() bool {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	r := &qp.req
+	return len(r.outstanding) == 0 && r.queued.len == 0 && !r.transmitting.Load()
+}
+
 // sendCompletion is w's completion with status, carrying on success the
 // bytes w moved.
 func (qp *QP) sendCompletion(w *sendWQE, status Status) CQE {

@@ -12,13 +12,17 @@ import (
 // sendQueue is a QP's send queue: the messages PostSend took a number
 // for, in number order, and the goroutine that injects them, as a NIC's
 // send engine takes work requests from its send queue. The goroutine
-// runs while messages wait and exits when none do (started by the post
-// that finds the queue idle, so that it lives in a testing/synctest
-// bubble with the poster). mu guards the fields; the goroutine owns the
-// message it is sending.
+// runs while messages wait, or written ones have not left, and exits
+// when neither is so (started by the post that finds the queue idle, so
+// that it lives in a testing/synctest bubble with the poster). mu guards
+// the fields; the goroutine owns the message it is sending and leaving.
 type sendQueue struct {
 	mu      sync.Mutex
 	pending []*queuedSend
+	// leaving holds the handles of messages written to a backend that
+	// may still hold their packets (backend.Drainer): they complete once
+	// it has drained, which covers them. The goroutine's own.
+	leaving []*SendHandle
 	running bool
 	closed  bool
 	// failed is why the backend refused a message for good: that message,
@@ -69,11 +73,35 @@ func (sq *sendQueue) push(q *QP, m *queuedSend) error {
 	return nil
 }
 
-// run injects the queued messages in order until none is left.
+// run injects the queued messages in order until none is left, and
+// completes the handles of written ones once the backend has drained.
 func (sq *sendQueue) run(q *QP) {
+	drainer, _ := q.bqp.(backend.Drainer)
+	wait := sendRetryFirst
 	for {
+		if len(sq.leaving) > 0 {
+			if drained, err := drainer.Drained(); drained {
+				if err != nil {
+					err = fmt.Errorf("sdr: send: %w", err)
+				}
+				for _, h := range sq.leaving {
+					h.finish(err)
+				}
+				clear(sq.leaving)
+				sq.leaving, wait = sq.leaving[:0], sendRetryFirst
+			}
+		}
 		sq.mu.Lock()
-		if len(sq.pending) == 0 || sq.closed {
+		if sq.closed || sq.failed != nil || len(sq.pending) == 0 && len(sq.leaving) == 0 {
+			// Closed or broken: what was written may never leave.
+			err := sq.failed
+			if sq.closed {
+				err = fmt.Errorf("sdr: send: the QP closed before the message had left: %w", ErrClosed)
+			}
+			for _, h := range sq.leaving {
+				h.finish(err)
+			}
+			sq.leaving = nil
 			sq.running = false
 			if sq.idle != nil {
 				sq.idle.Broadcast()
@@ -81,12 +109,22 @@ func (sq *sendQueue) run(q *QP) {
 			sq.mu.Unlock()
 			return
 		}
+		if len(sq.pending) == 0 {
+			sq.mu.Unlock()
+			time.Sleep(wait) // written messages still leaving, nothing else to do
+			wait = min(2*wait, sendRetryMost)
+			continue
+		}
 		m := sq.pending[0]
 		sq.pending[0] = nil
 		sq.pending = sq.pending[1:]
 		sq.mu.Unlock()
 		err := sq.inject(q, m)
 		m.st.release(false) // its number is taken whatever happened
+		if err == nil && drainer != nil {
+			sq.leaving = append(sq.leaving, m.h)
+			continue
+		}
 		m.h.finish(err)
 	}
 }

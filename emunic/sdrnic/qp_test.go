@@ -103,10 +103,11 @@ func connectedPair(t *testing.T, cfg emunic.PipeConfig, opts sdrnic.Options, att
 // TestRCFullSendQueueWaits drops the receiver's ACKs until the RC
 // channel's send queue cannot take another message: the posts still
 // return (the SDK queues them), but only the messages the NIC's queue
-// took leave, and the next waits in the SDK's send queue, its handle
-// incomplete and none of its packets on the wire; once ACKs flow again
-// (the sender's timeouts resend, within its retry budget) every message
-// lands in its receive, in order.
+// took leave, the next waits in the SDK's send queue with none of its
+// packets on the wire, and no handle completes (on RC a send completes
+// once acknowledged); once ACKs flow again (the sender's timeouts resend,
+// within its retry budget) every send completes and every message lands
+// in its receive, in order.
 func TestRCFullSendQueueWaits(t *testing.T) {
 	acks, data := &gate{}, &gate{}
 	attr := sdr.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 8, MaxInFlightBytes: 8 * 8 * 1024}
@@ -141,15 +142,30 @@ func TestRCFullSendQueueWaits(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i, h := range sends[:4] { // 4 messages of 8 packets fit a 34-request queue
-		if err := h.Wait(ctx); err != nil {
-			t.Fatalf("send %d: %v", i, err)
+	// The fence: the four messages a 34-request queue takes (8 packets
+	// each) are on the wire. Their handles wait for the ACKs (RC).
+	for i := range uint32(4) {
+		for data.frames(i) < 8 {
+			if ctx.Err() != nil {
+				t.Fatalf("message %d: %d of 8 frames sent", i, data.frames(i))
+			}
+			time.Sleep(time.Millisecond)
 		}
 	}
-	if sends[4].Poll() || data.frames(4) != 0 {
-		t.Fatalf("the fifth message, beyond the NIC's full queue: complete %v, %d frames on the wire", sends[4].Poll(), data.frames(4))
+	for i, h := range sends {
+		if h.Poll() {
+			t.Fatalf("send %d complete (%v) before any ACK came", i, h.Err())
+		}
+	}
+	if data.frames(4) != 0 {
+		t.Fatalf("the fifth message, beyond the NIC's full queue: %d frames on the wire", data.frames(4))
 	}
 	acks.set(false)
+	for i, h := range sends {
+		if err := h.Wait(ctx); err != nil {
+			t.Fatalf("send %d once ACKs flow: %v", i, err)
+		}
+	}
 	for i, h := range hs {
 		for {
 			if imm, ok := h.Imm(); ok && h.Done() {

@@ -56,6 +56,7 @@ type Transport struct {
 var (
 	_ backend.RateLimiter       = (*Transport)(nil)
 	_ backend.CongestionCounter = (*Transport)(nil)
+	_ backend.Drainer           = (*Transport)(nil)
 )
 
 // TransportConfig plugs a backend's per-packet work into a Transport.
@@ -566,6 +567,23 @@ func (t *Transport) reapSendCompletions() error {
 			return nil
 		}
 	}
+}
+
+// Drained reports whether every channel QP's send queue is idle: every
+// packet written has been handed to the port, and on RC acknowledged
+// (backend.Drainer); a channel in the error state flushed what it held.
+func (t *Transport) Drained() (bool, error) {
+	for _, row := range t.chans {
+		for _, q := range row {
+			if s := q.State(); s == emunic.StateError {
+				return true, fmt.Errorf("%s: channel QP %#x is %v: its requests were flushed: %w", t.cfg.Name, q.QPN(), s, emunic.ErrInvalidState)
+			}
+			if !q.SendQueueIdle() {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
 }
 
 // Close removes the handlers and releases the channel QPs, the root

@@ -137,6 +137,20 @@ type RateLimiter interface {
 	SetRateLimit(bitsPerSecond float64) error
 }
 
+// Drainer is a QP whose Write may return before every packet of the
+// write left (a paced channel's packets wait for their tokens; an RC
+// channel's count once acknowledged). Why: a send's handle must not
+// report injection before it happened, and only the backend knows what
+// its channels still hold. Optional: without it a write is injected when
+// Write returns.
+type Drainer interface {
+	// Drained reports whether every packet of every write so far has
+	// left (on RC channels: been acknowledged), or an error when some
+	// never will (a channel broke and flushed them). It is cheap: a lock
+	// per channel.
+	Drained() (bool, error)
+}
+
 // CongestionCounter is a QP that counts the congestion notifications
 // (RoCEv2 CNPs) its channels received. Why: a reliability layer pacing
 // the path learns of a marked queue from them one round trip after the

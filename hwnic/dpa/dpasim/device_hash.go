@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "3f1b61c152f159582d60a58fc4f4d4380530d976cfe653077fa7a03c98f8d969"
+const deviceSourceHash = "618df643739e3c09f583bf5da8f7929570af4c063bb5fd71030bded5704bed04"
