@@ -404,15 +404,19 @@ func (s *sendObj) end() error {
 // and why a posted message failed (its QP broke or closed before it was
 // injected).
 func (s *sendObj) poll() (bool, error) {
-	switch {
-	case s.sent != nil && !s.sent.Poll(), s.sent == nil && !s.ended.Load():
+	if s.sent == nil { // a stream: complete once ended
+		if !s.ended.Load() {
+			return false, nil
+		}
+		table.drop(s.handle)
+		return true, nil
+	}
+	if !s.sent.Poll() {
 		return false, nil
 	}
 	table.drop(s.handle)
-	if s.sent != nil {
-		if err := s.sent.Err(); err != nil {
-			return true, fmt.Errorf("libsdr: send: %w", err)
-		}
+	if err := s.sent.Err(); err != nil {
+		return true, fmt.Errorf("libsdr: send: %w", err)
 	}
 	return true, nil
 }

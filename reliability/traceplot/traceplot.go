@@ -151,27 +151,30 @@ func Draw(events []reliability.TraceEvent, number uint64, dir, name string) (Tra
 	}
 	ms := func(at time.Time) float64 { return float64(at.Sub(tr.Start)) / 1e6 }
 	var first, coded, repairs, packets, timeouts plotter.XYs
-	rate := plotter.XYs{}
-	// The rate and round trip in force when the transfer started, then
-	// their changes.
+	// The rate and round trip in force when the transfer started (those
+	// traced at its start included), then their changes.
 	rate0, srtt0, rto0 := stateAt(events, tr.Start)
-	rate = append(rate, plotter.XY{Y: rate0 / 1e9})
+	rate := plotter.XYs{{Y: rate0 / 1e9}}
 	var srtt, rto plotter.XYs
 	if srtt0 > 0 {
 		srtt, rto = plotter.XYs{{Y: float64(srtt0) / 1e6}}, plotter.XYs{{Y: float64(rto0) / 1e6}}
 	}
 	for _, e := range events {
-		if e.Side != "sender" || !e.Time.After(tr.Start) || e.Time.After(end) {
+		if e.Side != "sender" || e.Time.Before(tr.Start) || e.Time.After(end) {
 			continue
 		}
 		x := ms(e.Time)
 		switch e.Kind {
 		case reliability.TraceRate:
-			rate = append(rate, plotter.XY{X: x, Y: e.Rate / 1e9})
+			if x > 0 {
+				rate = append(rate, plotter.XY{X: x, Y: e.Rate / 1e9})
+			}
 			continue
 		case reliability.TraceRTT:
-			srtt = append(srtt, plotter.XY{X: x, Y: float64(e.SRTT) / 1e6})
-			rto = append(rto, plotter.XY{X: x, Y: float64(e.RTO) / 1e6})
+			if x > 0 {
+				srtt = append(srtt, plotter.XY{X: x, Y: float64(e.SRTT) / 1e6})
+				rto = append(rto, plotter.XY{X: x, Y: float64(e.RTO) / 1e6})
+			}
 			continue
 		}
 		if e.Transfer != number {

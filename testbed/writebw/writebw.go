@@ -1013,7 +1013,7 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliab
 	if err := bs.SendJSON(verdict); err != nil {
 		return verified, failed, err
 	}
-	// The client closes first (closeOrderly): the receiver then hears its
+	// The client closes first (clientReliable): the receiver then hears its
 	// CLOSE and sends none back to QPs already gone, whose frames the
 	// client's port would hand to its kernel.
 	if _, err := bs.Recv(); err != nil && !errors.Is(err, io.EOF) {
