@@ -56,6 +56,7 @@ peer=$(cd "$peer" && pwd)
 [ -z "$json" ] || json=$(realpath -m "$json")
 [ -z "$keep" ] || keep=$(realpath -m "$keep")
 cd "$(dirname "$0")/.."
+. scripts/lib/bridge.sh
 [ -d "$peer/sdr-udp" ] && peer=$peer/sdr-udp
 [ -f "$peer/CMakeLists.txt" ] && [ -f "$peer/examples/sdr_test_sender.cpp" ] ||
 	{ echo "$peer: not the SDR_RDMA_UDP repository or its sdr-udp directory" >&2; exit 2; }
@@ -68,20 +69,11 @@ done
 [ -e /usr/include/isa-l/erasure_code.h ] || missing="$missing libisal-dev"
 [ -z "$missing" ] || { echo "missing:$missing (e.g. apt-get install$missing)" >&2; exit 2; }
 [ "$pin_cpus" = 0 ] || [ "$(nproc)" -ge 2 ] || { echo "-pin 1 needs two CPUs (-pin 0 runs on one)" >&2; exit 2; }
-bytes() { # 16M, 64MiB, 1G, 65536 -> bytes
-	local v=${1%iB} v2
-	v2=${v%[KkMmGg]}
-	case $v in
-	*[Kk]) echo $((v2 << 10)) ;; *[Mm]) echo $((v2 << 20)) ;; *[Gg]) echo $((v2 << 30)) ;; *) echo $((v)) ;;
-	esac
-}
-
-snd=sdrpc-snd-$$ rcv=sdrpc-rcv-$$ br=sdrpc-br-$$
 out=$(mktemp -d)
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-	for ns in "$snd" "$rcv" "$br"; do ip netns del "$ns" 2>/dev/null || true; done
+	bridge_down
 	[ -n "$keep" ] && { mkdir -p "$keep" && cp -r "$out"/. "$keep"/; }
 	rm -rf "$out"
 }
@@ -100,70 +92,8 @@ if [ -z "${SDR:-}" ]; then
 	go build -o "$SDR" ./cmd/sdr
 fi
 
-ip netns add "$snd"
-ip netns add "$rcv"
-ip netns add "$br"
-ip -n "$br" link add br0 type bridge
-ip link add veth0 numtxqueues 1 numrxqueues 1 mtu 1500 netns "$snd" type veth peer name p-snd mtu 1500 netns "$br"
-ip link add veth0 numtxqueues 1 numrxqueues 1 mtu 1500 netns "$rcv" type veth peer name p-rcv mtu 1500 netns "$br"
-ip -n "$snd" addr add 10.78.0.1/24 dev veth0
-ip -n "$rcv" addr add 10.78.0.2/24 dev veth0
-for p in p-snd p-rcv; do ip -n "$br" link set "$p" master br0 up; done
-ip -n "$br" link set br0 up
-for ns in "$snd" "$rcv"; do ip -n "$ns" link set veth0 up; ip -n "$ns" link set lo up; done
-ip netns exec "$snd" ping -c 1 -W 5 10.78.0.2 >/dev/null || { echo "the bridge does not forward" >&2; exit 1; }
+bridge_up "sdrpc-$$"
 
-# set_loss PERCENT: drop that share of UDP frames each way (1/10000 granularity).
-set_loss() {
-	local t
-	t=$(awk -v p="$1" 'BEGIN { printf "%d", p * 100 + 0.5 }')
-	ip netns exec "$br" nft -f - <<-EOF
-		table bridge sdrloss
-		delete table bridge sdrloss
-		table bridge sdrloss {
-			counter fwd_udp {}
-			counter fwd_drop {}
-			counter rev_udp {}
-			counter rev_drop {}
-			chain forward {
-				type filter hook forward priority 0; policy accept;
-				iifname "p-snd" meta l4proto udp counter name "fwd_udp"
-				iifname "p-snd" meta l4proto udp numgen random mod 10000 < $t counter name "fwd_drop" drop
-				iifname "p-rcv" meta l4proto udp counter name "rev_udp"
-				iifname "p-rcv" meta l4proto udp numgen random mod 10000 < $t counter name "rev_drop" drop
-			}
-		}
-	EOF
-}
-# nft_counters: the named counters as JSON, zeroed.
-nft_counters() {
-	ip netns exec "$br" nft -j reset counters table bridge sdrloss |
-		jq -c '[.nftables[] | select(.counter) | {(.counter.name): .counter.packets}] | add'
-}
-txp() { ip netns exec "$snd" cat /sys/class/net/veth0/statistics/tx_packets; }
-# rcvbuf: the receiver namespace's UDP RcvbufErrors (datagrams its sockets had no room for).
-rcvbuf() { ip netns exec "$rcv" awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["RcvbufErrors"] }' /proc/net/snmp; }
-wait_listen() { # PORT: until the receiver's TCP port listens (10 s)
-	for _ in $(seq 200); do
-		[ -n "$(ip netns exec "$rcv" ss -Hltn "sport = :$1")" ] && return 0
-		sleep 0.05
-	done
-	return 1
-}
-# timed NS TAG CMD...: runs CMD in NS under timeout and GNU time; output in
-# $dir/TAG.out, .err, .time (elapsed user sys exit).
-timed() {
-	local ns=$1 tag=$2 pin=()
-	shift 2
-	if [ "$pin_cpus" = 1 ]; then
-		pin=(taskset -c 0)
-		[ "$tag" = receiver ] && pin=(taskset -c 1)
-	fi
-	ip netns exec "$ns" "${pin[@]}" /usr/bin/time -q -o "$dir/$tag.time" -f '%e %U %S %x' \
-		timeout -k 2 "$run_timeout" "$@" >"$dir/$tag.out" 2>"$dir/$tag.err"
-}
-cpu() { [ -s "$dir/$1.time" ] && tail -1 "$dir/$1.time" | awk '{ printf "%.3f", $2 + $3 }' || echo null; }
-status() { [ -s "$dir/$1.time" ] && tail -1 "$dir/$1.time" | awk '{ print $4 }' || echo 255; }
 port=18600
 
 # run_one IMPL VARIANT SCHEME LOSS SIZE RUN: one transfer; appends a JSON line to $out/runs.jsonl.

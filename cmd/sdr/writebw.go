@@ -62,7 +62,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.JSON, "json", false, "print the result as JSON")
 	fs.StringVar(&f.Metrics, "metrics", "", "serve the emulated NICs' counters for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
 	pcapPath := fs.String("pcap", "", "write every frame this side's NIC sends and receives to this pcap `file` (Wireshark opens it; with -loopback the client's, which sees both directions)")
-	tracePath := fs.String("trace", "", "write every decision of this side's reliability engines to `file` (JSON Lines; with -loopback both sides'; sdr trace draws it); needs -scheme")
+	tracePath := fs.String("trace", "", "write every decision of this side's reliability engines to `file` (JSON Lines; with -loopback both sides'; sdr trace draws it); needs -scheme, but on a server, which takes the client's")
 	cpuProfile := fs.String("cpuprofile", "", "write this side's CPU profile to `file` (go tool pprof)")
 	cc := fs.Bool("cc", true, "RoCE congestion control on this side's emulated NIC: ECN marks, CNPs, DCQCN (-cc=false for experiments)")
 	fs.DurationVar(&f.BusyPoll, "busy-poll", xsk.DefaultBusyPoll, "how long -dev xsk polls an empty receive ring before it sleeps (0: never polls)")
@@ -107,8 +107,9 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *tracePath != "" {
-		if p.Scheme == "" || f.Flows != 1 {
-			fmt.Fprintln(stderr, "sdr write-bw: -trace needs -scheme and one flow")
+		// A server takes its scheme from the client.
+		if p.Scheme == "" && (f.Loopback || fs.NArg() == 1) || f.Flows != 1 {
+			fmt.Fprintln(stderr, "sdr write-bw: -trace needs -scheme (a server takes the client's) and one flow")
 			return exitUsage
 		}
 		file, err := os.Create(*tracePath)
