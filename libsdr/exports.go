@@ -388,6 +388,32 @@ func sdr_send_poll(handle *C.struct_sdr_send_handle, completed *C.int, st *C.str
 	return status(err)
 }
 
+//export sdr_qp_event_fd_get
+func sdr_qp_event_fd_get(qp *C.struct_sdr_qp, fd *C.int) C.int {
+	q, err := lookup[*qpObj](&table, uintptr(unsafe.Pointer(qp)), "qp")
+	if err == nil && fd == nil {
+		err = fmt.Errorf("libsdr: event fd: NULL fd: %w", sdr.ErrInvalid)
+	}
+	if err != nil {
+		return status(err)
+	}
+	n, err := q.events.get()
+	if err != nil {
+		return status(err)
+	}
+	*fd = C.int(n)
+	return C.SDR_SUCCESS
+}
+
+//export sdr_qp_event_ack
+func sdr_qp_event_ack(qp *C.struct_sdr_qp) C.int {
+	q, err := lookup[*qpObj](&table, uintptr(unsafe.Pointer(qp)), "qp")
+	if err != nil {
+		return status(err)
+	}
+	return status(q.events.ack())
+}
+
 //export sdr_last_error
 func sdr_last_error(buf *C.char, size C.size_t) C.size_t {
 	msg := lastErrorMessage()

@@ -118,10 +118,11 @@ func TestInstalledTree(t *testing.T) {
 			calls = append(calls, f[2])
 		}
 	}
-	// The SDK's 21 calls and our sdr_last_error, nothing else of ours.
+	// The SDK's 21 calls and our sdr_last_error, sdr_qp_event_ack and
+	// sdr_qp_event_fd_get, nothing else of ours.
 	want := []string{"sdr_context_create", "sdr_context_destroy", "sdr_last_error", "sdr_mr_dereg",
 		"sdr_mr_lkey_get", "sdr_mr_reg", "sdr_mr_rkey_get", "sdr_qp_connect", "sdr_qp_create", "sdr_qp_destroy",
-		"sdr_qp_info_get", "sdr_qp_info_size_get", "sdr_recv_bitmap_chunk_expand", "sdr_recv_bitmap_get",
+		"sdr_qp_event_ack", "sdr_qp_event_fd_get", "sdr_qp_info_get", "sdr_qp_info_size_get", "sdr_recv_bitmap_chunk_expand", "sdr_recv_bitmap_get",
 		"sdr_recv_complete", "sdr_recv_imm_get", "sdr_recv_post", "sdr_send_poll", "sdr_send_post",
 		"sdr_streaming_send_continue", "sdr_streaming_send_end", "sdr_streaming_send_start"}
 	if strings.Join(calls, " ") != strings.Join(want, " ") {

@@ -178,6 +178,10 @@ type qpObj struct {
 	handle uintptr
 	ctx    *contextObj
 	qp     *sdr.QP
+	events qpEvents
+	// recvNotify and sendNotify signal events; made once, not per post.
+	recvNotify func(*sdr.RecvHandle)
+	sendNotify func(*sdr.SendHandle)
 }
 
 func (q *qpObj) owner() *contextObj { return q.ctx }
@@ -199,6 +203,8 @@ func (c *contextObj) newQP(a qpAttr) (*qpObj, error) {
 	}
 	c.qps++
 	q := &qpObj{ctx: c, qp: qp}
+	q.recvNotify = func(*sdr.RecvHandle) { q.events.signal() }
+	q.sendNotify = func(*sdr.SendHandle) { q.events.signal() }
 	q.handle = table.add(q)
 	return q, nil
 }
@@ -220,7 +226,9 @@ func (q *qpObj) destroy() error {
 	q.ctx.mu.Lock()
 	q.ctx.qps--
 	q.ctx.mu.Unlock()
-	if err := q.qp.Close(); err != nil {
+	err := q.qp.Close()
+	q.events.close()
+	if err != nil {
 		return fmt.Errorf("libsdr: qp destroy: %w", err)
 	}
 	return nil
@@ -294,7 +302,7 @@ func (q *qpObj) postRecv(key uint32, addr uintptr, length int) (*recvObj, error)
 			return nil, fmt.Errorf("libsdr: recv post: %w", err)
 		}
 	}
-	h, err := q.qp.PostRecv(mr, off, length)
+	h, err := q.qp.PostRecvNotify(mr, off, length, q.recvNotify)
 	if err != nil {
 		return nil, err
 	}
@@ -353,7 +361,7 @@ func (q *qpObj) postSend(key uint32, addr uintptr, length int, remoteOffset uint
 			return nil, fmt.Errorf("libsdr: send post: %w", err)
 		}
 	}
-	sent, err := q.qp.PostSend(req)
+	sent, err := q.qp.PostSendNotify(req, q.sendNotify)
 	if err != nil {
 		return nil, err
 	}

@@ -570,17 +570,21 @@ func (q *QP) checkSend(req SendRequest) error {
 // SendHandle tracks a send. "Complete" means injected (every packet
 // handed to the NIC), not delivered: that is what the peer's bitmap says.
 type SendHandle struct {
-	done chan struct{}
-	err  error // set before done closes
+	done   chan struct{}
+	err    error             // set before done closes
+	notify func(*SendHandle) // PostSendNotify's, or nil
 }
 
 // newSendHandle returns a handle not yet complete.
 func newSendHandle() *SendHandle { return &SendHandle{done: make(chan struct{})} }
 
-// finish completes the handle with err.
+// finish completes the handle with err, then calls its notify.
 func (s *SendHandle) finish(err error) {
 	s.err = err
 	close(s.done)
+	if s.notify != nil {
+		s.notify(s)
+	}
 }
 
 // Poll reports whether the send is complete (injected, or failed: Err).
@@ -626,6 +630,16 @@ func (s *SendHandle) Wait(ctx context.Context) error {
 // transport) fails it and every message after it, and later posts. It
 // allocates a handle.
 func (q *QP) PostSend(req SendRequest) (*SendHandle, error) {
+	return q.PostSendNotify(req, nil)
+}
+
+// PostSendNotify is PostSend that also calls notify(h) once the send is
+// complete (Poll reports true when it runs): a caller with many sends
+// learns of completions without a goroutine per handle. notify runs on
+// the QP's send goroutine, or on the caller's in Close: it must return
+// quickly, must not block and must not call into the QP. nil notify is
+// PostSend.
+func (q *QP) PostSendNotify(req SendRequest, notify func(*SendHandle)) (*SendHandle, error) {
 	if err := q.checkSend(req); err != nil {
 		return nil, err
 	}
@@ -639,6 +653,7 @@ func (q *QP) PostSend(req SendRequest) (*SendHandle, error) {
 		return nil, err
 	}
 	m := &queuedSend{st: st, w: st.write(), h: newSendHandle()}
+	m.h.notify = notify
 	if req.Length > 0 {
 		m.w.Mem, m.w.Off, m.w.Length = req.MR.mem, req.Off, req.Length
 	}

@@ -25,8 +25,10 @@
  *
  * Environment read by sdr_context_create (the SDK benchmark's variables):
  *   SDR_QP_NUM_GENERATIONS   generations per QP (default 2)
- *   SDR_USE_UC_QP            1 (default): UC channel QPs; 0: RC channel QPs
- *                            (emulated NIC only)
+ *   SDR_USE_UC_QP            1: UC channel QPs; 0: RC channel QPs (emulated
+ *                            NIC only); unset: the SDK's default, RC (the
+ *                            SDK's sdr_write_bw.c reports RC unless --uc
+ *                            sets 1), except on "dpa:", which has UC only
  *   SDR_RECV_CTX_N_ROOT_MKEYS, SDR_RECV_CTX_ROOT_MKEY_ENTRIES_FACTOR
  *                            accepted; our backends keep one root mkey per
  *                            generation with one entry per message ID
@@ -60,8 +62,8 @@
  *     receive must not be read any more.
  *   sdr_context_create, sdr_qp_create, sdr_mr_reg, sdr_last_error: safe.
  */
-#ifndef SDR_H
-#define SDR_H
+#ifndef _SDR_H_ /* the SDK's guard: a program may test it */
+#define _SDR_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -82,7 +84,8 @@ enum sdr_errcode {
     SDR_RETRY = 2    /* not now: no slot, credit or queue room, or not yet */
 };
 
-/* Path MTU. The emulated NIC and RoCEv2 take 256 to 4096. */
+/* Path MTU. RoCEv2 (as ibv_mtu) starts at 256: sdr_qp_create refuses
+   SDR_MTU_64 and SDR_MTU_128, which the SDK's enum lists, with a message. */
 enum sdr_mtu {
     SDR_MTU_64,
     SDR_MTU_128,
@@ -242,6 +245,24 @@ int sdr_streaming_send_end(struct sdr_send_handle *handle);
 int sdr_send_poll(struct sdr_send_handle *handle, int *completed_flag,
                   struct sdr_send_status *status);
 
+/* Addition of this library, the counterpart of ibv_comp_channel for event
+   loops: *fd is a descriptor (an eventfd, non-blocking, close-on-exec) that
+   becomes readable when one of the QP's receives progresses (a chunk or the
+   immediate completes, or the message is longer than the buffer) or a
+   message sdr_send_post queued completes. A stream completes in
+   sdr_streaming_send_end, with no event. The first call creates it; events
+   before are not signalled, so poll the handles once after it. The QP owns
+   it: do not close it; sdr_qp_destroy does. Events coalesce: after one,
+   nothing more is written until sdr_qp_event_ack. A loop: wait for POLLIN
+   (epoll, poll), sdr_qp_event_ack, then poll the handles (sdr_send_poll,
+   sdr_recv_bitmap_get, sdr_recv_imm_get) -- an event after the ack wakes the
+   loop again, one before it is what that poll finds. */
+int sdr_qp_event_fd_get(struct sdr_qp *qp, int *fd);
+
+/* Addition of this library: empties the QP's event descriptor and re-arms
+   it (see sdr_qp_event_fd_get). SDR_ERROR before sdr_qp_event_fd_get. */
+int sdr_qp_event_ack(struct sdr_qp *qp);
+
 /* Addition of this library: copies the message of the last failed call (of
    any thread) into buf, NUL-terminated within size bytes, and returns its
    full length; 0 when nothing failed yet. */
@@ -251,4 +272,4 @@ size_t sdr_last_error(char *buf, size_t size);
 }
 #endif
 
-#endif /* SDR_H */
+#endif /* _SDR_H_ */

@@ -2,8 +2,8 @@
  * sdr_mr.h - memory registration of the SDR-RDMA SDK's C interface,
  * implemented by libsdr (see sdr.h). Declarations match the public SDK's.
  */
-#ifndef SDR_MR_H
-#define SDR_MR_H
+#ifndef _SDR_MR_H_ /* the SDK's guard */
+#define _SDR_MR_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -41,4 +41,4 @@ int sdr_mr_rkey_get(struct sdr_mr *mr, uint32_t *rkey);
 }
 #endif
 
-#endif /* SDR_MR_H */
+#endif /* _SDR_MR_H_ */

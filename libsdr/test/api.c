@@ -4,6 +4,8 @@
  * -Werror -pedantic as C and as C++ by libsdr's tests; exits 0 when every
  * check holds and prints the first that does not.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +157,70 @@ static void test_send_post(struct end *tx, struct end *rx)
     CHECK(memcmp(rx->buf, tx->buf, MSG) == 0);
     CHECK(sdr_recv_complete(rh) == SDR_SUCCESS);
     CHECK(sdr_recv_complete(rh) == SDR_ERROR);
+}
+
+/* test_events drives a message by the QPs' event descriptors alone, as an
+   event loop would: it waits in poll(2) on both, acks the one that woke
+   it, then polls its handles, until the send completed and the receive
+   has every chunk and the immediate. */
+static void test_events(struct end *tx, struct end *rx)
+{
+    struct sdr_recv_wr rwr;
+    struct sdr_recv_handle *rh = NULL;
+    struct sdr_send_wr swr;
+    struct sdr_send_handle *sh = NULL;
+    uint8_t *bitmap = NULL;
+    size_t nbytes = 0, i;
+    uint32_t imm = 0;
+    int txfd = -1, rxfd = -1, again = -1, sent = 0, arrived = 0, completed = 0;
+
+    CHECK(sdr_qp_event_ack(tx->qp) == SDR_ERROR); /* no descriptor yet */
+    CHECK(sdr_qp_event_fd_get(NULL, &txfd) == SDR_ERROR);
+    CHECK(sdr_qp_event_fd_get(tx->qp, NULL) == SDR_ERROR);
+    CHECK(sdr_qp_event_fd_get(tx->qp, &txfd) == SDR_SUCCESS && txfd >= 0);
+    CHECK(sdr_qp_event_fd_get(tx->qp, &again) == SDR_SUCCESS && again == txfd);
+    CHECK(sdr_qp_event_fd_get(rx->qp, &rxfd) == SDR_SUCCESS && rxfd >= 0 && rxfd != txfd);
+
+    for (i = 0; i < MSG; i++)
+        tx->buf[i] = (uint8_t)(i * 11 + 5);
+    memset(rx->buf, 0, MSG);
+    rwr.max_length = MSG;
+    rwr.lkey = rx->lkey;
+    rwr.address = (uint64_t)(uintptr_t)rx->buf;
+    CHECK(sdr_recv_post(rx->qp, &rwr, &rh) == SDR_SUCCESS);
+    CHECK(sdr_recv_bitmap_get(rh, &bitmap, &nbytes) == SDR_SUCCESS && nbytes == 2);
+    swr.opcode = SDR_WR_WRITE_WITH_IMM;
+    swr.imm_value = 0xE7E7u;
+    swr.length = MSG;
+    swr.lkey = tx->lkey;
+    swr.local_addr = (uint64_t)(uintptr_t)tx->buf;
+    swr.remote_offset = 0;
+    CHECK(sdr_send_post(tx->qp, &swr, &sh) == SDR_SUCCESS);
+    while (!sent || !arrived) {
+        struct pollfd fds[2];
+        fds[0].fd = txfd;
+        fds[0].events = POLLIN;
+        fds[1].fd = rxfd;
+        fds[1].events = POLLIN;
+        CHECK(poll(fds, 2, 10000) > 0); /* 10 s without an event: a lost wake-up */
+        if (fds[0].revents & POLLIN) {
+            CHECK(sdr_qp_event_ack(tx->qp) == SDR_SUCCESS);
+            if (!sent) {
+                int rc = sdr_send_poll(sh, &completed, NULL);
+                CHECK(rc != SDR_ERROR);
+                sent = rc == SDR_SUCCESS && completed == 1;
+            }
+        }
+        if (fds[1].revents & POLLIN) {
+            size_t done = 0;
+            CHECK(sdr_qp_event_ack(rx->qp) == SDR_SUCCESS);
+            for (i = 0; i < 11; i++)
+                done += (__atomic_load_n(&bitmap[i / 8], __ATOMIC_ACQUIRE) >> (i % 8)) & 1;
+            arrived = done == 11 && sdr_recv_imm_get(rh, &imm) == SDR_SUCCESS;
+        }
+    }
+    CHECK(imm == 0xE7E7u && memcmp(rx->buf, tx->buf, MSG) == 0);
+    CHECK(sdr_recv_complete(rh) == SDR_SUCCESS);
 }
 
 /* test_streaming sends a message in pieces, out of order, the first
@@ -364,6 +430,7 @@ int main(void)
         return 1;
     }
     test_send_post(&tx, &rx);
+    test_events(&tx, &rx);
     test_streaming(&tx, &rx);
     test_streaming_imm_without_first_packets(&tx, &rx);
     test_misuse(&tx, &rx);

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -854,9 +855,30 @@ func testAsyncPost(t *testing.T, e *env) {
 	release := e.im.hold()
 	defer release()
 	before := e.im.packets()
+	// PostSendNotify's notify runs once per handle, when it is complete.
+	var notified sync.Map // *sdr.SendHandle -> *atomic.Int32
+	var notifiedEarly atomic.Bool
+	notify := func(h *sdr.SendHandle) {
+		if !h.Poll() {
+			notifiedEarly.Store(true)
+		}
+		n, _ := notified.LoadOrStore(h, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+	}
+	checkNotified := func(what string, h *sdr.SendHandle) {
+		t.Helper()
+		n, ok := notified.Load(h)
+		if !ok || n.(*atomic.Int32).Load() != 1 || notifiedEarly.Load() {
+			calls := int32(0)
+			if ok {
+				calls = n.(*atomic.Int32).Load()
+			}
+			t.Errorf("%s: notify ran %d times (want once), before the handle was complete: %v", what, calls, notifiedEarly.Load())
+		}
+	}
 	var sends []*sdr.SendHandle
 	for i := range 2 {
-		h, err := sq.PostSend(sdr.SendRequest{MR: smr, Off: i * size, Length: size, Imm: 0xA5A0 + uint32(i), HasImm: true})
+		h, err := sq.PostSendNotify(sdr.SendRequest{MR: smr, Off: i * size, Length: size, Imm: 0xA5A0 + uint32(i), HasImm: true}, notify)
 		if err != nil {
 			t.Fatalf("post %d while the send engine is held: %v", i, err)
 		}
@@ -874,6 +896,13 @@ func testAsyncPost(t *testing.T, e *env) {
 			t.Fatalf("send %d: %v", i, err)
 		}
 	}
+	for i, h := range sends {
+		// notify runs after the handle completes: wait for it, bounded.
+		for _, ok := notified.Load(h); !ok && ctx.Err() == nil; _, ok = notified.Load(h) {
+			time.Sleep(time.Millisecond)
+		}
+		checkNotified(fmt.Sprintf("send %d", i), h)
+	}
 	for i, h := range recvs {
 		waitFor(t, "a posted message", h, func() bool { _, ok := h.Imm(); return h.Done() && ok })
 		if imm, _ := h.Imm(); imm != 0xA5A0+uint32(i) || !bytes.Equal(dst[i*size:(i+1)*size], src[i*size:(i+1)*size]) {
@@ -886,7 +915,7 @@ func testAsyncPost(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queued, err := sq.PostSend(sdr.SendRequest{MR: smr, Length: size, HasImm: true})
+	queued, err := sq.PostSendNotify(sdr.SendRequest{MR: smr, Length: size, HasImm: true}, notify)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -912,6 +941,7 @@ func testAsyncPost(t *testing.T, e *env) {
 	if err := queued.Wait(ctx); !errors.Is(err, sdr.ErrClosed) {
 		t.Errorf("a message queued behind the held one when the QP closed: %v, want ErrClosed", err)
 	}
+	checkNotified("the message Close failed", queued) // Close finished it before it returned
 	if err := first.Wait(ctx); err != nil {
 		t.Logf("the held message as the QP closed: %v", err) // its backend may have closed under it
 	}
