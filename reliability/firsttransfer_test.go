@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -80,4 +81,73 @@ func TestFirstTransfer(t *testing.T) {
 			})
 		})
 	}
+}
+
+// rateEvents collects the sender's rate changes (a Tracer; both engines
+// call it).
+type rateEvents struct {
+	mu    sync.Mutex
+	start time.Time
+	rates []reliability.TraceEvent
+}
+
+func (r *rateEvents) Trace(e reliability.TraceEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case e.Side != "sender":
+	case e.Kind == reliability.TraceStart && r.start.IsZero():
+		r.start = e.Time
+	case e.Kind == reliability.TraceRate:
+		r.rates = append(r.rates, e)
+	}
+}
+
+// TestStartupWithoutWholeChunks sends one 16 MiB EC MDS(32,8) transfer in
+// chunks of 64 packets over a 1 Gbit/s path with a 10 ms round trip and
+// 5 % loss, on synctest's clock: a chunk then arrives whole the first
+// time 3.7 % of the time, so ACKs are rare and startup sees almost no
+// delivery sample. Startup must still double its first rate (two initial
+// windows per round trip, 105 Mbit/s here) within 8 round trips of the
+// start and pass the path's rate within 16 (it takes 5.5 and 12.5).
+// Before, a round whose round-trip sample came early never ended
+// without an ACK, and a round without a delivery sample did not double:
+// the first doubling came after 24.5 round trips, 1 Gbit/s after 52.
+func TestStartupWithoutWholeChunks(t *testing.T) {
+	const rtt = 10 * time.Millisecond
+	synctest.Test(t, func(t *testing.T) {
+		lc, err := link.ParseConfig("rate=1Gbit,delay=5ms,loss=5%,queue=8MB")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: mustLink(t, lc, 7), BToA: mustLink(t, lc, 8)})
+		events := &rateEvents{}
+		cfg := reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}
+		cfg.Trace = events
+		e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), sdr.QPAttr{MTU: 1024, ChunkSize: 64 << 10}, cfg)
+		const size = 16 << 20
+		start := time.Now()
+		transfer(t, e, size, 1, 1)
+		t.Logf("%.0f Mbit/s", size*8/time.Since(start).Seconds()/1e6)
+		events.mu.Lock()
+		defer events.mu.Unlock()
+		first, doubled, passed := 0.0, time.Duration(-1), time.Duration(-1)
+		for _, r := range events.rates {
+			at := r.Time.Sub(events.start)
+			t.Logf("%6.1f ms: %5.0f Mbit/s (%s)", at.Seconds()*1e3, r.Rate/1e6, r.Reason)
+			switch {
+			case r.Reason == "startup: first round trip":
+				first = r.Rate
+			case first > 0 && doubled < 0 && r.Rate >= 1.9*first:
+				doubled = at
+			}
+			if first > 0 && passed < 0 && r.Rate >= 1e9 {
+				passed = at
+			}
+		}
+		if first == 0 || doubled < 0 || doubled > 8*rtt || passed < 0 || passed > 16*rtt {
+			t.Errorf("startup from %.0f Mbit/s doubled after %v and passed 1 Gbit/s after %v (-1: never): want 8 and 16 round trips of %v at most",
+				first/1e6, doubled, passed, rtt)
+		}
+	})
 }

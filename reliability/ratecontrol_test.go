@@ -240,8 +240,8 @@ func TestRateControlShares(t *testing.T) {
 
 // TestRateControlWithoutDeliveries: rounds whose ACKs cover no chunk
 // sent once (a lossy path's chunks of many packets are whole only after
-// a repair) tell the controller nothing: its rate neither collapses nor
-// climbs on them.
+// a repair) tell the controller no rate: in startup it doubles blind, up
+// to blindLead times its first rate and no further, and never collapses.
 func TestRateControlWithoutDeliveries(t *testing.T) {
 	rc := newRateControl(&Config{ChunkSize: 64 << 10, RTT: time.Millisecond})
 	now := time.Unix(1000, 0)
@@ -251,16 +251,45 @@ func TestRateControlWithoutDeliveries(t *testing.T) {
 		now = now.Add(250 * time.Microsecond)
 		rc.onAck(now, 0, 0, time.Millisecond, time.Millisecond)
 	}
-	if rc.rate != start {
-		t.Fatalf("rate %.1f Mbit/s after rounds without deliveries, started at %.1f", rc.rate/1e6, start/1e6)
+	if rc.rate != blindLead*start {
+		t.Fatalf("rate %.1f Mbit/s after rounds without deliveries, started at %.1f: want %d times that", rc.rate/1e6, start/1e6, blindLead)
 	}
 	// Fence: with deliveries the same rounds do move it.
+	start = rc.rate
 	for i := range 100 {
 		now = now.Add(250 * time.Microsecond)
 		rc.onAck(now, uint64(i), uint64(i), time.Millisecond, time.Millisecond)
 	}
 	if rc.rate == start {
 		t.Fatal("the rate did not move with deliveries either")
+	}
+}
+
+// TestRateControlFirstRateFollowsFloor: a connection's first round trip
+// taken while the receiver was busy (65 ms) sets a low first rate; while
+// nothing has been delivered, later samples that lower the floor raise
+// it to what the floor gives (two initial windows per round trip), and
+// once something was delivered they no longer do (startup's doubling
+// takes over).
+func TestRateControlFirstRateFollowsFloor(t *testing.T) {
+	rc := newRateControl(&Config{ChunkSize: 64 << 10, RTT: time.Millisecond})
+	now := time.Unix(1000, 0)
+	rc.onRTT(now, 65*time.Millisecond)
+	inflated := rc.rate
+	now = now.Add(time.Millisecond)
+	if !rc.onAck(now, 0, 0, 200*time.Microsecond, 65*time.Millisecond) {
+		t.Error("onAck did not report the rate it changed")
+	}
+	if want := 2 * initialWindow * 8 / 200e-6; rc.rate != want {
+		t.Fatalf("after a 0.2 ms sample with nothing delivered: %.0f Mbit/s (first %.0f), want %.0f", rc.rate/1e6, inflated/1e6, want/1e6)
+	}
+	// Fence: the rule saw the sample above; with a chunk delivered a
+	// lower floor leaves the rate to the rounds.
+	raised := rc.rate
+	now = now.Add(time.Millisecond)
+	rc.onAck(now, 1, 1, 100*time.Microsecond, 65*time.Millisecond)
+	if rc.rate != raised {
+		t.Errorf("a lower floor after a delivery moved the rate from %.0f to %.0f Mbit/s", raised/1e6, rc.rate/1e6)
 	}
 }
 

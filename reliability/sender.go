@@ -252,6 +252,9 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 			}
 		}
 	}
+	if due, ok := s.pingDue(); ok {
+		consider(due)
+	}
 	if until, ok := s.waitingUntil(); ok && s.live.gone == nil {
 		for _, at := range []time.Time{s.live.deadline(), s.nextKeepalive()} {
 			if at.Before(until) {
@@ -505,8 +508,8 @@ func (s *SenderEngine) handlePong(now time.Time, seq uint64) {
 	}
 	if len(s.active) > 0 && !s.rc.roundStart.IsZero() {
 		s.rateNews(now, sample) // a PING of pingForRTT, or a keepalive's, in a round
-	} else {
-		s.rc.onRTT(now, sample)
+	} else if s.rc.onRTT(now, sample) {
+		s.announceRate()
 	}
 	s.measured = true
 }
@@ -561,10 +564,23 @@ func (s *SenderEngine) announceRate() {
 // needed). A PING is timed whatever the data lost, and it waits in the
 // same queue; it costs one small datagram each way per round trip.
 func (s *SenderEngine) pingForRTT(now time.Time) {
-	if len(s.active) == 0 || s.live.gone != nil || !s.rc.wantsSample() || s.pings.last().After(s.rc.roundStart) {
-		return
+	if due, ok := s.pingDue(); ok && !now.Before(due) {
+		s.ping(now)
 	}
-	s.ping(now)
+}
+
+// pingDue returns when pingForRTT pings next (rateControl.sampleDue), if
+// it will: once per due moment (a PING at or after it answers it), while
+// a transfer is under way.
+func (s *SenderEngine) pingDue() (time.Time, bool) {
+	if len(s.active) == 0 || s.live.gone != nil {
+		return time.Time{}, false
+	}
+	due, ok := s.rc.sampleDue(s.srtt)
+	if !ok || !s.pings.last().Before(due) {
+		return time.Time{}, false
+	}
+	return due, true
 }
 
 // departure returns when n chunks handed over now will have left.

@@ -133,7 +133,7 @@ for loss in "${L[@]}"; do
 done
 
 jq -s --arg schemes "$schemes" '
-	def pct(p): sort | if length == 0 then null else .[((length - 1) * p) | ceil] end;
+	def pct(p): sort | if length == 0 then null else .[(length * p | ceil) - 1] end; # nearest rank
 	def med: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
 		else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 	group_by([.loss_pct, .scheme]) | map(
