@@ -17,9 +17,6 @@ import (
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-// VerbsPort is sdr_verbs's TCP port (verbs/sdr_verbs.c).
-const VerbsPort = 18517
-
 // Verbs is emunic's side of verbs/sdr_verbs.c: the active side performs
 // Op Iters times on a connected RC or UC QP, the passive side serves it;
 // buffers carry byte(i*7+3), immediates are 0x1000+iteration, and both
