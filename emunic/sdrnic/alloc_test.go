@@ -7,6 +7,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/backend/roce"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -31,11 +32,12 @@ func TestReceivePathAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	attr := backend.QPAttr{MTU: 1024, ChunkSize: 4096, MaxMessages: 4, SlotSize: 64 << 10, Generations: 2, Layout: wire.DefaultImmLayout}
-	q := &Transport{attr: attr, chans: [][]*emunic.QP{{ch}, {ch}}, slots: NewSlots(4)}
+	q := &Transport{attr: attr, chans: [][]*emunic.QP{{ch}, {ch}}, slots: roce.NewSlots(4)}
 	geo, _ := engine.NewGeometry(64<<10, 1024, 4096)
 	es, _ := engine.NewSlot(nil, geo, attr.Layout)
-	es.Activate(5, 1)
-	q.slots.s[1].Store(&Armed{Slot: es, notify: backend.Tokens(make(chan struct{}, 1)), Gen: 1, Entry: 5})
+	if _, err := q.slots.Arm(1, 5, 1, 5, backend.Tokens(make(chan struct{}, 1)), func() (*engine.Slot, error) { return es, nil }); err != nil {
+		t.Fatal(err)
+	}
 	h := newEngineHandler(q, 0)
 	var batch [1]emunic.CQE
 	k := 0

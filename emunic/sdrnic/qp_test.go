@@ -14,6 +14,7 @@ import (
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/backend/roce"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -210,26 +211,26 @@ func TestConnectRejectsBadInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, change := range map[string]func(*sdrnic.Info){
-		"uneven rows":          func(in *sdrnic.Info) { in.QPNs[1] = in.QPNs[1][:1] },
-		"no generations":       func(in *sdrnic.Info) { in.QPNs = nil },
-		"empty row":            func(in *sdrnic.Info) { in.QPNs = [][]uint32{{}, {}} },
-		"QPN 0":                func(in *sdrnic.Info) { in.QPNs[0][1] = 0 },
-		"QPN beyond 24 bits":   func(in *sdrnic.Info) { in.QPNs[0][0] = 1 << 24 },
-		"missing root key":     func(in *sdrnic.Info) { in.RootRKeys = in.RootRKeys[:1] },
-		"zero root key":        func(in *sdrnic.Info) { in.RootRKeys[1] = 0 },
-		"bases per gen":        func(in *sdrnic.Info) { in.RootBases = []uint64{0} },
-		"no GID":               func(in *sdrnic.Info) { in.GID = netip.Addr{} },
-		"huge slot size":       func(in *sdrnic.Info) { in.SlotSize = 1 << 62 },
-		"zero chunk size":      func(in *sdrnic.Info) { in.ChunkSize = 0 },
-		"bad layout":           func(in *sdrnic.Info) { in.Layout = "10/18/5" },
-		"17 generations":       func(in *sdrnic.Info) { in.QPNs = make([][]uint32, 17) },
-		"root entries":         func(in *sdrnic.Info) { in.RootEntries = 3 },
-		"unknown transport":    func(in *sdrnic.Info) { in.Transport = "ud" },
-		"MTU 1000":             func(in *sdrnic.Info) { in.MTU = 1000 },
-		"slots not power of 2": func(in *sdrnic.Info) { in.MaxMessages = 12 },
+	for name, change := range map[string]func(*roce.Info){
+		"uneven rows":          func(in *roce.Info) { in.QPNs[1] = in.QPNs[1][:1] },
+		"no generations":       func(in *roce.Info) { in.QPNs = nil },
+		"empty row":            func(in *roce.Info) { in.QPNs = [][]uint32{{}, {}} },
+		"QPN 0":                func(in *roce.Info) { in.QPNs[0][1] = 0 },
+		"QPN beyond 24 bits":   func(in *roce.Info) { in.QPNs[0][0] = 1 << 24 },
+		"missing root key":     func(in *roce.Info) { in.RootRKeys = in.RootRKeys[:1] },
+		"zero root key":        func(in *roce.Info) { in.RootRKeys[1] = 0 },
+		"bases per gen":        func(in *roce.Info) { in.RootBases = []uint64{0} },
+		"no GID":               func(in *roce.Info) { in.GID = netip.Addr{} },
+		"huge slot size":       func(in *roce.Info) { in.SlotSize = 1 << 62 },
+		"zero chunk size":      func(in *roce.Info) { in.ChunkSize = 0 },
+		"bad layout":           func(in *roce.Info) { in.Layout = "10/18/5" },
+		"17 generations":       func(in *roce.Info) { in.QPNs = make([][]uint32, 17) },
+		"root entries":         func(in *roce.Info) { in.RootEntries = 3 },
+		"unknown transport":    func(in *roce.Info) { in.Transport = "ud" },
+		"MTU 1000":             func(in *roce.Info) { in.MTU = 1000 },
+		"slots not power of 2": func(in *roce.Info) { in.MaxMessages = 12 },
 	} {
-		var in sdrnic.Info
+		var in roce.Info
 		if err := json.Unmarshal(good, &in); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/backend/roce"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -41,10 +42,10 @@ type Transport struct {
 	signal  int // RC: every signal-th request is signaled
 	started bool
 
-	slots *Slots
+	slots *roce.Slots
 
 	connMu sync.Mutex // serializes Connect
-	peer   atomic.Pointer[Peer]
+	peer   atomic.Pointer[roce.Peer]
 	broken atomic.Pointer[error] // a Connect that failed half-way, or a handler that stopped
 
 	sendMu sync.Mutex
@@ -126,7 +127,7 @@ func (d *Device) NewTransport(attr backend.QPAttr, cfg TransportConfig) (*Transp
 			cfg.Name, entries, attr.MaxMessages, attr.Generations, emunic.ErrInvalidArgument)
 	}
 	t := &Transport{d: d, cfg: cfg, attr: attr, typ: emunic.UC, entries: entries, byQPN: map[uint32]channelQP{},
-		slots: NewSlots(attr.MaxMessages), psn: 1}
+		slots: roce.NewSlots(attr.MaxMessages), psn: 1}
 	if d.opts.RC {
 		t.typ = emunic.RC
 		// One message's packets and carriers must fit a channel's queue
@@ -210,9 +211,9 @@ func (t *Transport) Start(handlers []Handler) error {
 // ChannelQP returns the channel QP of generation gen and channel ch.
 func (t *Transport) ChannelQP(gen, ch int) *emunic.QP { return t.chans[gen][ch] }
 
-// Info describes the local endpoint (sdrnic's Info, as JSON).
+// Info describes the local endpoint (roce.Info, as JSON).
 func (t *Transport) Info() ([]byte, error) {
-	in := Info{GID: t.d.dev.GID(), MAC: t.d.dev.MAC(), PSN: t.psn, MTU: t.attr.MTU, ChunkSize: t.attr.ChunkSize,
+	in := roce.Info{GID: t.d.dev.GID(), MAC: t.d.dev.MAC(), PSN: t.psn, MTU: t.attr.MTU, ChunkSize: t.attr.ChunkSize,
 		MaxMessages: t.attr.MaxMessages, SlotSize: t.attr.SlotSize, Layout: t.attr.Layout.String(),
 		RootEntries: t.entries, Transport: transportName(t.typ)}
 	for g, row := range t.chans {
@@ -227,8 +228,8 @@ func (t *Transport) Info() ([]byte, error) {
 }
 
 // geometry is what the peer's Info must match.
-func (t *Transport) geometry() Geometry {
-	return Geometry{MTU: t.attr.MTU, ChunkSize: t.attr.ChunkSize, MaxMessages: t.attr.MaxMessages,
+func (t *Transport) geometry() roce.Geometry {
+	return roce.Geometry{MTU: t.attr.MTU, ChunkSize: t.attr.ChunkSize, MaxMessages: t.attr.MaxMessages,
 		SlotSize: t.attr.SlotSize, Generations: t.attr.Generations, Channels: t.d.channels,
 		Layout: t.attr.Layout, Transport: transportName(t.typ)}
 }
@@ -244,7 +245,7 @@ func (t *Transport) Connect(remote []byte) error {
 	if t.peer.Load() != nil {
 		return fmt.Errorf("%s: connect: already connected: %w", t.cfg.Name, emunic.ErrInvalidState)
 	}
-	in, p, err := ParsePeer(remote, t.geometry())
+	in, p, err := roce.ParsePeer(remote, t.geometry())
 	if err != nil {
 		return fmt.Errorf("%s: connect: %w", t.cfg.Name, err)
 	}
@@ -379,7 +380,7 @@ func (t *Transport) Disarm(slot int) error {
 	if slot < 0 || slot >= t.slots.Len() {
 		return fmt.Errorf("%s: disarm slot %d: %w", t.cfg.Name, slot, emunic.ErrInvalidArgument)
 	}
-	return t.slots.Disarm(slot, func(a *Armed) error {
+	return t.slots.Disarm(slot, func(a *roce.Armed) error {
 		err := t.roots[a.Gen].SetSlot(a.Entry, nil)
 		t.quiesce()
 		return err
@@ -430,7 +431,7 @@ func (t *Transport) Write(w *backend.Write) error {
 		}
 		region = len(m.mr.Bytes())
 	}
-	packets, err := CheckWrite(w, t.attr, t.entries, region)
+	packets, err := roce.CheckWrite(w, t.attr, t.entries, region)
 	if err != nil {
 		return fmt.Errorf("%s: write: %w", t.cfg.Name, err)
 	}

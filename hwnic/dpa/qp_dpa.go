@@ -17,9 +17,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/hwnic/dpa/hostmem"
 	"github.com/sdr-rdma/sdr/sdr/backend"
+	"github.com/sdr-rdma/sdr/sdr/backend/roce"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -70,10 +70,10 @@ type qp struct {
 	stop    chan struct{}
 	poller  sync.WaitGroup
 
-	slots *sdrnic.Slots
+	slots *roce.Slots
 
 	connMu   sync.Mutex
-	peer     atomic.Pointer[sdrnic.Peer]
+	peer     atomic.Pointer[roce.Peer]
 	broken   atomic.Pointer[error]
 	fenceSeq uint32 // the last fence marker sent; the handlers start at 0
 
@@ -110,7 +110,7 @@ func (dv *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 		return nil, fmt.Errorf("dpa: new QP: %w", err)
 	}
 	q := &qp{dv: dv, attr: attr, mem: mem, entries: entries, psn: 1, stop: make(chan struct{}),
-		slots: sdrnic.NewSlots(attr.MaxMessages),
+		slots: roce.NewSlots(attr.MaxMessages),
 		byQPN: map[uint32][2]int{}, need: make([]int, dv.channels)}
 	tmpl := make([]C.struct_sdr_rx_ctx, dv.channels)
 	l := attr.Layout
@@ -204,7 +204,7 @@ func (q *qp) pollNotifications() {
 // Info describes the receive QPs and root keys in sdrnic's format, so
 // that the peer may be any SDR backend speaking RoCEv2.
 func (q *qp) Info() ([]byte, error) {
-	in := sdrnic.Info{GID: q.dv.gid, MAC: q.dv.mac, PSN: wire.PSN(q.psn), MTU: q.attr.MTU, ChunkSize: q.attr.ChunkSize,
+	in := roce.Info{GID: q.dv.gid, MAC: q.dv.mac, PSN: wire.PSN(q.psn), MTU: q.attr.MTU, ChunkSize: q.attr.ChunkSize,
 		MaxMessages: q.attr.MaxMessages, SlotSize: q.attr.SlotSize, Layout: q.attr.Layout.String(),
 		RootEntries: q.entries, Transport: "uc", QPNs: q.rqpns, RootRKeys: q.rkeys}
 	return in.Marshal()
@@ -221,10 +221,10 @@ func (q *qp) Connect(remote []byte) error {
 	if q.peer.Load() != nil {
 		return errors.New("dpa: connect: already connected")
 	}
-	geo := sdrnic.Geometry{MTU: q.attr.MTU, ChunkSize: q.attr.ChunkSize, MaxMessages: q.attr.MaxMessages,
+	geo := roce.Geometry{MTU: q.attr.MTU, ChunkSize: q.attr.ChunkSize, MaxMessages: q.attr.MaxMessages,
 		SlotSize: q.attr.SlotSize, Generations: q.attr.Generations, Channels: q.dv.channels,
 		Layout: q.attr.Layout, Transport: "uc"}
-	in, p, err := sdrnic.ParsePeer(remote, geo)
+	in, p, err := roce.ParsePeer(remote, geo)
 	if err != nil {
 		return fmt.Errorf("dpa: connect: %w", err)
 	}
@@ -355,7 +355,7 @@ func (q *qp) Disarm(slot int) error {
 	if slot < 0 || slot >= q.slots.Len() {
 		return fmt.Errorf("dpa: disarm slot %d: out of range", slot)
 	}
-	if err := q.slots.Disarm(slot, func(a *sdrnic.Armed) error { return q.setEntry(int(a.Gen), a.Entry, 0, 0, 0) }); err != nil {
+	if err := q.slots.Disarm(slot, func(a *roce.Armed) error { return q.setEntry(int(a.Gen), a.Entry, 0, 0, 0) }); err != nil {
 		return fmt.Errorf("dpa: disarm slot %d: %w", slot, err)
 	}
 	return nil
@@ -381,7 +381,7 @@ func (q *qp) Write(w *backend.Write) error {
 		}
 		region = len(m.buf)
 	}
-	packets, err := sdrnic.CheckWrite(w, q.attr, q.entries, region)
+	packets, err := roce.CheckWrite(w, q.attr, q.entries, region)
 	if err != nil {
 		return fmt.Errorf("dpa: write: %w", err)
 	}

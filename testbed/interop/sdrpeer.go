@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/sdr"
+	"github.com/sdr-rdma/sdr/sdr/backend/roce"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -77,7 +77,7 @@ func parseSDRLine(s string) (sdrLine, error) {
 }
 
 // SDRPeer connects an SDR QP of the emulated NIC (one generation) to
-// sdr_verbs in SDR mode, translating between sdrnic.Info and the tool's
+// sdr_verbs in SDR mode, translating between roce.Info and the tool's
 // line, and returns the connected QP. The emunic side is passive (it
 // listens, readies its QP, then answers) unless Active.
 type SDRPeer struct {
@@ -95,7 +95,7 @@ func (p *SDRPeer) Connect(ctx context.Context, self netip.Addr, ready func() err
 	if err != nil {
 		return nil, err
 	}
-	var ours sdrnic.Info
+	var ours roce.Info
 	if err := json.Unmarshal(blob, &ours); err != nil {
 		return nil, err
 	}

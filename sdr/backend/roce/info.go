@@ -1,4 +1,10 @@
-package sdrnic
+// Package roce holds what an SDR QP does the same on any RoCE transport:
+// the endpoint description two QPs exchange (Info) and its checks, the
+// peer's receive entries it yields (Peer), the armed-receive table
+// (Slots) and the checks of a write before it is sent (CheckWrite).
+// emunic's SDR transport (emunic/sdrnic) and the BlueField-3 QP
+// (hwnic/dpa) share it; it imports no backend.
+package roce
 
 import (
 	"encoding/json"
