@@ -64,6 +64,7 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 	pcapPath := fs.String("pcap", "", "write every frame this side's NIC sends and receives to this pcap `file` (Wireshark opens it; with -loopback the client's, which sees both directions)")
 	tracePath := fs.String("trace", "", "write every decision of this side's reliability engines to `file` (JSON Lines; with -loopback both sides'; sdr trace draws it); needs -scheme, but on a server, which takes the client's")
 	cpuProfile := fs.String("cpuprofile", "", "write this side's CPU profile to `file` (go tool pprof)")
+	memProfile := fs.String("memprofile", "", "write this side's allocation profile to `file` when the run ends (go tool pprof -sample_index=alloc_space: where the memory of each connection comes from)")
 	cc := fs.Bool("cc", true, "RoCE congestion control on this side's emulated NIC: ECN marks, CNPs, DCQCN (-cc=false for experiments)")
 	fs.DurationVar(&f.BusyPoll, "busy-poll", xsk.DefaultBusyPoll, "how long -dev xsk polls an empty receive ring before it sleeps (0: never polls)")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -77,6 +78,13 @@ func runWriteBW(args []string, stdout, stderr io.Writer) int {
 			return exitFault
 		}
 		defer stop()
+	}
+	if *memProfile != "" {
+		defer func() {
+			if err := writeAllocProfile(*memProfile); err != nil {
+				fmt.Fprintf(stderr, "sdr write-bw: %v\n", err)
+			}
+		}()
 	}
 	p.ReliableChunk = p.ChunkSize
 	if p.ChunkSize == 0 {
@@ -170,6 +178,19 @@ func startCPUProfile(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		out.Close()
 	}, nil
+}
+
+// writeAllocProfile writes the allocations since the program started
+// (pprof's "allocs" profile) to path.
+func writeAllocProfile(path string) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	if err := errors.Join(pprof.Lookup("allocs").WriteTo(out, 0), out.Close()); err != nil {
+		return fmt.Errorf("memory profile: %w", err)
+	}
+	return nil
 }
 
 // shellCommand joins args into a line a shell runs as the same command,

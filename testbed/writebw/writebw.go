@@ -292,9 +292,9 @@ func writeBWSide(conn net.Conn, f *Options, server bool) (*Result, error) {
 	b := sdrnic.New(dev, sdrnic.Options{RC: f.Params.RC})
 	switch {
 	case f.Params.Scheme != "" && server:
-		return serveReliableResult(bs, b, &f.Params, f.Trace)
+		return serveReliableResult(bs, b, &f.Params, newReliablePatterns(f.Params.Size), f.Trace)
 	case f.Params.Scheme != "":
-		return clientReliableResult(bs, b, &f.Params, f.Trace)
+		return clientReliableResult(bs, b, &f.Params, newReliablePatterns(f.Params.Size), f.Trace)
 	case server:
 		return serveWriteBW(bs, b, &f.Params, desc, nic)
 	}
@@ -817,11 +817,15 @@ type ReliableResult struct {
 func reliableLoopback(f *Options, ln net.Listener, client, server *emunic.Device, toServer *link.Direction) (*Result, error) {
 	n := max(1, f.Flows)
 	flows := make([]*ReliableResult, n)
+	// One copy of the transfers' bytes for every flow and both sides (a
+	// transfer's size each): a copy per side and flow was a third of a
+	// flow's memory.
+	patterns := newReliablePatterns(f.Params.Size)
 	err := loopbackFlows(ln, n, &f.Params, func(bs *sdr.Bootstrap, p *Params) error {
-		_, err := serveReliableResult(bs, sdrnic.New(server, sdrnic.Options{}), p, f.Trace)
+		_, err := serveReliableResult(bs, sdrnic.New(server, sdrnic.Options{}), p, patterns, f.Trace)
 		return err
 	}, func(i int, bs *sdr.Bootstrap) (err error) {
-		flows[i], err = clientReliable(bs, sdrnic.New(client, sdrnic.Options{}), &f.Params, f.Trace)
+		flows[i], err = clientReliable(bs, sdrnic.New(client, sdrnic.Options{}), &f.Params, patterns, f.Trace)
 		return err
 	})
 	if err != nil {
@@ -926,8 +930,8 @@ const maxReliableWindow = 4
 
 // serveReliableResult is the server's side of a reliable run and its
 // result (what it verified).
-func serveReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (*Result, error) {
-	verified, failed, err := serveReliable(bs, b, p, trace)
+func serveReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, patterns reliablePatterns, trace reliability.Tracer) (*Result, error) {
+	verified, failed, err := serveReliable(bs, b, p, patterns, trace)
 	if err != nil {
 		return nil, err
 	}
@@ -937,8 +941,8 @@ func serveReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace 
 
 // clientReliableResult is the client's side of a reliable run and its
 // result.
-func clientReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (*Result, error) {
-	r, err := clientReliable(bs, b, p, trace)
+func clientReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, patterns reliablePatterns, trace reliability.Tracer) (*Result, error) {
+	r, err := clientReliable(bs, b, p, patterns, trace)
 	if err != nil {
 		return nil, err
 	}
@@ -948,7 +952,7 @@ func clientReliableResult(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace
 // serveReliable receives Warmup+Iterations transfers, checks each one's
 // bytes and immediate, sends the client the counts verified and failed,
 // and returns them; trace, if not nil, gets the receiver's decisions.
-func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (verified, failed int, err error) {
+func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, patterns reliablePatterns, trace reliability.Tracer) (verified, failed int, err error) {
 	sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
 	if err != nil {
 		return 0, 0, err
@@ -960,7 +964,6 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliab
 		return 0, 0, err
 	}
 	n := p.Warmup + p.Iterations
-	patterns := newReliablePatterns(p.Size)
 	// The receive buffers, one per reader that gets a transfer, written
 	// through and collected before the client connects, as perftest
 	// prepares its buffers: allocated under way, a 16 MiB buffer cost
@@ -1047,7 +1050,7 @@ type serverVerdict struct {
 // clientReliable sends Warmup+Iterations transfers and measures the
 // last Iterations of them; trace, if not nil, gets the sender's
 // decisions.
-func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace reliability.Tracer) (*ReliableResult, error) {
+func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, patterns reliablePatterns, trace reliability.Tracer) (*ReliableResult, error) {
 	sc, err := sdr.Open(b, sdr.DeviceAttr{Channels: p.Channels})
 	if err != nil {
 		return nil, err
@@ -1069,7 +1072,6 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, trace relia
 	n := p.Warmup + p.Iterations
 	stats := make([]reliability.Stats, n)
 	errs := make([]error, n)
-	patterns := newReliablePatterns(p.Size)
 	// The warm-up completes before the measured transfers begin (as
 	// perftest's iterations do), so that the measured span holds exactly
 	// the measured bytes: with transfers running side by side, a span
