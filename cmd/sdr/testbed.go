@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/caps"
 	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/metrics"
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/testbed/linkemu"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
@@ -60,6 +62,7 @@ type testbedFlags struct {
 	ipv6                       bool
 	timeout                    time.Duration
 	json, quiet                bool
+	trace                      string
 }
 
 func runTestbed(args []string, stdout, stderr io.Writer) int {
@@ -88,6 +91,7 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.out, "o", "testbed-report", "report `directory` (results.csv, results.json, report.md, plots); empty: none")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON instead of the table")
 	fs.BoolVar(&f.quiet, "q", false, "no progress lines")
+	fs.StringVar(&f.trace, "trace", "", "write every decision of each reliable point's engines to a JSON Lines file in `directory` (one per point: trace-N-SCHEME-SIZE.jsonl; sdr trace draws one)")
 	fs.StringVar(&f.metrics, "metrics", "", "serve metrics for Prometheus at `addr`/metrics during the run (e.g. :9100; port 0 picks one and prints it)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -130,6 +134,14 @@ func runTestbed(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "[%2d/%d] %-7s %-8s %d/%d completed, mean %.1f ms\n", p.Done, p.Total,
 			units.FormatBytes(int64(r.Size)), r.Scheme, r.Completed, r.Transfers, r.MeanMs)
 	}}
+	if f.trace != "" {
+		if err := os.MkdirAll(f.trace, 0o755); err != nil {
+			net.Close()
+			fmt.Fprintf(stderr, "sdr testbed: -trace: %v\n", err)
+			return exitFault
+		}
+		hooks.Trace = traceFiles(f.trace, stderr)
+	}
 	stopMetrics, err := serveTestbedMetrics(f.metrics, net, &hooks, stderr)
 	if err != nil {
 		net.Close()
@@ -202,6 +214,31 @@ func serveTestbedMetrics(addr string, net scenario.Network, hooks *scenario.Hook
 	}
 	hooks.Transfer = transfers.Observe
 	return func() { srv.Close() }, nil
+}
+
+// traceFiles is the testbed's Trace hook for -trace dir: a point's
+// engines write dir/trace-N-SCHEME-SIZE.jsonl, N counting the traced
+// points from 1 in the order they run (links, then sizes, then schemes,
+// as the report lists them). A file that cannot be made is reported and
+// its point runs untraced.
+func traceFiles(dir string, stderr io.Writer) func(link string, size int, scheme string) (reliability.Tracer, func()) {
+	n := 0
+	return func(link string, size int, scheme string) (reliability.Tracer, func()) {
+		n++
+		name := fmt.Sprintf("trace-%d-%s-%s.jsonl", n, strings.NewReplacer("(", "", ")", "", ",", "-").Replace(scheme), units.FormatBytes(int64(size)))
+		path := filepath.Join(dir, name)
+		file, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "sdr testbed: -trace: %v\n", err)
+			return nil, func() {}
+		}
+		tracer := reliability.NewJSONTracer(file)
+		return tracer, func() {
+			if err := errors.Join(tracer.Close(), file.Close()); err != nil {
+				fmt.Fprintf(stderr, "sdr testbed: -trace %s (link %s): %v\n", path, link, err)
+			}
+		}
+	}
 }
 
 // scenario is the default scenario or the file's, with the flags applied.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/hostnet"
 	"github.com/sdr-rdma/sdr/internal/privileged"
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 	"github.com/sdr-rdma/sdr/testbed/testbedtest"
 )
@@ -292,6 +294,53 @@ func TestTestbedMetrics(t *testing.T) {
 		`sdr_reliability_transfers_completed_total{scheme="ec"} 2`, `sdr_reliability_transfer_seconds_count{scheme="ec"} 2`} {
 		if !strings.Contains(w.body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, w.body)
+		}
+	}
+}
+
+// TestTestbedTrace runs two reliable schemes and the raw UC baseline
+// with -trace: each reliable point gets its own trace file, named by its
+// order, scheme and size, holding both engines' decisions for each of
+// its transfers; the baseline, which has no engines, gets none.
+func TestTestbedTrace(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := runSDR("testbed", "-carrier", "pipe", "-o", "", "-q", "-link", "delay=2ms,loss=2%",
+		"-s", "64KiB", "-n", "2", "-c", "4096", "-schemes", "uc,sr-nack,ec-xor(8,4)", "-trace", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{"trace-1-sr-nack-64KiB.jsonl", "trace-2-ec-xor8-4-64KiB.jsonl"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("trace files %v, want %v", names, want)
+	}
+	for _, name := range names {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := reliability.ReadTrace(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		count := map[string]int{}
+		for _, e := range events {
+			if e.Kind == reliability.TraceStart || e.Kind == reliability.TraceComplete {
+				count[e.Side+" "+string(e.Kind)]++
+			}
+		}
+		for _, k := range []string{"sender start", "sender complete", "receiver start", "receiver complete"} {
+			if count[k] != 2 {
+				t.Errorf("%s: %d %s events for 2 transfers (%d events in all)", name, count[k], k, len(events))
+			}
 		}
 	}
 }

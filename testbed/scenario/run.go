@@ -98,6 +98,11 @@ type Hooks struct {
 	// statistics (for the rc and uc baselines only Start and End) and
 	// whether it delivered the message whole and intact.
 	Transfer func(scheme string, st reliability.Stats, delivered bool)
+	// Trace, when set, is asked for a tracer for each measured point of a
+	// reliability scheme (its link, size and scheme): the tracer gets the
+	// decisions of that point's connection, and done is called once the
+	// point has finished. A nil tracer traces nothing.
+	Trace func(link string, size int, scheme string) (t reliability.Tracer, done func())
 }
 
 // calibrationTransfers is how many clean transfers of the largest size,
@@ -234,7 +239,13 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 			code = sc.Code
 		}
 		p.model = func(st reliability.Stats) (time.Duration, bool) { return predict(sc, lr, size, st) }
-		m, err = p.reliable(ctx, reliability.ReceiverConfig{Scheme: s, Code: code})
+		cfg := reliability.ReceiverConfig{Scheme: s, Code: code}
+		if hooks.Trace != nil {
+			var done func()
+			cfg.Trace, done = hooks.Trace(lr.Link, size, scheme)
+			defer done()
+		}
+		m, err = p.reliable(ctx, cfg)
 	}
 	if err != nil {
 		return row, err
