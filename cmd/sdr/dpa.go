@@ -18,8 +18,10 @@ Capacity planning for the BlueField-3 backend (hwnic/dpa): how many DPA
 threads receive the given rate, from the SDR-RDMA paper's measurements of
 DPA thread time (~0.65 µs per packet, ~0.4 µs per completed chunk; 16
 threads ≈ 15 Mpps at one-packet chunks, 22.9 Mpps at 16-packet chunks),
-and the same with the round trips to host memory that handler.c's
-window reads add.
+and the same with what handler.c adds (window reads and writebacks of host
+memory, the slot lock, each run's window setup), broken down per packet,
+with the messages that must arrive at once because a slot's packets take
+its lock one at a time. Guessed parameters are marked.
 Sizes take B, KiB, MiB suffixes.
 
 doctor walks the BlueField-3 backend's bring-up in order (device and
@@ -73,22 +75,55 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "target            %.1f Gbit/s in %d B packets = %.2f Mpps\n", *gbps, m0, paper.PacketsPerSecond/1e6)
 	fmt.Fprintf(stdout, "chunk             %d B = %d packets\n", c, paper.ChunkPackets)
 	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "", "paper's handler", "handler.c (reads host memory)")
-	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "thread time", fmt.Sprintf("%.3f µs per packet", paper.ThreadTime.Seconds()*1e6),
-		fmt.Sprintf("%.3f µs per packet", ours.ThreadTime.Seconds()*1e6))
-	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "per thread", fmt.Sprintf("%.3f Mpps", paper.PerThread/1e6), fmt.Sprintf("%.3f Mpps", ours.PerThread/1e6))
-	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "threads needed", fmt.Sprintf("%d (%.0f %% busy)", paper.Threads, 100*paper.Utilization),
-		fmt.Sprintf("%d (%.0f %% busy)", ours.Threads, 100*ours.Utilization))
+	row := func(name string, f func(p dpa.Plan) string) {
+		fmt.Fprintf(stdout, "%-18s%-22s%s\n", name, f(paper), f(ours))
+	}
+	us := func(d time.Duration) string { return fmt.Sprintf("%.3f µs", d.Seconds()*1e6) }
+	row("thread time", func(p dpa.Plan) string { return us(p.ThreadTime) + " per packet" })
+	row("  compute", func(p dpa.Plan) string { return us(p.Breakdown.Compute) })
+	row("  chunk's share", func(p dpa.Plan) string { return us(p.Breakdown.Chunk) })
+	row("  window reads", func(p dpa.Plan) string { return us(p.Breakdown.Reads) })
+	row("  writebacks", func(p dpa.Plan) string { return us(p.Breakdown.Writebacks) })
+	row("  run setup", func(p dpa.Plan) string { return us(p.Breakdown.Event) })
+	row("  slot lock", func(p dpa.Plan) string { return us(p.Breakdown.Lock) })
+	row("per thread", func(p dpa.Plan) string { return fmt.Sprintf("%.3f Mpps", p.PerThread/1e6) })
+	row("threads needed", func(p dpa.Plan) string { return fmt.Sprintf("%d (%.0f %% busy)", p.Threads, 100*p.Utilization) })
+	row("per message", func(p dpa.Plan) string {
+		if p.SlotHold == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f Mpps (lock held %s)", 1/p.SlotHold.Seconds()/1e6, us(p.SlotHold))
+	})
+	row("messages at once", func(p dpa.Plan) string {
+		if p.SlotHold == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%d arriving together", p.MessagesInFlight)
+	})
 	for i, p := range plans {
 		if !p.Fits {
 			fmt.Fprintf(stdout, "DOES NOT FIT      %s: a BlueField-3 DPA has %d threads\n", []string{"paper's handler", "handler.c"}[i], dpa.PaperCost.MaxThreads)
 		}
 	}
+	fmt.Fprintln(stdout, "\nhandler.c's parameters (a guess is measured nowhere yet: a BlueField-3 owner's measurements replace it):")
+	value := map[string]string{
+		"PerPacket": us(handler.PerPacket), "PerChunk": us(handler.PerChunk), "RoundTrip": us(handler.RoundTrip) + " (-rtt)",
+		"Writeback": us(handler.Writeback), "Event": us(handler.Event), "PacketsPerEvent": fmt.Sprint(handler.PacketsPerEvent),
+		"Lock": us(handler.Lock),
+		"ReadsPer*, WritebacksPer*": fmt.Sprintf("reads %d + %d/chunk, writebacks %d + %d/chunk",
+			handler.ReadsPerPacket, handler.ReadsPerChunk, handler.WritebacksPerPacket, handler.WritebacksPerChunk),
+	}
+	for _, src := range dpa.HandlerCostSources {
+		mark := ""
+		if src.Guess {
+			mark = "guess: "
+		}
+		fmt.Fprintf(stdout, "  %-20s %s  (%s%s)\n", src.Name, value[src.Name], mark, src.Source)
+	}
 	fmt.Fprintln(stdout, "\nassumptions:")
 	for _, a := range []string{
-		fmt.Sprintf("thread time %.2f µs per packet and %.2f µs per completed chunk, as the paper measured them on BlueField-3 (receive path only)",
-			dpa.PaperCost.PerPacket.Seconds()*1e6, dpa.PaperCost.PerChunk.Seconds()*1e6),
-		fmt.Sprintf("handler.c also waits out %d window reads of host memory per packet (the slot's state and length words) and %d per completed chunk (the notification consumer index), %.2f µs each (-rtt; a PCIe read round trip, not measured on a BlueField-3)",
-			handler.ReadsPerPacket, handler.ReadsPerChunk, handler.RoundTrip.Seconds()*1e6),
+		"the paper's handler kept its state in DPA memory; handler.c keeps the engine's words in host memory and reads and writes them through a window",
+		"a slot's packets take its lock one at a time: one message is received no faster than 1/(lock held) however many threads there are",
 		"threads scale linearly (the paper measured up to 16; 16 cores × 16 threads = 256 in all); a thread waiting on a read leaves its core to the others",
 		"the host's sends, the NIC's line rate and PCIe bandwidth are not limits here",
 		"every packet carries a full MTU; carriers and retransmissions add packets",

@@ -11,7 +11,8 @@ func TestDPAPlan(t *testing.T) {
 	if code := run([]string{"dpa", "plan", "-gbps", "400", "-mtu", "4KiB", "-chunk", "64KiB"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"12.21 Mpps", "16 packets", "0.675 µs", "2.325 µs", "9 (92 % busy)", "29 (98 % busy)", "assumptions:"} {
+	for _, want := range []string{"12.21 Mpps", "16 packets", "0.675 µs", "2.694 µs", "9 (92 % busy)", "33 (100 % busy)",
+		"window reads    0.000 µs              1.650 µs", "lock held 1.113 µs", "14 arriving together", "guess: a PCIe Gen5", "assumptions:"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -46,23 +46,50 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-// TestHandlerRoundTrips checks that the window reads of handler.c are
-// priced: 400 Gbit/s of 4 KiB packets in 16-packet chunks costs a thread
-// 0.675 µs + (2 + 1/16) × 0.8 µs = 2.325 µs per packet, so 29 threads
-// where the paper's model needs 9.
-func TestHandlerRoundTrips(t *testing.T) {
+// TestHandlerCost checks that what handler.c does beyond the paper's
+// handler is priced: 400 Gbit/s of 4 KiB packets in 16-packet chunks
+// costs a thread 0.675 µs (the paper's) + (2 + 1/16) × 0.8 µs of window
+// reads + (1 + 3/16) × 0.2 µs of writebacks + 2 µs / 64 of run setup +
+// 0.1 µs of slot lock = 2.694 µs per packet, so 33 threads where the
+// paper's model needs 9; the breakdown adds up to the thread time; and a
+// slot's lock, held 0.1 + 0.8 + (1 + 1/16) × 0.2 = 1.1125 µs a packet,
+// lets one message take 0.9 Mpps, so 14 messages must arrive at once.
+func TestHandlerCost(t *testing.T) {
 	p, err := HandlerCost.Plan(400e9, 4096, 64<<10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 2325 * time.Nanosecond; p.ThreadTime < want-time.Nanosecond || p.ThreadTime > want+time.Nanosecond {
-		t.Errorf("thread time %v, want %v", p.ThreadTime, want)
+	near := func(what string, got, want time.Duration) {
+		t.Helper()
+		if got < want-2*time.Nanosecond || got > want+2*time.Nanosecond {
+			t.Errorf("%s %v, want %v", what, got, want)
+		}
 	}
-	if p.Threads != 29 || !p.Fits {
-		t.Errorf("%d threads (fits %v), want 29", p.Threads, p.Fits)
+	near("thread time", p.ThreadTime, 2694*time.Nanosecond)
+	near("breakdown total", p.Breakdown.Total(), p.ThreadTime)
+	near("window reads", p.Breakdown.Reads, 1650*time.Nanosecond)
+	near("writebacks", p.Breakdown.Writebacks, 238*time.Nanosecond)
+	near("run setup", p.Breakdown.Event, 31*time.Nanosecond)
+	near("slot hold", p.SlotHold, 1113*time.Nanosecond)
+	if p.Threads != 33 || !p.Fits || p.MessagesInFlight != 14 {
+		t.Errorf("%d threads (fits %v), %d messages at once; want 33 and 14", p.Threads, p.Fits, p.MessagesInFlight)
 	}
 	if r, q := HandlerCost.Rate(16, 16), PaperCost.Rate(16, 16); !(r < q/3) {
 		t.Errorf("16 threads: %.2f Mpps with round trips, %.2f without: the reads cost nothing", r/1e6, q/1e6)
+	}
+	// The paper's model has no lock and no window operations.
+	if q, _ := PaperCost.Plan(400e9, 4096, 64<<10); q.SlotHold != 0 || q.Breakdown.Reads+q.Breakdown.Writebacks+q.Breakdown.Event+q.Breakdown.Lock != 0 {
+		t.Errorf("paper's plan %+v", q)
+	}
+	// Every guessed parameter is named in the sources table.
+	named := map[string]bool{}
+	for _, src := range HandlerCostSources {
+		named[src.Name] = true
+	}
+	for _, f := range []string{"PerPacket", "PerChunk", "RoundTrip", "Writeback", "Event", "PacketsPerEvent", "Lock"} {
+		if !named[f] {
+			t.Errorf("HandlerCostSources lacks %s", f)
+		}
 	}
 }
 
@@ -75,6 +102,9 @@ func TestPlanErrors(t *testing.T) {
 		if _, err := PaperCost.Plan(c.rate, c.mtu, c.chunk); !errors.Is(err, ErrPlan) {
 			t.Errorf("Plan(%g, %d, %d): %v", c.rate, c.mtu, c.chunk, err)
 		}
+	}
+	if _, err := (CostModel{PerPacket: 1, MaxThreads: 1, Writeback: -1}).Plan(1e9, 4096, 4096); !errors.Is(err, ErrPlan) {
+		t.Errorf("negative writeback: %v", err)
 	}
 	if _, err := (CostModel{PerPacket: 1, MaxThreads: 1, RoundTrip: -1}).Plan(1e9, 4096, 4096); !errors.Is(err, ErrPlan) {
 		t.Errorf("negative round trip: %v", err)
