@@ -186,6 +186,10 @@ type qpObj struct {
 
 func (q *qpObj) owner() *contextObj { return q.ctx }
 
+// release closes the QP's event descriptor when the QP's handle goes with
+// its context (sdr_context_destroy closes the QPs with the session).
+func (q *qpObj) release() { q.events.close() }
+
 // newQP creates a QP, within the context's QP budget.
 func (c *contextObj) newQP(a qpAttr) (*qpObj, error) {
 	attr, err := a.sdrAttr(c.env.Generations)
@@ -227,7 +231,7 @@ func (q *qpObj) destroy() error {
 	q.ctx.qps--
 	q.ctx.mu.Unlock()
 	err := q.qp.Close()
-	q.events.close()
+	q.release()
 	if err != nil {
 		return fmt.Errorf("libsdr: qp destroy: %w", err)
 	}

@@ -117,6 +117,7 @@ run_one() {
 			-scheme "$sch" "${code[@]}" -json 10.78.0.2 || true
 		tx1=$(txp) rb1=$(rcvbuf)
 		wait "$rpid" || true
+		pids=() # reaped: its PID may be reused
 		local el
 		el=$(jq -r '.reliable.elapsed_seconds // empty' "$dir/sender.out" 2>/dev/null || true)
 		[ -n "$el" ] && snd_ms=$(awk -v e="$el" 'BEGIN { printf "%.1f", e * 1000 }')
@@ -161,6 +162,7 @@ run_one() {
 		timed "$snd" sender "$psnd" --mode "$mode" 10.78.0.2 "$port" "$((port + 1000))" "$size" "$dir/sender.config" || true
 		tx1=$(txp) rb1=$(rcvbuf)
 		wait "$rpid" || true
+		pids=() # reaped: its PID may be reused
 		smsg=$(grep -ao 'Done in [0-9]* ms' "$dir/sender.out" | tail -1 || true)
 		[ -n "$smsg" ] && snd_ms=$(echo "$smsg" | awk '{ print $3 }')
 		rmsg=$(grep -ao 'Transfer completed in [0-9]* ms' "$dir/receiver.out" | tail -1 || true)

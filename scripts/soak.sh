@@ -87,6 +87,7 @@ run_one() {
 	timed "$snd" sender "$SDR" write-bw -a 10.78.0.1 -p "$port" -s "$bsize" -n 1 -w 0 -m 1024 -c 65536 \
 		-scheme "$scheme" -json -trace "$dir/sender.trace" 10.78.0.2 || true
 	wait "$rpid" || true
+	pids=() # reaped: its PID may be reused
 	local el
 	el=$(jq -r '.reliable.elapsed_seconds // empty' "$dir/sender.out" 2>/dev/null || true)
 	[ -n "$el" ] && snd_ms=$(awk -v e="$el" 'BEGIN { printf "%.1f", e * 1000 }')

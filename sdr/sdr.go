@@ -81,7 +81,7 @@ var (
 	// stream write runs past its message.
 	ErrTooLong = errors.New("sdr: message longer than allowed")
 	// ErrInvalid means an argument or attribute is out of range.
-	ErrInvalid = backend.ErrInvalid
+	ErrInvalid = errors.New("sdr: invalid argument")
 	// ErrNotConnected means the QP has not been connected to a peer.
 	ErrNotConnected = errors.New("sdr: QP not connected")
 	// ErrDone means the handle or stream was already completed or ended.

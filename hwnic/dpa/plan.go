@@ -138,7 +138,8 @@ func (m CostModel) Plan(rate float64, mtu, chunkSize int) (Plan, error) {
 		return Plan{}, fmt.Errorf("dpa: plan %g bit/s, packets of %d B, chunks of %d B: %w", rate, mtu, chunkSize, ErrPlan)
 	}
 	if m.PerPacket <= 0 || m.PerChunk < 0 || m.MaxThreads <= 0 || m.ReadsPerPacket < 0 || m.ReadsPerChunk < 0 || m.RoundTrip < 0 ||
-		m.WritebacksPerPacket < 0 || m.WritebacksPerChunk < 0 || m.Writeback < 0 || m.Event < 0 || m.PacketsPerEvent < 0 || m.Lock < 0 {
+		m.WritebacksPerPacket < 0 || m.WritebacksPerChunk < 0 || m.Writeback < 0 || m.Event < 0 || m.PacketsPerEvent < 0 || m.Lock < 0 ||
+		m.Event > 0 && m.PacketsPerEvent == 0 {
 		return Plan{}, fmt.Errorf("dpa: plan: cost model %+v: %w", m, ErrPlan)
 	}
 	p := Plan{PacketsPerSecond: rate / 8 / float64(mtu), ChunkPackets: chunkSize / mtu}
@@ -147,7 +148,10 @@ func (m CostModel) Plan(rate float64, mtu, chunkSize int) (Plan, error) {
 	p.ThreadTime = time.Duration(math.Round(perPacket * 1e9))
 	if m.Lock > 0 {
 		k := float64(p.ChunkPackets)
-		hold := m.Lock.Seconds() + m.RoundTrip.Seconds() + m.Writeback.Seconds()*(float64(m.WritebacksPerPacket)+1/k)
+		// Under the lock: the length word's read (one of the packet's
+		// reads), the packet's writebacks and the chunk flag's share.
+		hold := m.Lock.Seconds() + m.RoundTrip.Seconds()*float64(min(m.ReadsPerPacket, 1)) +
+			m.Writeback.Seconds()*(float64(m.WritebacksPerPacket)+1/k)
 		p.SlotHold = time.Duration(math.Round(hold * 1e9))
 		p.MessagesInFlight = max(1, int(math.Ceil(p.PacketsPerSecond*hold-1e-9)))
 	}

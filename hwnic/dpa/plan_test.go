@@ -106,6 +106,9 @@ func TestPlanErrors(t *testing.T) {
 	if _, err := (CostModel{PerPacket: 1, MaxThreads: 1, Writeback: -1}).Plan(1e9, 4096, 4096); !errors.Is(err, ErrPlan) {
 		t.Errorf("negative writeback: %v", err)
 	}
+	if _, err := (CostModel{PerPacket: 1, MaxThreads: 1, Event: 1}).Plan(1e9, 4096, 4096); !errors.Is(err, ErrPlan) {
+		t.Errorf("a run's setup shared by no packets: %v", err)
+	}
 	if _, err := (CostModel{PerPacket: 1, MaxThreads: 1, RoundTrip: -1}).Plan(1e9, 4096, 4096); !errors.Is(err, ErrPlan) {
 		t.Errorf("negative round trip: %v", err)
 	}

@@ -5,6 +5,7 @@
  * check holds and prints the first that does not.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,10 @@
 #include <sdr_mr.h>
 
 static int failures;
+
+/* rx_event_fd is the receiving QP's event descriptor (test_events), which
+   sdr_context_destroy must close with the QP. */
+static int rx_event_fd = -1;
 
 #define CHECK(cond)                                                              \
     do {                                                                         \
@@ -180,6 +185,7 @@ static void test_events(struct end *tx, struct end *rx)
     CHECK(sdr_qp_event_fd_get(tx->qp, &txfd) == SDR_SUCCESS && txfd >= 0);
     CHECK(sdr_qp_event_fd_get(tx->qp, &again) == SDR_SUCCESS && again == txfd);
     CHECK(sdr_qp_event_fd_get(rx->qp, &rxfd) == SDR_SUCCESS && rxfd >= 0 && rxfd != txfd);
+    rx_event_fd = rxfd;
 
     for (i = 0; i < MSG; i++)
         tx->buf[i] = (uint8_t)(i * 11 + 5);
@@ -438,6 +444,11 @@ int main(void)
     if (sdr_qp_destroy(tx.qp) || sdr_mr_dereg(tx.mr) || sdr_context_destroy(tx.ctx) ||
         sdr_context_destroy(rx.ctx)) {
         fprintf(stderr, "teardown failed\n");
+        return 1;
+    }
+    /* rx's QP went with its context: so did its event descriptor. */
+    if (rx_event_fd < 0 || fcntl(rx_event_fd, F_GETFD) != -1) {
+        fprintf(stderr, "event fd %d still open after sdr_context_destroy\n", rx_event_fd);
         return 1;
     }
     free(tx.buf);

@@ -20,11 +20,6 @@ import (
 // room): the caller may try again. The frontend returns it as sdr.ErrRetry.
 var ErrRetry = errors.New("sdr: resources temporarily exhausted, retry")
 
-// ErrInvalid means an argument is out of range: a write outside its
-// message, slot or memory, a slot armed twice. The frontend returns it as
-// sdr.ErrInvalid.
-var ErrInvalid = errors.New("sdr: invalid argument")
-
 // ErrPeerInfo means a peer's Info blob is malformed: it does not decode,
 // or a field is missing, zero, out of range or of the wrong shape.
 var ErrPeerInfo = errors.New("sdr: malformed peer info")

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 )
 
@@ -56,7 +55,7 @@ func (s *Slots) Arm(slot int, msgID, gen uint32, entry int, notify func(), prepa
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.s[slot].Load() != nil {
-		return nil, fmt.Errorf("slot %d still armed: %w", slot, backend.ErrInvalid)
+		return nil, fmt.Errorf("slot %d still armed: %w", slot, ErrInvalid)
 	}
 	es, err := prepare()
 	if err != nil {

@@ -1,10 +1,17 @@
 package roce
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sdr-rdma/sdr/sdr/backend"
 )
+
+// ErrInvalid means a write or an arm the QP refuses: outside its message,
+// slot or memory, or a slot armed twice. The SDK's frontend validates
+// these before they reach a backend, so this error says a caller skipped
+// that; it is deliberately not sdr.ErrInvalid.
+var ErrInvalid = errors.New("roce: invalid write or arm")
 
 // CheckWrite validates w, before anything of it is sent, for a QP of
 // attr whose peer has entries message IDs, with its payload in a region
@@ -16,16 +23,16 @@ func CheckWrite(w *backend.Write, attr backend.QPAttr, entries, region int) (int
 	switch {
 	case int(w.Gen) >= attr.Generations || w.MsgID >= uint32(entries) || w.Length < 0 || w.FirstPacket < 0:
 		return 0, fmt.Errorf("message %d generation %d, %d bytes at packet %d: %w",
-			w.MsgID, w.Gen, w.Length, w.FirstPacket, backend.ErrInvalid)
+			w.MsgID, w.Gen, w.Length, w.FirstPacket, ErrInvalid)
 	case w.FirstPacket > slotPackets || packets > slotPackets-w.FirstPacket:
 		return 0, fmt.Errorf("packets %d..%d beyond a %d-packet slot: %w",
-			w.FirstPacket, w.FirstPacket+packets, slotPackets, backend.ErrInvalid)
+			w.FirstPacket, w.FirstPacket+packets, slotPackets, ErrInvalid)
 	case w.Length > 0 && (w.Off < 0 || w.Off > region || w.Length > region-w.Off):
-		return 0, fmt.Errorf("[%d,+%d) outside a %d-byte region: %w", w.Off, w.Length, region, backend.ErrInvalid)
+		return 0, fmt.Errorf("[%d,+%d) outside a %d-byte region: %w", w.Off, w.Length, region, ErrInvalid)
 	}
 	for _, c := range w.Carriers {
 		if c < 0 || uint32(c) >= attr.Layout.MaxPackets() {
-			return 0, fmt.Errorf("carrier at packet %d: %w", c, backend.ErrInvalid)
+			return 0, fmt.Errorf("carrier at packet %d: %w", c, ErrInvalid)
 		}
 	}
 	return packets, nil
