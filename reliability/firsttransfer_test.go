@@ -109,7 +109,7 @@ func (r *rateEvents) Trace(e reliability.TraceEvent) {
 // time 3.7 % of the time, so ACKs are rare and startup sees almost no
 // delivery sample. Startup must still double its first rate (two initial
 // windows per round trip, 105 Mbit/s here) within 8 round trips of the
-// start and pass the path's rate within 16 (it takes 5.5 and 12.5).
+// start and pass the path's rate within 16 (it takes 4 and 10).
 // Before, a round whose round-trip sample came early never ended
 // without an ACK, and a round without a delivery sample did not double:
 // the first doubling came after 24.5 round trips, 1 Gbit/s after 52.
