@@ -41,8 +41,9 @@ func sdrFields(t *testing.T, tshark, path string, fields ...string) [][]string {
 // -pcap and reads it with tshark and contrib/wireshark/sdr.lua: every data
 // packet's message number, packet offset, nibble and chunk, and every
 // control datagram's type and transfer, are what this repository's own
-// decoders make of the same frame; the data packets number the first pass
-// plus the repairs the sender counted; no datagram is flagged malformed;
+// decoders make of the same frame; the data packets cover every packet
+// of the messages and number no more than the first pass plus the repairs
+// the sender counted; no datagram is flagged malformed;
 // and display filters select by SDR field. The committed Soft-RoCE
 // capture of SDR verbs decodes too.
 func TestWiresharkDissector(t *testing.T) {
@@ -69,7 +70,7 @@ func TestWiresharkDissector(t *testing.T) {
 	const mtu, chunkPackets = 1024, 4 // write-bw's defaults with -scheme
 	var p wire.Packet
 	var m control.Message
-	data, types := 0, map[string]int{}
+	data, types, packets := 0, map[string]int{}, map[[2]uint32]bool{}
 	for i, c := range frames {
 		row := rows[i]
 		if err := p.DecodeCaptured(c.LinkType, c.Data); err != nil {
@@ -79,6 +80,7 @@ func TestWiresharkDissector(t *testing.T) {
 		case p.ImmDt != nil:
 			data++
 			msg, offset, nibble := wire.DefaultImmLayout.Unpack(p.Imm())
+			packets[[2]uint32{msg, offset}] = true
 			want := []string{fmt.Sprint(msg), fmt.Sprint(offset), fmt.Sprintf("0x%02x", nibble), fmt.Sprint(int(offset) / chunkPackets)}
 			if strings.Join(row[:4], " ") != strings.Join(want, " ") {
 				t.Errorf("frame %d: dissector msg/offset/nibble/chunk %v, want %v", i+1, row[:4], want)
@@ -96,13 +98,21 @@ func TestWiresharkDissector(t *testing.T) {
 		}
 	}
 	rel := r.Reliable
-	if want := 3*(512<<10)/mtu + chunkPackets*rel.Resent + rel.PacketsResent; data != want {
-		t.Errorf("%d data packets dissected, want %d (first pass %d, %d chunks and %d packets repaired)", data, want, 3*(512<<10)/mtu, rel.Resent, rel.PacketsResent)
+	// Every packet of the three messages at least once, and no more
+	// packets than the first pass and the repairs the sender counted. (A
+	// counted repair can go unsent: one still in the sender's backlog or
+	// the NIC's pacer when its transfer completed is dropped there — a CI
+	// run under load captured 1 568 of 1 569.)
+	firstPass := 3 * (512 << 10) / mtu
+	want := firstPass + chunkPackets*rel.Resent + rel.PacketsResent
+	if len(packets) != firstPass || data > want {
+		t.Errorf("%d data packets dissected, %d different ones; want every one of the first pass's %d and at most %d (%d chunks and %d packets repaired)",
+			data, len(packets), firstPass, want, rel.Resent, rel.PacketsResent)
 	}
 	if types["cts"] == 0 || types["ack"] == 0 || types["pnack"]+types["nack"] == 0 {
 		t.Errorf("control datagrams by type %v: want CTS, ACK and NACKs in a lossy transfer", types)
 	}
-	t.Logf("%d data packets; control datagrams by type %v", data, types)
+	t.Logf("%d data packets (%d counted); control datagrams by type %v", data, want, types)
 	for filter, want := range map[string]int{`sdr.ctrl.type == "pnack"`: types["pnack"], `sdr.ctrl.type == "ack"`: types["ack"], "sdr.msg == 1": -1} {
 		out, err := exec.Command(tshark, "-X", "lua_script:"+dissector, "-r", path, "-Y", filter).Output()
 		n := strings.Count(string(out), "\n")
