@@ -12,6 +12,7 @@ import (
 	"github.com/sdr-rdma/sdr/collective/localring"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // newRing builds n ranks over pipes with hop's link on every hop.
@@ -114,9 +115,9 @@ func TestAllReduceLossy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, scheme := range []reliability.Scheme{reliability.SRNACK, reliability.EC} {
-		t.Run(scheme.String(), func(t *testing.T) {
-			ranks := newRing(t, 3, hop, reliability.ReceiverConfig{Scheme: scheme}, 256<<10)
+	for _, kind := range []scheme.Kind{scheme.SRNACK, scheme.EC} {
+		t.Run(kind.String(), func(t *testing.T) {
+			ranks := newRing(t, 3, hop, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: kind}}, 256<<10)
 			const elems = 300_000
 			bufs := make([][]byte, len(ranks))
 			for i := range bufs {

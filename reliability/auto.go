@@ -3,8 +3,8 @@ package reliability
 import (
 	"time"
 
-	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // choose is Auto's pick for a transfer of length bytes: the scheme and
@@ -14,61 +14,34 @@ import (
 // costs nothing more than SR-RTO on a clean path and finds every loss a
 // round trip after it on a lossy one (SR-RTO at 30 % loss took 3-5× as
 // long for the first transfer).
-func (e *Estimator) choose(length int) (Scheme, ec.Params) {
+func (e *Estimator) choose(length int) scheme.Scheme {
 	if length == 0 {
-		return SRRTO, ec.Params{}
+		return scheme.Scheme{Kind: scheme.SRRTO}
 	}
 	if e.total == 0 {
-		return SRNACK, ec.Params{}
+		return scheme.Scheme{Kind: scheme.SRNACK}
 	}
 	link := model.Link{Bandwidth: e.Bandwidth(), RTT: e.RTT(), Loss: min(e.Loss(), model.MaxLoss), ChunkSize: e.cfg.ChunkSize}
 	c, err := model.Choose(link, int64(length))
 	if err != nil {
-		return SRRTO, ec.Params{} // a link the models reject: the scheme without assumptions
+		return scheme.Scheme{Kind: scheme.SRRTO} // a link the models reject: the scheme without assumptions
 	}
-	if c.Scheme == model.SRRTO {
+	if c.Scheme.Kind == scheme.SRRTO {
 		// The model prefers SR-RTO to SR-NACK within its tolerance for
 		// sparing the NACKs, and times its timeout from the round trip
 		// of an empty path. Ours follows the smoothed round trip, which
 		// a queue stretches: behind one, a lost chunk waits many round
 		// trips for its timer where a NACK finds it in one (16 MiB over
 		// 1 Gbit/s at 5 % loss: SR-RTO 434 ms, SR-NACK 203).
-		return SRNACK, ec.Params{}
+		return scheme.Scheme{Kind: scheme.SRNACK}
 	}
-	return FromModel(c)
+	return c.Scheme
 }
 
-// ModelChoice returns the model's description of a scheme with code and
-// timeout factor alpha (the inverse of FromModel), for predictions beside
-// measurements, and false for Auto, which becomes one of the others per
-// transfer.
-func ModelChoice(s Scheme, code ec.Params, alpha float64) (model.Choice, bool) {
-	c := model.Choice{Alpha: alpha}
-	switch s {
-	case SRRTO:
-		c.Scheme = model.SRRTO
-	case SRNACK:
-		c.Scheme = model.SRNACK
-	case EC:
-		c.Scheme, c.K, c.M = model.ECMDS, code.K, code.M
-		if code.Kind == ec.XOR {
-			c.Scheme = model.ECXOR
-		}
-	case Hybrid:
-		c.Scheme, c.K, c.M = model.HybridMDS, code.K, code.M
-		if code.Kind == ec.XOR {
-			c.Scheme = model.HybridXOR
-		}
-	default:
-		return c, false
-	}
-	return c, true
-}
-
-// ModelChoice is the plan's model description (ModelChoice, with the
-// model's default alpha).
-func (p Plan) ModelChoice() (model.Choice, bool) {
-	return ModelChoice(p.Scheme, p.Code, model.DefaultAlpha)
+// ModelChoice is the plan's scheme as reliability/model takes it, with the
+// model's default alpha.
+func (p Plan) ModelChoice() model.Choice {
+	return model.Choice{Scheme: p.Scheme, Alpha: model.DefaultAlpha}
 }
 
 // ModelLink is the link reliability/model sees for p's transfers over a
@@ -84,7 +57,7 @@ func (p Plan) ModelLink(packetLoss, bandwidth float64, rtt time.Duration) (model
 		return model.Link{}, err
 	}
 	l := model.Link{Bandwidth: bandwidth, RTT: rtt, Loss: min(loss, model.MaxLoss), ChunkSize: p.ChunkSize}
-	if !p.Scheme.coded() && packets > 1 && packets <= 64 {
+	if !p.Scheme.Coded() && packets > 1 && packets <= 64 {
 		repair, err := model.PacketRepairLoss(packetLoss, packets)
 		if err != nil {
 			return model.Link{}, err
@@ -92,21 +65,4 @@ func (p Plan) ModelLink(packetLoss, bandwidth float64, rtt time.Duration) (model
 		l.RepairLoss = min(repair, model.MaxLoss)
 	}
 	return l, nil
-}
-
-// FromModel maps a model choice to a scheme and code.
-func FromModel(c model.Choice) (Scheme, ec.Params) {
-	switch c.Scheme {
-	case model.SRNACK:
-		return SRNACK, ec.Params{}
-	case model.ECMDS:
-		return EC, ec.Params{Kind: ec.MDS, K: c.K, M: c.M}
-	case model.ECXOR:
-		return EC, ec.Params{Kind: ec.XOR, K: c.K, M: c.M}
-	case model.HybridMDS:
-		return Hybrid, ec.Params{Kind: ec.MDS, K: c.K, M: c.M}
-	case model.HybridXOR:
-		return Hybrid, ec.Params{Kind: ec.XOR, K: c.K, M: c.M}
-	}
-	return SRRTO, ec.Params{}
 }

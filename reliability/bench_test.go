@@ -11,6 +11,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/emunictest"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -51,10 +52,10 @@ func BenchmarkPipeTransfer(b *testing.B) {
 				rawMessage(b, sq, rq, srcMR, dstMR, uint32(i))
 			})
 		})
-		for _, scheme := range []reliability.Scheme{reliability.SRRTO, reliability.SRNACK, reliability.EC} {
-			b.Run(fmt.Sprintf("chunk=%dKiB/%v", chunk>>10, scheme), func(b *testing.B) {
+		for _, kind := range []scheme.Kind{scheme.SRRTO, scheme.SRNACK, scheme.EC} {
+			b.Run(fmt.Sprintf("chunk=%dKiB/%v", chunk>>10, kind), func(b *testing.B) {
 				pa, pb := emunic.NewPipe(emunic.PipeConfig{})
-				e := connectPair(b, pa, pb, gidA, gidB, attr, reliability.ReceiverConfig{Scheme: scheme})
+				e := connectPair(b, pa, pb, gidA, gidB, attr, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: kind}})
 				ctx := context.Background()
 				measureTransfers(b, size/mtu, func(i int) {
 					done := make(chan error, 1)

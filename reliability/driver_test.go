@@ -19,6 +19,7 @@ import (
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 )
@@ -173,19 +174,16 @@ func tryTransfer(e endpoints, size int, imm uint32, seed uint64) (sent, recvd re
 // machine's speed or load.
 func TestDriversOverLossyPipe(t *testing.T) {
 	schemes := []reliability.ReceiverConfig{
-		{Scheme: reliability.SRRTO},
-		{Scheme: reliability.SRNACK},
-		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
-		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 16, M: 4}},
-		{Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
-		{Scheme: reliability.Auto},
+		{Scheme: scheme.Scheme{Kind: scheme.SRRTO}},
+		{Scheme: scheme.Scheme{Kind: scheme.SRNACK}},
+		{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
+		{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.XOR, K: 16, M: 4}}},
+		{Scheme: scheme.Scheme{Kind: scheme.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
+		{Scheme: scheme.Scheme{Kind: scheme.Auto}},
 	}
 	for _, loss := range []float64{0, 0.001, 0.01, 0.05} {
 		for _, cfg := range schemes {
 			name := fmt.Sprintf("%v/loss=%v", cfg.Scheme, loss)
-			if cfg.Scheme.String() == "ec" {
-				name = fmt.Sprintf("%v-%v/loss=%v", cfg.Scheme, cfg.Code, loss)
-			}
 			t.Run(name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					cfg.RTT = 10 * time.Millisecond
@@ -290,8 +288,8 @@ func (q refusingQP) CongestionNotifications() uint64 {
 // then carries the next transfer.
 func TestDriverSendBacklog(t *testing.T) {
 	for _, cfg := range []reliability.ReceiverConfig{
-		{Scheme: reliability.SRNACK},
-		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
+		{Scheme: scheme.Scheme{Kind: scheme.SRNACK}},
+		{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
 	} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			r := &refusal{}
@@ -366,7 +364,7 @@ func TestDriverSendBacklog(t *testing.T) {
 // TestDriverRejects: lengths that differ fail both sides and the next
 // transfer still matches; oversized buffers fail before anything is sent.
 func TestDriverRejects(t *testing.T) {
-	e := pipePair(t, 0, 0, 1, reliability.ReceiverConfig{Scheme: reliability.SRRTO})
+	e := pipePair(t, 0, 0, 1, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRRTO}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -405,7 +403,7 @@ func TestDriverCancel(t *testing.T) {
 	ba.SetRule(dropData)
 	pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
 	e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
-		testQPAttr, reliability.ReceiverConfig{Config: reliability.Config{RTT: time.Millisecond}, Scheme: reliability.SRRTO})
+		testQPAttr, reliability.ReceiverConfig{Config: reliability.Config{RTT: time.Millisecond}, Scheme: scheme.Scheme{Kind: scheme.SRRTO}})
 	read := func(n int) chan error {
 		errc := make(chan error, 1)
 		go func() {
@@ -452,10 +450,10 @@ func TestDriverCancel(t *testing.T) {
 // machine's speed or load.
 func TestDriversLargeMessages(t *testing.T) {
 	for _, cfg := range []reliability.ReceiverConfig{
-		{Scheme: reliability.SRNACK},
-		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}},
-		{Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.XOR, K: 32, M: 8}},
-		{Scheme: reliability.Auto},
+		{Scheme: scheme.Scheme{Kind: scheme.SRNACK}},
+		{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}},
+		{Scheme: scheme.Scheme{Kind: scheme.Hybrid, Code: ec.Params{Kind: ec.XOR, K: 32, M: 8}}},
+		{Scheme: scheme.Scheme{Kind: scheme.Auto}},
 	} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -482,7 +480,7 @@ func TestDriversLargeMessages(t *testing.T) {
 // On synctest's fake clock: what it shows does not depend on the
 // machine's speed or load.
 func TestDriverConcurrentTransfers(t *testing.T) {
-	for _, cfg := range []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}, {Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 8, M: 2}}} {
+	for _, cfg := range []reliability.ReceiverConfig{{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, {Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.XOR, K: 8, M: 2}}}} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg.RTT = 10 * time.Millisecond
@@ -537,7 +535,7 @@ func TestDriverConcurrentTransfers(t *testing.T) {
 // sockets on loopback addresses of this package's own): the same code over
 // another port, with the kernel's buffers as the only loss.
 func TestDriversOverUDP(t *testing.T) {
-	for _, cfg := range []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}} {
+	for _, cfg := range []reliability.ReceiverConfig{{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, {Scheme: scheme.Scheme{Kind: scheme.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}}} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			a, b := netip.MustParseAddr("127.0.3.1"), netip.MustParseAddr("127.0.3.2")
 			pa, err := udp.NewPort(a)
@@ -588,7 +586,7 @@ func TestPacesToBottleneck(t *testing.T) {
 				ab, ba := mustLink(t, cfg, tc.seed), mustLink(t, cfg, tc.seed+1)
 				pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: ab, BToA: ba})
 				e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
-					sdr.QPAttr{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
+					sdr.QPAttr{}, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
 				start := time.Now()
 				sent, _ := transfer(t, e, size, 1, 1)
 				el := time.Since(start)
@@ -637,9 +635,9 @@ func TestRepairsByPacket(t *testing.T) {
 		cfg    reliability.ReceiverConfig
 		parity int // packets of parity per transfer
 	}{
-		{"sr-nack", reliability.ReceiverConfig{Scheme: reliability.SRNACK}, 0},
-		{"sr-rto", reliability.ReceiverConfig{Scheme: reliability.SRRTO}, 0},
-		{"ec-mds(32,8)", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}, size / mtu / 4},
+		{"sr-nack", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, 0},
+		{"sr-rto", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRRTO}}, 0},
+		{"ec-mds(32,8)", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}}, size / mtu / 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -682,7 +680,7 @@ func TestQueuedTransferWaitsItsTurn(t *testing.T) {
 			t.Fatal(err)
 		}
 		pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: mustLink(t, cfg, 1), BToA: mustLink(t, cfg, 2)})
-		rcfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: time.Second}, Scheme: reliability.SRNACK}
+		rcfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: time.Second}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}}
 		e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), sdr.QPAttr{}, rcfg)
 		const n, size = 3, 8 << 20
 		ctx := context.Background()

@@ -10,28 +10,20 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // schemes under test, with small codes so that 8-chunk messages span
 // several submessages and a shortened last one.
 var testSchemes = []struct {
 	name   string
-	scheme reliability.Scheme
-	code   ec.Params
+	scheme scheme.Scheme
 }{
-	{"sr-rto", reliability.SRRTO, ec.Params{}},
-	{"sr-nack", reliability.SRNACK, ec.Params{}},
-	{"ec-mds(3,2)", reliability.EC, ec.Params{Kind: ec.MDS, K: 3, M: 2}},
-	{"ec-xor(4,2)", reliability.EC, ec.Params{Kind: ec.XOR, K: 4, M: 2}},
-	{"hybrid-mds(4,1)", reliability.Hybrid, ec.Params{Kind: ec.MDS, K: 4, M: 1}},
-}
-
-func schemeConfig(scheme reliability.Scheme, code ec.Params) reliability.ReceiverConfig {
-	c := reliability.ReceiverConfig{Scheme: scheme}
-	if code.K > 0 {
-		c.Code = code
-	}
-	return c
+	{"sr-rto", scheme.Scheme{Kind: scheme.SRRTO}},
+	{"sr-nack", scheme.Scheme{Kind: scheme.SRNACK}},
+	{"ec-mds(3,2)", scheme.MustParse("ec-mds(3,2)")},
+	{"ec-xor(4,2)", scheme.MustParse("ec-xor(4,2)")},
+	{"hybrid-mds(4,1)", scheme.MustParse("hybrid-mds(4,1)")},
 }
 
 // firstPassLoss drops the first transmission of the chunks in mask: data
@@ -65,7 +57,7 @@ func TestEveryFirstPassLossPattern(t *testing.T) {
 				if chunks == 0 {
 					length = 0
 				}
-				cfg := schemeConfig(sc.scheme, sc.code)
+				cfg := reliability.ReceiverConfig{Scheme: sc.scheme}
 				probe := newHarness(t, cfg, lossless)
 				total := chunks + probe.r.Plan(length).ParityChunks()
 				for mask := uint64(0); mask < 1<<total; mask++ {
@@ -81,7 +73,7 @@ func TestEveryFirstPassLossPattern(t *testing.T) {
 					rtt := 2 * testDelay
 					rto := 3 * rtt
 					bound := 2*rtt + rto + time.Millisecond // the first pass plus one repair round, with slack
-					if sc.scheme == reliability.EC || sc.scheme == reliability.Hybrid {
+					if sc.scheme.Coded() {
 						bound += rtt + rto // the fallback timeout (and a probe) come before the repair
 						if lastSubmessageLost(probe.r.Plan(length), mask) {
 							// Nothing shows the first pass reached it: the
@@ -149,7 +141,7 @@ func TestLostControlMessages(t *testing.T) {
 							}
 							control := controlFate(ls, lr, variant.dup, variant.reorder)
 							data := firstPassLoss(8, dataLoss)
-							h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+							h := newHarness(t, reliability.ReceiverConfig{Scheme: sc.scheme}, func(p packet) (int, time.Duration) {
 								if p.kind == toSender || p.kind == toReceiver {
 									return control(p)
 								}
@@ -191,7 +183,7 @@ func TestCompletionLearnedWithinRTT(t *testing.T) {
 				var h *harness
 				completing, afterFin := 0, 0
 				var finArrived time.Time // zero: no FIN yet
-				h = newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+				h = newHarness(t, reliability.ReceiverConfig{Scheme: sc.scheme}, func(p packet) (int, time.Duration) {
 					var m control.Message
 					if p.kind == toReceiver && m.Decode(p.datagram) == nil && m.Type == control.Fin && finArrived.IsZero() {
 						finArrived = h.now().Add(testDelay)
@@ -245,7 +237,7 @@ func TestSRNACKFindsLossesInRTT(t *testing.T) {
 		chunk, lost int
 	}{{7, 2}, {3, 3}} {
 		t.Run(fmt.Sprintf("chunk%d-lost%d", tc.chunk, tc.lost), func(t *testing.T) {
-			h := newHarness(t, reliability.ReceiverConfig{Config: reliability.Config{NoBackoff: true}, Scheme: reliability.SRNACK}, func(p packet) (int, time.Duration) {
+			h := newHarness(t, reliability.ReceiverConfig{Config: reliability.Config{NoBackoff: true}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, func(p packet) (int, time.Duration) {
 				if p.kind == dataChunk && p.index == tc.chunk && p.attempt < tc.lost {
 					return 0, 0
 				}
@@ -278,7 +270,7 @@ func TestRepeatedLoss(t *testing.T) {
 	for _, sc := range testSchemes {
 		t.Run(sc.name, func(t *testing.T) {
 			for _, tries := range []int{2, 4} {
-				h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+				h := newHarness(t, reliability.ReceiverConfig{Scheme: sc.scheme}, func(p packet) (int, time.Duration) {
 					if (p.kind == dataChunk && (p.index == 1 || p.index == 2) || p.kind == parityChunk) && p.attempt < tries {
 						return 0, 0
 					}
@@ -305,7 +297,7 @@ func TestRepeatedLoss(t *testing.T) {
 func TestLostImmediateCarriers(t *testing.T) {
 	for _, sc := range testSchemes {
 		t.Run(sc.name, func(t *testing.T) {
-			h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+			h := newHarness(t, reliability.ReceiverConfig{Scheme: sc.scheme}, func(p packet) (int, time.Duration) {
 				if p.kind == carrier && p.attempt == 0 && p.index == 5 {
 					return 0, 0
 				}
@@ -328,7 +320,7 @@ func TestLostImmediateCarriers(t *testing.T) {
 func TestBlackholeTimesOut(t *testing.T) {
 	for _, sc := range testSchemes {
 		t.Run(sc.name, func(t *testing.T) {
-			cfg := schemeConfig(sc.scheme, sc.code)
+			cfg := reliability.ReceiverConfig{Scheme: sc.scheme}
 			cfg.Timeout = 300 * time.Millisecond
 			drops := 0
 			h := newHarness(t, cfg, func(p packet) (int, time.Duration) {
@@ -362,7 +354,7 @@ func TestBlackholeTimesOut(t *testing.T) {
 // TestLengthMismatch: a send longer than the posted receive fails on both
 // sides, and the next transfer still matches its own receive.
 func TestLengthMismatch(t *testing.T) {
-	h := newHarness(t, schemeConfig(reliability.SRRTO, ec.Params{}), lossless)
+	h := newHarness(t, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRRTO}}, lossless)
 	h.transfer(4*testMTU, 5*testMTU, 1)
 	h.transfer(2*testMTU, 2*testMTU, 2)
 	h.run(time.Second)
@@ -382,7 +374,7 @@ func TestManyTransfersRandomLoss(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			for seed := range uint64(5) {
 				rng := newRand(seed)
-				h := newHarness(t, schemeConfig(sc.scheme, sc.code), func(p packet) (int, time.Duration) {
+				h := newHarness(t, reliability.ReceiverConfig{Scheme: sc.scheme}, func(p packet) (int, time.Duration) {
 					switch x := rng.Float64(); {
 					case x < 0.10:
 						return 0, 0
@@ -408,46 +400,6 @@ func TestManyTransfersRandomLoss(t *testing.T) {
 	}
 }
 
-func TestSchemeNames(t *testing.T) {
-	for _, s := range []reliability.Scheme{reliability.SRRTO, reliability.SRNACK, reliability.EC, reliability.Hybrid, reliability.Auto} {
-		got, err := reliability.ParseScheme(s.String())
-		if err != nil || got != s {
-			t.Errorf("ParseScheme(%q) = %v, %v", s, got, err)
-		}
-	}
-	if _, err := reliability.ParseScheme("tcp"); !errors.Is(err, reliability.ErrInvalid) {
-		t.Errorf("ParseScheme(tcp): %v", err)
-	}
-}
-
-// TestParseSchemeCode: the commands' one scheme form, a scheme with an
-// optional code for ec and hybrid.
-func TestParseSchemeCode(t *testing.T) {
-	for in, want := range map[string]struct {
-		scheme reliability.Scheme
-		code   ec.Params
-	}{
-		"sr-rto":          {reliability.SRRTO, ec.Params{}},
-		"SR-NACK":         {reliability.SRNACK, ec.Params{}},
-		"ec":              {reliability.EC, ec.Params{}},
-		"ec-mds(32,8)":    {reliability.EC, ec.Params{Kind: ec.MDS, K: 32, M: 8}},
-		"EC-MDS(16,4)":    {reliability.EC, ec.Params{Kind: ec.MDS, K: 16, M: 4}},
-		"hybrid-xor(8,2)": {reliability.Hybrid, ec.Params{Kind: ec.XOR, K: 8, M: 2}},
-		"auto":            {reliability.Auto, ec.Params{}},
-		"hybrid":          {reliability.Hybrid, ec.Params{}},
-	} {
-		s, c, err := reliability.ParseSchemeCode(in)
-		if err != nil || s != want.scheme || c != want.code {
-			t.Errorf("ParseSchemeCode(%q) = %v %v, %v; want %v %v", in, s, c, err, want.scheme, want.code)
-		}
-	}
-	for _, in := range []string{"tcp", "sr-rto-mds(32,8)", "ec-mds(0,8)", "ec-", "auto-xor(8,2)"} {
-		if s, c, err := reliability.ParseSchemeCode(in); err == nil {
-			t.Errorf("ParseSchemeCode(%q) = %v %v, want an error", in, s, c)
-		}
-	}
-}
-
 // TestTimerRaces tunes the retransmission timeout to expire at the very
 // instant a lone chunk's ACK arrives (α = 1 and RTT half the link's round
 // trip plus the ACK delay — none for the completing ACK that ends a coded
@@ -459,13 +411,13 @@ func TestTimerRaces(t *testing.T) {
 		for _, timersFirst := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/timers-first=%v", sc.name, timersFirst), func(t *testing.T) {
 				ackDelay := 100 * time.Microsecond
-				cfg := schemeConfig(sc.scheme, sc.code)
+				cfg := reliability.ReceiverConfig{Scheme: sc.scheme}
 				// RTO = RTT + α·RTT = 2·RTT: exactly when a lone chunk's ACK
 				// comes back.
 				cfg.Alpha = 1
 				cfg.AckDelay = ackDelay
 				cfg.RTT = (2*testDelay + ackDelay + inject) / 2
-				if sc.scheme == reliability.EC || sc.scheme == reliability.Hybrid {
+				if sc.scheme.Coded() {
 					// Coded transfers time only their repairs, which end in
 					// the completing ACK, sent without delay.
 					cfg.RTT = (2*testDelay + inject) / 2
@@ -531,7 +483,7 @@ func lastSubmessageLost(plan reliability.Plan, mask uint64) bool {
 func TestAutoAdapts(t *testing.T) {
 	for _, loss := range []float64{0, 0.1} {
 		rng := newRand(9)
-		h := newHarness(t, reliability.ReceiverConfig{Scheme: reliability.Auto}, func(p packet) (int, time.Duration) {
+		h := newHarness(t, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.Auto}}, func(p packet) (int, time.Duration) {
 			if (p.kind == dataChunk || p.kind == parityChunk) && rng.Float64() < loss {
 				return 0, 0
 			}

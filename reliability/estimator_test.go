@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sdr-rdma/sdr/reliability/ec"
-	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // TestEstimatorBandwidth: the path's rate is the largest recent
@@ -61,31 +60,12 @@ func TestAutoUsesMeasuredRate(t *testing.T) {
 	e.init(cfg)
 	e.observeRTT(10 * time.Millisecond)
 	e.observeLoss(39, 1000)
-	if s, c := e.choose(64 << 20); s != EC {
-		t.Fatalf("at the configured 10 Gbit/s: %v %v, want ec", s, c)
+	if s := e.choose(64 << 20); s.Kind != scheme.EC {
+		t.Fatalf("at the configured 10 Gbit/s: %v, want ec", s)
 	}
 	e.observeRate(30518, time.Second)
-	if s, c := e.choose(64 << 20); s != SRNACK {
-		t.Fatalf("at a measured 1 Gbit/s: %v %v, want sr-nack", s, c)
-	}
-}
-
-// TestModelChoiceRoundTrip: FromModel and ModelChoice are each other's
-// inverse over the schemes the models cover; Auto has no model.
-func TestModelChoiceRoundTrip(t *testing.T) {
-	for _, c := range []model.Choice{
-		{Scheme: model.SRRTO, Alpha: 2}, {Scheme: model.SRNACK, Alpha: 2},
-		{Scheme: model.ECMDS, K: 32, M: 8, Alpha: 2}, {Scheme: model.ECXOR, K: 8, M: 2, Alpha: 2},
-		{Scheme: model.HybridMDS, K: 32, M: 8, Alpha: 2}, {Scheme: model.HybridXOR, K: 8, M: 2, Alpha: 2},
-	} {
-		s, code := FromModel(c)
-		back, ok := ModelChoice(s, code, c.Alpha)
-		if !ok || back != c {
-			t.Errorf("%+v -> %v %v -> %+v, %v", c, s, code, back, ok)
-		}
-	}
-	if c, ok := ModelChoice(Auto, ec.Params{Kind: ec.MDS, K: 32, M: 8}, 2); ok {
-		t.Errorf("auto has a model: %+v", c)
+	if s := e.choose(64 << 20); s.Kind != scheme.SRNACK {
+		t.Fatalf("at a measured 1 Gbit/s: %v, want sr-nack", s)
 	}
 }
 
@@ -115,7 +95,7 @@ func TestLossAbove(t *testing.T) {
 // come up short once in 44).
 func TestRepairMargin(t *testing.T) {
 	r := &ReceiverEngine{}
-	x := &recvXfer{plan: Plan{Scheme: EC, Length: 1 << 20, ChunkSize: 4096, MTU: 4096}}
+	x := &recvXfer{plan: Plan{Scheme: scheme.Scheme{Kind: scheme.EC}, Length: 1 << 20, ChunkSize: 4096, MTU: 4096}}
 	for _, loss := range []float64{0, 1e-4, 0.01, 0.15, 0.5} {
 		r.est = Estimator{}
 		if loss > 0 {

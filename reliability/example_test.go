@@ -13,6 +13,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -55,7 +56,7 @@ func ExampleConnectLocal() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, r, err := reliability.ConnectLocal(ctx, sendCtx, recvCtx, sdr.QPAttr{},
-		reliability.SenderConfig{}, reliability.ReceiverConfig{Scheme: reliability.SRNACK})
+		reliability.SenderConfig{}, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -37,9 +38,9 @@ var (
 // 0.91 but cost the fluid model's fairness (TestRateControlShares).
 func TestFirstTransfer(t *testing.T) {
 	const spec = "rate=1Gbit,delay=5ms,loss=1%,queue=8MB"
-	schemes := []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}}
+	schemes := []reliability.ReceiverConfig{{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}}
 	if *firstEC {
-		schemes = append(schemes, reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}})
+		schemes = append(schemes, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}})
 	}
 	for _, cfg := range schemes {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
@@ -122,7 +123,7 @@ func TestStartupWithoutWholeChunks(t *testing.T) {
 		}
 		pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: mustLink(t, lc, 7), BToA: mustLink(t, lc, 8)})
 		events := &rateEvents{}
-		cfg := reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}
+		cfg := reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}}
 		cfg.Trace = events
 		e := connectPair(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), sdr.QPAttr{MTU: 1024, ChunkSize: 64 << 10}, cfg)
 		const size = 16 << 20

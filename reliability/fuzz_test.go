@@ -8,6 +8,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // FuzzHostileControl feeds both engines forged control datagrams (fuzzed
@@ -30,7 +31,7 @@ func FuzzHostileControl(f *testing.F) {
 	f.Add(append([]byte{7}, forge(control.Message{Type: control.Ping, Transfer: 1})...))
 	f.Add(append([]byte{8}, forge(control.Message{Type: control.Pong, Transfer: 1})...))
 	f.Fuzz(func(t *testing.T, input []byte) {
-		for _, scheme := range []reliability.ReceiverConfig{{Scheme: reliability.SRNACK}, {Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 3, M: 2}}} {
+		for _, scheme := range []reliability.ReceiverConfig{{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, {Scheme: scheme.Scheme{Kind: scheme.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 3, M: 2}}}} {
 			scheme.Timeout = 300 * time.Millisecond
 			rng := newRand(uint64(len(input)))
 			h := newHarness(t, scheme, func(p packet) (int, time.Duration) {

@@ -14,6 +14,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -94,7 +95,7 @@ func detectWithin(timeout time.Duration) time.Duration { return 3 * timeout }
 func TestPeerSilentBetweenTransfers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 2 * time.Second
-		e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
+		e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
 		transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
 		cut.Store(true)
 		start := time.Now()
@@ -126,7 +127,7 @@ func TestPeerSilentMidTransfer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const timeout = 2 * time.Second
 		var cutAt atomic.Int64
-		e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK})
+		e, cut := cutPair(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
 		ctx, cancel := context.WithCancelCause(context.Background())
 		defer cancel(nil)
 		frames := 0
@@ -161,7 +162,7 @@ func TestPeerSilentMidTransfer(t *testing.T) {
 // kernel.
 func TestCloseAbortsPeer(t *testing.T) {
 	const timeout = 30 * time.Second
-	cfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: reliability.SRNACK}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}}
 	e, _ := cutPair(t, cfg)                // never cut
 	transfer(t, e.endpoints, 100000, 1, 1) // the fence: the connection worked
 	ctx, cancel := context.WithTimeout(context.Background(), timeout/2)

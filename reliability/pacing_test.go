@@ -7,6 +7,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/control"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // senderAlone is a SenderEngine driven by hand on a fake clock, with no
@@ -61,7 +62,7 @@ func (a *senderAlone) startSR(chunks int) []reliability.Action {
 	a.t.Helper()
 	a.s.Submit(a.now, chunks*1024)
 	a.control(control.Message{Type: control.CTS, Transfer: 0, Length: uint64(chunks * 1024),
-		Scheme: uint8(reliability.SRRTO), ChunkSize: 1024})
+		Scheme: uint8(scheme.SRRTO), ChunkSize: 1024})
 	return a.drain()
 }
 
@@ -131,7 +132,7 @@ func TestRTOFromPathRoundTrip(t *testing.T) {
 	oneChunk := func(id uint64, rtt time.Duration) {
 		t.Helper()
 		a.s.Submit(a.now, 1024)
-		a.control(control.Message{Type: control.CTS, Transfer: id, Length: 1024, Scheme: uint8(reliability.SRRTO), ChunkSize: 1024})
+		a.control(control.Message{Type: control.CTS, Transfer: id, Length: 1024, Scheme: uint8(scheme.SRRTO), ChunkSize: 1024})
 		if n := sent(a.drain()); n != 1 {
 			t.Fatalf("transfer %d sent %d chunks, want 1", id, n)
 		}

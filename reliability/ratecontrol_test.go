@@ -7,6 +7,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // bottleneck is a fluid model of one FIFO bottleneck that flows share,
@@ -469,7 +470,7 @@ func TestStartupWindow(t *testing.T) {
 	if !s.windowFull(&sendXfer{}) {
 		t.Error("32 chunks in flight before a delivery sample: want the window full")
 	}
-	coded := &sendXfer{coded: true, plan: Plan{Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}}
+	coded := &sendXfer{coded: true, plan: Plan{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}}}
 	if s.windowFull(coded) {
 		t.Error("32 chunks of MDS(32,8) in flight: want room for a submessage (40)")
 	}
@@ -521,7 +522,7 @@ func TestStartupWindow(t *testing.T) {
 func TestStartupWindowOpensWhenStalled(t *testing.T) {
 	s := newStartupSender(t)
 	start := time.Unix(1000, 0)
-	plan := Plan{Scheme: EC, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024, Code: ec.Params{Kind: ec.MDS, K: 4, M: 2}}
+	plan := Plan{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 4, M: 2}}, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024}
 	s.start(start, 1, plan)
 	s.rc.floor, s.rc.recent[1] = 10*time.Millisecond, 100e6
 	s.released = 1000 // far beyond the bound
@@ -565,7 +566,7 @@ func TestStartupWindowOpensWhenStalled(t *testing.T) {
 func TestStartupWindowCountsFirstCopies(t *testing.T) {
 	s := newStartupSender(t)
 	now := time.Unix(1000, 0)
-	s.start(now, 1, Plan{Scheme: SRNACK, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024})
+	s.start(now, 1, Plan{Scheme: scheme.Scheme{Kind: scheme.SRNACK}, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024})
 	x := s.active[1]
 	s.number(x, 0, 1, 9)  // chunk 0: released as number 10,
 	s.number(x, 0, 1, 89) // and again as 90

@@ -10,6 +10,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/minheap"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // ReceiverEngine is the receiving side's engine of one connection. It is not
@@ -214,15 +215,12 @@ func (r *ReceiverEngine) traceActions() {
 // configured scheme, or Auto's choice from the estimator. Post uses it;
 // a caller may call it to size buffers first.
 func (r *ReceiverEngine) Plan(length int) Plan {
-	p := Plan{Scheme: r.cfg.Scheme, Code: r.cfg.Code, Length: length, ChunkSize: r.cfg.ChunkSize, MTU: r.cfg.MTU}
-	if p.Scheme == Auto {
-		p.Scheme, p.Code = r.est.choose(length)
+	p := Plan{Scheme: r.cfg.Scheme, Length: length, ChunkSize: r.cfg.ChunkSize, MTU: r.cfg.MTU}
+	if p.Scheme.Kind == scheme.Auto {
+		p.Scheme = r.est.choose(length)
 	}
-	if p.Scheme.coded() && length == 0 {
-		p.Scheme = SRRTO // nothing to code: only the immediate travels
-	}
-	if !p.Scheme.coded() {
-		p.Code = ec.Params{}
+	if p.Scheme.Coded() && length == 0 {
+		p.Scheme = scheme.Scheme{Kind: scheme.SRRTO} // nothing to code: only the immediate travels
 	}
 	return p
 }
@@ -244,7 +242,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	}
 	x := &recvXfer{id: r.next, plan: plan, chunks: plan.DataChunks(), parity: plan.ParityChunks(),
 		ctsBackoff: r.rto, ctsFirst: now, deadline: now.Add(r.cfg.Timeout), stats: Stats{Plan: plan, Start: now}}
-	if plan.Scheme.coded() {
+	if plan.Scheme.Coded() {
 		l, err := plan.Layout()
 		if err != nil {
 			return 0, err
@@ -257,7 +255,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	}
 	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
 	x.dirtyLo = len(x.data)
-	if plan.Scheme == SRNACK {
+	if plan.Scheme.Kind == scheme.SRNACK {
 		x.nackedN, x.nackedAt = make([]uint8, x.chunks), make([]uint32, x.chunks)
 	}
 	r.next++
@@ -299,9 +297,9 @@ func (r *ReceiverEngine) ping(now time.Time) {
 
 func (r *ReceiverEngine) sendCTS(now time.Time, x *recvXfer) {
 	r.msg = control.Message{Type: control.CTS, Transfer: x.id, Length: uint64(x.plan.Length),
-		Scheme: uint8(x.plan.Scheme), ChunkSize: uint32(x.plan.ChunkSize)}
-	if x.plan.Scheme.coded() {
-		r.msg.CTSFlags, r.msg.K, r.msg.M = codeToWire(x.plan.Code)
+		Scheme: uint8(x.plan.Scheme.Kind), ChunkSize: uint32(x.plan.ChunkSize)}
+	if x.plan.Scheme.Coded() {
+		r.msg.CTSFlags, r.msg.K, r.msg.M = codeToWire(x.plan.Scheme.Code)
 	}
 	r.send()
 	x.ctsAt = now.Add(x.ctsBackoff)
@@ -521,10 +519,10 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 		x.ackAt = now.Add(r.cfg.AckDelay)
 	}
 	switch {
-	case changed && x.plan.Scheme == SRNACK:
+	case changed && x.plan.Scheme.Kind == scheme.SRNACK:
 		r.nackHoles(now, x) // at once, not an ACK delay later
 		r.renackOvertaken(now, x)
-	case changed && x.plan.Scheme == SRRTO:
+	case changed && x.plan.Scheme.Kind == scheme.SRRTO:
 		r.reportPartial(now, x)
 	}
 }
@@ -699,10 +697,10 @@ func (r *ReceiverEngine) HandleTimer(now time.Time) {
 		if !x.ackAt.IsZero() && !x.ackAt.After(now) {
 			x.ackAt = time.Time{}
 			r.flushAcks(x)
-			switch x.plan.Scheme {
-			case SRNACK:
+			switch x.plan.Scheme.Kind {
+			case scheme.SRNACK:
 				r.nackHoles(now, x)
-			case Hybrid:
+			case scheme.Hybrid:
 				_, sub := x.passed(now, r.reorder)
 				r.nackSubmessages(now, x, sub-1)
 			}
@@ -838,7 +836,7 @@ func (r *ReceiverEngine) renackDue(x *recvXfer) time.Time {
 	if x.renacks.Len() > 0 {
 		due = x.renacks.Min().due
 	}
-	if x.plan.Scheme == SRNACK && !x.tailAt.IsZero() && x.nackedBelow < x.chunks {
+	if x.plan.Scheme.Kind == scheme.SRNACK && !x.tailAt.IsZero() && x.nackedBelow < x.chunks {
 		due = minNonZero(due, x.tailCheck)
 	}
 	return due
@@ -1134,7 +1132,7 @@ func (r *ReceiverEngine) beginNacks(x *recvXfer) *nackRound {
 	b.perRange, b.perEntry = control.MaxNackRanges(r.cfg.ControlMTU), control.MaxPacketNackEntries(r.cfg.ControlMTU)
 	b.copies = r.lossyCopies(x)
 	b.packets = x.packetsOf(0)
-	b.whole = x.plan.Scheme != SRRTO
+	b.whole = x.plan.Scheme.Kind != scheme.SRRTO
 	return b
 }
 
@@ -1232,7 +1230,7 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 		id, from := r.msg.Transfer, int(r.msg.From)
 		if x, ok := r.active[id]; ok {
 			r.sendAck(x, 0, min(from, x.chunks)/64)
-			if (x.plan.Scheme == SRNACK || x.coded) && x.tailAt.IsZero() {
+			if (x.plan.Scheme.Kind == scheme.SRNACK || x.coded) && x.tailAt.IsZero() {
 				// The sender's tail probe: its first pass has left, so
 				// what is missing a reorder window from now is lost,
 				// unless it is still arriving (tailSettled).

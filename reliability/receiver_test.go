@@ -7,6 +7,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/control"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // receiverAlone is a ReceiverEngine driven by hand on a fake clock, with
@@ -72,7 +73,7 @@ func (a *receiverAlone) expectNacked(i int) {
 // repair of a hole NACKed later is NACKed again when that repair arrives
 // — without waiting for its re-NACK timer, which the test never runs.
 func TestOvertakenRepairRenacked(t *testing.T) {
-	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}, ReorderWindow: time.Millisecond}
 	for _, tc := range []struct {
 		name     string
 		overtake bool // the hole repaired is NACKed after the other
@@ -142,7 +143,7 @@ func (a *receiverAlone) controls() []control.Message {
 // its PONG's round trip is the receiver's estimate — not the CTS's,
 // which counts however long the sender took to start.
 func TestReceiverPingsForRTT(t *testing.T) {
-	r, err := reliability.NewReceiverEngine(reliability.ReceiverConfig{Config: reliability.Config{ChunkSize: 1024, MTU: 1024}, Scheme: reliability.SRNACK})
+	r, err := reliability.NewReceiverEngine(reliability.ReceiverConfig{Config: reliability.Config{ChunkSize: 1024, MTU: 1024}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestSenderAnswersPing(t *testing.T) {
 // is NACKed again every interval while other chunks still arrive (a
 // lossy path, not a silent one); once nothing arrives the wait doubles.
 func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
-	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}, ReorderWindow: time.Millisecond}
 	a := newReceiverAlone(t, cfg, 512)
 	a.arrive(5*time.Millisecond, 0, 3)
 	a.arrive(2*time.Millisecond, 4, 1)
@@ -237,7 +238,7 @@ func TestRenackBacksOffOnlyWhenSilent(t *testing.T) {
 // 1 %), and only then backs off. Backing off after one silent round made
 // the last holes of a transfer at 30 % wait twice as long per round.
 func TestRenackSilenceTheLossExplains(t *testing.T) {
-	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}, ReorderWindow: time.Millisecond}
 	a := newReceiverAlone(t, cfg, 100)
 	for i := range 100 {
 		if i%10 >= 3 { // chunks 0-2, 10-12, … lost: 30 %, the last chunk there
@@ -282,7 +283,7 @@ func TestRenackSilenceTheLossExplains(t *testing.T) {
 // nothing of reordering (at 30 % loss most holes are NACKed more than
 // once), and the window stays: the next hole is NACKed as soon as before.
 func TestLateRepairKeepsReorderWindow(t *testing.T) {
-	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}, ReorderWindow: time.Millisecond}
 	for _, renacked := range []bool{false, true} {
 		a := newReceiverAlone(t, cfg, 64)
 		a.arrive(5*time.Millisecond, 0, 3)
@@ -329,7 +330,7 @@ func TestLateRepairKeepsReorderWindow(t *testing.T) {
 // sender learns of completion within about a round trip however lossy
 // the path.
 func TestCompletionRepeats(t *testing.T) {
-	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}, ReorderWindow: time.Millisecond}
 	for _, lossy := range []bool{false, true} {
 		a := newReceiverAlone(t, cfg, 64)
 		step := 1
@@ -394,7 +395,7 @@ func TestCompletionRepeats(t *testing.T) {
 // turns up sooner than its repair could have (it was late, not lost),
 // holes wait twice that.
 func TestReorderWindowAdapts(t *testing.T) {
-	a := newReceiverAlone(t, reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond}, Scheme: reliability.SRNACK}, 64)
+	a := newReceiverAlone(t, reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, 64)
 	a.arrive(time.Millisecond, 0, 3)
 	a.arrive(0, 4, 1)
 	if got := a.nacked(); len(got) != 0 {
@@ -425,7 +426,7 @@ func TestReorderWindowAdapts(t *testing.T) {
 func TestTailProbeWaitsForTheFirstPass(t *testing.T) {
 	const chunks = 100
 	cfg := reliability.ReceiverConfig{Config: reliability.Config{RTT: 10 * time.Millisecond, FixedRate: true, ChunkSize: 4096, MTU: 1024},
-		Scheme: reliability.SRNACK, ReorderWindow: time.Millisecond}
+		Scheme: scheme.Scheme{Kind: scheme.SRNACK}, ReorderWindow: time.Millisecond}
 	setup := func(t *testing.T, whole int) (*receiverAlone, []uint64) {
 		r, err := reliability.NewReceiverEngine(cfg)
 		if err != nil {

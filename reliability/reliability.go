@@ -44,10 +44,10 @@ package reliability
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // Errors. Test with errors.Is.
@@ -71,93 +71,23 @@ var (
 	ErrRoleMismatch = errors.New("reliability: both ends play the same role")
 )
 
-// Scheme is a reliability scheme.
-type Scheme uint8
-
-// Schemes.
-const (
-	// SRRTO is Selective Repeat driven by per-chunk retransmission
-	// timeouts (RTO = RTT + α·RTT).
-	SRRTO Scheme = iota + 1
-	// SRNACK is Selective Repeat where the receiver NACKs holes as soon
-	// as a later chunk arrives (the sender's tail probe stands for one
-	// after the first pass) and again each round trip a repair stays
-	// missing, with RTO as the sender's fallback.
-	SRNACK
-	// EC sends k data + m parity chunks per submessage; after the
-	// fallback timeout the receiver NACKs the submessages it cannot
-	// decode, which are repaired by SR.
-	EC
-	// Hybrid is EC whose receiver NACKs an undecodable submessage as soon
-	// as chunks of a later submessage arrive, not after the fallback
-	// timeout.
-	Hybrid
-	// Auto picks SR-RTO, SR-NACK or EC and its code per transfer from the
-	// measured link through reliability/model.
-	Auto
-)
-
-var schemeNames = []string{SRRTO: "sr-rto", SRNACK: "sr-nack", EC: "ec", Hybrid: "hybrid", Auto: "auto"}
-
-func (s Scheme) String() string {
-	if int(s) < len(schemeNames) && schemeNames[s] != "" {
-		return schemeNames[s]
-	}
-	return fmt.Sprintf("scheme(%d)", uint8(s))
-}
-
-// ParseScheme parses a scheme name as String prints it ("sr-rto",
-// "sr-nack", "ec", "hybrid", "auto").
-func ParseScheme(s string) (Scheme, error) {
-	for i, name := range schemeNames {
-		if name != "" && strings.EqualFold(name, s) {
-			return Scheme(i), nil
-		}
-	}
-	return 0, fmt.Errorf("reliability: scheme %q (sr-rto, sr-nack, ec, hybrid, auto): %w", s, ErrInvalid)
-}
-
-// ParseSchemeCode parses a scheme with an optional code, the one form
-// the commands take: "sr-rto", "sr-nack", "auto", "ec" or "hybrid" (code
-// zero: the caller's default), "ec-mds(32,8)", "hybrid-xor(8,2)".
-func ParseSchemeCode(s string) (Scheme, ec.Params, error) {
-	name, code, withCode := strings.Cut(strings.TrimSpace(s), "-")
-	if withCode && (strings.EqualFold(name, "ec") || strings.EqualFold(name, "hybrid")) {
-		p, err := ec.ParseParams(strings.ToLower(code))
-		if err != nil {
-			return 0, ec.Params{}, fmt.Errorf("reliability: scheme %q: %w", s, err)
-		}
-		scheme, _ := ParseScheme(name)
-		return scheme, p, nil
-	}
-	scheme, err := ParseScheme(strings.TrimSpace(s))
-	if err != nil {
-		return 0, ec.Params{}, fmt.Errorf("reliability: scheme %q (sr-rto, sr-nack, ec, hybrid, auto; ec and hybrid optionally with -mds(K,M) or -xor(K,M)): %w", s, ErrInvalid)
-	}
-	return scheme, ec.Params{}, nil
-}
-
-// coded reports whether the scheme sends parity.
-func (s Scheme) coded() bool { return s == EC || s == Hybrid }
-
 // Plan is how one transfer travels, fixed by the receiver's CTS.
 type Plan struct {
-	Scheme    Scheme    // never Auto
-	Code      ec.Params // EC and Hybrid
-	Length    int       // data bytes
-	ChunkSize int       // bytes per chunk (the SDR QP's)
-	MTU       int       // bytes per packet (the SDR QP's)
+	Scheme    scheme.Scheme // never Auto; EC and Hybrid with their code
+	Length    int           // data bytes
+	ChunkSize int           // bytes per chunk (the SDR QP's)
+	MTU       int           // bytes per packet (the SDR QP's)
 }
 
 // DataChunks returns how many data chunks the transfer has.
 func (p Plan) DataChunks() int { return (p.Length + p.ChunkSize - 1) / p.ChunkSize }
 
 // Layout returns the EC layout of a coded plan.
-func (p Plan) Layout() (ec.Layout, error) { return ec.NewLayout(p.Code, p.Length, p.ChunkSize) }
+func (p Plan) Layout() (ec.Layout, error) { return ec.NewLayout(p.Scheme.Code, p.Length, p.ChunkSize) }
 
 // ParityChunks returns how many parity chunks a coded plan sends (0 for SR).
 func (p Plan) ParityChunks() int {
-	if !p.Scheme.coded() {
+	if !p.Scheme.Coded() {
 		return 0
 	}
 	l, err := p.Layout()
@@ -173,7 +103,7 @@ func (p Plan) ParityLen() int { return p.ParityChunks() * p.ChunkSize }
 // Messages returns how many SDR messages the transfer takes: the data
 // message, and the parity message for coded plans.
 func (p Plan) Messages() int {
-	if p.Scheme.coded() {
+	if p.Scheme.Coded() {
 		return 2
 	}
 	return 1
@@ -185,31 +115,17 @@ const immPackets = 8
 
 func (p Plan) validate() error {
 	switch {
-	case p.Scheme < SRRTO || p.Scheme > Hybrid:
+	case p.Scheme.Kind == scheme.Auto || p.Scheme.Validate() != nil || p.Scheme.Coded() && p.Scheme.Code == (ec.Params{}):
 		return fmt.Errorf("reliability: plan scheme %v: %w", p.Scheme, ErrInvalid)
 	case p.Length < 0 || p.ChunkSize <= 0 || p.MTU <= 0 || p.ChunkSize%p.MTU != 0:
 		return fmt.Errorf("reliability: plan of %d B in %d-B chunks, MTU %d: %w", p.Length, p.ChunkSize, p.MTU, ErrInvalid)
-	case p.Scheme.coded():
-		if err := p.Code.Validate(); err != nil {
-			return fmt.Errorf("reliability: plan code: %w", err)
-		}
-		if p.Code.K > 255 || p.Code.M > 255 {
-			return fmt.Errorf("reliability: plan code %v: %w", p.Code, ErrInvalid)
-		}
+	case p.Scheme.Code.K > 255 || p.Scheme.Code.M > 255:
+		return fmt.Errorf("reliability: plan code %v: %w", p.Scheme.Code, ErrInvalid)
 	}
 	return nil
 }
 
-func (p Plan) String() string {
-	if p.Scheme.coded() {
-		return fmt.Sprintf("%v %v", p.Scheme, p.Code)
-	}
-	return p.Scheme.String()
-}
-
-// DefaultCode is the code of EC and Hybrid when none is named: MDS(32,8),
-// the paper's.
-var DefaultCode = ec.Params{Kind: ec.MDS, K: 32, M: 8}
+func (p Plan) String() string { return p.Scheme.String() }
 
 // Config is what both ends of a connection take: what is known of the
 // path, the timers' shape and the QP geometry. SenderConfig and
@@ -283,10 +199,9 @@ type SenderConfig struct {
 // end uses — the receiver chooses each transfer's scheme.
 type ReceiverConfig struct {
 	Config
-	// Scheme is what the receiver asks for [Auto]; Code is the code of EC
-	// and Hybrid [MDS(32,8)].
-	Scheme Scheme
-	Code   ec.Params
+	// Scheme is what the receiver asks for [auto], EC and Hybrid with
+	// their code [scheme.DefaultCode, MDS(32,8)].
+	Scheme scheme.Scheme
 	// AckDelay is how long the receiver coalesces bitmap changes into one
 	// ACK [RTT/8, at most 1 ms, at least 10 µs].
 	AckDelay time.Duration
@@ -354,20 +269,15 @@ func (c *ReceiverConfig) setDefaults() error {
 	if c.ReorderWindow == 0 {
 		c.ReorderWindow = min(c.RTT/4, time.Millisecond)
 	}
-	if c.Scheme == 0 {
-		c.Scheme = Auto
+	if c.Scheme == (scheme.Scheme{}) {
+		c.Scheme.Kind = scheme.Auto
 	}
-	if c.Code == (ec.Params{}) {
-		c.Code = DefaultCode
-	}
-	switch {
-	case c.AckDelay < 0 || c.ReorderWindow < 0:
+	c.Scheme = c.Scheme.WithDefaultCode()
+	if c.AckDelay < 0 || c.ReorderWindow < 0 {
 		return fmt.Errorf("reliability: negative timing in config: %w", ErrInvalid)
-	case c.Scheme < SRRTO || c.Scheme > Auto:
-		return fmt.Errorf("reliability: scheme %v: %w", c.Scheme, ErrInvalid)
 	}
-	if err := c.Code.Validate(); err != nil {
-		return fmt.Errorf("reliability: config code: %w", err)
+	if err := c.Scheme.Validate(); err != nil {
+		return fmt.Errorf("reliability: %w: %w", ErrInvalid, err)
 	}
 	return nil
 }

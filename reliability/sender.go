@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // SenderEngine is the sending side's engine of one connection. It is not safe
@@ -341,7 +342,7 @@ func abortError(reason uint8) error {
 }
 
 func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
-	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.coded(),
+	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.Coded(),
 		stats: Stats{Plan: plan, Start: now}}
 	x.acked, x.resent, x.queued = newBitmap(x.chunks), newBitmap(x.chunks), newBitmap(x.chunks)
 	x.order, x.firstOrders = make([]uint64, x.chunks), make(map[int]uint64)
@@ -385,7 +386,7 @@ func (s *SenderEngine) firstPassLeft(x *sendXfer) {
 	if !x.firstSent.IsZero() {
 		x.stats.FirstPass = s.wireFree.Sub(x.firstSent)
 	}
-	if x.plan.Scheme == SRNACK {
+	if x.plan.Scheme.Kind == scheme.SRNACK {
 		x.tailProbeAt = s.wireFree
 	}
 	x.probeAt = s.wireFree.Add(s.timeout())
@@ -661,7 +662,7 @@ func (s *SenderEngine) windowFull(x *sendXfer) bool {
 	}
 	limit := max(s.rc.startupInflight(), 2*initialWindow*8/s.rc.chunkBits)
 	if x.coded {
-		limit = max(limit, float64(x.plan.Code.K+x.plan.Code.M))
+		limit = max(limit, float64(x.plan.Scheme.Code.K+x.plan.Scheme.Code.M))
 	}
 	return float64(s.released-s.windowBase()) >= limit
 }
@@ -984,7 +985,7 @@ func (s *SenderEngine) untime(x *sendXfer, i int) {
 // each round trip (the paper's SR-NACK), and a sender timer on top of it
 // would resend what is only queued on a busy host; EC's fallback repairs
 // are SR-RTO's (as reliability/model has them).
-func (s *SenderEngine) timesRepairs(x *sendXfer) bool { return x.plan.Scheme != SRNACK }
+func (s *SenderEngine) timesRepairs(x *sendXfer) bool { return x.plan.Scheme.Kind != scheme.SRNACK }
 
 // HandleCongestion takes the count of congestion notifications (RoCEv2
 // CNPs: ECN marks on the path, or a receiving host over its backlog) the
@@ -1144,7 +1145,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		for _, e := range m.Packets {
 			switch {
 			case int(e.Chunk) >= x.chunks:
-			case x.plan.Scheme == SRRTO:
+			case x.plan.Scheme.Kind == scheme.SRRTO:
 				// SR-RTO's receiver reports what its chunks lack; the
 				// timers resend, as the paper's SR-RTO does.
 				if x.missing == nil {
@@ -1204,9 +1205,9 @@ func (s *SenderEngine) handleCTS(now time.Time, m *control.Message) {
 	if m.Transfer < s.next {
 		return // a duplicate of a started transfer's CTS
 	}
-	plan := Plan{Scheme: Scheme(m.Scheme), Length: int(m.Length), ChunkSize: int(m.ChunkSize), MTU: s.cfg.MTU}
-	if plan.Scheme.coded() {
-		plan.Code = codeFromWire(m.CTSFlags, m.K, m.M)
+	plan := Plan{Scheme: scheme.Scheme{Kind: scheme.Kind(m.Scheme)}, Length: int(m.Length), ChunkSize: int(m.ChunkSize), MTU: s.cfg.MTU}
+	if plan.Scheme.Coded() {
+		plan.Scheme.Code = codeFromWire(m.CTSFlags, m.K, m.M)
 	}
 	if plan.validate() != nil || plan.ChunkSize != s.cfg.ChunkSize || uint64(plan.Length) != m.Length {
 		s.Malformed++

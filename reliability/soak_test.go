@@ -13,6 +13,7 @@ import (
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -47,9 +48,9 @@ func TestSoak(t *testing.T) {
 		name string
 		cfg  reliability.ReceiverConfig
 	}{
-		{"sr-nack", reliability.ReceiverConfig{Scheme: reliability.SRNACK}},
-		{"ec-mds(32,8)", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}},
-		{"auto", reliability.ReceiverConfig{Scheme: reliability.Auto}},
+		{"sr-nack", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}},
+		{"ec-mds(32,8)", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 32, M: 8}}}},
+		{"auto", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.Auto}}},
 	}
 	for _, sc := range schemes {
 		for _, loss := range []float64{0.01, 0.05} {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // TestTrace runs a transfer over a lossy pipe with a JSON tracer on both
@@ -19,8 +20,8 @@ import (
 // every side's events are in time order.
 func TestTrace(t *testing.T) {
 	for _, cfg := range []reliability.ReceiverConfig{
-		{Scheme: reliability.SRNACK},
-		{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}},
+		{Scheme: scheme.Scheme{Kind: scheme.SRNACK}},
+		{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
 	} {
 		t.Run(cfg.Scheme.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -73,7 +74,7 @@ func checkTrace(t *testing.T, events []reliability.TraceEvent, sent, recvd relia
 	}
 	t.Logf("%d events: %v", len(events), count)
 	plan := sent.Plan
-	if plan.Scheme == reliability.EC {
+	if plan.Scheme.Kind == scheme.EC {
 		if want := plan.DataChunks() + plan.ParityChunks(); coded != want {
 			t.Errorf("the trace's coded first pass has %d transmissions, the plan %d", coded, want)
 		}

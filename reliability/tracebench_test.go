@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // BenchmarkEngineTrace runs one 4 MiB SR-NACK transfer per operation
@@ -28,7 +29,7 @@ func BenchmarkEngineTrace(b *testing.B) {
 				return 1, 0
 			}
 			for i := range b.N {
-				h := newHarness(b, reliability.ReceiverConfig{Config: reliability.Config{Trace: tc.trace}, Scheme: reliability.SRNACK}, lossy)
+				h := newHarness(b, reliability.ReceiverConfig{Config: reliability.Config{Trace: tc.trace}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, lossy)
 				h.transfer(4<<20, 4<<20, uint64(i))
 				h.run(time.Minute)
 			}

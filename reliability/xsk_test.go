@@ -21,6 +21,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -300,7 +301,7 @@ func TestReliabilityXSK(t *testing.T) {
 	{
 		sa, sb := link.contexts(t, sdrnic.Options{})
 		cfg := baseCfg
-		cfg.Scheme = reliability.SRRTO
+		cfg.Scheme = scheme.Scheme{Kind: scheme.SRRTO}
 		e := connectContexts(t, sa, sb, xskQPAttr, cfg)
 		const size = 4 << 20
 		_, recvd := transfer(t, e, size, 1, 1)
@@ -318,12 +319,12 @@ func TestReliabilityXSK(t *testing.T) {
 		name string
 		cfg  reliability.ReceiverConfig
 	}{
-		{"sr-rto", reliability.ReceiverConfig{Scheme: reliability.SRRTO}},
-		{"sr-nack", reliability.ReceiverConfig{Scheme: reliability.SRNACK}},
-		{"ec-mds", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
-		{"ec-xor", reliability.ReceiverConfig{Scheme: reliability.EC, Code: ec.Params{Kind: ec.XOR, K: 16, M: 4}}},
-		{"hybrid", reliability.ReceiverConfig{Scheme: reliability.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}},
-		{"auto", reliability.ReceiverConfig{Scheme: reliability.Auto}},
+		{"sr-rto", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRRTO}}},
+		{"sr-nack", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}},
+		{"ec-mds", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}}},
+		{"ec-xor", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.EC, Code: ec.Params{Kind: ec.XOR, K: 16, M: 4}}}},
+		{"hybrid", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.Hybrid, Code: ec.Params{Kind: ec.MDS, K: 16, M: 4}}}},
+		{"auto", reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.Auto}}},
 	}
 	// Every scheme moves 1 MiB at every rate and 16 MiB at 5 %, the
 	// hardest, and with -xsk.large at every rate.
@@ -346,16 +347,13 @@ func TestReliabilityXSK(t *testing.T) {
 		for _, sch := range schemes {
 			t.Run(fmt.Sprintf("loss=%v/%s", loss, sch.name), func(t *testing.T) {
 				cfg := baseCfg
-				cfg.Scheme, cfg.Code = sch.cfg.Scheme, sch.cfg.Code
+				cfg.Scheme = sch.cfg.Scheme
 				sa, sb := link.contexts(t, sdrnic.Options{})
 				e := connectContexts(t, sa, sb, xskQPAttr, cfg)
 				for i, size := range sizes(loss) {
 					sent, recvd := transfer(t, e, size, 0xA5000000+uint32(i), uint64(size)+uint64(loss*1e4))
 					took := recvd.Duration()
-					pred := "none (hybrid)"
-					if c, ok := recvd.Plan.ModelChoice(); ok {
-						pred = predict(mlink, size, c)
-					}
+					pred := predict(mlink, size, recvd.Plan.ModelChoice())
 					t.Logf("%d MiB: %v in %v, model %s; sent %d chunks (%d again, %d parity, %d packets alone), %d decoded, %d fallbacks, %d NACKs",
 						size>>20, recvd.Plan, took.Round(time.Millisecond), pred, sent.ChunksSent, sent.Retransmitted,
 						sent.ParitySent, sent.PacketsResent, recvd.Decoded, recvd.Fallbacks, recvd.NACKs)

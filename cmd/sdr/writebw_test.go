@@ -619,7 +619,7 @@ func TestWriteBWReliableLoopback(t *testing.T) {
 		})
 	}
 	code, out, _ := runSDR("write-bw", "-loopback", "-scheme", "ec", "-code", "mds(4,2)", "-s", "100000", "-n", "3", "-w", "0")
-	if code != exitOK || !strings.Contains(out, "SDR reliable RDMA_Write BW Test") || !strings.Contains(out, "ec mds(4,2)") ||
+	if code != exitOK || !strings.Contains(out, "SDR reliable RDMA_Write BW Test") || !strings.Contains(out, "plans: [ec-mds(4,2)]") ||
 		!strings.Contains(out, " 3/3") {
 		t.Errorf("table of a run with -code: exit %d\n%s", code, out)
 	}

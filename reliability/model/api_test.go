@@ -5,6 +5,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 func TestLinkValidate(t *testing.T) {
@@ -35,7 +38,7 @@ func TestLinkValidate(t *testing.T) {
 
 func TestArgumentErrors(t *testing.T) {
 	l := paperLink(1e-3)
-	mds := Params{Code: MDS, K: 32, M: 8}
+	mds := ec.Params{Kind: ec.MDS, K: 32, M: 8}
 	for name, err := range map[string]error{
 		"SR size 0":         second(SR(l, 0, DefaultAlpha, false)),
 		"SR size too big":   second(SR(Link{Bandwidth: 1e9, RTT: time.Millisecond, ChunkSize: 1}, MaxChunks+1, DefaultAlpha, false)),
@@ -43,12 +46,12 @@ func TestArgumentErrors(t *testing.T) {
 		"SR NaN α":          second(SR(l, 4096, math.NaN(), true)),
 		"SR quantile 1":     second(SRQuantile(l, 4096, DefaultAlpha, false, 1)),
 		"EC quantile 0":     second(ECQuantile(l, 4096, mds, DefaultAlpha, 0)),
-		"EC bad code":       second(EC(l, 4096, Params{Code: XOR, K: 4, M: 8}, DefaultAlpha)),
+		"EC bad code":       second(EC(l, 4096, ec.Params{Kind: ec.XOR, K: 4, M: 8}, DefaultAlpha)),
 		"EC infinite α":     second(EC(l, 4096, mds, math.Inf(1))),
-		"Predict scheme":    second(Predict(l, 4096, Choice{Scheme: Scheme(9)})),
-		"Quantile scheme":   second(Quantile(l, 4096, Choice{Scheme: Scheme(9)}, 0.5)),
-		"Ring one rank":     second(RingAllreduce(l, 1<<20, 1, Choice{Scheme: SRRTO, Alpha: 2})),
-		"Ring zero bytes":   second(RingAllreduce(l, 0, 4, Choice{Scheme: SRRTO, Alpha: 2})),
+		"Predict scheme":    second(Predict(l, 4096, Choice{Scheme: scheme.Scheme{Kind: 9}})),
+		"Quantile scheme":   second(Quantile(l, 4096, Choice{Scheme: scheme.Scheme{Kind: 9}}, 0.5)),
+		"Ring one rank":     second(RingAllreduce(l, 1<<20, 1, Choice{Scheme: srRTO, Alpha: 2})),
+		"Ring zero bytes":   second(RingAllreduce(l, 0, 4, Choice{Scheme: srRTO, Alpha: 2})),
 		"ChunkLoss p=1":     second(ChunkLoss(1, 4)),
 		"ChunkLoss packets": second(ChunkLoss(0.1, 0)),
 		"Lossless size":     second(Lossless(l, -5)),
@@ -77,27 +80,12 @@ func TestChunkLoss(t *testing.T) {
 	}
 }
 
-func TestSchemeNames(t *testing.T) {
-	for s := range numSchemes {
-		got, err := ParseScheme(s.String())
-		if err != nil || got != s {
-			t.Errorf("ParseScheme(%q) = %v, %v", s.String(), got, err)
-		}
-	}
-	if got, err := ParseScheme(" EC_MDS "); err != nil || got != ECMDS {
-		t.Errorf("ParseScheme(\" EC_MDS \") = %v, %v", got, err)
-	}
-	if _, err := ParseScheme("tcp"); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("ParseScheme(tcp): %v, want ErrInvalidArgument", err)
-	}
-	if got := (Choice{Scheme: ECXOR, K: 32, M: 8, Alpha: 2}).String(); got != "ec-xor(32,8,α=2)" {
+func TestChoiceNames(t *testing.T) {
+	if got := (Choice{Scheme: codedScheme(scheme.EC, ec.XOR, 32, 8), Alpha: 2}).String(); got != "ec-xor(32,8,α=2)" {
 		t.Errorf("Choice.String = %q", got)
 	}
-	if got := (Choice{Scheme: SRNACK, Alpha: 1.5}).String(); got != "sr-nack(α=1.5)" {
+	if got := (Choice{Scheme: srNACK, Alpha: 1.5}).String(); got != "sr-nack(α=1.5)" {
 		t.Errorf("Choice.String = %q", got)
-	}
-	if got := Scheme(200).String(); got != "scheme(200)" {
-		t.Errorf("Scheme(200).String = %q", got)
 	}
 }
 
@@ -106,7 +94,7 @@ func TestSchemeNames(t *testing.T) {
 // lower one.
 func TestRingAllreduce(t *testing.T) {
 	l := paperLink(1e-3)
-	c := Choice{Scheme: SRNACK, Alpha: DefaultAlpha}
+	c := Choice{Scheme: srNACK, Alpha: DefaultAlpha}
 	r, err := RingAllreduce(l, 1<<30, 8, c)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // distribution is a scheme's completion-time model.
@@ -22,24 +25,24 @@ func newDistribution(l Link, size int64, c Choice) (distribution, error) {
 	if err := validAlpha(c.Alpha); err != nil {
 		return nil, err
 	}
-	switch c.Scheme {
-	case SRRTO, SRNACK:
-		nack := c.Scheme == SRNACK
+	switch c.Scheme.Kind {
+	case scheme.SRRTO, scheme.SRNACK:
+		if c.Scheme.Code != (ec.Params{}) {
+			break
+		}
+		nack := c.Scheme.Kind == scheme.SRNACK
 		return srDistribution{m: newSRModel(l, n, c.Alpha, nack), half: l.rtt() / 2, errBound: srBound(l, n, nack)}, nil
-	case ECMDS, ECXOR:
-		p := c.params()
-		if err := p.Validate(); err != nil {
+	case scheme.EC, scheme.Hybrid:
+		p := c.Scheme.Code
+		if err := validCode(p); err != nil {
 			return nil, err
 		}
-		return newECModel(l, n, p, c.Alpha), nil
-	case HybridMDS, HybridXOR:
-		p := c.params()
-		if err := p.Validate(); err != nil {
-			return nil, err
+		if c.Scheme.Kind == scheme.EC {
+			return newECModel(l, n, p, c.Alpha), nil
 		}
 		return newHybridModel(l, n, p, c.Alpha), nil
 	}
-	return nil, fmt.Errorf("model: unknown scheme %v: %w", c.Scheme, ErrInvalidArgument)
+	return nil, fmt.Errorf("model: scheme %v: want sr-rto, sr-nack, or ec or hybrid with a code: %w", c.Scheme, ErrInvalidArgument)
 }
 
 // Predict returns the mean, p99.9 and error bound of a Choice's completion
@@ -74,16 +77,16 @@ func Quantile(l Link, size int64, c Choice, q float64) (time.Duration, error) {
 // against loss tolerance; (16,8) adds a 50 % code for loss rates near 10 %,
 // where even 8 parity chunks per 32 fail too often.
 var candidates = []Choice{
-	{Scheme: SRRTO, Alpha: DefaultAlpha},
-	{Scheme: SRNACK, Alpha: DefaultAlpha},
-	{Scheme: ECXOR, K: 32, M: 2, Alpha: DefaultAlpha},
-	{Scheme: ECMDS, K: 32, M: 2, Alpha: DefaultAlpha},
-	{Scheme: ECXOR, K: 32, M: 4, Alpha: DefaultAlpha},
-	{Scheme: ECMDS, K: 32, M: 4, Alpha: DefaultAlpha},
-	{Scheme: ECXOR, K: 32, M: 8, Alpha: DefaultAlpha},
-	{Scheme: ECMDS, K: 32, M: 8, Alpha: DefaultAlpha},
-	{Scheme: ECXOR, K: 16, M: 8, Alpha: DefaultAlpha},
-	{Scheme: ECMDS, K: 16, M: 8, Alpha: DefaultAlpha},
+	{Scheme: srRTO, Alpha: DefaultAlpha},
+	{Scheme: srNACK, Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.XOR, 32, 2), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.MDS, 32, 2), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.XOR, 32, 4), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.MDS, 32, 4), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.XOR, 32, 8), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.MDS, 32, 8), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.XOR, 16, 8), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.MDS, 16, 8), Alpha: DefaultAlpha},
 }
 
 // Candidates returns (a copy of) the choices Choose weighs, cheapest first:

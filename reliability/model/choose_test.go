@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 func mustChoose(t *testing.T, l Link, size int64) Choice {
@@ -19,24 +21,24 @@ func mustChoose(t *testing.T, l Link, size int64) Choice {
 func TestChooseCorners(t *testing.T) {
 	// Lossless: every scheme within 1 % of the best is SR's, the cheapest.
 	for _, size := range []int64{4096, 128 << 20, 8 << 30} {
-		if c := mustChoose(t, paperLink(0), size); c.Scheme != SRRTO {
+		if c := mustChoose(t, paperLink(0), size); c.Scheme != srRTO {
 			t.Errorf("lossless %d B: chose %v, want sr-rto", size, c)
 		}
 	}
 	// A huge message at low loss: parity costs more than a rare repair.
-	if c := mustChoose(t, paperLink(1e-6), 8<<30); c.Scheme != SRRTO && c.Scheme != SRNACK {
+	if c := mustChoose(t, paperLink(1e-6), 8<<30); c.Scheme != srRTO && c.Scheme != srNACK {
 		t.Errorf("8 GiB at 1e-6: chose %v, want SR", c)
 	}
 	// High loss on a long link: a repair round costs an RTO, parity is cheap.
 	for _, size := range []int64{128 << 10, 128 << 20} {
 		c := mustChoose(t, paperLink(1e-2), size)
-		if c.Scheme != ECMDS && c.Scheme != ECXOR {
+		if c.Scheme.Kind != scheme.EC {
 			t.Errorf("%d B at 1e-2: chose %v, want EC", size, c)
 		}
 	}
 	long := paperLink(5e-2)
 	long.RTT = 200 * time.Millisecond
-	if c := mustChoose(t, long, 1<<20); c.Scheme != ECMDS && c.Scheme != ECXOR {
+	if c := mustChoose(t, long, 1<<20); c.Scheme.Kind != scheme.EC {
 		t.Errorf("1 MiB at 5 %% over 200 ms: chose %v, want EC", c)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // pattern is one way a decode unit (an MDS submessage, or one XOR parity
@@ -139,9 +142,9 @@ type submessage struct {
 	nackedData float64
 }
 
-func newSubmessage(p Params, k int, loss float64) submessage {
+func newSubmessage(p ec.Params, k int, loss float64) submessage {
 	var s submessage
-	if p.Code == MDS {
+	if p.Kind == ec.MDS {
 		u := mdsUnit(k, p.M, loss)
 		s.units = []unit{u}
 		for _, pt := range u.patterns {
@@ -183,9 +186,9 @@ func newSubmessage(p Params, k int, loss float64) submessage {
 // 1 − Π_groups [(1−p)^(g+1) + (g+1)·p·(1−p)^g] for XOR. Both are summed
 // from their failing terms (no 1 − x cancellation), so 1e-40 is exact to
 // the last digits. It costs O(k·m).
-func SubmessageFailure(code Code, k, m int, loss float64) (float64, error) {
-	p := Params{Code: code, K: k, M: m}
-	if err := p.Validate(); err != nil {
+func SubmessageFailure(code ec.Kind, k, m int, loss float64) (float64, error) {
+	p := ec.Params{Kind: code, K: k, M: m}
+	if err := validCode(p); err != nil {
 		return 0, err
 	}
 	if !(loss >= 0 && loss < 1) {
@@ -196,7 +199,7 @@ func SubmessageFailure(code Code, k, m int, loss float64) (float64, error) {
 
 // DecodeProbability is 1 − SubmessageFailure: the probability that a
 // submessage decodes from its first transmission.
-func DecodeProbability(code Code, k, m int, loss float64) (float64, error) {
+func DecodeProbability(code ec.Kind, k, m int, loss float64) (float64, error) {
 	f, err := SubmessageFailure(code, k, m, loss)
 	return 1 - f, err
 }
@@ -219,7 +222,7 @@ const patternFloor = 1e-22
 
 // codedMessage is an n-chunk message in the submessages of a code.
 type codedMessage struct {
-	p     Params
+	p     ec.Params
 	subs  float64 // submessages
 	lastK int     // data chunks of the last submessage
 	total float64 // chunks of the first pass, data and parity
@@ -228,7 +231,7 @@ type codedMessage struct {
 	full, last submessage
 }
 
-func newCodedMessage(n float64, p Params, loss float64) codedMessage {
+func newCodedMessage(n float64, p ec.Params, loss float64) codedMessage {
 	c := codedMessage{p: p, subs: math.Ceil(n / float64(p.K))}
 	c.lastK = int(n - (c.subs-1)*float64(p.K))
 	c.total = n + c.subs*float64(p.M)
@@ -253,7 +256,7 @@ func (c codedMessage) lastFirstPass(l Link) []atom {
 	return atoms
 }
 
-func newECModel(l Link, n float64, p Params, alpha float64) *ecModel {
+func newECModel(l Link, n float64, p ec.Params, alpha float64) *ecModel {
 	loss, tinj, rtt := l.Loss, l.injection(), l.rtt()
 	c := newCodedMessage(n, p, loss)
 	subs, lastK, total, full, last := c.subs, c.lastK, c.total, c.full, c.last
@@ -332,8 +335,8 @@ func repairSurvival(units []unit, loss, floor float64) []float64 {
 
 // lastUndecodable is P(the last submessage, of k data chunks, cannot be
 // decoded from its chunks at positions 0..pos): data first, then parity.
-func lastUndecodable(p Params, k, pos int, loss float64, units []unit) float64 {
-	if p.Code == MDS {
+func lastUndecodable(p ec.Params, k, pos int, loss float64, units []unit) float64 {
+	if p.Kind == ec.MDS {
 		if pos+1 < k {
 			return 1
 		}
@@ -378,27 +381,19 @@ func (em *ecModel) bound() float64 { return em.tinj * (1 + em.nacked) }
 // for the semantics; the mean is exact up to Estimate.Bound (the resent
 // chunks' injection times). It costs O(rounds × failure patterns), tens of
 // microseconds, whatever the size.
-func EC(l Link, size int64, p Params, alpha float64) (Estimate, error) {
+func EC(l Link, size int64, p ec.Params, alpha float64) (Estimate, error) {
 	return Predict(l, size, ecChoice(p, alpha))
 }
 
 // ECQuantile is the level-q quantile (0 < q < 1) of the EC completion time,
 // within the injection time of the resent chunks; it costs what EC costs.
-func ECQuantile(l Link, size int64, p Params, alpha, q float64) (time.Duration, error) {
+func ECQuantile(l Link, size int64, p ec.Params, alpha, q float64) (time.Duration, error) {
 	return Quantile(l, size, ecChoice(p, alpha), q)
 }
 
-// ecChoice maps a code to its Choice; an unknown code keeps an invalid
-// scheme so that validation reports it.
-func ecChoice(p Params, alpha float64) Choice {
-	c := Choice{Scheme: numSchemes, K: p.K, M: p.M, Alpha: alpha}
-	switch p.Code {
-	case MDS:
-		c.Scheme = ECMDS
-	case XOR:
-		c.Scheme = ECXOR
-	}
-	return c
+// ecChoice is EC with code p.
+func ecChoice(p ec.Params, alpha float64) Choice {
+	return Choice{Scheme: scheme.Scheme{Kind: scheme.EC, Code: p}, Alpha: alpha}
 }
 
 func b2f(b bool) float64 {

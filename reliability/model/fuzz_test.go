@@ -3,24 +3,10 @@ package model
 import (
 	"testing"
 	"time"
-)
 
-// FuzzParseScheme: any name either parses to a scheme whose String parses
-// back to it, or fails with ErrInvalidArgument; nothing panics.
-func FuzzParseScheme(f *testing.F) {
-	for _, s := range []string{"sr-rto", "SR_NACK", " ec-mds", "ec-xor ", "", "ec", "scheme(9)"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		s, err := ParseScheme(name)
-		if err != nil {
-			return
-		}
-		if again, err := ParseScheme(s.String()); err != nil || again != s {
-			t.Fatalf("ParseScheme(%q) = %v, but %q parses to %v, %v", name, s, s.String(), again, err)
-		}
-	})
-}
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
+)
 
 // FuzzPredict feeds arbitrary links, sizes and schemes to the models: they
 // return an error or a finite estimate at or above the lossless time whose
@@ -38,9 +24,9 @@ func FuzzPredict(f *testing.F) {
 	f.Add(400e9, int64(25e6), 1e-2, 4096, int64(8<<30), uint8(2), 32, 8, 2.0)
 	f.Add(3e9, int64(1e5), 0.4, 100, int64(777), uint8(3), 7, 3, 1.0)
 	f.Add(1.0, int64(1), 0.5, 1, int64(1), uint8(2), 128, 128, 0.0)
-	f.Fuzz(func(t *testing.T, bw float64, rttNs int64, loss float64, chunk int, size int64, scheme uint8, k, m int, alpha float64) {
+	f.Fuzz(func(t *testing.T, bw float64, rttNs int64, loss float64, chunk int, size int64, sel uint8, k, m int, alpha float64) {
 		l := Link{Bandwidth: bw, RTT: time.Duration(rttNs), Loss: loss, ChunkSize: chunk}
-		c := Choice{Scheme: Scheme(scheme), K: k, M: m, Alpha: alpha}
+		c := Choice{Scheme: fuzzScheme(sel, k, m), Alpha: alpha}
 		e, err := Predict(l, size, c)
 		if err != nil {
 			return
@@ -62,4 +48,26 @@ func FuzzPredict(f *testing.F) {
 			t.Fatalf("%+v %d B %v: mean %v below lossless %v", l, size, c, e.Mean, lossless)
 		}
 	})
+}
+
+// fuzzScheme is FuzzPredict's scheme: sel picks SR-RTO, SR-NACK, EC-MDS,
+// EC-XOR, Hybrid-MDS or Hybrid-XOR (k and m the code's), and beyond them
+// an invalid kind.
+func fuzzScheme(sel uint8, k, m int) scheme.Scheme {
+	switch sel {
+	case 0:
+		return srRTO
+	case 1:
+		return srNACK
+	case 2, 3, 4, 5:
+		kind, code := scheme.EC, ec.MDS
+		if sel >= 4 {
+			kind = scheme.Hybrid
+		}
+		if sel%2 == 1 {
+			code = ec.XOR
+		}
+		return codedScheme(kind, code, k, m)
+	}
+	return scheme.Scheme{Kind: scheme.Kind(sel)}
 }

@@ -3,6 +3,8 @@ package model
 import (
 	"math"
 	"slices"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
 // hybridModel is the completion-time distribution of a Hybrid message (see
@@ -30,7 +32,7 @@ type hybridModel struct {
 // product.
 var maxHybridBlocks = 1 << 18
 
-func newHybridModel(l Link, n float64, p Params, alpha float64) *hybridModel {
+func newHybridModel(l Link, n float64, p ec.Params, alpha float64) *hybridModel {
 	loss, tinj, rtt := l.Loss, l.injection(), l.rtt()
 	k, m := float64(p.K), float64(p.M)
 	c := newCodedMessage(n, p, loss)

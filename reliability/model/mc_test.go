@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // The Monte-Carlo below is written from the engine semantics alone, chunk by
@@ -64,7 +67,7 @@ func mcSR(rng *rand.Rand, c mcLink, n int, nack bool) float64 {
 // mcEC returns one completion time of an n-chunk message under EC(k, m),
 // or with hybrid under Hybrid(k, m): a failed submessage but the last is
 // NACKed when the first chunk after it that is delivered lands.
-func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int, hybrid bool) float64 {
+func mcEC(rng *rand.Rand, c mcLink, n int, code ec.Kind, k, m int, hybrid bool) float64 {
 	subs := (n + k - 1) / k
 	total := n + subs*m
 	type sub struct {
@@ -74,7 +77,7 @@ func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int, hybrid bool) flo
 	var failed []sub
 	var lostAt []bool // every chunk of the first pass, in order
 	decodable := func(dataLost, parityLost []bool) bool {
-		if code == MDS {
+		if code == ec.MDS {
 			e := 0
 			for _, l := range append(slices.Clone(dataLost), parityLost...) {
 				if l {
@@ -160,7 +163,7 @@ func mcEC(rng *rand.Rand, c mcLink, n int, code Code, k, m int, hybrid bool) flo
 				arrivals[j] = arrive()
 			}
 		}
-		if code == MDS {
+		if code == ec.MDS {
 			var got []float64
 			e := 0
 			for j, l := range f.dataLost {
@@ -297,7 +300,7 @@ func TestSRMatchesMonteCarlo(t *testing.T) {
 			for i := range s.xs {
 				s.xs[i] = mcSR(rng, c, n, nack)
 			}
-			name := Choice{Scheme: map[bool]Scheme{false: SRRTO, true: SRNACK}[nack], Alpha: DefaultAlpha}.String()
+			name := Choice{Scheme: map[bool]scheme.Scheme{false: srRTO, true: srNACK}[nack], Alpha: DefaultAlpha}.String()
 			checkAgainstMC(t, name+" n="+itoa(n)+" p="+ftoa(p), est, func(q float64) time.Duration {
 				d, err := SRQuantile(l, size, DefaultAlpha, nack, q)
 				if err != nil {
@@ -376,19 +379,19 @@ func testCodedMatchesMonteCarlo(t *testing.T, hybrid bool) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, tc := range []struct {
 		n    int
-		code Code
+		code ec.Kind
 		k, m int
 	}{
-		{8, MDS, 4, 2}, {8, XOR, 4, 2}, {10, MDS, 4, 2}, {10, XOR, 4, 2},
-		{64, MDS, 32, 8}, {64, XOR, 32, 8}, {70, XOR, 32, 8}, {5, MDS, 8, 2},
-		{1024, MDS, 32, 4}, {1024, XOR, 32, 8},
+		{8, ec.MDS, 4, 2}, {8, ec.XOR, 4, 2}, {10, ec.MDS, 4, 2}, {10, ec.XOR, 4, 2},
+		{64, ec.MDS, 32, 8}, {64, ec.XOR, 32, 8}, {70, ec.XOR, 32, 8}, {5, ec.MDS, 8, 2},
+		{1024, ec.MDS, 32, 4}, {1024, ec.XOR, 32, 8},
 	} {
 		for _, p := range []float64{1e-3, 1e-2, 0.05, 0.2} {
 			l, c := testLink(p)
 			size := int64(tc.n * l.ChunkSize)
-			choice := ecChoice(Params{Code: tc.code, K: tc.k, M: tc.m}, DefaultAlpha)
+			choice := ecChoice(ec.Params{Kind: tc.code, K: tc.k, M: tc.m}, DefaultAlpha)
 			if hybrid {
-				choice.Scheme += HybridMDS - ECMDS
+				choice.Scheme.Kind = scheme.Hybrid
 			}
 			est, err := Predict(l, size, choice)
 			if err != nil {
@@ -398,7 +401,7 @@ func testCodedMatchesMonteCarlo(t *testing.T, hybrid bool) {
 			for i := range s.xs {
 				s.xs[i] = mcEC(rng, c, tc.n, tc.code, tc.k, tc.m, hybrid)
 			}
-			name := choice.Scheme.String() + "(" + itoa(tc.k) + "," + itoa(tc.m) + ") n=" + itoa(tc.n) + " p=" + ftoa(p)
+			name := choice.Scheme.String() + " n=" + itoa(tc.n) + " p=" + ftoa(p)
 			checkAgainstMC(t, name, est, func(q float64) time.Duration {
 				d, err := Quantile(l, size, choice, q)
 				if err != nil {
@@ -417,7 +420,7 @@ func testCodedMatchesMonteCarlo(t *testing.T, hybrid bool) {
 func TestHybridBlocks(t *testing.T) {
 	l, _ := testLink(0.05)
 	size := int64(4096 * 32 * 1000) // 1000 submessages of (32,4): about 10 % fail
-	c := Choice{Scheme: HybridMDS, K: 32, M: 4, Alpha: DefaultAlpha}
+	c := Choice{Scheme: codedScheme(scheme.Hybrid, ec.MDS, 32, 4), Alpha: DefaultAlpha}
 	exact, err := Predict(l, size, c)
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // Sentinel errors; every function wraps them with the argument at fault.
@@ -132,104 +134,32 @@ func Lossless(l Link, size int64) (time.Duration, error) {
 	return seconds(n*l.injection() + l.rtt()/2), nil
 }
 
-// Scheme is a reliability scheme.
-type Scheme uint8
-
-// The schemes the models cover.
-const (
-	// SRRTO is Selective Repeat that repairs a loss after the per-chunk
-	// timeout RTO = RTT + α·RTT.
-	SRRTO Scheme = iota
-	// SRNACK is Selective Repeat whose receiver NACKs a missing chunk as
-	// soon as a later one arrives.
-	SRNACK
-	// ECMDS is erasure coding with a Reed–Solomon (MDS) code and SR repair.
-	ECMDS
-	// ECXOR is erasure coding with the interleaved XOR code and SR repair.
-	ECXOR
-	// HybridMDS is ECMDS whose receiver NACKs a submessage it cannot
-	// decode as soon as a chunk of the next one arrives, and only the
-	// last one after the fallback timeout.
-	HybridMDS
-	// HybridXOR is HybridMDS with the interleaved XOR code.
-	HybridXOR
-	numSchemes
-)
-
-var schemeNames = [numSchemes]string{"sr-rto", "sr-nack", "ec-mds", "ec-xor", "hybrid-mds", "hybrid-xor"}
-
-// coded reports whether s is erasure coded (K and M apply).
-func (s Scheme) coded() bool { return s >= ECMDS && s < numSchemes }
-
-// String returns the scheme's name as ParseScheme accepts it.
-func (s Scheme) String() string {
-	if s < numSchemes {
-		return schemeNames[s]
-	}
-	return "scheme(" + strconv.Itoa(int(s)) + ")"
-}
-
-// ParseScheme is the inverse of Scheme.String; it ignores case and accepts
-// '_' for '-'. Unknown names return an error wrapping ErrInvalidArgument.
-func ParseScheme(name string) (Scheme, error) {
-	norm := strings.ReplaceAll(strings.ToLower(strings.TrimSpace(name)), "_", "-")
-	for i, n := range schemeNames {
-		if n == norm {
-			return Scheme(i), nil
-		}
-	}
-	return 0, fmt.Errorf("model: unknown scheme %q (want one of %s): %w", name, strings.Join(schemeNames[:], ", "), ErrInvalidArgument)
-}
-
-// Code is an erasure code family.
-type Code uint8
-
-// The codes EC supports.
-const (
-	// MDS is Reed–Solomon: a submessage decodes iff at least k of its k+m
-	// chunks arrive.
-	MDS Code = iota
-	// XOR is the interleaved parity code: parity i is the XOR of the data
-	// chunks j with j mod m = i; each of the m groups survives one loss.
-	XOR
-)
-
-// String returns "mds" or "xor".
-func (c Code) String() string {
-	switch c {
-	case MDS:
-		return "mds"
-	case XOR:
-		return "xor"
-	}
-	return "code(" + strconv.Itoa(int(c)) + ")"
-}
-
-// Params selects an erasure code: K data and M parity chunks per submessage.
-type Params struct {
-	Code Code
-	K, M int
-}
-
-// Validate checks 1 ≤ M, 1 ≤ K, K+M ≤ MaxCodeWidth, and M ≤ K for XOR.
-func (p Params) Validate() error {
-	switch {
-	case p.Code != MDS && p.Code != XOR:
-		return fmt.Errorf("model: unknown code %v: %w", p.Code, ErrInvalidArgument)
-	case p.K < 1 || p.M < 1 || p.K+p.M > MaxCodeWidth:
-		return fmt.Errorf("model: code (%d,%d) needs k ≥ 1, m ≥ 1, k+m ≤ %d: %w", p.K, p.M, MaxCodeWidth, ErrInvalidArgument)
-	case p.Code == XOR && p.M > p.K:
-		return fmt.Errorf("model: XOR code (%d,%d) needs m ≤ k: %w", p.K, p.M, ErrInvalidArgument)
+// validCode checks an erasure code as the models take it: one ec
+// implements, with k+m ≤ MaxCodeWidth for XOR too (the models' binomial
+// tables end there).
+func validCode(p ec.Params) error {
+	if err := p.Validate(); err != nil || p.K+p.M > MaxCodeWidth {
+		return fmt.Errorf("model: code %v (k+m ≤ %d): %w", p, MaxCodeWidth, ErrInvalidArgument)
 	}
 	return nil
 }
 
+// The SR schemes, and codedScheme for the others: the models' shorthand.
+var (
+	srRTO  = scheme.Scheme{Kind: scheme.SRRTO}
+	srNACK = scheme.Scheme{Kind: scheme.SRNACK}
+)
+
+// codedScheme returns kind (EC or Hybrid) with the code (code, k, m).
+func codedScheme(kind scheme.Kind, code ec.Kind, k, m int) scheme.Scheme {
+	return scheme.Scheme{Kind: kind, Code: ec.Params{Kind: code, K: k, M: m}}
+}
+
 // Choice is a scheme with its parameters, as Choose returns it.
 type Choice struct {
-	Scheme Scheme
-	// K, M are the erasure code's data and parity chunks per submessage
-	// (zero for SR).
-	K, M int
+	// Scheme is SR-RTO, SR-NACK, or EC or Hybrid with a code (never
+	// Auto, nor a coded scheme without its code).
+	Scheme scheme.Scheme
 	// Alpha is the timeout factor: RTO = RTT + Alpha·RTT, and for EC the
 	// fallback timeout's 0.5·Alpha·RTT term.
 	Alpha float64
@@ -238,19 +168,11 @@ type Choice struct {
 // String renders the choice, e.g. "sr-rto(α=2)" or "ec-mds(32,8,α=2)".
 func (c Choice) String() string {
 	a := strconv.FormatFloat(c.Alpha, 'g', -1, 64)
-	if c.Scheme.coded() {
-		return fmt.Sprintf("%v(%d,%d,α=%s)", c.Scheme, c.K, c.M, a)
+	if c.Scheme.Coded() {
+		p := c.Scheme.Code
+		return fmt.Sprintf("%v-%v(%d,%d,α=%s)", c.Scheme.Kind, p.Kind, p.K, p.M, a)
 	}
-	return fmt.Sprintf("%v(α=%s)", c.Scheme, a)
-}
-
-// params returns the erasure code of an EC or Hybrid choice.
-func (c Choice) params() Params {
-	code := MDS
-	if c.Scheme == ECXOR || c.Scheme == HybridXOR {
-		code = XOR
-	}
-	return Params{Code: code, K: c.K, M: c.M}
+	return fmt.Sprintf("%v(α=%s)", c.Scheme.Kind, a)
 }
 
 // Estimate is a model's prediction of a message's completion time, from the

@@ -3,6 +3,8 @@ package model
 import (
 	"math"
 	"testing"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
 )
 
 func slowdown(t *testing.T, l Link, size int64, c Choice) (mean, p999 float64) {
@@ -90,9 +92,9 @@ func TestPaperGridIsExact(t *testing.T) {
 func TestECAboveOneRoundBound(t *testing.T) {
 	for _, p := range []float64{1e-5, 1e-3, 1e-2, 0.1} {
 		for _, size := range []int64{128 << 10, 128 << 20} {
-			for _, code := range []Code{MDS, XOR} {
+			for _, code := range []ec.Kind{ec.MDS, ec.XOR} {
 				l := paperLink(p)
-				params := Params{Code: code, K: 32, M: 8}
+				params := ec.Params{Kind: code, K: 32, M: 8}
 				e, err := EC(l, size, params, DefaultAlpha)
 				if err != nil {
 					t.Fatal(err)

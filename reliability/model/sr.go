@@ -241,9 +241,9 @@ func SR(l Link, size int64, alpha float64, nack bool) (Estimate, error) {
 
 func srChoice(alpha float64, nack bool) Choice {
 	if nack {
-		return Choice{Scheme: SRNACK, Alpha: alpha}
+		return Choice{Scheme: srNACK, Alpha: alpha}
 	}
-	return Choice{Scheme: SRRTO, Alpha: alpha}
+	return Choice{Scheme: srRTO, Alpha: alpha}
 }
 
 // srBound is the error allowance of the SR models: one injection time for

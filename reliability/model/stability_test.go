@@ -4,6 +4,9 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // paperLink is the paper's grid link: 400 Gbit/s, 25 ms RTT, 4 KiB chunks.
@@ -12,10 +15,10 @@ func paperLink(p float64) Link {
 }
 
 var allSchemes = []Choice{
-	{Scheme: SRRTO, Alpha: DefaultAlpha},
-	{Scheme: SRNACK, Alpha: DefaultAlpha},
-	{Scheme: ECXOR, K: 32, M: 8, Alpha: DefaultAlpha},
-	{Scheme: ECMDS, K: 32, M: 8, Alpha: DefaultAlpha},
+	{Scheme: srRTO, Alpha: DefaultAlpha},
+	{Scheme: srNACK, Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.XOR, 32, 8), Alpha: DefaultAlpha},
+	{Scheme: codedScheme(scheme.EC, ec.MDS, 32, 8), Alpha: DefaultAlpha},
 }
 
 // Every model stays finite, at or above the lossless time, and grows with
@@ -69,22 +72,21 @@ func TestLosslessLimits(t *testing.T) {
 	const size = 128 << 20
 	tinj := l.injection()
 	n := float64(size / l.ChunkSize)
-	want := map[Scheme]float64{
-		SRRTO:  n*tinj + l.rtt()/2,
-		SRNACK: n*tinj + l.rtt()/2,
-		ECXOR:  (n+(n/32)*8-8)*tinj + l.rtt()/2,
-		ECMDS:  (n+(n/32)*8-8)*tinj + l.rtt()/2,
+	want := map[scheme.Kind]float64{
+		scheme.SRRTO:  n*tinj + l.rtt()/2,
+		scheme.SRNACK: n*tinj + l.rtt()/2,
+		scheme.EC:     (n+(n/32)*8-8)*tinj + l.rtt()/2,
 	}
 	for _, c := range allSchemes {
 		e, err := Predict(l, size, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w := seconds(want[c.Scheme]); e.Mean != w || e.P999 != w || !e.Exact {
+		if w := seconds(want[c.Scheme.Kind]); e.Mean != w || e.P999 != w || !e.Exact {
 			t.Errorf("%v lossless: %+v, want mean = p99.9 = %v, exact", c, e, w)
 		}
 	}
-	if got, _ := Lossless(l, size); got != seconds(want[SRRTO]) {
-		t.Errorf("Lossless = %v, want %v", got, seconds(want[SRRTO]))
+	if got, _ := Lossless(l, size); got != seconds(want[scheme.SRRTO]) {
+		t.Errorf("Lossless = %v, want %v", got, seconds(want[scheme.SRRTO]))
 	}
 }

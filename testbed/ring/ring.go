@@ -13,12 +13,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"math"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sdr-rdma/sdr/internal/units"
 
 	"github.com/sdr-rdma/sdr/backends"
 	"github.com/sdr-rdma/sdr/collective"
@@ -26,8 +27,8 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/testbed/scenario"
 )
@@ -43,7 +44,7 @@ type Config struct {
 	// Iterations are measured after Warmup ones, per size and scheme.
 	Iterations, Warmup int
 	DataType           collective.DataType
-	// Schemes are every hop's schemes, as reliability.ParseSchemeCode
+	// Schemes are every hop's schemes, as scheme.Parse
 	// takes them, one sweep each.
 	Schemes []string
 	// Links are the hops' link models (package link's text form), one
@@ -177,11 +178,11 @@ func Run(c Config, table io.Writer) ([]Row, error) {
 				"scheme", "mean(ms)", "p50(ms)", "p99.9(ms)", "algbw(GB/s)", "busbw(GB/s)", "#wrong", "model≥(ms)", "p99.9≤(ms)")
 		}
 		for _, name := range names {
-			scheme, code, err := reliability.ParseSchemeCode(name)
+			s, err := scheme.Parse(name)
 			if err != nil {
 				return nil, err
 			}
-			rc := reliability.ReceiverConfig{Scheme: scheme, Code: code}
+			rc := reliability.ReceiverConfig{Scheme: s}
 			rings, closeRings, err := c.connect(rc, hop)
 			if err != nil {
 				return nil, err
@@ -199,7 +200,7 @@ func Run(c Config, table io.Writer) ([]Row, error) {
 					if !c.joined() { // the hops are the link model; across processes whatever the network is
 						row.Link, row.Loss = spec, hop.Loss.P
 						if len(c.Hops) == 0 { // the model's ring has one link everywhere
-							row.ModelMeanMs, row.ModelP999Ms = predict(hop, row.Size, c.ringSize(), scheme, code)
+							row.ModelMeanMs, row.ModelP999Ms = predict(hop, row.Size, c.ringSize(), s)
 						}
 					}
 					rows = append(rows, row)
@@ -356,7 +357,7 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // predict is reliability/model's ring bound for the hop's link, in
 // ms (0, 0 where the models do not cover the scheme or link).
-func predict(hop link.Config, size int64, ranks int, s reliability.Scheme, code ec.Params) (meanLower, p999Upper float64) {
+func predict(hop link.Config, size int64, ranks int, s scheme.Scheme) (meanLower, p999Upper float64) {
 	if hop.Bandwidth <= 0 || hop.Delay <= 0 || hop.Loss.GE {
 		return 0, 0
 	}
@@ -365,13 +366,10 @@ func predict(hop link.Config, size int64, ranks int, s reliability.Scheme, code 
 	if err != nil || loss > model.MaxLoss {
 		return 0, 0
 	}
-	if code.K == 0 {
-		code = reliability.DefaultCode
-	}
-	c, ok := reliability.ModelChoice(s, code, model.DefaultAlpha)
-	if !ok {
+	if s.Kind == scheme.Auto {
 		return 0, 0
 	}
+	c := model.Choice{Scheme: s.WithDefaultCode(), Alpha: model.DefaultAlpha}
 	est, err := model.RingAllreduce(model.Link{Bandwidth: hop.Bandwidth, RTT: 2 * hop.Delay, Loss: loss, ChunkSize: chunk}, size, ranks, c)
 	if err != nil {
 		return 0, 0

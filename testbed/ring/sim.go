@@ -3,7 +3,6 @@ package ring
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sdr-rdma/sdr/internal/units"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
+
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -19,8 +21,6 @@ import (
 
 	"github.com/sdr-rdma/sdr/internal/plots"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/testbed/sim"
 )
 
@@ -32,8 +32,8 @@ type SimConfig struct {
 	Ranks []int
 	Drops []float64
 	Size  int64
-	// Schemes as reliability.ParseSchemeCode takes them (ec and hybrid
-	// without a code: reliability.DefaultCode).
+	// Schemes as scheme.Parse takes them (ec and hybrid
+	// without a code: scheme.DefaultCode).
 	Schemes []string
 	// Samples is how many Allreduces per point; Seed seeds the sweep.
 	Samples int
@@ -68,23 +68,13 @@ type SimRow struct {
 // progress to progress (if not nil), and returns the rows and their
 // Markdown table.
 func Simulate(c SimConfig, progress io.Writer) ([]SimRow, string, error) {
-	type scheme struct {
-		label  string
-		scheme reliability.Scheme
-		code   ec.Params
-	}
-	var schemes []scheme
+	var schemes []scheme.Scheme
 	for _, name := range c.Schemes {
-		s, code, err := reliability.ParseSchemeCode(name)
+		s, err := scheme.Parse(name)
 		if err != nil {
 			return nil, "", err
 		}
-		label := name
-		if (s == reliability.EC || s == reliability.Hybrid) && code.K == 0 {
-			code = reliability.DefaultCode
-			label = s.String() + "-" + code.String()
-		}
-		schemes = append(schemes, scheme{label, s, code})
+		schemes = append(schemes, s.WithDefaultCode())
 	}
 	if c.Samples < 1 || len(c.Ranks) == 0 || len(c.Drops) == 0 || len(schemes) == 0 {
 		return nil, "", fmt.Errorf("ring: simulate %d samples of %d rings × %d drops × %d schemes", c.Samples, len(c.Ranks), len(c.Drops), len(schemes))
@@ -94,9 +84,9 @@ func Simulate(c SimConfig, progress io.Writer) ([]SimRow, string, error) {
 	for _, n := range c.Ranks {
 		for _, d := range c.Drops {
 			for _, s := range schemes {
-				jobs = append(jobs, sim.RingJob{Point: sim.Point{Size: c.Size, Scheme: s.scheme, Code: s.code, Loss: link.Bernoulli(d)},
+				jobs = append(jobs, sim.RingJob{Point: sim.Point{Size: c.Size, Scheme: s, Loss: link.Bernoulli(d)},
 					Ranks: n, Samples: c.Samples})
-				rows = append(rows, SimRow{Ranks: n, Drop: d, Scheme: s.label})
+				rows = append(rows, SimRow{Ranks: n, Drop: d, Scheme: s.String()})
 			}
 		}
 	}

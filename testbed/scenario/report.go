@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sdr-rdma/sdr/internal/units"
 )
 
 func optMs(v float64, ok bool) string {

@@ -11,7 +11,9 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // Row is one link, size and scheme's result. Completion times run from
@@ -185,7 +187,7 @@ func calibrate(ctx context.Context, sc *Scenario, net Network, spec LinkSpec, fo
 	defer b.Close()
 	p := point{sc: sc, a: a, b: b, size: size, rtt: forward.Delay + reverse.Delay, count: calibrationTransfers,
 		timeout: time.Duration(sc.Timeout), bitsPerS: forward.Bandwidth}
-	m, err := p.reliable(ctx, reliability.ReceiverConfig{Scheme: reliability.SRRTO})
+	m, err := p.reliable(ctx, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRRTO}})
 	if err == nil && m.completed == 0 {
 		err = errors.New("no clean transfer completed")
 	}
@@ -203,8 +205,8 @@ func calibrate(ctx context.Context, sc *Scenario, net Network, spec LinkSpec, fo
 	return lr, nil
 }
 
-func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr LinkResult, forward, reverse link.Config, seed uint64, size int, scheme string) (Row, error) {
-	row := Row{Link: lr.Link, Size: size, Scheme: scheme}
+func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr LinkResult, forward, reverse link.Config, seed uint64, size int, name string) (Row, error) {
+	row := Row{Link: lr.Link, Size: size, Scheme: name}
 	a, b, err := net.Devices(forward, reverse, seed)
 	if err != nil {
 		return row, err
@@ -218,10 +220,10 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 	p := point{sc: sc, a: a, b: b, size: size, rtt: rtt, count: sc.Count,
 		timeout: time.Duration(sc.Timeout), bitsPerS: lr.RateMbps * 1e6}
 	if hooks.Transfer != nil {
-		p.observe = func(st reliability.Stats, delivered bool) { hooks.Transfer(scheme, st, delivered) }
+		p.observe = func(st reliability.Stats, delivered bool) { hooks.Transfer(name, st, delivered) }
 	}
 	var m measurement
-	switch scheme {
+	switch name {
 	case SchemeRC:
 		m, err = p.raw(ctx, true)
 	case SchemeUC:
@@ -231,18 +233,18 @@ func measure(ctx context.Context, sc *Scenario, net Network, hooks *Hooks, lr Li
 		p.timeout = min(p.timeout, 3*clean+2*rtt)
 		m, err = p.raw(ctx, false)
 	default:
-		s, code, perr := reliability.ParseSchemeCode(scheme)
+		s, perr := scheme.Parse(name)
 		if perr != nil { // Validate refused it already; a new caller might not have validated
 			return row, fmt.Errorf("scenario: %w", perr)
 		}
-		if code.K == 0 {
-			code = sc.Code
+		if s.Coded() && s.Code == (ec.Params{}) {
+			s.Code = sc.Code
 		}
 		p.model = func(st reliability.Stats) (time.Duration, bool) { return predict(sc, lr, size, st) }
-		cfg := reliability.ReceiverConfig{Scheme: s, Code: code}
+		cfg := reliability.ReceiverConfig{Scheme: s}
 		if hooks.Trace != nil {
 			var done func()
-			cfg.Trace, done = hooks.Trace(lr.Link, size, scheme)
+			cfg.Trace, done = hooks.Trace(lr.Link, size, name)
 			defer done()
 		}
 		m, err = p.reliable(ctx, cfg)
@@ -288,8 +290,8 @@ func (r *Row) summarize(m *measurement, size int) {
 // did. False where the models do not cover it: chunk loss beyond
 // model.MaxLoss.
 func predict(sc *Scenario, lr LinkResult, size int, st reliability.Stats) (time.Duration, bool) {
-	c, ok := st.Plan.ModelChoice()
-	if !ok || lr.RateMbps <= 0 {
+	c := st.Plan.ModelChoice()
+	if lr.RateMbps <= 0 {
 		return 0, false
 	}
 	rate := lr.RateMbps * 1e6

@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // ErrInvalid is wrapped by every error about a scenario out of range.
@@ -48,7 +48,7 @@ type Scenario struct {
 	// Count is the transfers per link, size and scheme.
 	Count int `json:"count"`
 	// Schemes are SchemeRC, SchemeUC and reliability's schemes as
-	// reliability.ParseSchemeCode reads them (sr-rto, sr-nack, ec,
+	// scheme.Parse reads them (sr-rto, sr-nack, ec,
 	// hybrid, auto; ec and hybrid optionally with a code, ec-xor(8,2)).
 	Schemes []string `json:"schemes"`
 	// Code is the erasure code of ec and hybrid where the scheme names
@@ -123,7 +123,7 @@ func Default() Scenario {
 		Sizes:     []int{64 << 10, 512 << 10, 4 << 20},
 		Count:     6,
 		Schemes:   []string{SchemeRC, "sr-rto", "sr-nack", "ec", "auto"},
-		Code:      reliability.DefaultCode,
+		Code:      scheme.DefaultCode,
 		MTU:       1024,
 		ChunkSize: 16 << 10,
 		Channels:  4,
@@ -205,12 +205,8 @@ func (s *Scenario) Validate() error {
 		if name == SchemeRC || name == SchemeUC {
 			continue
 		}
-		if _, code, err := reliability.ParseSchemeCode(name); err != nil {
+		if _, err := scheme.Parse(name); err != nil {
 			return errors.Join(ErrInvalid, err)
-		} else if code.K != 0 {
-			if err := code.Validate(); err != nil {
-				return errors.Join(ErrInvalid, err)
-			}
 		}
 	}
 	if i := firstDuplicate(s.Schemes); i >= 0 {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 func TestComposeRing(t *testing.T) {
@@ -33,7 +33,7 @@ func TestComposeRing(t *testing.T) {
 // time, so the Allreduce takes 2(N−1) of them, which is also the model's
 // lower bound.
 func TestSweepRingLossless(t *testing.T) {
-	res, err := SweepRing([]RingJob{{Point: Point{Size: 4 << 20, Scheme: reliability.SRRTO}, Ranks: 4, Samples: 3}}, Options{Seed: 1})
+	res, err := SweepRing([]RingJob{{Point: Point{Size: 4 << 20, Scheme: scheme.Scheme{Kind: scheme.SRRTO}}, Ranks: 4, Samples: 3}}, Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestSweepRingLossless(t *testing.T) {
 // means (the max over ranks) and within the model's 99.9th percentile
 // bound at the same level.
 func TestSweepRingLossy(t *testing.T) {
-	res, err := SweepRing([]RingJob{{Point: Point{Size: 8 << 20, Scheme: reliability.SRRTO, Loss: link.Bernoulli(1e-3)}, Ranks: 4, Samples: 200}}, Options{Seed: 7})
+	res, err := SweepRing([]RingJob{{Point: Point{Size: 8 << 20, Scheme: scheme.Scheme{Kind: scheme.SRRTO}, Loss: link.Bernoulli(1e-3)}, Ranks: 4, Samples: 200}}, Options{Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // Errors; test with errors.Is.
@@ -90,13 +91,12 @@ var (
 type Point struct {
 	// Size is the message size in bytes (> 0).
 	Size int64
-	// Scheme is SRRTO, SRNACK, EC, Hybrid, or Auto — which the simulator
-	// resolves with model.Choose on the point's true link (what Auto's
-	// estimator converges to; a fresh engine's estimator has seen no loss
-	// yet and would pick SR).
-	Scheme reliability.Scheme
-	// Code is the code of EC and Hybrid [MDS(32,8)].
-	Code ec.Params
+	// Scheme is SR-RTO, SR-NACK, EC, Hybrid (with their code
+	// [MDS(32,8)]), or Auto — which the simulator resolves with
+	// model.Choose on the point's true link (what Auto's estimator
+	// converges to; a fresh engine's estimator has seen no loss yet and
+	// would pick SR).
+	Scheme scheme.Scheme
 	// Bandwidth is the link's rate in bit/s [400 Gbit/s].
 	Bandwidth float64
 	// RTT is the round trip; each direction's delay is RTT/2 [25 ms].
@@ -124,9 +124,7 @@ type Point struct {
 
 // withDefaults fills zero fields and validates.
 func (p Point) withDefaults() (Point, error) {
-	if p.Code == (ec.Params{}) {
-		p.Code = reliability.DefaultCode
-	}
+	p.Scheme = p.Scheme.WithDefaultCode()
 	if p.Bandwidth == 0 {
 		p.Bandwidth = 400e9
 	}
@@ -151,8 +149,8 @@ func (p Point) withDefaults() (Point, error) {
 	switch {
 	case p.Size <= 0 || p.Size > 1<<40:
 		return p, fmt.Errorf("sim: size %d B: %w", p.Size, ErrInvalid)
-	case p.Scheme < reliability.SRRTO || p.Scheme > reliability.Auto:
-		return p, fmt.Errorf("sim: scheme %v: %w", p.Scheme, ErrInvalid)
+	case p.Scheme.Validate() != nil:
+		return p, fmt.Errorf("sim: %w: %w", ErrInvalid, p.Scheme.Validate())
 	case !(p.Bandwidth > 0) || math.IsInf(p.Bandwidth, 1) || p.RTT <= 0 || p.ChunkSize <= 0:
 		return p, fmt.Errorf("sim: link of %g bit/s, RTT %v, %d-B chunks: %w", p.Bandwidth, p.RTT, p.ChunkSize, ErrInvalid)
 	case p.Alpha < 0 || p.AckDelay < 0 || p.Batch < 0 || p.Timeout < 0:
@@ -163,15 +161,12 @@ func (p Point) withDefaults() (Point, error) {
 			return p, fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 		}
 	}
-	if err := p.Code.Validate(); err != nil {
-		return p, fmt.Errorf("sim: %w: %w", ErrInvalid, err)
-	}
-	if p.Scheme == reliability.Auto {
+	if p.Scheme.Kind == scheme.Auto {
 		c, err := model.Choose(p.ModelLink(), p.Size)
 		if err != nil {
 			return p, fmt.Errorf("sim: auto: %w", err)
 		}
-		p.Scheme, p.Code = reliability.FromModel(c)
+		p.Scheme = c.Scheme
 	}
 	return p, nil
 }
@@ -191,7 +186,7 @@ func (p Point) ModelLink() model.Link {
 // false for Auto, which becomes one of the others per transfer. p must
 // have its defaults filled in (WithDefaults).
 func (p Point) ModelChoice() (model.Choice, bool) {
-	return reliability.ModelChoice(p.Scheme, p.Code, p.Alpha)
+	return model.Choice{Scheme: p.Scheme, Alpha: p.Alpha}, p.Scheme.Kind != scheme.Auto
 }
 
 // Sample is the outcome of one simulated transfer.
@@ -385,7 +380,7 @@ func (s *simulation) init(p Point, seed uint64) error {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 	}
 	rcv, err := reliability.NewReceiverEngine(reliability.ReceiverConfig{Config: both, AckDelay: p.AckDelay,
-		Scheme: p.Scheme, Code: p.Code,
+		Scheme:        p.Scheme,
 		ReorderWindow: time.Nanosecond}) // the links keep order: a hole is a loss
 	if err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)

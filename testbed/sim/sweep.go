@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/model"
 )
 
@@ -243,9 +242,5 @@ func summarize(r *Result, a *accumulator) error {
 
 // describe names a point for errors and progress.
 func describe(p Point) string {
-	code := ""
-	if p.Scheme == reliability.EC || p.Scheme == reliability.Hybrid {
-		code = " " + p.Code.String()
-	}
-	return fmt.Sprintf("%v%s, %d B, loss %v", p.Scheme, code, p.Size, p.Loss)
+	return fmt.Sprintf("%v, %d B, loss %v", p.Scheme, p.Size, p.Loss)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -865,16 +866,19 @@ func reliableLoopback(f *Options, ln net.Listener, client, server *emunic.Device
 // ReliableConfig is the reliability configuration of params: the
 // receiver's (scheme, code, rate cap); the sender takes its Config.
 func (p *Params) ReliableConfig() (reliability.ReceiverConfig, error) {
-	scheme, code, err := reliability.ParseSchemeCode(p.Scheme)
+	s, err := scheme.Parse(p.Scheme)
 	if err != nil {
 		return reliability.ReceiverConfig{}, err
 	}
-	cfg := reliability.ReceiverConfig{Scheme: scheme, Code: code}
+	cfg := reliability.ReceiverConfig{Scheme: s}
 	if p.Code != "" {
-		if code.K != 0 {
+		switch {
+		case !s.Coded():
+			return cfg, fmt.Errorf("-scheme %s sends no parity: -code %s applies to ec and hybrid", p.Scheme, p.Code)
+		case s.Code != (ec.Params{}):
 			return cfg, fmt.Errorf("-scheme %s names its code: -code %s is one too many", p.Scheme, p.Code)
 		}
-		if cfg.Code, err = ec.ParseParams(p.Code); err != nil {
+		if cfg.Scheme.Code, err = ec.ParseParams(p.Code); err != nil {
 			return cfg, err
 		}
 	}
@@ -1165,11 +1169,7 @@ func predictReliable(p *Params, last reliability.Stats) (float64, string) {
 	if err != nil {
 		return 0, "no prediction: " + err.Error()
 	}
-	c, ok := plan.ModelChoice()
-	if !ok {
-		return 0, "no prediction: the models do not cover " + plan.Scheme.String()
-	}
-	est, err := model.Predict(l, int64(p.Size), c)
+	est, err := model.Predict(l, int64(p.Size), plan.ModelChoice())
 	if err != nil {
 		return 0, "no prediction: " + err.Error()
 	}

@@ -30,8 +30,7 @@ import (
 	"github.com/sdr-rdma/sdr/internal/plots"
 	"github.com/sdr-rdma/sdr/internal/units"
 	"github.com/sdr-rdma/sdr/link"
-	"github.com/sdr-rdma/sdr/reliability"
-	"github.com/sdr-rdma/sdr/reliability/ec"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/testbed/sim"
 )
 
@@ -64,13 +63,6 @@ type Grid struct {
 	Workers int
 	// Backoff lets the engines double repeated timeouts.
 	Backoff bool
-}
-
-// Scheme is one scheme of the run as the user named it.
-type Scheme struct {
-	label  string
-	scheme reliability.Scheme
-	code   ec.Params
 }
 
 // Row is one point of the run's output.
@@ -136,7 +128,7 @@ func JobCost(j sim.Job) float64 { return float64(j.Samples) * (float64(j.Point.S
 // PointMeta is what a row needs that the sim point does not carry.
 type PointMeta struct {
 	sweep      string
-	scheme     Scheme
+	scheme     scheme.Scheme
 	drop       float64
 	distanceKm float64
 }
@@ -196,12 +188,12 @@ func Jobs(g *Grid) ([]sim.Job, []PointMeta, error) {
 	}
 	var jobs []sim.Job
 	var meta []PointMeta
-	add := func(sweep string, size int64, drop float64, rtt time.Duration, km float64, sc Scheme) error {
+	add := func(sweep string, size int64, drop float64, rtt time.Duration, km float64, sc scheme.Scheme) error {
 		l, err := simLossModel(g, drop)
 		if err != nil {
 			return err
 		}
-		p := sim.Point{Size: size, Scheme: sc.scheme, Code: sc.code, Bandwidth: g.Gbps * 1e9, RTT: rtt, ChunkSize: g.Chunk,
+		p := sim.Point{Size: size, Scheme: sc, Bandwidth: g.Gbps * 1e9, RTT: rtt, ChunkSize: g.Chunk,
 			Loss: l, ControlLoss: link.Bernoulli(g.ControlLoss), Alpha: g.Alpha, Backoff: g.Backoff}
 		if _, err := p.WithDefaults(); err != nil {
 			return err
@@ -222,7 +214,7 @@ func Jobs(g *Grid) ([]sim.Job, []PointMeta, error) {
 	}
 	for _, km := range distances {
 		for _, sc := range schemes {
-			if sc.scheme == reliability.Auto {
+			if sc.Kind == scheme.Auto {
 				continue // Choose is checked on the grid
 			}
 			if err := add("distance", slices.Max(sizes), g.DistanceDrop, 2*link.DelayForDistance(km), km, sc); err != nil {
@@ -300,29 +292,18 @@ func simParsePositive(s string) (float64, error) {
 	return v, nil
 }
 
-// ParseScheme parses a scheme as every command does
-// (reliability.ParseSchemeCode); ec and hybrid without a code run
-// MDS(32,8).
-func ParseScheme(s string) (Scheme, error) {
-	scheme, code, err := reliability.ParseSchemeCode(s)
-	if err != nil {
-		return Scheme{}, err
-	}
-	if scheme == reliability.EC || scheme == reliability.Hybrid {
-		if code.K == 0 {
-			code = reliability.DefaultCode
-		}
-		return Scheme{label: scheme.String() + "-" + code.String(), scheme: scheme, code: code}, nil
-	}
-	return Scheme{label: scheme.String(), scheme: scheme}, nil
+// ParseScheme parses a scheme as every command does (scheme.Parse); ec
+// and hybrid without a code run scheme.DefaultCode, MDS(32,8).
+func ParseScheme(s string) (scheme.Scheme, error) {
+	sc, err := scheme.Parse(s)
+	return sc.WithDefaultCode(), err
 }
 
 func simMs(d time.Duration) float64 { return float64(d) / 1e6 }
 
 func NewRow(r *sim.Result, m PointMeta) Row {
 	p := r.Point
-	ran := Scheme{scheme: p.Scheme, code: p.Code}
-	row := Row{Sweep: m.sweep, Scheme: m.scheme.label, Ran: simSchemeLabel(ran), SizeBytes: p.Size, Drop: m.drop,
+	row := Row{Sweep: m.sweep, Scheme: m.scheme.String(), Ran: p.Scheme.String(), SizeBytes: p.Size, Drop: m.drop,
 		LossModel: p.Loss.String(), RTTms: simMs(p.RTT), DistanceKm: m.distanceKm, Samples: len(r.Completions),
 		MeanMs: simMs(r.Mean), StdErrMs: simMs(r.StdErr), P50Ms: simMs(r.P50), P99Ms: simMs(r.P99), P999Ms: simMs(r.P999),
 		LosslessMs: simMs(r.Lossless), Slowdown: r.Slowdown(), SlowdownP999: r.SlowdownP999(),
@@ -333,17 +314,6 @@ func NewRow(r *sim.Result, m PointMeta) Row {
 		row.ModelMeanMs, row.ModelP999Ms, row.ModelDeviation, row.ModelExact = &mean, &p999, &dev, r.Model.Exact
 	}
 	return row
-}
-
-// simSchemeLabel names a resolved scheme as the -schemes flag does.
-func simSchemeLabel(s Scheme) string {
-	switch s.scheme {
-	case reliability.EC:
-		return "ec-" + s.code.String()
-	case reliability.Hybrid:
-		return "hybrid-" + s.code.String()
-	}
-	return s.scheme.String()
 }
 
 // simPaperFour are the labels of the paper's comparison.
@@ -1164,7 +1134,7 @@ func Merge(dirs []string, jobs []sim.Job, meta []PointMeta) (rows []Row, wall ti
 	}
 	rows = make([]Row, len(jobs))
 	for i, j := range jobs {
-		k := pointKey(meta[i].sweep, meta[i].scheme.label, j.Point.Size, meta[i].drop, meta[i].distanceKm)
+		k := pointKey(meta[i].sweep, meta[i].scheme.String(), j.Point.Size, meta[i].drop, meta[i].distanceKm)
 		r, ok := byKey[k]
 		if !ok {
 			return nil, 0, 0, fmt.Errorf("no shard has point %s (were the shards run with these flags?)", k)
