@@ -112,7 +112,7 @@ interop: deps ## against Linux Soft-RoCE in a Debian guest (builds it on first u
 # BENCH=regexp narrows it (e.g. make bench BENCH=PipeTransfer).
 BENCH       ?= .
 BENCHCOUNT  ?= 6
-BENCH_TIMES  = emunic:20000x reliability:5x testbed/linkemu:3x emunic/xsk:3x testbed/sim:20x
+BENCH_TIMES  = emunic:20000x reliability/driver:5x testbed/linkemu:3x emunic/xsk:3x testbed/sim:20x
 BENCH_PKGS   = $(shell grep -rl --include='*_test.go' '^func Benchmark' . | xargs -n1 dirname | sed 's|^\./||' | sort -u)
 bench: ## every package's benchmarks (-benchmem, BENCHCOUNT runs each, for benchstat)
 	@for pkg in $(BENCH_PKGS); do \

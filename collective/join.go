@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -67,7 +68,7 @@ func Join(ctx context.Context, cfg JoinConfig) (ring *Ring, close func() error, 
 		return nil, nil, err
 	}
 	type result struct {
-		r   *reliability.Receiver
+		r   *driver.Receiver
 		err error
 	}
 	accepted := make(chan result, 1)
@@ -78,7 +79,7 @@ func Join(ctx context.Context, cfg JoinConfig) (ring *Ring, close func() error, 
 			return
 		}
 		defer conn.Close()
-		r, err := reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Receiver)
+		r, err := driver.ConnectReceiver(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Receiver)
 		accepted <- result{r, err}
 	}()
 	next := addrs[(cfg.Rank+1)%cfg.Size]
@@ -106,14 +107,14 @@ func Join(ctx context.Context, cfg JoinConfig) (ring *Ring, close func() error, 
 }
 
 // connectNext dials the next rank's listener and sets up the Sender.
-func connectNext(ctx context.Context, addr string, cfg JoinConfig) (*reliability.Sender, error) {
+func connectNext(ctx context.Context, addr string, cfg JoinConfig) (*driver.Sender, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("collective: join: dial the next rank at %s: %w", addr, err)
 	}
 	defer conn.Close()
-	return reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Sender)
+	return driver.ConnectSender(ctx, sdr.NewBootstrap(conn), cfg.Context, cfg.QPAttr, cfg.Sender)
 }
 
 // rendezvous returns every rank's listener address, by rank.

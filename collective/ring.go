@@ -28,7 +28,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 )
 
 // Config tunes a Ring. Zero fields take the defaults in brackets.
@@ -54,8 +54,8 @@ var ErrBroken = errors.New("collective: the ring failed earlier")
 // goroutines share the per-segment progress under mu.
 type Ring struct {
 	rank, size int
-	next       *reliability.Sender
-	prev       *reliability.Receiver
+	next       *driver.Sender
+	prev       *driver.Receiver
 	cfg        Config
 
 	run     sync.Mutex // one collective at a time; guards the fields to mu
@@ -71,7 +71,7 @@ type Ring struct {
 
 // NewRing makes rank of size ranks; next carries its transfers to rank+1
 // and prev brings rank-1's. The ring does not close them.
-func NewRing(rank, size int, next *reliability.Sender, prev *reliability.Receiver, cfg Config) (*Ring, error) {
+func NewRing(rank, size int, next *driver.Sender, prev *driver.Receiver, cfg Config) (*Ring, error) {
 	if size < 1 || size > 32 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("collective: rank %d of %d: want 0 ≤ rank < size ≤ 32", rank, size)
 	}

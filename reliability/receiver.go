@@ -196,7 +196,7 @@ func (r *ReceiverEngine) Actions(dst []Action) []Action {
 // control datagrams are traced as they are queued).
 func (r *ReceiverEngine) traceActions() {
 	for _, a := range r.actions {
-		e := TraceEvent{Time: r.now, Side: traceReceiver, Transfer: a.Transfer}
+		e := TraceEvent{Time: r.now, Side: TraceReceiver, Transfer: a.Transfer}
 		switch a.Kind {
 		case ActDecode:
 			e.Kind, e.First = TraceDecode, a.Sub
@@ -261,7 +261,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 	r.next++
 	r.active[x.id] = x
 	if r.trace != nil {
-		r.trace.Trace(TraceEvent{Time: now, Side: traceReceiver, Kind: TraceStart, Transfer: x.id, Bytes: plan.Length, Plan: plan.String()})
+		r.trace.Trace(TraceEvent{Time: now, Side: TraceReceiver, Kind: TraceStart, Transfer: x.id, Bytes: plan.Length, Plan: plan.String()})
 	}
 	r.sendCTS(now, x)
 	if r.pingDue(now) {
@@ -312,7 +312,7 @@ func (r *ReceiverEngine) send() {
 	}
 	r.actions = append(r.actions, Action{Kind: ActControl, Transfer: r.msg.Transfer, Datagram: p})
 	if r.trace != nil {
-		r.trace.Trace(controlEvent(r.now, traceReceiver, TraceControlOut, &r.msg))
+		r.trace.Trace(controlEvent(r.now, TraceReceiver, TraceControlOut, &r.msg))
 	}
 }
 
@@ -1187,7 +1187,7 @@ func (b *nackRound) flush(m *control.Message) {
 	for range b.copies {
 		b.r.actions = append(b.r.actions, Action{Kind: ActControl, Transfer: b.x.id, Datagram: p})
 		if b.r.trace != nil {
-			b.r.trace.Trace(controlEvent(b.r.now, traceReceiver, TraceControlOut, m))
+			b.r.trace.Trace(controlEvent(b.r.now, TraceReceiver, TraceControlOut, m))
 		}
 	}
 	m.Ranges, m.Packets = m.Ranges[:0], m.Packets[:0]
@@ -1210,7 +1210,7 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 	r.watch(now)
 	r.live.hear(now)
 	if r.trace != nil {
-		r.trace.Trace(controlEvent(now, traceReceiver, TraceControlIn, &r.msg))
+		r.trace.Trace(controlEvent(now, TraceReceiver, TraceControlIn, &r.msg))
 	}
 	switch r.msg.Type {
 	case control.Close:

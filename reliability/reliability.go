@@ -251,7 +251,7 @@ func (c *SenderConfig) setDefaults() error {
 		return err
 	}
 	if c.Window == 0 {
-		c.Window = defaultWindow
+		c.Window = DefaultWindow
 	}
 	if c.Window < 1 || c.MaxInFlightBytes < 0 {
 		return fmt.Errorf("reliability: window %d, %d B in flight: %w", c.Window, c.MaxInFlightBytes, ErrInvalid)
@@ -282,8 +282,8 @@ func (c *ReceiverConfig) setDefaults() error {
 	return nil
 }
 
-// defaultWindow is Config.Window's default.
-const defaultWindow = 8
+// DefaultWindow is SenderConfig.Window's default: transfers in flight.
+const DefaultWindow = 8
 
 // rto is the retransmission timeout RTT + α·RTT.
 func (c *Config) rto() time.Duration { return c.RTT + time.Duration(c.Alpha*float64(c.RTT)) }

@@ -191,7 +191,7 @@ func NewSenderEngine(cfg SenderConfig) (*SenderEngine, error) {
 // traced hands e, from the sender at the time of the call in progress, to
 // the tracer (which the caller has checked is set).
 func (s *SenderEngine) traced(e TraceEvent) {
-	e.Time, e.Side = s.now, traceSender
+	e.Time, e.Side = s.now, TraceSender
 	s.trace.Trace(e)
 }
 
@@ -1096,7 +1096,7 @@ func (s *SenderEngine) send() {
 	}
 	s.actions = append(s.actions, Action{Kind: ActControl, Transfer: s.msg.Transfer, Datagram: p})
 	if s.trace != nil {
-		s.trace.Trace(controlEvent(s.now, traceSender, TraceControlOut, &s.msg))
+		s.trace.Trace(controlEvent(s.now, TraceSender, TraceControlOut, &s.msg))
 	}
 }
 
@@ -1112,7 +1112,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 	s.live.hear(now)
 	m := &s.msg
 	if s.trace != nil {
-		s.trace.Trace(controlEvent(now, traceSender, TraceControlIn, m))
+		s.trace.Trace(controlEvent(now, TraceSender, TraceControlIn, m))
 	}
 	switch m.Type {
 	case control.Close:

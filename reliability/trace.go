@@ -89,10 +89,10 @@ type TraceEvent struct {
 	Err        string        `json:"err,omitempty"`
 }
 
-// Trace sides.
+// The sides of TraceEvent.Side.
 const (
-	traceSender   = "sender"
-	traceReceiver = "receiver"
+	TraceSender   = "sender"
+	TraceReceiver = "receiver"
 )
 
 // controlEvent describes control message m going out or coming in.

@@ -17,10 +17,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/sdr-rdma/sdr/internal/units"
 	"io"
 	"os"
 	"sort"
+
+	"github.com/sdr-rdma/sdr/internal/units"
 )
 
 // Exit statuses shared by every subcommand.

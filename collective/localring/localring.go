@@ -17,6 +17,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -102,12 +103,12 @@ func New(ctx context.Context, cfg Config) (*Rings, error) {
 	if segment == 0 {
 		segment = 1 << 20
 	}
-	attr := sdr.QPAttr{MaxMessages: reliability.DefaultMaxMessages}
-	attr.MaxInFlightBytes = max(reliability.DefaultMaxInFlightBytes, attr.MaxMessages*segment)
+	attr := sdr.QPAttr{MaxMessages: driver.DefaultMaxMessages}
+	attr.MaxInFlightBytes = max(driver.DefaultMaxInFlightBytes, attr.MaxMessages*segment)
 	n := cfg.Ranks
 	rs := &Rings{}
-	senders := make([]*reliability.Sender, n)
-	receivers := make([]*reliability.Receiver, n)
+	senders := make([]*driver.Sender, n)
+	receivers := make([]*driver.Receiver, n)
 	for i := range n {
 		a, b, err := cfg.Hops(i)
 		if err != nil {
@@ -125,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Rings, error) {
 			rs.Close()
 			return nil, err
 		}
-		s, r, err := reliability.ConnectLocal(ctx, out, in, attr, cfg.Sender, cfg.Receiver)
+		s, r, err := driver.ConnectLocal(ctx, out, in, attr, cfg.Sender, cfg.Receiver)
 		if err != nil {
 			rs.Close()
 			return nil, fmt.Errorf("localring: hop %d: %w", i, err)

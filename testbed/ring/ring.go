@@ -27,6 +27,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -272,8 +273,8 @@ func (c *Config) connect(rc reliability.ReceiverConfig, hop link.Config) ([]*col
 	if host == "" && dev.Addr.IsValid() {
 		host = dev.Addr.String()
 	}
-	attr := sdr.QPAttr{MaxMessages: reliability.DefaultMaxMessages}
-	attr.MaxInFlightBytes = max(reliability.DefaultMaxInFlightBytes, attr.MaxMessages*int(c.Segment))
+	attr := sdr.QPAttr{MaxMessages: driver.DefaultMaxMessages}
+	attr.MaxInFlightBytes = max(driver.DefaultMaxInFlightBytes, attr.MaxMessages*int(c.Segment))
 	ctx, cancel := context.WithTimeout(context.Background(), c.JoinTimeout)
 	defer cancel()
 	r, closeRing, err := collective.Join(ctx, collective.JoinConfig{Rank: c.Rank, Size: c.Size, Coordinator: c.Coordinator,
@@ -361,7 +362,7 @@ func predict(hop link.Config, size int64, ranks int, s scheme.Scheme) (meanLower
 	if hop.Bandwidth <= 0 || hop.Delay <= 0 || hop.Loss.GE {
 		return 0, 0
 	}
-	mtu, chunk := 1024, reliability.DefaultChunkMTUs*1024
+	mtu, chunk := 1024, driver.DefaultChunkMTUs*1024
 	loss, err := model.ChunkLoss(hop.Loss.P, chunk/mtu)
 	if err != nil || loss > model.MaxLoss {
 		return 0, 0

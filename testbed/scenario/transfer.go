@@ -14,6 +14,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -96,7 +97,7 @@ func (p *point) reliable(ctx context.Context, cfg reliability.ReceiverConfig) (m
 	if p.bitsPerS > 0 {
 		cfg.Bandwidth = p.bitsPerS
 	}
-	s, r, err := reliability.ConnectLocal(ctx, ctxs[0], ctxs[1], p.qpAttr(), reliability.SenderConfig{Config: cfg.Config}, cfg)
+	s, r, err := driver.ConnectLocal(ctx, ctxs[0], ctxs[1], p.qpAttr(), reliability.SenderConfig{Config: cfg.Config}, cfg)
 	if err != nil {
 		return m, err
 	}

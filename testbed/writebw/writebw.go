@@ -30,6 +30,7 @@ import (
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/metrics"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
@@ -889,11 +890,11 @@ func (p *Params) ReliableConfig() (reliability.ReceiverConfig, error) {
 }
 
 // reliableAttr is the QP geometry both sides use: the reliable defaults
-// (reliability.ConnectSender's) unless -c set the chunk, with slots for
+// (driver.ConnectSender's) unless -c set the chunk, with slots for
 // the transfers in flight.
 func (p *Params) reliableAttr() sdr.QPAttr {
-	a := sdr.QPAttr{MTU: p.MTU, ChunkSize: p.ReliableChunk, MaxMessages: reliability.DefaultMaxMessages}
-	a.MaxInFlightBytes = max(reliability.DefaultMaxInFlightBytes, a.MaxMessages*p.Size)
+	a := sdr.QPAttr{MTU: p.MTU, ChunkSize: p.ReliableChunk, MaxMessages: driver.DefaultMaxMessages}
+	a.MaxInFlightBytes = max(driver.DefaultMaxInFlightBytes, a.MaxMessages*p.Size)
 	return a
 }
 
@@ -979,7 +980,7 @@ func serveReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, patterns rel
 	}
 	runtime.GC()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	r, err := reliability.ConnectReceiver(ctx, bs, sc, p.reliableAttr(), cfg)
+	r, err := driver.ConnectReceiver(ctx, bs, sc, p.reliableAttr(), cfg)
 	cancel()
 	if err != nil {
 		return 0, 0, err
@@ -1066,7 +1067,7 @@ func clientReliable(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, patterns re
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	s, err := reliability.ConnectSender(ctx, bs, sc, p.reliableAttr(), reliability.SenderConfig{Config: cfg.Config})
+	s, err := driver.ConnectSender(ctx, bs, sc, p.reliableAttr(), reliability.SenderConfig{Config: cfg.Config})
 	cancel()
 	if err != nil {
 		return nil, err

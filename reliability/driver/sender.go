@@ -1,4 +1,4 @@
-package reliability
+package driver
 
 import (
 	"context"
@@ -8,17 +8,18 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
 // senderDriverConfig fills what a sending driver knows from its QP.
-func senderDriverConfig(cfg SenderConfig, qp *sdr.QP) SenderConfig {
+func senderDriverConfig(cfg reliability.SenderConfig, qp *sdr.QP) reliability.SenderConfig {
 	cfg.Config = driverConfig(cfg.Config, qp)
 	a := qp.Attr()
 	// Each transfer takes up to two messages; keep every unfinished one
 	// in its own slot.
 	if cfg.Window == 0 {
-		cfg.Window = defaultWindow
+		cfg.Window = reliability.DefaultWindow
 	}
 	cfg.Window = max(1, min(cfg.Window, a.MaxMessages/2))
 	cfg.MaxInFlightBytes = a.MaxInFlightBytes
@@ -32,7 +33,7 @@ type Sender struct {
 	owned []func() error // closed with the Sender (ConnectSender's QP and channel)
 	sc    *sdr.Context
 	qp    *sdr.QP
-	eng   *SenderEngine
+	eng   *reliability.SenderEngine
 	l     *loop
 	reqs  chan *sendReq
 	// cancels carries transfers whose Write gave up.
@@ -55,7 +56,7 @@ type sendReq struct {
 // sendIO is a started transfer's I/O state (the loop goroutine's).
 type sendIO struct {
 	req          *sendReq
-	plan         Plan
+	plan         reliability.Plan
 	data, parity *sdr.Stream
 	dataMR       *sdr.MR
 	area         parityArea     // coded transfers
@@ -67,11 +68,11 @@ type sendIO struct {
 // with control datagrams on dg (connected to the peer Receiver's). It
 // starts two goroutines; Close stops them. qp and dg stay the caller's
 // (ConnectSender sets all of this up over a bootstrap connection).
-func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg SenderConfig) (*Sender, error) {
+func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg reliability.SenderConfig) (*Sender, error) {
 	if !qp.Attr().Send {
-		return nil, fmt.Errorf("reliability: sender on a QP without send: %w", ErrInvalid)
+		return nil, fmt.Errorf("reliability: sender on a QP without send: %w", reliability.ErrInvalid)
 	}
-	eng, err := NewSenderEngine(senderDriverConfig(cfg, qp))
+	eng, err := reliability.NewSenderEngine(senderDriverConfig(cfg, qp))
 	if err != nil {
 		return nil, err
 	}
@@ -89,15 +90,15 @@ func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg SenderConfig) 
 // its own. When ctx ends first, the transfer is aborted on both sides and
 // Write returns ctx's error; either way buf is no longer used once Write
 // returns.
-func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (Stats, error) {
+func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (reliability.Stats, error) {
 	if len(buf) > s.qp.MaxMessageSize() {
-		return Stats{}, fmt.Errorf("reliability: write: %w", tooLong(len(buf), s.qp))
+		return reliability.Stats{}, fmt.Errorf("reliability: write: %w", tooLong(len(buf), s.qp))
 	}
 	req := &sendReq{buf: buf, imm: imm, id: make(chan uint64, 1), result: make(chan result, 1)}
 	if len(buf) > 0 {
 		mr, err := s.sc.RegisterMemory(buf)
 		if err != nil {
-			return Stats{}, fmt.Errorf("reliability: write: %w", err)
+			return reliability.Stats{}, fmt.Errorf("reliability: write: %w", err)
 		}
 		req.mr = mr
 		defer mr.Deregister()
@@ -105,9 +106,9 @@ func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (Stats, erro
 	select {
 	case s.reqs <- req:
 	case <-s.l.ctx.Done():
-		return Stats{}, ErrClosed
+		return reliability.Stats{}, reliability.ErrClosed
 	case <-ctx.Done():
-		return Stats{}, ctx.Err()
+		return reliability.Stats{}, ctx.Err()
 	}
 	id := <-req.id
 	select {
@@ -137,7 +138,7 @@ func (s *Sender) run() {
 	defer close(s.l.done)
 	xfers := map[uint64]*sendIO{}
 	pending := map[uint64]*sendReq{}
-	var acts []Action
+	var acts []reliability.Action
 	for {
 		select {
 		case req := <-s.reqs:
@@ -159,7 +160,7 @@ func (s *Sender) run() {
 			acts = s.eng.Actions(acts[:0])
 			s.execute(acts, xfers, pending)
 			for id, req := range pending {
-				req.result <- result{err: ErrClosed}
+				req.result <- result{err: reliability.ErrClosed}
 				delete(pending, id)
 			}
 			s.parity.close()
@@ -198,7 +199,7 @@ func (s *Sender) handleControl(now time.Time, p []byte) {
 // off from 50 µs to 10 ms, and fails the head's transfer when it has made
 // no progress for retryFor. Owned by the loop goroutine.
 type backlog struct {
-	acts    []Action
+	acts    []reliability.Action
 	encoded <-chan struct{} // the head's encoder's progress, when it waits for parity
 	stuck   time.Time       // when the head last failed to progress for want of room
 	wait    time.Duration   // the current backoff
@@ -213,24 +214,24 @@ var errParityPending = errors.New("reliability: parity not encoded yet")
 
 // isSend reports whether an action injects packets (or opens messages),
 // which go through the backlog.
-func isSend(k ActionKind) bool {
-	return k == ActStart || k == ActSend || k == ActSendCoded || k == ActSendImm
+func isSend(k reliability.ActionKind) bool {
+	return k == reliability.ActStart || k == reliability.ActSend || k == reliability.ActSendCoded || k == reliability.ActSendImm
 }
 
 // execute carries out the engine's actions; sends join the backlog, which
 // flush then makes.
-func (s *Sender) execute(acts []Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
+func (s *Sender) execute(acts []reliability.Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
 	for _, a := range acts {
 		switch a.Kind {
-		case ActControl:
+		case reliability.ActControl:
 			s.l.sendControl(a.Datagram)
-		case ActRate:
+		case reliability.ActRate:
 			// The NIC paces each run's packets evenly a little above the
 			// engine's rate, so that it never holds the runs back; a
 			// backend that cannot change a running QP's rate sends each
 			// run as a burst, which the pacer keeps short.
 			_ = s.qp.SetRateLimit(nicRateHeadroom * a.Rate * s.wireFactor)
-		case ActComplete, ActFail:
+		case reliability.ActComplete, reliability.ActFail:
 			// The receiver counts the messages of a transfer whose start
 			// still waits: it is opened and ended all the same.
 			opening := s.backlog.drop(a.Transfer, true)
@@ -288,7 +289,7 @@ func (s *Sender) flush(xfers map[uint64]*sendIO, pending map[uint64]*sendReq) {
 			}
 			now := time.Now()
 			if t := s.eng.Config().Trace; t != nil {
-				t.Trace(TraceEvent{Time: now, Side: traceSender, Kind: TraceBacklog, Transfer: a.Transfer, Part: a.Part.String(), First: a.First, Count: a.Count})
+				t.Trace(reliability.TraceEvent{Time: now, Side: reliability.TraceSender, Kind: reliability.TraceBacklog, Transfer: a.Transfer, Part: a.Part.String(), First: a.First, Count: a.Count})
 			}
 			progressed := a.First != first || a.Count != count || a.Packets != packets
 			switch {
@@ -318,8 +319,8 @@ func (s *Sender) fail(id uint64, err error) {
 // drop removes transfer id's sends from the backlog, but with keepStart
 // its start, which becomes a discard; it reports whether one was kept.
 func (b *backlog) drop(id uint64, keepStart bool) (kept bool) {
-	b.acts = slices.DeleteFunc(b.acts, func(a Action) bool {
-		return a.Transfer == id && !(keepStart && a.Kind == ActStart)
+	b.acts = slices.DeleteFunc(b.acts, func(a reliability.Action) bool {
+		return a.Transfer == id && !(keepStart && a.Kind == reliability.ActStart)
 	})
 	for i := range b.acts {
 		if a := &b.acts[i]; a.Transfer == id {
@@ -332,8 +333,8 @@ func (b *backlog) drop(id uint64, keepStart bool) (kept bool) {
 // send makes a send action, or as much of it as there is room for: it
 // leaves a cut to what is left and fails with sdr.ErrRetry or
 // errParityPending when something is.
-func (s *Sender) send(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) error {
-	if a.Kind == ActStart {
+func (s *Sender) send(a *reliability.Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) error {
+	if a.Kind == reliability.ActStart {
 		return s.open(a, xfers, pending)
 	}
 	x := xfers[a.Transfer]
@@ -341,15 +342,15 @@ func (s *Sender) send(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*s
 		return nil
 	}
 	switch a.Kind {
-	case ActSend:
+	case reliability.ActSend:
 		if a.Packets != 0 {
 			return s.sendPackets(x, a.First, &a.Packets)
 		}
 		return s.sendChunks(x, a.Part, a.First, a.Count)
-	case ActSendCoded:
+	case reliability.ActSendCoded:
 		l := x.area.coder.Layout()
 		for a.Count > 0 {
-			part, first, n := FirstPassPiece(l, a.First)
+			part, first, n := reliability.FirstPassPiece(l, a.First)
 			n = min(n, a.Count)
 			if err := s.sendChunks(x, part, first, n); err != nil {
 				return err
@@ -357,7 +358,7 @@ func (s *Sender) send(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*s
 			a.First += n
 			a.Count -= n
 		}
-	case ActSendImm:
+	case reliability.ActSendImm:
 		return x.data.SendImmCarriers()
 	}
 	return nil
@@ -365,9 +366,9 @@ func (s *Sender) send(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*s
 
 // sendChunks sends chunks [first, first+n) of part, parity once it is
 // encoded.
-func (s *Sender) sendChunks(x *sendIO, part Part, first, n int) error {
+func (s *Sender) sendChunks(x *sendIO, part reliability.Part, first, n int) error {
 	cs := x.plan.ChunkSize
-	if part == Data {
+	if part == reliability.Data {
 		off := first * cs
 		return x.data.Continue(x.dataMR, off, min(n*cs, x.plan.Length-off), first)
 	}
@@ -415,7 +416,7 @@ const frameOverhead = 98
 // once open: a transfer that fails at once (discarded, or its length does
 // not match the receive) has its messages ended and stays pending for its
 // ActFail's reply.
-func (s *Sender) open(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) error {
+func (s *Sender) open(a *reliability.Action, xfers map[uint64]*sendIO, pending map[uint64]*sendReq) error {
 	req := pending[a.Transfer]
 	x := xfers[a.Transfer]
 	if x == nil {
@@ -465,7 +466,7 @@ func (s *Sender) open(a *Action, xfers map[uint64]*sendIO, pending map[uint64]*s
 // stopped first.
 func (x *sendIO) parityReady(last int) error {
 	if x.encoder == nil {
-		return fmt.Errorf("reliability: parity of a transfer without an encoder: %w", ErrInvalid)
+		return fmt.Errorf("reliability: parity of a transfer without an encoder: %w", reliability.ErrInvalid)
 	}
 	return x.encoder.ready(x.area.coder.Layout().ParitySubmessage(last))
 }

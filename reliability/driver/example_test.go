@@ -1,4 +1,4 @@
-package reliability_test
+package driver_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
@@ -55,7 +56,7 @@ func ExampleConnectLocal() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, r, err := reliability.ConnectLocal(ctx, sendCtx, recvCtx, sdr.QPAttr{},
+	s, r, err := driver.ConnectLocal(ctx, sendCtx, recvCtx, sdr.QPAttr{},
 		reliability.SenderConfig{}, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
 	if err != nil {
 		log.Fatal(err)
@@ -106,7 +107,7 @@ func ExampleConnectSender() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		r, err := reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.ReceiverConfig{})
+		r, err := driver.ConnectReceiver(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.ReceiverConfig{})
 		conn.Close()
 		if err != nil {
 			log.Fatal(err)
@@ -125,7 +126,7 @@ func ExampleConnectSender() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	s, err := reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.SenderConfig{})
+	s, err := driver.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.SenderConfig{})
 	conn.Close()
 	if err != nil {
 		log.Fatal(err)

@@ -1,4 +1,4 @@
-package reliability_test
+package driver_test
 
 import (
 	"flag"
@@ -20,7 +20,7 @@ import (
 // The soak's size. CI runs one connection per cell; a hunt runs many, and
 // -soak.from runs one of them again:
 //
-//	go test ./reliability -run TestSoak -v -args -soak.connections 100 -soak.size 67108864
+//	go test ./reliability/driver -run TestSoak -v -args -soak.connections 100 -soak.size 67108864
 var (
 	soakConnections = flag.Int("soak.connections", 1, "TestSoak: connections (link seeds) per scheme and loss")
 	soakFrom        = flag.Int("soak.from", 0, "TestSoak: the first connection's number (to run one a hunt reported again)")

@@ -1,4 +1,4 @@
-package reliability_test
+package driver_test
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 // over the raw one is the ratio of a scheme's cpu-ns/pkt to raw's, which
 // a busy machine disturbs less than it does MB/s.
 //
-//	go test -run XXX -bench BenchmarkPipeTransfer -benchmem -count 6 ./reliability/
+//	go test -run XXX -bench BenchmarkPipeTransfer -benchmem -count 6 ./reliability/driver/
 func BenchmarkPipeTransfer(b *testing.B) {
 	const size, mtu = 64 << 20, 1024
 	gidA, gidB := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")

@@ -1,4 +1,4 @@
-package reliability_test
+package driver_test
 
 import (
 	"os"

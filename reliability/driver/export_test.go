@@ -1,4 +1,4 @@
-package reliability
+package driver
 
 // RetryFor is how long the head of a Sender's backlog waits for room
 // before its transfer fails with sdr.ErrRetry (TestDriverSendBacklog).

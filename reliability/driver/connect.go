@@ -1,4 +1,4 @@
-package reliability
+package driver
 
 import (
 	"cmp"
@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/sdr"
 )
@@ -21,7 +22,7 @@ import (
 // Both sides must pass the same attr geometry (sdr's Connect rejects
 // mismatches); zero fields take the reliable defaults (DefaultChunkMTUs,
 // DefaultMaxMessages, DefaultMaxInFlightBytes), then sdr's.
-func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg SenderConfig) (*Sender, error) {
+func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg reliability.SenderConfig) (*Sender, error) {
 	attr.Send = true
 	qp, dg, err := connectEndpoints(ctx, bs, sc, attr, roleSender)
 	if err != nil {
@@ -37,7 +38,7 @@ func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr
 
 // ConnectReceiver is ConnectSender's peer: an SDR QP with receiving
 // enabled, a datagram channel and a Receiver on them, which owns both.
-func ConnectReceiver(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg ReceiverConfig) (*Receiver, error) {
+func ConnectReceiver(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg reliability.ReceiverConfig) (*Receiver, error) {
 	attr.Recv = true
 	qp, dg, err := connectEndpoints(ctx, bs, sc, attr, roleReceiver)
 	if err != nil {
@@ -105,11 +106,11 @@ func greet(bs *sdr.Bootstrap, role string) error {
 	}
 	switch {
 	case peer.Role == role:
-		return fmt.Errorf("reliability: connect: both ends are %ss (one must call ConnectSender, the other ConnectReceiver): %w", role, ErrRoleMismatch)
+		return fmt.Errorf("reliability: connect: both ends are %ss (one must call ConnectSender, the other ConnectReceiver): %w", role, reliability.ErrRoleMismatch)
 	case peer.Role != roleSender && peer.Role != roleReceiver:
-		return fmt.Errorf("reliability: connect: the peer's role %q: %w", peer.Role, ErrRoleMismatch)
+		return fmt.Errorf("reliability: connect: the peer's role %q: %w", peer.Role, reliability.ErrRoleMismatch)
 	case peer.Reliability != control.Version:
-		return fmt.Errorf("reliability: connect: the peer speaks control version %d, we %d: %w", peer.Reliability, control.Version, ErrInvalid)
+		return fmt.Errorf("reliability: connect: the peer speaks control version %d, we %d: %w", peer.Reliability, control.Version, reliability.ErrInvalid)
 	}
 	return nil
 }
@@ -156,7 +157,7 @@ func connectEndpoints(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, a
 // this process, through ConnectSender and ConnectReceiver over a loopback
 // TCP bootstrap, as two processes would connect: for tools and tests that
 // run both ends (sdr testbed, the simulator's checks against emunic).
-func ConnectLocal(ctx context.Context, sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, sendCfg SenderConfig, recvCfg ReceiverConfig) (*Sender, *Receiver, error) {
+func ConnectLocal(ctx context.Context, sendCtx, recvCtx *sdr.Context, attr sdr.QPAttr, sendCfg reliability.SenderConfig, recvCfg reliability.ReceiverConfig) (*Sender, *Receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("reliability: connect locally: %w", err)

@@ -1,4 +1,4 @@
-package reliability_test
+package driver_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
 )
@@ -30,7 +31,7 @@ type cutEndpoints struct {
 
 // readAsync starts a Read of n bytes on r and returns where its error
 // arrives.
-func readAsync(ctx context.Context, r *reliability.Receiver, n int) <-chan error {
+func readAsync(ctx context.Context, r *driver.Receiver, n int) <-chan error {
 	read := make(chan error, 1)
 	go func() {
 		_, _, err := r.Read(ctx, make([]byte, n))
@@ -225,7 +226,7 @@ func TestConnectSilentPeer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.SenderConfig{})
+	_, err = driver.ConnectSender(ctx, sdr.NewBootstrap(conn), sc, sdr.QPAttr{}, reliability.SenderConfig{})
 	took := time.Since(start)
 	t.Logf("connect to a silent peer: %v after %v", err, took.Round(time.Millisecond))
 	// The error names the deadline; the wall-clock bound only catches a
@@ -247,13 +248,13 @@ func TestConnectSameRoles(t *testing.T) {
 			connect := func(conn net.Conn) error {
 				var err error
 				if role == "receivers" {
-					var r *reliability.Receiver
-					if r, err = reliability.ConnectReceiver(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.ReceiverConfig{}); r != nil {
+					var r *driver.Receiver
+					if r, err = driver.ConnectReceiver(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.ReceiverConfig{}); r != nil {
 						r.Close()
 					}
 				} else {
-					var s *reliability.Sender
-					if s, err = reliability.ConnectSender(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.SenderConfig{}); s != nil {
+					var s *driver.Sender
+					if s, err = driver.ConnectSender(ctx, sdr.NewBootstrap(conn), pipeContext(t), sdr.QPAttr{}, reliability.SenderConfig{}); s != nil {
 						s.Close()
 					}
 				}

@@ -1,4 +1,4 @@
-package reliability
+package driver
 
 import (
 	"sync"

@@ -1,4 +1,4 @@
-package reliability
+package driver
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/emunic/sdrnic"
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/sdr"
 )
@@ -57,8 +58,8 @@ func TestParityEncoder(t *testing.T) {
 		}
 	}
 	e.stop()
-	if err := awaitParity(e, l.Submessages()); !errors.Is(err, ErrClosed) {
-		t.Errorf("ready past the last submessage: %v, want ErrClosed", err)
+	if err := awaitParity(e, l.Submessages()); !errors.Is(err, reliability.ErrClosed) {
+		t.Errorf("ready past the last submessage: %v, want reliability.ErrClosed", err)
 	}
 }
 
@@ -96,8 +97,8 @@ func TestParityEncoderStop(t *testing.T) {
 	n := int(e.encoded.Load())
 	t.Logf("encoded %d of %d submessages before stopping", n, l.Submessages())
 	if n < l.Submessages() {
-		if err := awaitParity(e, n); !errors.Is(err, ErrClosed) {
-			t.Errorf("ready(%d) after stop: %v, want ErrClosed", n, err)
+		if err := awaitParity(e, n); !errors.Is(err, reliability.ErrClosed) {
+			t.Errorf("ready(%d) after stop: %v, want reliability.ErrClosed", n, err)
 		}
 	}
 }

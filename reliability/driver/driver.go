@@ -1,4 +1,4 @@
-package reliability
+package driver
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -19,7 +20,7 @@ import (
 // what they share; driver_sender.go and driver_receiver.go the drivers.
 
 // driverConfig fills what a driver knows from its QP.
-func driverConfig(cfg Config, qp *sdr.QP) Config {
+func driverConfig(cfg reliability.Config, qp *sdr.QP) reliability.Config {
 	a := qp.Attr()
 	cfg.ChunkSize, cfg.MTU = a.ChunkSize, a.MTU
 	return cfg
@@ -103,7 +104,7 @@ func (l *loop) close() {
 
 // result is what a finished transfer reports to its caller.
 type result struct {
-	stats Stats
+	stats reliability.Stats
 	imm   uint32
 	err   error
 }

@@ -1,4 +1,4 @@
-package reliability_test
+package driver_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic/udp"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -27,8 +28,8 @@ import (
 // endpoints is one direction of a reliable connection between two
 // emulated NICs: a Sender on a, a Receiver on b.
 type endpoints struct {
-	s *reliability.Sender
-	r *reliability.Receiver
+	s *driver.Sender
+	r *driver.Receiver
 }
 
 // connectPair builds two contexts on two devices joined by ports, an SDR
@@ -76,7 +77,7 @@ func openContextsWrapped(t testing.TB, pa, pb emunic.Port, gidA, gidB netip.Addr
 // receiver; the sender takes its Config.
 func connectContexts(t testing.TB, sa, sb *sdr.Context, qa sdr.QPAttr, cfg reliability.ReceiverConfig) endpoints {
 	t.Helper()
-	s, r, err := reliability.ConnectLocal(context.Background(), sa, sb, qa, reliability.SenderConfig{Config: cfg.Config}, cfg)
+	s, r, err := driver.ConnectLocal(context.Background(), sa, sb, qa, reliability.SenderConfig{Config: cfg.Config}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,8 +339,8 @@ func TestDriverSendBacklog(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("write canceled while every send is refused: %v, want context.Canceled", err)
 			}
-			if took >= reliability.RetryFor {
-				t.Fatalf("write canceled while every send is refused returned after %v: the loop waited the refusals out (%v)", took, reliability.RetryFor)
+			if took >= driver.RetryFor {
+				t.Fatalf("write canceled while every send is refused returned after %v: the loop waited the refusals out (%v)", took, driver.RetryFor)
 			}
 			if err := <-readErr; !errors.Is(err, context.Canceled) {
 				t.Fatalf("canceled read: %v", err)

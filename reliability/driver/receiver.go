@@ -1,4 +1,4 @@
-package reliability
+package driver
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/sdr"
 )
 
@@ -19,7 +20,7 @@ type Receiver struct {
 	empty   *sdr.MR        // posted for zero-length transfers (the loop's)
 	sc      *sdr.Context
 	qp      *sdr.QP
-	eng     *ReceiverEngine
+	eng     *reliability.ReceiverEngine
 	l       *loop
 	reqs    chan *readReq
 	cancels chan *readReq
@@ -38,7 +39,7 @@ type readReq struct {
 type recvIO struct {
 	id           uint64 // the engine's, once posted
 	req          *readReq
-	plan         Plan
+	plan         reliability.Plan
 	data, parity *sdr.RecvHandle
 	area         parityArea // coded transfers
 	imm          uint32
@@ -89,12 +90,12 @@ func (l *readyList) take(dst []*recvIO) []*recvIO {
 // with control datagrams on dg (connected to the peer Sender's). It
 // starts two goroutines; Close stops them.
 // qp and dg stay the caller's.
-func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg ReceiverConfig) (*Receiver, error) {
+func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg reliability.ReceiverConfig) (*Receiver, error) {
 	if !qp.Attr().Recv {
-		return nil, fmt.Errorf("reliability: receiver on a QP without receive: %w", ErrInvalid)
+		return nil, fmt.Errorf("reliability: receiver on a QP without receive: %w", reliability.ErrInvalid)
 	}
 	cfg.Config = driverConfig(cfg.Config, qp)
-	eng, err := NewReceiverEngine(cfg)
+	eng, err := reliability.NewReceiverEngine(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -109,23 +110,23 @@ func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg ReceiverConf
 // (a key registration) and for coded schemes a parity buffer of its own.
 // When ctx ends first, the transfer is aborted on both sides and Read
 // returns ctx's error; either way nothing writes buf once Read returns.
-func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats Stats, err error) {
+func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats reliability.Stats, err error) {
 	if len(buf) > r.qp.MaxMessageSize() {
-		return 0, Stats{}, fmt.Errorf("reliability: read: %w", tooLong(len(buf), r.qp))
+		return 0, reliability.Stats{}, fmt.Errorf("reliability: read: %w", tooLong(len(buf), r.qp))
 	}
 	req := &readReq{buf: buf, result: make(chan result, 1)}
 	if len(buf) > 0 {
 		if req.mr, err = r.sc.RegisterMemory(buf); err != nil {
-			return 0, Stats{}, fmt.Errorf("reliability: read: %w", err)
+			return 0, reliability.Stats{}, fmt.Errorf("reliability: read: %w", err)
 		}
 		defer req.mr.Deregister()
 	}
 	select {
 	case r.reqs <- req:
 	case <-r.l.ctx.Done():
-		return 0, Stats{}, ErrClosed
+		return 0, reliability.Stats{}, reliability.ErrClosed
 	case <-ctx.Done():
-		return 0, Stats{}, ctx.Err()
+		return 0, reliability.Stats{}, ctx.Err()
 	}
 	select {
 	case res := <-req.result:
@@ -155,7 +156,7 @@ func (r *Receiver) run() {
 	xfers := map[uint64]*recvIO{}
 	var queue []*readReq // Read calls not posted yet, in order
 	var half *recvIO     // a coded transfer whose data is posted but not its parity
-	var acts []Action
+	var acts []reliability.Action
 	var ready []*recvIO
 	r.eng.SetPacketView(func(id uint64, chunk int) uint64 {
 		if x := xfers[id]; x != nil {
@@ -240,7 +241,7 @@ func (r *Receiver) run() {
 			r.eng.Close(time.Now())
 			r.execute(r.eng.Actions(acts[:0]), xfers)
 			for _, req := range queue {
-				req.result <- result{err: ErrClosed}
+				req.result <- result{err: reliability.ErrClosed}
 			}
 			if half != nil {
 				r.release(half)
@@ -341,13 +342,13 @@ func (r *Receiver) release(x *recvIO) {
 
 // execute carries out the engine's actions; it reports whether a transfer
 // finished (slots were freed).
-func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool) {
+func (r *Receiver) execute(acts []reliability.Action, xfers map[uint64]*recvIO) (freed bool) {
 	for _, a := range acts {
 		x := xfers[a.Transfer]
 		switch a.Kind {
-		case ActControl:
+		case reliability.ActControl:
 			r.l.sendControl(a.Datagram)
-		case ActDecode:
+		case reliability.ActDecode:
 			if x == nil {
 				continue
 			}
@@ -357,7 +358,7 @@ func (r *Receiver) execute(acts []Action, xfers map[uint64]*recvIO) (freed bool)
 				// this is a bug; fail the transfer rather than deliver it.
 				r.eng.Cancel(time.Now(), a.Transfer, fmt.Errorf("reliability: decoding submessage %d: %w", a.Sub, err))
 			}
-		case ActComplete, ActFail:
+		case reliability.ActComplete, reliability.ActFail:
 			if x == nil {
 				continue
 			}

@@ -1,9 +1,10 @@
-package reliability
+package driver
 
 import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/sdr"
 )
@@ -136,7 +137,7 @@ func (e *parityEncoder) ready(sub int) error {
 	select {
 	case <-e.done:
 		if e.encoded.Load() <= int64(sub) {
-			return fmt.Errorf("reliability: parity of submessage %d: encoder stopped: %w", sub, ErrClosed)
+			return fmt.Errorf("reliability: parity of submessage %d: encoder stopped: %w", sub, reliability.ErrClosed)
 		}
 		return nil
 	default:
