@@ -3,6 +3,7 @@ package reliability
 import (
 	"time"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/reliability/model"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
@@ -57,7 +58,7 @@ func (p Plan) ModelLink(packetLoss, bandwidth float64, rtt time.Duration) (model
 		return model.Link{}, err
 	}
 	l := model.Link{Bandwidth: bandwidth, RTT: rtt, Loss: min(loss, model.MaxLoss), ChunkSize: p.ChunkSize}
-	if !p.Scheme.Coded() && packets > 1 && packets <= 64 {
+	if !p.Scheme.Coded() && packets > 1 && packets <= chunk.MaxPackets {
 		repair, err := model.PacketRepairLoss(packetLoss, packets)
 		if err != nil {
 			return model.Link{}, err

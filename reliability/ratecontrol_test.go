@@ -571,7 +571,7 @@ func TestStartupWindowCountsFirstCopies(t *testing.T) {
 	s.number(x, 0, 1, 9)  // chunk 0: released as number 10,
 	s.number(x, 0, 1, 89) // and again as 90
 	s.number(x, 1, 1, 39) // chunk 1: released as 40
-	x.resent.set(0)
+	x.resent.Set(0)
 	s.released = 100
 	ackOf := func(chunk int) []byte {
 		m := control.Message{Type: control.ACK, Transfer: 1, Bits: []uint64{1 << chunk}}

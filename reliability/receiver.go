@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/internal/minheap"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
@@ -72,8 +73,8 @@ type recvXfer struct {
 	chunks int // data chunks
 	parity int // parity chunks
 
-	data       bitmap // data chunks held (the SDR bitmap, or'ed in)
-	parityBits bitmap
+	data       chunk.Bitmap // data chunks held (the SDR bitmap, or'ed in)
+	parityBits chunk.Bitmap
 	have       int // data chunks held
 	haveParity int
 	immDone    bool
@@ -253,7 +254,7 @@ func (r *ReceiverEngine) Post(now time.Time, plan Plan) (uint64, error) {
 		x.nackedSubAt = make([]time.Time, l.Submessages())
 		x.nackedSubN = make([]uint8, l.Submessages())
 	}
-	x.data, x.parityBits = newBitmap(x.chunks), newBitmap(x.parity)
+	x.data, x.parityBits = chunk.NewBitmap(x.chunks), chunk.NewBitmap(x.parity)
 	x.dirtyLo = len(x.data)
 	if plan.Scheme.Kind == scheme.SRNACK {
 		x.nackedN, x.nackedAt = make([]uint8, x.chunks), make([]uint32, x.chunks)
@@ -385,7 +386,7 @@ func (r *ReceiverEngine) HandleChunks(now time.Time, id uint64, part Part, first
 	for i, end := max(first, 0), min(first+n, limit); i < end; {
 		w := i >> 6
 		take := min(end-i, 64-i&63)
-		changed = r.mark(now, x, part, w, lowBits(take)<<(uint(i)&63)) || changed
+		changed = r.mark(now, x, part, w, chunk.LowBits(take)<<(uint(i)&63)) || changed
 		i += take
 	}
 	r.progressed(now, x, changed, immDone)
@@ -436,7 +437,7 @@ func (r *ReceiverEngine) mark(now time.Time, x *recvXfer, part Part, w int, bits
 	}
 	fresh := bits64 &^ bm[w]
 	if w == len(bm)-1 && n%64 != 0 {
-		fresh &= lowBits(n % 64)
+		fresh &= chunk.LowBits(n % 64)
 	}
 	if fresh == 0 {
 		return false
@@ -475,8 +476,8 @@ func (r *ReceiverEngine) mark(now time.Time, x *recvXfer, part Part, w int, bits
 // progressed runs what follows new chunks or a whole immediate.
 func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone bool) {
 	x.immDone = x.immDone || immDone
-	for x.cum < x.chunks && x.data.has(x.cum) {
-		x.cum = x.data.firstClear(x.cum, x.chunks)
+	for x.cum < x.chunks && x.data.Has(x.cum) {
+		x.cum = x.data.FirstClear(x.cum, x.chunks)
 	}
 	if changed {
 		x.deadline = now.Add(r.cfg.Timeout) // Timeout counts from the last progress
@@ -512,7 +513,7 @@ func (r *ReceiverEngine) progressed(now time.Time, x *recvXfer, changed, immDone
 		r.finish(now, x)
 		return
 	}
-	if !x.lossSampled && (x.highest == x.chunks && x.parity == 0 || x.parity > 0 && x.parityBits.has(x.parity-1)) {
+	if !x.lossSampled && (x.highest == x.chunks && x.parity == 0 || x.parity > 0 && x.parityBits.Has(x.parity-1)) {
 		r.sampleLoss(now, x)
 	}
 	if changed && x.ackAt.IsZero() {
@@ -579,7 +580,7 @@ func (r *ReceiverEngine) finish(now time.Time, x *recvXfer) {
 	if x.coded {
 		var held *ChunkBitmaps
 		for s := range x.decodable {
-			if first, n := x.layout.DataRange(s); x.data.countRange(first, n) < n {
+			if first, n := x.layout.DataRange(s); x.data.Count(first, n) < n {
 				if held == nil {
 					held = &ChunkBitmaps{Data: x.data, Parity: x.parityBits}
 				}
@@ -736,7 +737,7 @@ func (r *ReceiverEngine) nackHoles(now time.Time, x *recvXfer) {
 		return
 	}
 	b := r.beginNacks(x)
-	x.data.clearRuns(max(x.nackedBelow, x.cum), limit, func(first, n int) {
+	x.data.ClearRuns(max(x.nackedBelow, x.cum), limit, func(first, n int) {
 		for i := first; i < first+n; i++ {
 			r.noteNack(now, x, i)
 		}
@@ -807,7 +808,7 @@ func (r *ReceiverEngine) reportPartial(now time.Time, x *recvXfer) {
 		return
 	}
 	b := r.beginNacks(x)
-	x.data.clearRuns(max(x.nackedBelow, x.cum), limit, b.add)
+	x.data.ClearRuns(max(x.nackedBelow, x.cum), limit, b.add)
 	b.end()
 	x.nackedBelow = limit
 }
@@ -819,7 +820,7 @@ func (r *ReceiverEngine) renackHoles(now time.Time, x *recvXfer) {
 	b := r.beginNacks(x)
 	for x.renacks.Len() > 0 && !x.renacks.Min().due.After(now) {
 		e := x.renacks.Pop()
-		if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
+		if x.data.Has(e.chunk) || x.nackedN[e.chunk] != e.n {
 			continue // repaired, or NACKed again since
 		}
 		r.noteNack(now, x, e.chunk)
@@ -864,7 +865,7 @@ func (r *ReceiverEngine) renackOvertaken(now time.Time, x *recvXfer) {
 	b := r.beginNacks(x)
 	for ; x.nackLogHead < len(x.nackLog); x.nackLogHead++ {
 		e := x.nackLog[x.nackLogHead]
-		if x.data.has(e.chunk) || x.nackedN[e.chunk] != e.n {
+		if x.data.Has(e.chunk) || x.nackedN[e.chunk] != e.n {
 			continue // repaired, or NACKed again since
 		}
 		if x.nackedAt[e.chunk] >= limit {
@@ -1036,11 +1037,11 @@ func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) 
 		x.nackedSubN[s] = min(x.nackedSubN[s]+1, 255)
 		first, n := l.DataRange(s)
 		if !mds {
-			x.data.clearRuns(first, first+n, b.add)
+			x.data.ClearRuns(first, first+n, b.add)
 			continue
 		}
 		pFirst, m := l.ParityRange(s)
-		need := n - x.data.countRange(first, n) - x.parityBits.countRange(pFirst, m)
+		need := n - x.data.Count(first, n) - x.parityBits.Count(pFirst, m)
 		r.askFor(x, first, n, need+r.repairMargin(x, need), b)
 	}
 	b.end()
@@ -1052,7 +1053,7 @@ func (r *ReceiverEngine) nackSubmessages(now time.Time, x *recvXfer, limit int) 
 func (r *ReceiverEngine) askFor(x *recvXfer, first, n, want int, b *nackRound) {
 	partial := func(i int) bool { return r.packetView != nil && r.packetView(x.id, i) != 0 }
 	for pass := range 2 {
-		x.data.clearRuns(first, first+n, func(f, c int) {
+		x.data.ClearRuns(first, first+n, func(f, c int) {
 			for i := f; i < f+c && want > 0; i++ {
 				if partial(i) == (pass == 0) {
 					b.add(i, 1)
@@ -1079,7 +1080,7 @@ func (r *ReceiverEngine) repairMargin(x *recvXfer, need int) int {
 	if x.highest > 0 {
 		p = max(p, float64(x.highest-x.have)/float64(x.highest))
 	}
-	if packets := x.packetsOf(0); r.packetView != nil && packets > 1 && packets <= 64 {
+	if packets := x.packetsOf(0); r.packetView != nil && packets > 1 && packets <= chunk.MaxPackets {
 		p = 1 - math.Pow(1-p, 1/float64(packets))
 	}
 	p = min(p, 0.9)
@@ -1139,7 +1140,7 @@ func (r *ReceiverEngine) beginNacks(x *recvXfer) *nackRound {
 // add asks for data chunks [first, first+n).
 func (b *nackRound) add(first, n int) {
 	r, x := b.r, b.x
-	if r.packetView == nil || b.packets < 2 || b.packets > 64 {
+	if r.packetView == nil || b.packets < 2 || b.packets > chunk.MaxPackets {
 		if b.whole {
 			b.addRange(first, n)
 		}

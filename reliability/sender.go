@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
@@ -93,8 +94,8 @@ type SenderEngine struct {
 type sendXfer struct {
 	id     uint64
 	plan   Plan
-	chunks int    // data chunks
-	acked  bitmap // data chunks the receiver reported
+	chunks int          // data chunks
+	acked  chunk.Bitmap // data chunks the receiver reported
 	ackedN int
 	// ackedLow is a floor of the first unacknowledged chunk (every chunk
 	// below it is acknowledged), so that the scans for it, once per ACK,
@@ -109,9 +110,9 @@ type sendXfer struct {
 	probedAt    time.Time // when the last probe went out
 	stats       Stats
 	coded       bool
-	layout      ec.Layout // coded transfers': the submessages
-	resent      bitmap    // chunks sent more than once: no RTT samples
-	queued      bitmap    // data chunks waiting in the repair queue: not queued twice
+	layout      ec.Layout    // coded transfers': the submessages
+	resent      chunk.Bitmap // chunks sent more than once: no RTT samples
+	queued      chunk.Bitmap // data chunks waiting in the repair queue: not queued twice
 	// order is each data chunk's place in the release order (released
 	// after it was handed over last), for passed and RTT samples;
 	// firstOrders its place when it was handed over first, for the
@@ -344,7 +345,7 @@ func abortError(reason uint8) error {
 func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 	x := &sendXfer{id: id, plan: plan, chunks: plan.DataChunks(), coded: plan.Scheme.Coded(),
 		stats: Stats{Plan: plan, Start: now}}
-	x.acked, x.resent, x.queued = newBitmap(x.chunks), newBitmap(x.chunks), newBitmap(x.chunks)
+	x.acked, x.resent, x.queued = chunk.NewBitmap(x.chunks), chunk.NewBitmap(x.chunks), chunk.NewBitmap(x.chunks)
 	x.order, x.firstOrders = make([]uint64, x.chunks), make(map[int]uint64)
 	if !x.coded {
 		x.lastFlight = make([]uint32, x.chunks)
@@ -625,7 +626,7 @@ func (s *SenderEngine) sendData(x *sendXfer, part Part, first, n int, timed, rep
 	p := pendingSend{transfer: x.id, kind: ActSend, part: part, first: first, count: n, timed: timed}
 	if repair && part == Data {
 		for i := first; i < first+n; i++ {
-			x.queued.set(i)
+			x.queued.Set(i)
 		}
 	}
 	if repair {
@@ -827,7 +828,7 @@ func (s *SenderEngine) handOver(now time.Time, x *sendXfer, n int, work float64)
 // number gives data chunks [first, first+n) of x the release numbers
 // after base, in order, and takes them off the repair queue's set.
 func (s *SenderEngine) number(x *sendXfer, first, n int, base uint64) {
-	x.queued.clearRange(first, n)
+	x.queued.Clear(first, n)
 	for i := first; i < first+n; i++ {
 		if x.order[i] != 0 {
 			if _, ok := x.firstOrders[i]; !ok {
@@ -873,18 +874,18 @@ func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlig
 	timed := s.timesRepairs(x) || onlyFlight != 0
 	wanted := func(i int) bool {
 		if onlyFlight == 0 {
-			return !x.queued.has(i) && !s.justSent(x, i, now)
+			return !x.queued.Has(i) && !s.justSent(x, i, now)
 		}
-		return !x.queued.has(i) && x.lastFlight[i] == onlyFlight
+		return !x.queued.Has(i) && x.lastFlight[i] == onlyFlight
 	}
-	x.acked.clearRuns(first, min(first+n, x.chunks), func(f, c int) {
+	x.acked.ClearRuns(first, min(first+n, x.chunks), func(f, c int) {
 		for i := f; i < f+c; {
 			if !wanted(i) {
 				i++
 				continue
 			}
 			if mask := x.missingPackets(i); mask != 0 {
-				x.resent.set(i)
+				x.resent.Set(i)
 				s.repairPackets(x, i, mask, timed)
 				sent++
 				i++
@@ -895,7 +896,7 @@ func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlig
 				j++
 			}
 			for k := i; k < j; k++ {
-				x.resent.set(k)
+				x.resent.Set(k)
 				if !timed {
 					s.untime(x, k)
 				}
@@ -914,10 +915,10 @@ func (s *SenderEngine) resend(now time.Time, x *sendXfer, first, n int, onlyFlig
 // they are lost: no timer.
 func (s *SenderEngine) resendPackets(now time.Time, x *sendXfer, i int, mask uint64) {
 	mask &= x.packetMask(i)
-	if mask == 0 || x.acked.has(i) || x.queued.has(i) || s.justSent(x, i, now) {
+	if mask == 0 || x.acked.Has(i) || x.queued.Has(i) || s.justSent(x, i, now) {
 		return
 	}
-	x.resent.set(i)
+	x.resent.Set(i)
 	s.untime(x, i)
 	s.repairPackets(x, i, mask, false)
 }
@@ -925,7 +926,7 @@ func (s *SenderEngine) resendPackets(now time.Time, x *sendXfer, i int, mask uin
 // repairPackets queues the packets of data chunk i in mask ahead of first
 // passes, timed or not.
 func (s *SenderEngine) repairPackets(x *sendXfer, i int, mask uint64, timed bool) {
-	x.queued.set(i)
+	x.queued.Set(i)
 	x.stats.PacketsResent += bits.OnesCount64(mask)
 	s.repairs = append(s.repairs, pendingSend{transfer: x.id, kind: ActSend, part: Data, first: i, count: 1, packets: mask, timed: timed})
 }
@@ -1017,7 +1018,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 			continue
 		}
 		if !s.cfg.FixedRTT && x.ackedSeq <= f.seq && (now.Sub(x.lastNewAck) < s.rto/2 || s.mayBeQueued(now, f)) &&
-			x.acked.countRange(f.first, f.size) < f.size {
+			x.acked.Count(f.first, f.size) < f.size {
 			// Nothing sent after this flight has been acknowledged, yet
 			// ACKs still bring news, or the receiver answers and no PING
 			// sent after the flight has come back: with a round trip that
@@ -1032,7 +1033,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 			f.deadline = now.Add(s.timeout())
 			s.pushFlight(f)
 			if !x.probedAt.Equal(now) {
-				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
+				s.probe(now, x, x.acked.FirstClear(f.first, x.chunks))
 			}
 			if last := s.pings.last(); !last.After(f.sent) || now.Sub(last) >= s.timeout() {
 				s.ping(now)
@@ -1045,7 +1046,7 @@ func (s *SenderEngine) HandleTimer(now time.Time) {
 			}
 			s.timedOut(now)
 			if !x.probedAt.Equal(now) {
-				s.probe(now, x, x.acked.firstClear(f.first, x.chunks))
+				s.probe(now, x, x.acked.FirstClear(f.first, x.chunks))
 			}
 		}
 	}
@@ -1137,7 +1138,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		}
 	case control.PacketNACK:
 		x, ok := s.active[m.Transfer]
-		if !ok || x.plan.ChunkSize/x.plan.MTU > 64 {
+		if !ok || x.plan.ChunkSize/x.plan.MTU > chunk.MaxPackets {
 			return
 		}
 		x.stats.NACKs++
@@ -1243,7 +1244,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	window := s.windowBase()
 	cum := min(int(m.Cumulative), x.chunks)
 	for w := x.firstUnacked() / 64; 64*w < cum; w++ {
-		newest = max(newest, s.ackWord(x, w, lowBits(cum-64*w)))
+		newest = max(newest, s.ackWord(x, w, chunk.LowBits(cum-64*w)))
 	}
 	for w, word := range m.Bits {
 		at := int(m.Base) + 64*w // Base is a multiple of 64 from our receivers; any other is taken too
@@ -1288,7 +1289,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 func (s *SenderEngine) ackWord(x *sendXfer, w int, set uint64) uint64 {
 	fresh := set &^ x.acked[w]
 	if w == len(x.acked)-1 {
-		fresh &= lowBits(x.chunks - 64*w)
+		fresh &= chunk.LowBits(x.chunks - 64*w)
 	}
 	if fresh == 0 {
 		return 0
@@ -1320,7 +1321,7 @@ func (s *SenderEngine) ackWord(x *sendXfer, w int, set uint64) uint64 {
 // firstUnacked returns the first data chunk not acknowledged (x.chunks
 // when none), moving ackedLow up to it.
 func (x *sendXfer) firstUnacked() int {
-	x.ackedLow = x.acked.firstClear(x.ackedLow, x.chunks)
+	x.ackedLow = x.acked.FirstClear(x.ackedLow, x.chunks)
 	return x.ackedLow
 }
 

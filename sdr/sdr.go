@@ -67,6 +67,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/sdr/engine"
 	"github.com/sdr-rdma/sdr/wire"
@@ -182,7 +183,7 @@ type QPAttr struct {
 	// MTU is the path MTU: 256, 512, 1024, 2048 or 4096 [1024].
 	MTU int
 	// ChunkSize is the bitmap's granularity in bytes: a multiple of the
-	// MTU, at most 64 MTUs [64 MTUs].
+	// MTU, at most chunk.MaxPackets MTUs [chunk.SDKPackets MTUs].
 	ChunkSize int
 	// MaxMessages is how many receives may be posted at once (slots), a
 	// power of two no larger than the immediate layout's message IDs [64].
@@ -215,7 +216,7 @@ func (a *QPAttr) setDefaults() error {
 		a.MTU = 1024
 	}
 	if a.ChunkSize == 0 {
-		a.ChunkSize = 64 * a.MTU
+		a.ChunkSize = chunk.SDKPackets * a.MTU
 	}
 	if a.MaxMessages == 0 {
 		a.MaxMessages = 64
@@ -235,8 +236,8 @@ func (a *QPAttr) setDefaults() error {
 	switch {
 	case a.MTU != 256 && a.MTU != 512 && a.MTU != 1024 && a.MTU != 2048 && a.MTU != 4096:
 		return bad("MTU %d", a.MTU)
-	case a.ChunkSize%a.MTU != 0 || a.ChunkSize/a.MTU > 64 || a.ChunkSize <= 0:
-		return bad("chunk size %d is not 1..64 MTUs", a.ChunkSize)
+	case chunk.Check(a.ChunkSize, a.MTU) != nil:
+		return bad("%v", chunk.Check(a.ChunkSize, a.MTU))
 	case !a.Send && !a.Recv:
 		return bad("neither send nor receive enabled")
 	case a.ImmLayout.Validate() != nil:

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sdr-rdma/sdr/chunk"
 )
 
 // ErrPlan means a capacity question that has no answer: a rate, packet
@@ -131,10 +133,10 @@ type Plan struct {
 
 // Plan returns the threads needed to receive rate bits per second of
 // payload in packets of mtu bytes and chunks of chunkSize bytes (a
-// multiple of mtu, at most 64 packets). It costs a few floating-point
+// multiple of mtu, at most chunk.MaxPackets packets). It costs a few floating-point
 // operations.
 func (m CostModel) Plan(rate float64, mtu, chunkSize int) (Plan, error) {
-	if !(rate > 0) || math.IsInf(rate, 0) || mtu <= 0 || chunkSize <= 0 || chunkSize%mtu != 0 || chunkSize/mtu > 64 {
+	if !(rate > 0) || math.IsInf(rate, 0) || chunk.Check(chunkSize, mtu) != nil {
 		return Plan{}, fmt.Errorf("dpa: plan %g bit/s, packets of %d B, chunks of %d B: %w", rate, mtu, chunkSize, ErrPlan)
 	}
 	if m.PerPacket <= 0 || m.PerChunk < 0 || m.MaxThreads <= 0 || m.ReadsPerPacket < 0 || m.ReadsPerChunk < 0 || m.RoundTrip < 0 ||

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -20,7 +21,7 @@ import (
 // and with ErrRoleMismatch when the peer called ConnectSender too.
 // The Sender owns the QP and the channel and closes them with itself.
 // Both sides must pass the same attr geometry (sdr's Connect rejects
-// mismatches); zero fields take the reliable defaults (DefaultChunkMTUs,
+// mismatches); zero fields take the reliable defaults (chunk.ReliablePackets,
 // DefaultMaxMessages, DefaultMaxInFlightBytes), then sdr's.
 func ConnectSender(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, attr sdr.QPAttr, cfg reliability.SenderConfig) (*Sender, error) {
 	attr.Send = true
@@ -53,14 +54,9 @@ func ConnectReceiver(ctx context.Context, bs *sdr.Bootstrap, sc *sdr.Context, at
 }
 
 // Reliable defaults of the QP attributes that ConnectSender and
-// ConnectReceiver fill in where attr leaves them zero; the rest are sdr's.
+// ConnectReceiver fill in where attr leaves them zero (and the chunk,
+// chunk.ReliablePackets packets); the rest are sdr's.
 const (
-	// DefaultChunkMTUs is the chunk in packets. Every lost packet costs
-	// its chunk: at 1 % packet loss a 4-packet chunk is lost 3.9 % of the
-	// time, sdr's default 64-packet one 47 %, which SR then resends whole
-	// and which leaves no MDS(32,8) submessage decodable. The paper's
-	// evaluation uses 4 KiB chunks.
-	DefaultChunkMTUs = 4
 	// DefaultMaxMessages is the slots: a window of 8 transfers of up to
 	// two messages each.
 	DefaultMaxMessages = 16
@@ -71,7 +67,7 @@ const (
 // reliableAttr fills attr's zero geometry with the reliable defaults.
 func reliableAttr(attr sdr.QPAttr) sdr.QPAttr {
 	if attr.ChunkSize == 0 {
-		attr.ChunkSize = DefaultChunkMTUs * cmp.Or(attr.MTU, 1024)
+		attr.ChunkSize = chunk.ReliablePackets * cmp.Or(attr.MTU, 1024)
 	}
 	if attr.MaxMessages == 0 {
 		attr.MaxMessages = DefaultMaxMessages

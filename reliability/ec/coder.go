@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/klauspost/reedsolomon"
+	"github.com/sdr-rdma/sdr/chunk"
 )
 
 // Coder encodes and decodes messages laid out by a Layout. It keeps scratch
@@ -164,7 +165,7 @@ func (c *Coder) Missing(sub int, dataBits []uint64) (int, error) {
 		return 0, err
 	}
 	first, n := c.layout.DataRange(sub)
-	return n - countReceived(dataBits, first, n), nil
+	return n - chunk.Bitmap(dataBits).Count(first, n), nil
 }
 
 // Decodable is Layout.Decodable of the coder's layout.
@@ -194,7 +195,7 @@ func (c *Coder) Reconstruct(sub int, data, parity []byte, dataBits, parityBits [
 		return err
 	}
 	first, n := c.layout.DataRange(sub)
-	if countReceived(dataBits, first, n) == n {
+	if chunk.Bitmap(dataBits).Count(first, n) == n {
 		return nil
 	}
 	if !c.layout.decodable(sub, dataBits, parityBits) {
@@ -224,7 +225,7 @@ func (c *Coder) checkBitmaps(dataBits, parityBits []uint64, withParity bool) err
 	if c == nil || !c.layout.valid() {
 		return fmt.Errorf("ec: coder not made by NewCoder: %w", ErrInvalid)
 	}
-	wantData, wantParity := bitmapWords(c.layout.dataChunks), bitmapWords(c.layout.ParityChunks())
+	wantData, wantParity := chunk.Words(c.layout.dataChunks), chunk.Words(c.layout.ParityChunks())
 	if len(dataBits) < wantData || withParity && len(parityBits) < wantParity {
 		return fmt.Errorf("ec: bitmaps of %d data and %d parity words, want %d and %d: %w",
 			len(dataBits), len(parityBits), wantData, wantParity, ErrInvalid)
@@ -292,7 +293,7 @@ func (c *Coder) mdsReconstruct(sub int, data, parity []byte, dataBits, parityBit
 	rebuilt := 0
 	for j := range n {
 		i := first + j
-		if received(dataBits, i) {
+		if chunk.Bitmap(dataBits).Has(i) {
 			shards[j] = c.padded(data, i)
 			continue
 		}
@@ -303,7 +304,7 @@ func (c *Coder) mdsReconstruct(sub int, data, parity []byte, dataBits, parityBit
 	}
 	for j := range m {
 		shards[n+j] = nil
-		if received(parityBits, pFirst+j) {
+		if chunk.Bitmap(parityBits).Has(pFirst + j) {
 			shards[n+j] = c.parityChunk(parity, pFirst+j)
 		}
 	}
@@ -322,7 +323,7 @@ func (c *Coder) mdsReconstruct(sub int, data, parity []byte, dataBits, parityBit
 	// One copy per rebuilt chunk, and only its real bytes: a short last
 	// chunk must not run past DataLen.
 	for j := range n {
-		if i := first + j; !received(dataBits, i) {
+		if i := first + j; !chunk.Bitmap(dataBits).Has(i) {
 			copy(c.chunk(data, i), shards[j])
 		}
 	}
@@ -361,7 +362,7 @@ func (c *Coder) xorReconstruct(sub int, data, parity []byte, dataBits []uint64) 
 	for g := range min(m, n) {
 		lost := -1
 		for j := g; j < n; j += m {
-			if !received(dataBits, first+j) {
+			if !chunk.Bitmap(dataBits).Has(first + j) {
 				lost = j
 				break
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/klauspost/reedsolomon"
+	"github.com/sdr-rdma/sdr/chunk"
 )
 
 // canaryLen bytes of canary follow the message in every test buffer, to
@@ -160,8 +161,8 @@ func checkErasures(t testing.TB, m message, dataLost, parityLost []bool, rng *ra
 	data := buf[:l.DataLen()]
 	copy(data, m.data)
 	parity := bytes.Clone(m.parity)
-	dataBits := make([]uint64, bitmapWords(l.DataChunks()))
-	parityBits := make([]uint64, bitmapWords(l.ParityChunks()))
+	dataBits := make([]uint64, chunk.Words(l.DataChunks()))
+	parityBits := make([]uint64, chunk.Words(l.ParityChunks()))
 	for i := range l.DataChunks() {
 		if dataLost[i] {
 			fill(data[i*cs:i*cs+l.ChunkLen(i)], rng)
@@ -440,8 +441,8 @@ func TestAllocs(t *testing.T) {
 // decodable loss is marked: M data chunks for MDS, one per group for XOR
 // (the data chunks 0..M-1 of the submessage in both cases).
 func lossyBitmaps(l Layout, subs ...int) (dataBits, parityBits []uint64) {
-	dataBits = make([]uint64, bitmapWords(l.DataChunks()))
-	parityBits = make([]uint64, bitmapWords(l.ParityChunks()))
+	dataBits = make([]uint64, chunk.Words(l.DataChunks()))
+	parityBits = make([]uint64, chunk.Words(l.ParityChunks()))
 	for i := range l.DataChunks() {
 		dataBits[i/64] |= 1 << (i % 64)
 	}
@@ -494,13 +495,13 @@ func bareAllocs(t testing.TB, l Layout, sub int, dataBits, parityBits []uint64) 
 	allocs[2] = testing.AllocsPerRun(20, func() {
 		for j := range n {
 			work[j] = shards[j]
-			if !received(dataBits, first+j) {
+			if !chunk.Bitmap(dataBits).Has(first + j) {
 				work[j] = shards[j][:0]
 			}
 		}
 		for j := range m {
 			work[n+j] = shards[n+j]
-			if !received(parityBits, pFirst+j) {
+			if !chunk.Bitmap(parityBits).Has(pFirst + j) {
 				work[n+j] = nil
 			}
 		}

@@ -3,6 +3,8 @@ package ec
 import (
 	"fmt"
 	"math"
+
+	"github.com/sdr-rdma/sdr/chunk"
 )
 
 // Layout maps a message onto data chunks, submessages and the parity area
@@ -131,9 +133,9 @@ func (l Layout) Decodable(sub int, dataBits, parityBits []uint64) (bool, error) 
 	if !l.valid() || sub < 0 || sub >= l.subs {
 		return false, fmt.Errorf("ec: submessage %d of %d: %w", sub, l.subs, ErrInvalid)
 	}
-	if len(dataBits) < bitmapWords(l.dataChunks) || len(parityBits) < bitmapWords(l.ParityChunks()) {
+	if len(dataBits) < chunk.Words(l.dataChunks) || len(parityBits) < chunk.Words(l.ParityChunks()) {
 		return false, fmt.Errorf("ec: bitmaps of %d data and %d parity words, want %d and %d: %w",
-			len(dataBits), len(parityBits), bitmapWords(l.dataChunks), bitmapWords(l.ParityChunks()), ErrInvalid)
+			len(dataBits), len(parityBits), chunk.Words(l.dataChunks), chunk.Words(l.ParityChunks()), ErrInvalid)
 	}
 	return l.decodable(sub, dataBits, parityBits), nil
 }
@@ -142,15 +144,15 @@ func (l Layout) decodable(sub int, dataBits, parityBits []uint64) bool {
 	first, n := l.DataRange(sub)
 	pFirst, m := l.ParityRange(sub)
 	if l.params.Kind == MDS {
-		return n-countReceived(dataBits, first, n) <= countReceived(parityBits, pFirst, m)
+		return n-chunk.Bitmap(dataBits).Count(first, n) <= chunk.Bitmap(parityBits).Count(pFirst, m)
 	}
 	for g := range min(m, n) { // groups g >= n hold no real data: nothing to lose
 		lost := 0
-		if !received(parityBits, pFirst+g) {
+		if !chunk.Bitmap(parityBits).Has(pFirst + g) {
 			lost++
 		}
 		for j := g; j < n; j += m {
-			if !received(dataBits, first+j) {
+			if !chunk.Bitmap(dataBits).Has(first + j) {
 				lost++
 			}
 		}

@@ -3,7 +3,6 @@ package ec
 import (
 	"errors"
 	"math"
-	"math/rand/v2"
 	"testing"
 )
 
@@ -97,22 +96,6 @@ func TestLayoutInvalid(t *testing.T) {
 	} {
 		if _, err := NewLayout(tc.p, tc.dataLen, tc.chunkSize); !errors.Is(err, ErrInvalid) {
 			t.Errorf("NewLayout(%v, %d, %d) = %v, want ErrInvalid", tc.p, tc.dataLen, tc.chunkSize, err)
-		}
-	}
-}
-
-func TestCountReceived(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	bm := []uint64{rng.Uint64(), rng.Uint64(), rng.Uint64(), math.MaxUint64, 0}
-	for first := range 5 * 64 {
-		for n := 0; first+n <= 5*64; n++ {
-			want := 0
-			for i := first; i < first+n; i++ {
-				want += int(bm[i/64] >> (i % 64) & 1)
-			}
-			if got := countReceived(bm, first, n); got != want {
-				t.Fatalf("countReceived(%d, %d) = %d, want %d", first, n, got, want)
-			}
 		}
 	}
 }

@@ -53,7 +53,7 @@ type DeviceAttr struct {
 // QPAttr is an SDR QP's geometry, validated by the frontend.
 type QPAttr struct {
 	MTU         int            // bytes per packet
-	ChunkSize   int            // bytes per chunk, a multiple of MTU, at most 64 MTUs
+	ChunkSize   int            // bytes per chunk, 1..chunk.MaxPackets MTUs
 	MaxMessages int            // receive slots, a power of two dividing Layout.MaxMessageIDs()
 	SlotSize    int            // largest message, bytes: slot i starts at i·SlotSize
 	Generations int            // transport QP sets that distinguish a slot's successive messages

@@ -43,6 +43,7 @@ import (
 	"runtime"
 	"sync/atomic"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/wire"
 )
 
@@ -89,7 +90,6 @@ const (
 	headerWords   = 2
 	stateWord     = 0
 	immWord       = 1
-	maxChunkPkts  = 64
 	nibbleSetMask = 1<<16 - 1
 )
 
@@ -107,7 +107,7 @@ func key(msgID, gen uint32) uint64 {
 type Geometry struct {
 	Length      int // bytes of the posted buffer
 	MTU         int // bytes per packet
-	ChunkPkts   int // packets per chunk, 1..64
+	ChunkPkts   int // packets per chunk, 1..chunk.MaxPackets
 	Packets     int // ⌈Length/MTU⌉: 0 for a zero-length buffer
 	Chunks      int // ⌈Packets/ChunkPkts⌉: 0 for a zero-length buffer
 	lastPackets int // packets in the last chunk
@@ -115,9 +115,11 @@ type Geometry struct {
 
 // NewGeometry validates and computes a geometry.
 func NewGeometry(length, mtu, chunkSize int) (Geometry, error) {
-	if mtu <= 0 || chunkSize <= 0 || chunkSize%mtu != 0 || chunkSize/mtu > maxChunkPkts || length < 0 {
-		return Geometry{}, fmt.Errorf("engine: chunk size %d must be 1..64 MTUs of %d bytes (buffer %d): %w",
-			chunkSize, mtu, length, wire.ErrInvalidFields)
+	if err := chunk.Check(chunkSize, mtu); err != nil {
+		return Geometry{}, fmt.Errorf("engine: %v: %w", err, wire.ErrInvalidFields)
+	}
+	if length < 0 {
+		return Geometry{}, fmt.Errorf("engine: buffer of %d bytes: %w", length, wire.ErrInvalidFields)
 	}
 	g := Geometry{Length: length, MTU: mtu, ChunkPkts: chunkSize / mtu}
 	g.Packets = length/mtu + min(1, length%mtu)

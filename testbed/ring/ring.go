@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/internal/units"
 
 	"github.com/sdr-rdma/sdr/backends"
@@ -362,8 +363,8 @@ func predict(hop link.Config, size int64, ranks int, s scheme.Scheme) (meanLower
 	if hop.Bandwidth <= 0 || hop.Delay <= 0 || hop.Loss.GE {
 		return 0, 0
 	}
-	mtu, chunk := 1024, driver.DefaultChunkMTUs*1024
-	loss, err := model.ChunkLoss(hop.Loss.P, chunk/mtu)
+	mtu, chunkSize := 1024, chunk.ReliablePackets*1024
+	loss, err := model.ChunkLoss(hop.Loss.P, chunkSize/mtu)
 	if err != nil || loss > model.MaxLoss {
 		return 0, 0
 	}
@@ -371,7 +372,7 @@ func predict(hop link.Config, size int64, ranks int, s scheme.Scheme) (meanLower
 		return 0, 0
 	}
 	c := model.Choice{Scheme: s.WithDefaultCode(), Alpha: model.DefaultAlpha}
-	est, err := model.RingAllreduce(model.Link{Bandwidth: hop.Bandwidth, RTT: 2 * hop.Delay, Loss: loss, ChunkSize: chunk}, size, ranks, c)
+	est, err := model.RingAllreduce(model.Link{Bandwidth: hop.Bandwidth, RTT: 2 * hop.Delay, Loss: loss, ChunkSize: chunkSize}, size, ranks, c)
 	if err != nil {
 		return 0, 0
 	}

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
@@ -125,7 +126,7 @@ func Default() Scenario {
 		Schemes:   []string{SchemeRC, "sr-rto", "sr-nack", "ec", "auto"},
 		Code:      scheme.DefaultCode,
 		MTU:       1024,
-		ChunkSize: 16 << 10,
+		ChunkSize: chunk.ScenarioSize,
 		Channels:  4,
 		Timeout:   Duration(10 * time.Second),
 	}
@@ -218,8 +219,8 @@ func (s *Scenario) Validate() error {
 	switch {
 	case s.MTU != 256 && s.MTU != 512 && s.MTU != 1024 && s.MTU != 2048 && s.MTU != 4096:
 		return bad("MTU %d is not an RoCE MTU (256 … 4096)", s.MTU)
-	case s.ChunkSize%s.MTU != 0 || s.ChunkSize/s.MTU < 1 || s.ChunkSize/s.MTU > 64:
-		return bad("chunk size %d is not 1 … 64 MTUs of %d", s.ChunkSize, s.MTU)
+	case chunk.Check(s.ChunkSize, s.MTU) != nil:
+		return bad("%v", chunk.Check(s.ChunkSize, s.MTU))
 	case s.Channels < 1 || s.Channels > 64:
 		return bad("channels %d outside 1 … 64", s.Channels)
 	case s.Timeout <= 0:

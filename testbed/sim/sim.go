@@ -68,6 +68,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/ec"
@@ -132,7 +133,7 @@ func (p Point) withDefaults() (Point, error) {
 		p.RTT = 25 * time.Millisecond
 	}
 	if p.ChunkSize == 0 {
-		p.ChunkSize = 4096
+		p.ChunkSize = chunk.SimSize
 	}
 	if p.Alpha == 0 {
 		p.Alpha = model.DefaultAlpha

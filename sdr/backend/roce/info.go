@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/sdr-rdma/sdr/chunk"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 	"github.com/sdr-rdma/sdr/wire"
 )
@@ -99,8 +100,8 @@ func ParseInfo(blob []byte) (*Info, error) {
 		return bad("PSN %#x", uint32(in.PSN))
 	case in.MTU != 256 && in.MTU != 512 && in.MTU != 1024 && in.MTU != 2048 && in.MTU != 4096:
 		return bad("MTU %d", in.MTU)
-	case in.ChunkSize <= 0 || in.ChunkSize%in.MTU != 0 || in.ChunkSize/in.MTU > 64:
-		return bad("chunk size %d is not 1..64 MTUs", in.ChunkSize)
+	case chunk.Check(in.ChunkSize, in.MTU) != nil:
+		return bad("%v", chunk.Check(in.ChunkSize, in.MTU))
 	case in.MaxMessages < 1 || in.MaxMessages&(in.MaxMessages-1) != 0 || uint64(in.MaxMessages) > uint64(layout.MaxMessageIDs()):
 		return bad("%d slots", in.MaxMessages)
 	case in.SlotSize <= 0 || in.SlotSize%in.MTU != 0 || uint64(in.SlotSize/in.MTU) > uint64(layout.MaxPackets()):
