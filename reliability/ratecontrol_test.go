@@ -568,9 +568,9 @@ func TestStartupWindowCountsFirstCopies(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s.start(now, 1, Plan{Scheme: scheme.Scheme{Kind: scheme.SRNACK}, Length: 64 * 4096, ChunkSize: 4096, MTU: 1024})
 	x := s.active[1]
-	s.number(x, 0, 1, 9)  // chunk 0: released as number 10,
-	s.number(x, 0, 1, 89) // and again as 90
-	s.number(x, 1, 1, 39) // chunk 1: released as 40
+	s.numberReleases(x, 0, 1, 9)  // chunk 0: released as number 10,
+	s.numberReleases(x, 0, 1, 89) // and again as 90
+	s.numberReleases(x, 1, 1, 39) // chunk 1: released as 40
 	x.resent.Set(0)
 	s.released = 100
 	ackOf := func(chunk int) []byte {

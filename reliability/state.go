@@ -47,7 +47,7 @@ func (s *SenderEngine) state(now time.Time, x *sendXfer) string {
 		b.WriteString(" (startup)")
 	}
 	fmt.Fprintf(&b, "; SRTT %v, RTO %v backed off %d times; last ACK news %s, last answer %s, last new chunk acknowledged %s",
-		s.srtt, s.rto, s.silent, relative(now, s.lastNews), relative(now, s.lastAnswer), relative(now, x.lastNewAck))
+		s.rtt.srtt, s.rtt.rto, s.silent, relative(now, s.lastNews), relative(now, s.lastAnswer), relative(now, x.lastNewAck))
 	return b.String()
 }
 
