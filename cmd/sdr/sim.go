@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sdr-rdma/sdr/internal/units"
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/testbed/sim"
 	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
 )
@@ -45,6 +47,7 @@ type simFlags struct {
 	out, report  string
 	json         bool
 	shard, merge string
+	trace        string
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
@@ -75,6 +78,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of the Markdown table")
 	fs.BoolVar(&f.Backoff, "backoff", false, "let the engines double repeated timeouts (their default on real links; the paper and the models repeat one RTO)")
 	fs.StringVar(&f.shard, "shard", "", "run only shard `i/n` of the points (every n-th from the i-th, 0-based) and write it with -out, for a job array (default: SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT when set)")
+	fs.StringVar(&f.trace, "trace", "", "write every decision of each point's first sample to a JSON Lines file in `directory` (trace-N-SCHEME-SIZE-lossP.jsonl, N the point's number; sdr trace draws one)")
 	fs.StringVar(&f.merge, "merge", "", "simulate nothing: join the shards' -out `directories` (comma-separated) into the run the same flags describe, as if it had run whole")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -121,9 +125,20 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		debug.SetGCPercent(500)
 	}
 	fmt.Fprintf(stderr, "sdr sim: %d points, %d samples on %d workers\n", len(jobs), total, f.Workers)
+	opt := sim.Options{Seed: f.Seed, Workers: f.Workers}
+	if f.trace != "" {
+		if err := os.MkdirAll(f.trace, 0o755); err != nil {
+			fmt.Fprintf(stderr, "sdr sim: -trace: %v\n", err)
+			return exitFault
+		}
+		opt.Trace = func(job int, p sim.Point) (reliability.Tracer, func()) {
+			name := fmt.Sprintf("trace-%d-%s-%s-loss%g.jsonl", job+1, traceFileScheme(p.Scheme.String()), units.FormatBytes(p.Size), p.Loss.Rate())
+			return openTrace("sdr sim", f.trace, name, stderr)
+		}
+	}
 	began := time.Now()
 	lastShown := time.Time{}
-	results, err := sim.Sweep(jobs, sim.Options{Seed: f.Seed, Workers: f.Workers, Progress: func(p sim.Progress) {
+	opt.Progress = func(p sim.Progress) {
 		weightDone += simreport.JobCost(jobs[p.Job])
 		if time.Since(lastShown) < time.Second && p.PointsDone < p.Points {
 			return
@@ -132,7 +147,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		eta := time.Duration(float64(p.Elapsed) * (weight - weightDone) / weightDone)
 		fmt.Fprintf(stderr, "sdr sim: %d/%d points, %d/%d samples, %v elapsed, ETA %v\n",
 			p.PointsDone, p.Points, p.SamplesDone, p.Samples, p.Elapsed.Round(time.Second), eta.Round(time.Second))
-	}})
+	}
+	results, err := sim.Sweep(jobs, opt)
 	if err != nil {
 		fmt.Fprintf(stderr, "sdr sim: %v\n", err)
 		return exitFault

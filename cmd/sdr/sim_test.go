@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
 )
 
@@ -174,5 +176,53 @@ func TestSimShardMerge(t *testing.T) {
 	args := append(append([]string{}, grid...), "-merge", filepath.Join(dir, "s0")+","+filepath.Join(dir, "s1"), "-out", filepath.Join(dir, "bad"))
 	if code := run(args, &stdout, &stderr); code == exitOK || !strings.Contains(stderr.String(), "no shard has point") {
 		t.Errorf("a merge without shard 2: exit %d, %q", code, stderr.String())
+	}
+}
+
+// TestSimTrace: -trace writes each point's first sample's decisions, one
+// file per point named after it, which sdr trace reads and draws: one
+// transfer, started by the sender and completed by the receiver.
+func TestSimTrace(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"sim", "-sizes", "128KiB", "-drops", "1e-2", "-schemes", "sr-nack,ec-xor(8,4)", "-distances", "", "-samples", "2", "-json", "-trace", dir}
+	if code := run(args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{"trace-1-sr-nack-128KiB-loss0.01.jsonl", "trace-2-ec-xor8-4-128KiB-loss0.01.jsonl"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("trace files %v, want %v", names, want)
+	}
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := reliability.ReadTrace(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		count := map[string]int{}
+		for _, e := range events {
+			count[e.Side+" "+string(e.Kind)]++
+		}
+		if count["sender start"] != 1 || count["receiver complete"] != 1 || count["sender send"]+count["sender send-coded"] == 0 {
+			t.Errorf("%s: %d events, by kind %v; want one transfer started, sent and completed", name, len(events), count)
+		}
+		stdout.Reset()
+		stderr.Reset()
+		if code := run([]string{"trace", "-o", dir, path}, &stdout, &stderr); code != exitOK || !strings.Contains(stderr.String(), "transfer 0 drawn") {
+			t.Errorf("sdr trace %s: exit %d: %s", name, code, stderr.String())
+		}
 	}
 }

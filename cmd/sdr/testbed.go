@@ -225,18 +225,31 @@ func traceFiles(dir string, stderr io.Writer) func(link string, size int, scheme
 	n := 0
 	return func(link string, size int, scheme string) (reliability.Tracer, func()) {
 		n++
-		name := fmt.Sprintf("trace-%d-%s-%s.jsonl", n, strings.NewReplacer("(", "", ")", "", ",", "-").Replace(scheme), units.FormatBytes(int64(size)))
-		path := filepath.Join(dir, name)
-		file, err := os.Create(path)
-		if err != nil {
-			fmt.Fprintf(stderr, "sdr testbed: -trace: %v\n", err)
-			return nil, func() {}
-		}
-		tracer := reliability.NewJSONTracer(file)
-		return tracer, func() {
-			if err := errors.Join(tracer.Close(), file.Close()); err != nil {
-				fmt.Fprintf(stderr, "sdr testbed: -trace %s (link %s): %v\n", path, link, err)
-			}
+		return openTrace("sdr testbed", dir, fmt.Sprintf("trace-%d-%s-%s.jsonl", n, traceFileScheme(scheme), units.FormatBytes(int64(size))), stderr)
+	}
+}
+
+// traceFileScheme is a scheme as a trace file's name carries it:
+// "ec-xor(8,4)" becomes "ec-xor8-4".
+func traceFileScheme(s string) string {
+	return strings.NewReplacer("(", "", ")", "", ",", "-").Replace(s)
+}
+
+// openTrace creates dir/name for one point's engines to trace into and
+// returns the tracer and what closes it. A file that cannot be made, or
+// written, is reported on stderr under cmd's name; its point runs
+// untraced. Safe for concurrent use (sdr sim's workers).
+func openTrace(cmd, dir, name string, stderr io.Writer) (reliability.Tracer, func()) {
+	path := filepath.Join(dir, name)
+	file, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: -trace: %v\n", cmd, err)
+		return nil, func() {}
+	}
+	tracer := reliability.NewJSONTracer(file)
+	return tracer, func() {
+		if err := errors.Join(tracer.Close(), file.Close()); err != nil {
+			fmt.Fprintf(stderr, "%s: -trace %s: %v\n", cmd, path, err)
 		}
 	}
 }

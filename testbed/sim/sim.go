@@ -211,13 +211,18 @@ var epoch = time.Unix(0, 0)
 // Run simulates one transfer of point p with the given seed. The same
 // point and seed give the same sample. Errors wrap ErrInvalid, ErrFailed
 // or ErrHang.
-func Run(p Point, seed uint64) (Sample, error) {
+func Run(p Point, seed uint64) (Sample, error) { return RunTraced(p, seed, nil) }
+
+// RunTraced is Run with both engines' decisions traced to t (nil: none);
+// the trace's times are the simulation's, from the Unix epoch. Tracing
+// changes no decision: the sample is Run's.
+func RunTraced(p Point, seed uint64, t reliability.Tracer) (Sample, error) {
 	p, err := p.withDefaults()
 	if err != nil {
 		return Sample{}, err
 	}
 	var s simulation
-	if err := s.init(p, seed); err != nil {
+	if err := s.init(p, seed, t); err != nil {
 		return Sample{}, err
 	}
 	return s.run()
@@ -372,10 +377,10 @@ type simulation struct {
 	free []*train // delivered trains for reuse
 }
 
-func (s *simulation) init(p Point, seed uint64) error {
+func (s *simulation) init(p Point, seed uint64, t reliability.Tracer) error {
 	s.p = p
 	both := reliability.Config{FixedRate: true, RTT: p.RTT, Bandwidth: p.Bandwidth, Alpha: p.Alpha,
-		Timeout: p.Timeout, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff}
+		Timeout: p.Timeout, ChunkSize: p.ChunkSize, MTU: p.ChunkSize, NoBackoff: !p.Backoff, Trace: t}
 	snd, err := reliability.NewSenderEngine(reliability.SenderConfig{Config: both, FixedRTT: true})
 	if err != nil {
 		return fmt.Errorf("sim: %w: %w", ErrInvalid, err)

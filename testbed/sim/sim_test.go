@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,7 +94,52 @@ func TestDeterminism(t *testing.T) {
 			t.Errorf("job %d lost nothing: not a test of determinism under loss", i)
 		}
 	}
+	// Traced, each job's first sample records both engines' decisions and
+	// the samples are the untraced ones.
+	traces := make([]*recordedTrace, len(jobs))
+	var calls, dones atomic.Int32
+	rt, err := Sweep(jobs, Options{Seed: 3, Workers: 4, Trace: func(job int, p Point) (reliability.Tracer, func()) {
+		calls.Add(1)
+		traces[job] = &recordedTrace{}
+		return traces[job], func() { dones.Add(1) }
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != int32(len(jobs)) || dones.Load() != calls.Load() {
+		t.Errorf("Trace called %d times, done %d times, for %d jobs: want one each per job", calls.Load(), dones.Load(), len(jobs))
+	}
+	for i := range jobs {
+		if !slices.Equal(rt[i].Completions, r4[i].Completions) {
+			t.Errorf("job %d: traced samples differ from untraced ones", i)
+		}
+		tr := traces[i]
+		if tr == nil {
+			continue
+		}
+		var started, completed bool
+		sent := 0
+		for _, e := range tr.events {
+			switch {
+			case e.Side == reliability.TraceSender && e.Kind == reliability.TraceStart:
+				started = true
+			case e.Side == reliability.TraceReceiver && e.Kind == reliability.TraceComplete:
+				completed = true
+			case e.Side == reliability.TraceSender && (e.Kind == reliability.TraceSend && e.Part == "data" || e.Kind == reliability.TraceSendCoded):
+				sent += e.Count // a coded pass counts its parity too
+			}
+		}
+		chunks := int(rt[i].Point.Size) / rt[i].Point.ChunkSize
+		if !started || !completed || sent < chunks {
+			t.Errorf("job %d's trace (%d events): start %v, receiver's completion %v, %d chunks sent for %d of data", i, len(tr.events), started, completed, sent, chunks)
+		}
+	}
 }
+
+// recordedTrace keeps the events a sample's engines trace.
+type recordedTrace struct{ events []reliability.TraceEvent }
+
+func (r *recordedTrace) Trace(e reliability.TraceEvent) { r.events = append(r.events, e) }
 
 // gridPoint is a size and drop rate of a model agreement test.
 type gridPoint struct {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/reliability/model"
 )
 
@@ -30,6 +31,11 @@ type Options struct {
 	// Progress, if set, is called (from one goroutine at a time) each
 	// time a point's last sample finishes.
 	Progress func(Progress)
+	// Trace, if set, is called for the first sample of each job (from
+	// any worker) with the job's index and point, defaults filled in: the
+	// sample's engines trace to the Tracer it returns (RunTraced), and
+	// done is called once the sample has finished.
+	Trace func(job int, p Point) (t reliability.Tracer, done func())
 }
 
 // Progress reports how far a sweep is.
@@ -150,7 +156,13 @@ func Sweep(jobs []Job, opt Options) ([]Result, error) {
 				ji--
 				si := n - starts[ji]
 				r := &results[ji]
-				s, err := Run(r.Point, sampleSeed(opt.Seed, r.Point, si))
+				var tracer reliability.Tracer
+				traced := func() {}
+				if si == 0 && opt.Trace != nil {
+					tracer, traced = opt.Trace(ji, r.Point)
+				}
+				s, err := RunTraced(r.Point, sampleSeed(opt.Seed, r.Point, si), tracer)
+				traced()
 				mu.Lock()
 				if err != nil {
 					if firstErr == nil {
