@@ -131,6 +131,9 @@ type rateControl struct {
 	// the rate creeps past the bottleneck instead of overshooting it by
 	// the round trips the queue takes to show.
 	ceiling float64
+	// resume is SenderConfig.Resume until the first round trip has
+	// been measured (onRTT).
+	resume PathState
 	// why names the branch that set the rate last, and lastDelivered
 	// the round's delivery sample it saw: for the trace.
 	why           string
@@ -210,8 +213,11 @@ const (
 	floorWindow = 10 * time.Second
 )
 
-func newRateControl(cfg *Config) rateControl {
+func newRateControl(cfg *Config, resume PathState) rateControl {
 	rc := rateControl{fixed: cfg.FixedRate, cap: cfg.rateCap, chunkBits: float64(cfg.ChunkSize) * 8, chunkPackets: 1}
+	if resume.Rate > 0 && resume.MinRTT > 0 {
+		rc.resume = resume
+	}
 	if cfg.MTU > 0 {
 		rc.chunkPackets = float64(max(1, cfg.ChunkSize/cfg.MTU))
 	}
@@ -246,9 +252,29 @@ func (rc *rateControl) onRTT(now time.Time, sample time.Duration) bool {
 		return false
 	}
 	old := rc.rate
+	if resume := rc.resume; resume.Rate > 0 {
+		rc.resume = PathState{} // one look: a later sample is this connection's own
+		if sample < 2*resume.MinRTT && 2*sample > resume.MinRTT {
+			// The path the last connection measured: skip startup, at
+			// its rate, probing up slowly near it as after a cut.
+			rc.startup = false
+			rc.rate, rc.ceiling = rc.clamp(resume.Rate), resume.Rate
+			rc.why = "resumed: the last connection's rate"
+			return rc.rate != old
+		}
+	}
 	rc.rate = rc.firstRate()
 	rc.why = "startup: first round trip"
 	return rc.rate != old
+}
+
+// sustained is the rate the path sustained after startup (0: startup or
+// its drain has not ended): what a later connection may resume at.
+func (rc *rateControl) sustained() float64 {
+	if rc.fixed || rc.startup || rc.draining {
+		return 0
+	}
+	return rc.rate
 }
 
 // firstRate is startup's rate before anything was delivered: two initial

@@ -79,7 +79,7 @@ func newBottleneck(rate float64, floor time.Duration, capacity float64) *bottlen
 
 // add starts a flow at the current time, its round trip measured first.
 func (b *bottleneck) add() *fluidFlow {
-	f := &fluidFlow{rc: newRateControl(&Config{ChunkSize: fluidChunk, MTU: fluidMTU, RTT: time.Millisecond}), start: b.now}
+	f := &fluidFlow{rc: newRateControl(&Config{ChunkSize: fluidChunk, MTU: fluidMTU, RTT: time.Millisecond}, PathState{}), start: b.now}
 	f.rc.onRTT(b.now, b.floor)
 	b.flows = append(b.flows, f)
 	return f
@@ -244,7 +244,7 @@ func TestRateControlShares(t *testing.T) {
 // a repair) tell the controller no rate: in startup it doubles blind, up
 // to blindLead times its first rate and no further, and never collapses.
 func TestRateControlWithoutDeliveries(t *testing.T) {
-	rc := newRateControl(&Config{ChunkSize: 64 << 10, RTT: time.Millisecond})
+	rc := newRateControl(&Config{ChunkSize: 64 << 10, RTT: time.Millisecond}, PathState{})
 	now := time.Unix(1000, 0)
 	rc.onRTT(now, time.Millisecond)
 	start := rc.rate
@@ -273,7 +273,7 @@ func TestRateControlWithoutDeliveries(t *testing.T) {
 // once something was delivered they no longer do (startup's doubling
 // takes over).
 func TestRateControlFirstRateFollowsFloor(t *testing.T) {
-	rc := newRateControl(&Config{ChunkSize: 64 << 10, RTT: time.Millisecond})
+	rc := newRateControl(&Config{ChunkSize: 64 << 10, RTT: time.Millisecond}, PathState{})
 	now := time.Unix(1000, 0)
 	rc.onRTT(now, 65*time.Millisecond)
 	inflated := rc.rate
@@ -659,7 +659,7 @@ type ackClock struct {
 }
 
 func newAckClock() *ackClock {
-	rc := newRateControl(&Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024})
+	rc := newRateControl(&Config{RTT: 10 * time.Millisecond, ChunkSize: 4096, MTU: 1024}, PathState{})
 	c := &ackClock{rc: &rc, now: time.Unix(1000, 0)}
 	c.rc.onAck(c.now, 0, 0, 10*time.Millisecond, 10*time.Millisecond)
 	return c
@@ -702,7 +702,7 @@ func newStartupSender(t *testing.T) *SenderEngine {
 // for a longer path, it ended every cut, and a transfer stalled behind
 // the queue for 10 s.
 func TestRateControlFullQueueIsNoFloor(t *testing.T) {
-	rc := newRateControl(&Config{ChunkSize: 64 << 10, MTU: 1024, RTT: time.Millisecond})
+	rc := newRateControl(&Config{ChunkSize: 64 << 10, MTU: 1024, RTT: time.Millisecond}, PathState{})
 	now := time.Unix(1000, 0)
 	rc.onRTT(now, 100*time.Microsecond)
 	rc.onAck(now, 0, 0, 100*time.Microsecond, 100*time.Microsecond)
@@ -730,7 +730,7 @@ func TestRateControlFullQueueIsNoFloor(t *testing.T) {
 // release, not a chunk: 100 releases of 2 of a chunk's 64 packets over
 // 10 ms are 164 Mbit/s, not 5.2 Gbit/s.
 func TestRateControlCountsPacketRepairsAsPackets(t *testing.T) {
-	rc := newRateControl(&Config{ChunkSize: 64 << 10, MTU: 1024, RTT: 10 * time.Millisecond})
+	rc := newRateControl(&Config{ChunkSize: 64 << 10, MTU: 1024, RTT: 10 * time.Millisecond}, PathState{})
 	now := time.Unix(1000, 0)
 	rc.onRTT(now, 10*time.Millisecond)
 	rc.onPassed(now.Add(-10*time.Millisecond), 500)

@@ -193,6 +193,25 @@ type SenderConfig struct {
 	// MaxInFlightBytes bounds the data and parity bytes of those
 	// transfers [unbounded; the drivers take the QP's].
 	MaxInFlightBytes int
+	// Resume is what an earlier connection to the same peer measured
+	// (SenderEngine.PathState) [none: start cold]. When the first round
+	// trip this connection measures is within a factor of two of
+	// Resume.MinRTT — the same path, as far as the sender can tell — it
+	// paces at Resume.Rate from the first chunk instead of probing up
+	// from two initial windows per round trip; otherwise it starts cold.
+	// TCP's metrics cache and QUIC's resumption do the same.
+	Resume PathState
+}
+
+// PathState is what a sender learned of its path: a later connection to
+// the same peer can start from it (SenderConfig.Resume).
+type PathState struct {
+	// Rate is the pacing rate the path sustained after startup, bit/s
+	// (0: startup had not ended).
+	Rate float64
+	// MinRTT is the least round trip measured: the path without queues
+	// (0: none measured).
+	MinRTT time.Duration
 }
 
 // ReceiverConfig tunes a receiver: Config and what only the receiving
@@ -253,7 +272,7 @@ func (c *SenderConfig) setDefaults() error {
 	if c.Window == 0 {
 		c.Window = DefaultWindow
 	}
-	if c.Window < 1 || c.MaxInFlightBytes < 0 {
+	if c.Window < 1 || c.MaxInFlightBytes < 0 || !(c.Resume.Rate >= 0) || c.Resume.MinRTT < 0 {
 		return fmt.Errorf("reliability: window %d, %d B in flight: %w", c.Window, c.MaxInFlightBytes, ErrInvalid)
 	}
 	return nil

@@ -170,7 +170,7 @@ func NewSenderEngine(cfg SenderConfig) (*SenderEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &SenderEngine{cfg: cfg, rtt: newRTTEstimator(&cfg), rc: newRateControl(&cfg.Config), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
+	return &SenderEngine{cfg: cfg, rtt: newRTTEstimator(&cfg), rc: newRateControl(&cfg.Config, cfg.Resume), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
 		active: map[uint64]*sendXfer{}, live: liveness{timeout: cfg.Timeout}, trace: cfg.Trace}, nil
 }
 
@@ -401,6 +401,12 @@ func (s *SenderEngine) send() {
 	if s.trace != nil {
 		s.trace.Trace(controlEvent(s.now, TraceSender, TraceControlOut, &s.msg))
 	}
+}
+
+// PathState returns what the engine has measured of its path, for a
+// later connection to the same peer to start from (SenderConfig.Resume).
+func (s *SenderEngine) PathState() PathState {
+	return PathState{Rate: s.rc.sustained(), MinRTT: s.rtt.least}
 }
 
 // RTO returns the retransmission timeout in force.

@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/driver"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
 	"github.com/sdr-rdma/sdr/sdr"
@@ -151,4 +153,85 @@ func TestStartupWithoutWholeChunks(t *testing.T) {
 				first/1e6, doubled, passed, rtt)
 		}
 	})
+}
+
+// TestResumedFirstTransfer: a second connection over the same path,
+// given what the first one measured (PathCache), starts at the rate the
+// first sustained instead of probing up to it, so that its first 16 MiB
+// transfer reaches at least 0.9 of the first connection's warm ones'
+// rate (it reaches 0.95; the first connection's first, cold, 0.72 — the
+// round trip its first PING waits for is most of what is left). Over a path whose round trip is four
+// times the remembered one, a connection starts cold. On synctest's
+// clock, as TestFirstTransfer.
+func TestResumedFirstTransfer(t *testing.T) {
+	const size = 16 << 20
+	synctest.Test(t, func(t *testing.T) {
+		var cache driver.PathCache
+		// connect joins a new pair of devices over spec's link, the
+		// sender resuming from the cache's entry for the path's name.
+		connect := func(spec string, seed uint64) (endpoints, *rateEvents) {
+			lc, err := link.ParseConfig(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pa, pb := emunic.NewPipe(emunic.PipeConfig{AToB: mustLink(t, lc, seed), BToA: mustLink(t, lc, seed+1)})
+			sa, sb := openContexts(t, pa, pb, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"))
+			events := &rateEvents{}
+			base := reliability.Config{Trace: events}
+			s, r, err := driver.ConnectLocal(context.Background(), sa, sb, sdr.QPAttr{MTU: 4096, ChunkSize: 64 << 10},
+				cache.Resume("peer", reliability.SenderConfig{Config: base}), reliability.ReceiverConfig{Config: base, Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close(); r.Close() })
+			return endpoints{s, r}, events
+		}
+		timed := func(e endpoints, imm uint32) time.Duration {
+			start := time.Now()
+			transfer(t, e, size, imm, uint64(imm))
+			return time.Since(start)
+		}
+		const path = "rate=1Gbit,delay=5ms,loss=1%,queue=8MB"
+		first, _ := connect(path, 5)
+		cold := timed(first, 1)
+		warm := min(timed(first, 2), timed(first, 3))
+		cache.Remember("peer", first.s)
+		remembered := first.s.PathState()
+
+		second, events := connect(path, 15)
+		resumed := timed(second, 4)
+		t.Logf("remembered %.0f Mbit/s, min RTT %v; 16 MiB: cold %v, warm %v, resumed %v (%.2f of warm)",
+			remembered.Rate/1e6, remembered.MinRTT, cold, warm, resumed, float64(warm)/float64(resumed))
+		if remembered.Rate < 500e6 || remembered.MinRTT < 10*time.Millisecond || remembered.MinRTT > 20*time.Millisecond {
+			t.Fatalf("the first connection remembered %+v: want a rate above 500 Mbit/s on a 1 Gbit/s path and its 10 ms round trip", remembered)
+		}
+		if reasons := events.reasons(); len(reasons) == 0 || reasons[0] != "resumed: the last connection's rate" {
+			t.Errorf("the second connection's rate changes: %q; want it to resume first", reasons)
+		}
+		if float64(resumed) > float64(warm)/0.9 {
+			t.Errorf("resumed first transfer %v, warm ones %v: more than 1/0.9 of them", resumed, warm)
+		}
+		if float64(cold) <= float64(warm)/0.9 {
+			t.Errorf("the cold first transfer %v is within 1/0.9 of the warm %v: the test shows nothing", cold, warm)
+		}
+
+		far, events := connect("rate=1Gbit,delay=20ms,loss=1%,queue=8MB", 25)
+		transfer(t, far, 1<<20, 5, 5)
+		if reasons := events.reasons(); len(reasons) == 0 || reasons[0] != "startup: first round trip" {
+			t.Errorf("over a path of 4 times the round trip the rate changes were %q; want a cold start", reasons)
+		}
+	})
+}
+
+// reasons lists the sender's rate changes' reasons, in order.
+func (r *rateEvents) reasons() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.rates {
+		if e.Reason != "" { // the rate announced before any decision
+			out = append(out, e.Reason)
+		}
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability"
@@ -43,6 +44,9 @@ type Sender struct {
 	// wireFactor turns payload bits into frame bits (the NIC's limiter
 	// counts frames).
 	wireFactor float64
+	// path is the engine's PathState as of its latest finished transfer,
+	// written by the loop, read by PathState.
+	path atomic.Pointer[reliability.PathState]
 }
 
 type sendReq struct {
@@ -62,6 +66,16 @@ type sendIO struct {
 	area         parityArea     // coded transfers
 	encoder      *parityEncoder // coded transfers: fills area.buf
 	retries      int            // Stats.SendRetries
+}
+
+// PathState returns what the Sender had measured of its path when its
+// latest transfer finished (zero before one has): hand it to a later
+// connection to the same peer as its SenderConfig.Resume (PathCache).
+func (s *Sender) PathState() reliability.PathState {
+	if p := s.path.Load(); p != nil {
+		return *p
+	}
+	return reliability.PathState{}
 }
 
 // NewSender starts a sender on qp (connected to the peer's receiving QP)
@@ -232,6 +246,8 @@ func (s *Sender) execute(acts []reliability.Action, xfers map[uint64]*sendIO, pe
 			// run as a burst, which the pacer keeps short.
 			_ = s.qp.SetRateLimit(nicRateHeadroom * a.Rate * s.wireFactor)
 		case reliability.ActComplete, reliability.ActFail:
+			path := s.eng.PathState()
+			s.path.Store(&path)
 			// The receiver counts the messages of a transfer whose start
 			// still waits: it is opened and ended all the same.
 			opening := s.backlog.drop(a.Transfer, true)
