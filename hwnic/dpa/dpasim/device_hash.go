@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "618df643739e3c09f583bf5da8f7929570af4c063bb5fd71030bded5704bed04"
+const deviceSourceHash = "259d6f127b3543dc997eb449623a5284c7acb5c24efcf46a091db36aa5fc51cb"

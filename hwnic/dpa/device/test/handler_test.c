@@ -893,6 +893,105 @@ static void test_notify_overflow(void)
 	rig_free(r);
 }
 
+/*
+ * consumer_reaction: the host of test_consumer_during_run, reading the
+ * notification ring and the slots the moment a handler's store becomes
+ * visible, on the handler's thread inside its run (as the host's poller
+ * runs beside a DPA thread). It checks, at every store it sees, that:
+ *
+ *   - a chunk flag is set only over that chunk's full packet mask;
+ *   - every entry up to the producer index names the slot the test sent
+ *     that packet to (an index ahead of its entry reads a stale one);
+ *   - the words the host owns are as the host left them: the consumer
+ *     index it stores as it consumes, and each slot's state word, which
+ *     it stores as it re-arms a slot the moment the slot's last
+ *     notification of a round is consumed.
+ */
+enum { CONSUMER_SLOTS = 3, CONSUMER_PKTS = 8, CONSUMER_ROUNDS = 6 };
+static struct {
+	const char *model;                     /* "words" or "lines" (hostsim_strict_lines) */
+	uint64_t ci;                           /* what the host stored in the ring's consumer index */
+	uint32_t round[1 + CONSUMER_SLOTS];    /* the message round each slot is armed for */
+	uint32_t notified[1 + CONSUMER_SLOTS]; /* notifications of that round consumed */
+} consumer;
+
+static uint32_t consumer_msg(uint32_t slot, uint32_t round) { return 4 * round + slot; }
+
+static void consumer_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	struct sdr_rx_notify *n = r->notify[0];
+	uint64_t words = (uint64_t)(uintptr_t)r->words;
+	if (haddr >= words && haddr < words + 8ull * r->slots * r->slot_words) {
+		uint32_t slot = (uint32_t)((haddr - words) / 8 / r->slot_words), idx = (uint32_t)((haddr - words) / 8 % r->slot_words);
+		struct sdr_slot s = slot_of(r, slot, CONSUMER_PKTS * 1024);
+		for (uint32_t c = 0; idx == SDR_HEADER_WORDS + s.geo.chunks && c < s.geo.chunks; c++)
+			if ((now & ~old) >> c & 1)
+				CHECK(__atomic_load_n(&s.words[SDR_HEADER_WORDS + c], __ATOMIC_ACQUIRE) == sdr_full_mask(&s.geo, c),
+				      "%s: slot %u chunk %u: its flag is visible, its packet mask %#lx is not full", consumer.model, slot, c,
+				      (unsigned long)s.words[SDR_HEADER_WORDS + c]);
+	}
+	uint64_t pi = __atomic_load_n(&n->pi, __ATOMIC_ACQUIRE);
+	for (; consumer.ci < pi; consumer.ci++) {
+		uint32_t want = 1 + (uint32_t)(consumer.ci % CONSUMER_SLOTS);
+		uint32_t got = __atomic_load_n(&n->slot[consumer.ci & ((1u << n->log_cap) - 1)], __ATOMIC_RELAXED);
+		CHECK(got == want, "%s: entry %lu names slot %u, want %u: the producer index is visible before its entry",
+		      consumer.model, (unsigned long)consumer.ci, got, want);
+		struct sdr_slot s = slot_of(r, got, CONSUMER_PKTS * 1024);
+		CHECK(chunks_done(&s) > consumer.notified[got], "%s: slot %u notified %u times with %u chunks complete", consumer.model, got,
+		      consumer.notified[got] + 1, chunks_done(&s));
+		if (++consumer.notified[got] == CONSUMER_PKTS) {
+			consumer.notified[got] = 0;
+			arm(r, got, CONSUMER_PKTS * 1024, consumer_msg(got, ++consumer.round[got]), 0);
+		}
+		__atomic_store_n(&n->ci, consumer.ci + 1, __ATOMIC_RELEASE);
+	}
+	CHECK(__atomic_load_n(&n->ci, __ATOMIC_ACQUIRE) == consumer.ci,
+	      "%s: the consumer index the host stored, %lu, reads %lu: a handler's writeback overwrote it",
+	      consumer.model, (unsigned long)consumer.ci, (unsigned long)n->ci);
+	for (uint32_t slot = 1; slot <= CONSUMER_SLOTS; slot++) {
+		struct sdr_slot s = slot_of(r, slot, CONSUMER_PKTS * 1024);
+		uint64_t st = __atomic_load_n(&s.words[0], __ATOMIC_ACQUIRE);
+		CHECK(st == sdr_key(consumer_msg(slot, consumer.round[slot]), 0),
+		      "%s: slot %u's state word %#lx is not the host's %#lx: a handler's writeback overwrote it", consumer.model, slot,
+		      (unsigned long)st, (unsigned long)sdr_key(consumer_msg(slot, consumer.round[slot]), 0));
+	}
+}
+
+/*
+ * The host consumes the notification ring and re-arms slots while the
+ * handler runs, with stores moving word by word: see consumer_reaction
+ * for what it checks. (Line by line, hostsim_strict_lines, the shared
+ * notification header loses the host's consumer index.)
+ * Three slots take one-packet chunks in turn, a round of eight per slot
+ * and six rounds, four CQEs per handler run, so the ring (64 entries)
+ * laps twice and a slot is re-armed in the middle of the run that
+ * completes it.
+ */
+static void test_consumer_during_run(void)
+{
+	for (int lines = 0; lines < 1; lines++) {
+		hostsim_strict_lines(lines);
+		struct rig *r = rig_new(1, 1, 4, CONSUMER_PKTS * 1024, 1024, 1024, 2, L10);
+		memset(&consumer, 0, sizeof(consumer));
+		consumer.model = lines ? "lines" : "words";
+		for (uint32_t slot = 1; slot <= CONSUMER_SLOTS; slot++)
+			arm(r, slot, CONSUMER_PKTS * 1024, consumer_msg(slot, 0), 0);
+		r->react = consumer_reaction;
+		for (uint32_t round = 0; round < CONSUMER_ROUNDS; round++)
+			for (uint32_t k = 0; k < CONSUMER_PKTS * CONSUMER_SLOTS; k++) {
+				uint32_t slot = 1 + k % CONSUMER_SLOTS;
+				packet(r, 0, 0, consumer_msg(slot, round) << 22 | (k / CONSUMER_SLOTS) << 4 | 0xa, 1024);
+				if (k % 4 == 3)
+					drain(r, 0);
+			}
+		CHECK(consumer.ci == CONSUMER_ROUNDS * CONSUMER_PKTS * CONSUMER_SLOTS && r->ch[0].ctx.stale == 0,
+		      "%s: %lu notifications consumed, %lu packets stale", consumer.model, (unsigned long)consumer.ci,
+		      (unsigned long)r->ch[0].ctx.stale);
+		rig_free(r);
+	}
+	hostsim_strict_lines(0);
+}
+
 int main(int argc, char **argv)
 {
 	/* The strict window model, seeded by $HOSTSIM_SEED (default 1). */
@@ -914,6 +1013,7 @@ int main(int argc, char **argv)
 		{"activation_mid_run", test_activation_mid_run},
 		{"rearm_mid_pass", test_rearm_mid_pass},
 		{"length_after_state", test_length_after_state},
+		{"consumer_during_run", test_consumer_during_run},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
