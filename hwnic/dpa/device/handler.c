@@ -107,7 +107,7 @@ static void notify(struct sdr_rx_ctx *c, uint32_t slot)
 	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
 	uint64_t pi = c->notify_pi, ci = win_load(&n->ci);
 	if (pi - ci >= (1ull << n->log_cap)) {
-		window_store(&n->overflow, 1, __ATOMIC_RELEASE);
+		window_store(&n->overflows, ++c->overflows, __ATOMIC_RELEASE);
 		__dpa_thread_window_writeback();
 		return;
 	}
@@ -150,29 +150,50 @@ static uint64_t sync_slot(struct sdr_rx_ctx *c, uint64_t *d, const uint64_t *hos
 }
 
 /*
+ * publish_line stores to the host the line of the slot's host words that
+ * holds engine word i (i > 0: never the state word's line), every word
+ * of it from the record: the lock is held, so the record has everything
+ * the handlers published, and a writeback that moves the whole line
+ * moves no stale word of this thread's copy. Flag word f goes without
+ * the bits of held, not yet published.
+ */
+static void publish_line(const struct sdr_slot *s, uint32_t slot_words, uint64_t *host, uint32_t i, uint32_t f,
+			 uint64_t held)
+{
+	uint32_t first = (i + SDR_RX_STATE_WORD) / SDR_RX_LINE_WORDS * SDR_RX_LINE_WORDS - SDR_RX_STATE_WORD;
+	for (uint32_t j = first; j < first + SDR_RX_LINE_WORDS && j < slot_words; j++) {
+		if (j == f)
+			window_store(&host[j], s->words[j] & ~held, __ATOMIC_RELEASE);
+		else
+			window_store(&host[j], s->words[j], __ATOMIC_RELAXED);
+	}
+}
+
+/*
  * publish copies what packet changed in the record to the host's words
  * of the slot, in the order that makes a published bit mean its data:
- * the immediate and the chunk's packet mask, a writeback, then the
- * chunk's flag word, a writeback. The lock is held, so the host sees
- * each word's values in the order the handlers produced them.
+ * the lines of the immediate and of the chunk's packet mask, a
+ * writeback, then the line of the chunk's flag word, a writeback. The
+ * lock is held, so the host sees each word's values in the order the
+ * handlers produced them.
  */
-static void publish(const struct sdr_slot *s, uint64_t *host, uint32_t off, enum sdr_result r, int imm_changed)
+static void publish(const struct sdr_slot *s, uint32_t slot_words, uint64_t *host, uint32_t off, enum sdr_result r,
+		    int imm_changed)
 {
 	const struct sdr_geometry *g = &s->geo;
+	int masked = r == SDR_PACKET || r == SDR_CHUNK_COMPLETE;
+	if (!imm_changed && !masked)
+		return;
+	uint32_t chunk = off / g->chunk_pkts, f = SDR_HEADER_WORDS + g->chunks + chunk / 64;
+	uint64_t done = r == SDR_CHUNK_COMPLETE ? 1ull << (chunk % 64) : 0;
 	if (imm_changed)
-		window_store(&host[1], s->words[1], __ATOMIC_RELAXED);
-	if (r == SDR_OUT_OF_RANGE || r == SDR_IMM_ONLY || r == SDR_DUPLICATE) {
-		if (imm_changed)
-			__dpa_thread_window_writeback();
-		return;
-	}
-	uint32_t chunk = off / g->chunk_pkts;
-	window_store(&host[SDR_HEADER_WORDS + chunk], s->words[SDR_HEADER_WORDS + chunk], __ATOMIC_RELAXED);
+		publish_line(s, slot_words, host, 1, f, done);
+	if (masked)
+		publish_line(s, slot_words, host, SDR_HEADER_WORDS + chunk, f, done);
 	__dpa_thread_window_writeback();
-	if (r != SDR_CHUNK_COMPLETE)
+	if (!done)
 		return;
-	uint32_t f = SDR_HEADER_WORDS + g->chunks + chunk / 64;
-	window_store(&host[f], s->words[f], __ATOMIC_RELEASE);
+	publish_line(s, slot_words, host, f, f, 0);
 	__dpa_thread_window_writeback();
 }
 
@@ -188,7 +209,7 @@ static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t by
 	uint32_t msg_id, off, nibble;
 	sdr_layout_unpack(l, imm, &msg_id, &off, &nibble);
 	uint32_t slot = msg_id & (c->max_messages - 1);
-	uint64_t *host = (uint64_t *)c->slots + (uint64_t)slot * c->slot_words;
+	uint64_t *host = (uint64_t *)c->slots + slot * sdr_rx_slot_stride(c->slot_words) + SDR_RX_STATE_WORD;
 	uint64_t *d = (uint64_t *)c->dpa_slots + (uint64_t)slot * (SDR_RX_SLOT_HDR_WORDS + c->slot_words);
 	uint64_t st = win_load(host);
 	if (!sdr_slot_accepts(st, l, gen, imm)) {
@@ -213,7 +234,7 @@ static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t by
 		   sdr_geometry_words(&s.geo) <= c->slot_words) {
 		uint64_t imm_word = s.words[1];
 		r = sdr_slot_apply(&s, off, nibble, byte_count, &imm_done);
-		publish(&s, host, off, r, s.words[1] != imm_word);
+		publish(&s, c->slot_words, host, off, r, s.words[1] != imm_word);
 	} else {
 		r = SDR_OUT_OF_RANGE;
 	}

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "259d6f127b3543dc997eb449623a5284c7acb5c24efcf46a091db36aa5fc51cb"
+const deviceSourceHash = "eb284e9923c9885d31ab00bd8b22e9fe62f361b53cef320ce17fc96af75db4b5"

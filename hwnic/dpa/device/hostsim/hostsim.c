@@ -289,6 +289,16 @@ static void writeback(struct flexio_dev_thread_ctx *t)
 	}
 }
 
+/* changes reports whether the thread's unperformed stores to word i
+ * would change what host memory holds: a store of the value already
+ * there is not one the host can see missing. */
+static int changes(const struct view *v, uint64_t i)
+{
+	uint64_t s, h = __atomic_load_n((const uint64_t *)(uintptr_t)(v->base + 8 * i), __ATOMIC_ACQUIRE);
+	memcpy(&s, v->shadow + 8 * i, 8);
+	return ((s ^ h) & v->dirty[i]) != 0;
+}
+
 int hostsim_pending_stores_before(uint64_t haddr)
 {
 	const struct flexio_dev_thread_ctx *t = running ? &running->ctx : NULL;
@@ -301,7 +311,7 @@ int hostsim_pending_stores_before(uint64_t haddr)
 	int n = 0;
 	for (int k = 0; at && k < t->nviews; k++)
 		for (uint32_t j = 0; j < t->views[k].npending; j++)
-			n += t->views[k].first[t->views[k].pending[j]] < at;
+			n += t->views[k].first[t->views[k].pending[j]] < at && changes(&t->views[k], t->views[k].pending[j]);
 	return n;
 }
 

@@ -154,8 +154,8 @@ static inline uint32_t hostsim_cqe_field(const uint8_t *cqe, uint32_t v)
 
 /* hostsim_pending_stores_before returns how many window words hold
  * stores of the running thread, made before its latest store to the word
- * at host address haddr, that are not yet visible to the host (0 outside
- * a run or a window). */
+ * at host address haddr, that are not yet visible to the host and would
+ * change what it reads there (0 outside a run or a window). */
 int hostsim_pending_stores_before(uint64_t haddr);
 
 /* hostsim_window_register makes [base, base+len) reachable through mkey; 0 on success. */
