@@ -121,25 +121,33 @@ static void notify(struct sdr_rx_ctx *c, uint32_t slot)
 /*
  * sync_slot makes the handlers' record of slot (d, in DPA memory, its lock
  * held) belong to the receive the host has armed there: host state word
- * st and length word lw. A record of an older receive is cleared. The
- * host writes the length word before it activates the slot; a state
- * word that differs from the record is re-read with the length word
- * after a read-invalidate, so that the pair is one receive's. The
- * record is cleared only if it still differs then: a thread whose view
- * was stale (a late duplicate of the slot's previous receive, accepted
- * by that view) must not wipe what other threads already counted for the
- * receive armed since. Returns the length word the record now belongs to.
+ * st and length word lw, in the slot's current epoch. A record of an
+ * older receive is cleared. The host writes the length word before it
+ * activates the slot; a state word or an epoch that differs from the
+ * record's makes the handler re-read the state with the length word
+ * after a read fence that orders them after the epoch's load (DPA
+ * memory), so that the pair is one receive's and no older than the
+ * epoch: a thread whose view is from before the slot was disarmed (its
+ * run began before, or it took the arm path's marker since) must not
+ * take a late packet of the old receive for the one armed after the
+ * bump (sdr_rx.h). The record is cleared only if the pair still differs
+ * then: a thread whose view was stale (a late duplicate of the slot's
+ * previous receive, accepted by that view) must not wipe what other
+ * threads already counted for the receive armed since. Returns the
+ * length word the record now belongs to.
  */
 static uint64_t sync_slot(struct sdr_rx_ctx *c, uint64_t *d, const uint64_t *host, uint32_t slot, uint64_t *st)
 {
 	uint64_t *words = d + SDR_RX_SLOT_HDR_WORDS;
+	uint64_t epoch = sdr_load((const uint64_t *)c->dpa_epochs + slot);
 	uint64_t lw = win_load((const uint64_t *)c->lengths + slot);
-	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw)
+	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw && d[2] == epoch)
 		return lw;
-	__dpa_thread_window_read_inv();
+	__dpa_thread_fence(__DPA_SYSTEM, __DPA_R, __DPA_R);
 	*st = win_load(host);
 	__dpa_thread_fence(__DPA_MMIO, __DPA_R, __DPA_R);
 	lw = win_load((const uint64_t *)c->lengths + slot);
+	d[2] = epoch;
 	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw)
 		return lw;
 	for (uint32_t i = 0; i < c->slot_words; i++)

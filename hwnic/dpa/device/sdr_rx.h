@@ -36,14 +36,27 @@ static inline uint64_t sdr_rx_length_word(uint32_t arm_seq, uint32_t length)
  *   word 0   the slot's lock: a FlexIO struct spinlock_s (32 bits, an
  *            atomic exchange on DPA memory, as flexio_dev.h's spin_lock)
  *   word 1   the host length word the engine words below belong to
+ *   word 2   the slot's epoch (dpa_epochs) they belong to
  *   then     the engine words (engine.h); word 0 of them holds the key
  *            they belong to
  *
  * A handler holds the lock while it processes a packet of the slot and
  * publishes to the host; the engine words are its, plain loads and
  * stores. The host never writes this memory after the QP starts.
+ *
+ * The slots' epochs (dpa_epochs, one word per slot, DPA memory) are the
+ * host's: its arm path bumps a slot's epoch before it clears the slot's
+ * host words for a new receive, then fences the handlers (a marker every
+ * channel's handler publishes), and clears the words only after that.
+ * A handler compares the epoch with its record's under the lock, before
+ * it publishes: one that differs makes it read the host's words afresh
+ * (after the epoch's load) instead of trusting a view from before the
+ * disarm. So a packet it takes before the marker is published before the
+ * clear, and one it takes after the marker is judged by the host's words
+ * as they are after the bump: no late packet of the slot's old receive
+ * reaches the cleared words. The fence is the handlers' acknowledgment.
  */
-#define SDR_RX_SLOT_HDR_WORDS 2
+#define SDR_RX_SLOT_HDR_WORDS 3
 
 /*
  * The host area (slots_haddr, lengths_haddr, notify_haddr) is laid out so
@@ -156,7 +169,8 @@ struct sdr_rx_ctx {
 	uint64_t lengths_haddr; /* per slot, the length word */
 	uint64_t notify_haddr;  /* this thread's struct sdr_rx_notify */
 
-	uint64_t dpa_slots; /* the QP's struct of slot records in DPA memory, zeroed */
+	uint64_t dpa_slots;  /* the QP's struct of slot records in DPA memory, zeroed */
+	uint64_t dpa_epochs; /* per slot, its epoch in DPA memory (the host's), zeroed */
 
 	/* Owned by the handler thread from its first run. */
 	uint32_t fence_seq; /* the fence number last published */

@@ -10,7 +10,7 @@ import (
 // handlerTests are the tests test/handler_test.c runs, in order.
 var handlerTests = []string{"cqe_layout", "owner_wrap", "stale_generation", "duplicates_and_last_packet",
 	"immediate_from_nibbles", "threads_on_shared_slots", "fence_marker", "fence_closes_arm_race", "notify_overflow", "activation_mid_run",
-	"rearm_mid_pass", "length_after_state", "consumer_during_run"}
+	"rearm_mid_pass", "length_after_state", "consumer_during_run", "late_packet_rearm"}
 
 // TestHandler compiles the RX handler unchanged through the FlexIO shim
 // and runs its tests (mlx5 layouts from rdma-core's mlx5dv.h, owner-bit

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "eb284e9923c9885d31ab00bd8b22e9fe62f361b53cef320ce17fc96af75db4b5"
+const deviceSourceHash = "f551c09d4bb7ac9b1a7d69f1035aa1dfcef8d29a4decb3962dfb0a863a8b958f"

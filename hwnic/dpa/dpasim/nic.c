@@ -118,7 +118,7 @@ struct dpasim_bench {
 	struct dpasim_channel *ch;
 	struct sdr_rx_notify *notify;
 	uint64_t *host; /* slot words, lengths, notification ring (sdr_rx.h's layout) */
-	uint64_t *dpa_slots;
+	uint64_t *dpa_slots, *epochs;
 	uint32_t slots, pkts, words, round, key;
 	uint64_t stride; /* a slot's words in host (sdr_rx_slot_stride) */
 	struct sdr_layout layout;
@@ -151,9 +151,10 @@ struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t ch
 	b->cqes = calloc(1u << DPASIM_LOG_CQ, sizeof(*b->cqes));
 	b->ch = dpasim_channel_new(1, DPASIM_LOG_CQ);
 	b->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + b->words), 8);
+	b->epochs = calloc(slots, 8);
 	static uint32_t keys = 0x80000000u; /* apart from the QPs' window keys */
 	b->key = __atomic_add_fetch(&keys, 1, __ATOMIC_RELAXED);
-	if (!b->host || !b->cqes || !b->ch || !b->dpa_slots ||
+	if (!b->host || !b->cqes || !b->ch || !b->dpa_slots || !b->epochs ||
 	    hostsim_window_register(b->key, (uint64_t)(uintptr_t)b->host, host_words * 8) != 0) {
 		dpasim_bench_free(b);
 		return NULL;
@@ -170,6 +171,7 @@ struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t ch
 	x->lengths_haddr = (uint64_t)(uintptr_t)lengths;
 	x->notify_haddr = (uint64_t)(uintptr_t)b->notify;
 	x->dpa_slots = (uint64_t)(uintptr_t)b->dpa_slots;
+	x->dpa_epochs = (uint64_t)(uintptr_t)b->epochs;
 	for (uint32_t s = 0; s < slots; s++)
 		lengths[s] = (uint64_t)pkts * BENCH_MTU;
 	if (dpasim_channel_start(b->ch) != 0) {
@@ -186,6 +188,7 @@ void dpasim_bench_free(struct dpasim_bench *b)
 	dpasim_channel_free(b->ch);
 	free(b->host);
 	free(b->dpa_slots);
+	free(b->epochs);
 	free(b->cqes);
 	free(b);
 }

@@ -69,6 +69,7 @@ struct rig {
 	uint64_t stride; /* a slot's words in the host area (sdr_rx_slot_stride) */
 	uint8_t *host;   /* one window: slot words, lengths, notify rings (sdr_rx.h's layout) */
 	uint64_t *dpa_slots; /* the handlers' slot records ("DPA memory") */
+	uint64_t *epochs;    /* the slots' epochs ("DPA memory", the host's) */
 	uint64_t *words, *lengths;
 	struct sdr_rx_notify *notify[MAX_CH];
 	struct channel ch[MAX_CH];
@@ -163,7 +164,8 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 	CHECK(hostsim_window_register(WINDOW_MKEY, (uint64_t)(uintptr_t)r->host, size) == 0, "window");
 	__atomic_store_n(&checked, r, __ATOMIC_RELEASE);
 	r->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + r->slot_words), 8);
-	CHECK(r->dpa_slots, "oom");
+	r->epochs = calloc(slots, 8);
+	CHECK(r->dpa_slots && r->epochs, "oom");
 	for (uint32_t c = 0; c < channels; c++) {
 		r->notify[c] = (struct sdr_rx_notify *)(r->host + (size_t)slots * r->stride * 8 + lengths_size + c * notify_size);
 		r->notify[c]->log_cap = log_notify;
@@ -196,6 +198,7 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 		x->lengths_haddr = (uint64_t)(uintptr_t)r->lengths;
 		x->notify_haddr = (uint64_t)(uintptr_t)r->notify[c];
 		x->dpa_slots = (uint64_t)(uintptr_t)r->dpa_slots;
+		x->dpa_epochs = (uint64_t)(uintptr_t)r->epochs;
 		ch->thread = hostsim_thread_create(sdr_rx_handler, (uint64_t)(uintptr_t)x);
 		CHECK(ch->thread, "oom");
 	}
@@ -214,6 +217,7 @@ static void rig_free(struct rig *r)
 	}
 	free(r->host);
 	free(r->dpa_slots);
+	free(r->epochs);
 	free(r);
 }
 
@@ -821,6 +825,89 @@ static void test_rearm_mid_pass(void)
 	rig_free(r);
 }
 
+/*
+ * The host's arm path against a handler that holds a view of a slot from
+ * before the slot was disarmed. Channel 0's handler has counted a packet
+ * of message old on slot 1 (its record is old's); in its next run it
+ * takes packet A of old; as it loads the slot's length word (it has
+ * accepted A by its view of the state) the host disarms the slot and
+ * begins to re-arm it, sends the marker of the arm path's fence and a
+ * late packet B of old arrives behind it; when the handler publishes the
+ * marker the host finishes the arm (the slot now holds message new).
+ * Then channel 1's handler counts new's packet at offset 2. The slot must
+ * end holding new's chunk 2 and nothing of old's (chunks 0, 1 and 3).
+ *
+ * The arm path bumps the slot's epoch before the fence and clears the
+ * slot's words (and writes its length word) after it: A lands before the
+ * clear, and B finds the epoch moved and reads the slot afresh. The old
+ * arm path cleared before the fence, and nothing told the handler: B,
+ * taken after the marker by a view the handler never refreshed, lands in
+ * the new receive's words (TestHandlerMutations runs this test with the
+ * old path, and with a handler that ignores the epoch). In rounds, as
+ * the strict model's choices vary.
+ */
+static struct {
+	uint64_t length; /* the host address of slot 1's length word */
+	uint32_t old, new, seq;
+	int armed, began, finished; /* armed: the next load of the length word begins the re-arm */
+} late;
+
+static void late_packet_loading(void *arg, uint64_t haddr)
+{
+	struct rig *r = arg;
+	if (haddr != late.length || !late.armed || late.began)
+		return;
+	late.began = 1;
+	struct sdr_slot s = slot_of(r, 1, 4096);
+	sdr_slot_deactivate(&s); /* Disarm */
+	__atomic_store_n(&r->epochs[1], r->epochs[1] + 1, __ATOMIC_RELEASE);
+	marker(r, 0, 0, late.seq);
+	packet(r, 0, 0, late.old << 22 | 1u << 4, 1024); /* B */
+}
+
+static void late_packet_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	if (haddr != (uint64_t)(uintptr_t)&r->notify[0]->fence || (uint32_t)old == (uint32_t)now || (uint32_t)now != late.seq)
+		return;
+	late.finished = 1;
+	struct sdr_slot s = prepare(r, 1, 4096);
+	sdr_slot_activate(&s, late.new, 0);
+}
+
+static void test_late_packet_rearm(void)
+{
+	enum { ROUNDS = 16 };
+	struct rig *r = rig_new(2, 1, 4, 4096, 1024, 1024, 4, L10);
+	late.length = (uint64_t)(uintptr_t)&r->lengths[1];
+	hostsim_window_loading(late_packet_loading, r);
+	r->react = late_packet_reaction;
+	for (uint32_t round = 0; round < ROUNDS; round++) {
+		late.old = 1 + 8 * round, late.new = 5 + 8 * round, late.seq = round + 1;
+		late.armed = late.began = late.finished = 0;
+		arm(r, 1, 4096, late.old, 0);
+		packet(r, 0, 0, late.old << 22 | 3u << 4, 1024);
+		drain(r, 0);
+		late.armed = 1;
+		packet(r, 0, 0, late.old << 22, 1024); /* A */
+		drain(r, 0);
+		CHECK(late.began && late.finished, "round %u: the host's re-arm never ran (began %d, finished %d)", round,
+		      late.began, late.finished);
+		packet(r, 1, 0, late.new << 22 | 2u << 4, 1024);
+		drain(r, 1);
+		struct sdr_slot s = slot_of(r, 1, 4096);
+		CHECK(s.words[0] == sdr_key(late.new, 0) && s.words[2] == 0 && s.words[3] == 0 && s.words[4] == 1 &&
+			      s.words[5] == 0 && sdr_slot_chunk_done(&s, 2) && chunks_done(&s) == 1,
+		      "round %u: slot 1 holds masks %#lx %#lx %#lx %#lx, %u chunks complete: a packet of message %u reached "
+		      "message %u's words",
+		      round, (unsigned long)s.words[2], (unsigned long)s.words[3], (unsigned long)s.words[4],
+		      (unsigned long)s.words[5], chunks_done(&s), late.old, late.new);
+		notifications(r, 0, NULL);
+		notifications(r, 1, NULL);
+	}
+	hostsim_window_loading(NULL, NULL);
+	rig_free(r);
+}
+
 /* rearm_loading: the host of test_length_after_state. As channel 0's
  * handler is about to load slot 1's state word for the second time in a
  * run (sync_slot's load after its read-invalidate), the host re-arms the
@@ -1040,6 +1127,7 @@ int main(int argc, char **argv)
 		{"rearm_mid_pass", test_rearm_mid_pass},
 		{"length_after_state", test_length_after_state},
 		{"consumer_during_run", test_consumer_during_run},
+		{"late_packet_rearm", test_late_packet_rearm},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
