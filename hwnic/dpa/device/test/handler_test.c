@@ -1023,6 +1023,7 @@ static void test_notify_overflow(void)
  *     notification of a round is consumed.
  */
 enum { CONSUMER_SLOTS = 3, CONSUMER_PKTS = 8, CONSUMER_ROUNDS = 6 };
+static int lines_default; /* the model the other tests run on: $HOSTSIM_LINES (main) */
 static struct {
 	const char *model;                     /* "words" or "lines" (hostsim_strict_lines) */
 	uint64_t ci;                           /* what the host stored in the ring's consumer index */
@@ -1106,14 +1107,17 @@ static void test_consumer_during_run(void)
 		      (unsigned long)r->ch[0].ctx.stale);
 		rig_free(r);
 	}
-	hostsim_strict_lines(0);
+	hostsim_strict_lines(lines_default);
 }
 
 int main(int argc, char **argv)
 {
-	/* The strict window model, seeded by $HOSTSIM_SEED (default 1). */
-	const char *seed = getenv("HOSTSIM_SEED");
+	/* The strict window model, seeded by $HOSTSIM_SEED (default 1),
+	 * moving lines rather than words when $HOSTSIM_LINES is 1. */
+	const char *seed = getenv("HOSTSIM_SEED"), *lines = getenv("HOSTSIM_LINES");
 	hostsim_strict_windows(seed ? strtoull(seed, NULL, 0) : 1, visible, NULL);
+	lines_default = lines && strcmp(lines, "1") == 0;
+	hostsim_strict_lines(lines_default);
 	static const struct {
 		const char *name;
 		void (*fn)(void);
