@@ -129,9 +129,9 @@ func literal(old, new string) edit { return edit{regexp.QuoteMeta(old), new} }
 
 // namedMutants are changes the sweep of ordering statements does not
 // make, each with the handler test that must fail on it under every
-// seed of mutantSeeds: reorders that keep every statement, a layout that
-// puts a host word in the handler's line, and the two halves of the
-// re-arm (the handler's epoch check, the arm path's order).
+// seed of mutantSeeds: reorders that keep every statement, layouts that
+// put a host word in a line the handlers write, and the two halves of
+// the re-arm (the handler's epoch check, the arm path's order).
 var namedMutants = []struct {
 	name, test, file string
 	edits            []edit
@@ -168,6 +168,10 @@ var namedMutants = []struct {
 		literal("\tuint32_t pad0[11];\n\tuint64_t ci; ", "\tuint32_t pad0;\n\tuint64_t ci; "),
 		literal("\tuint64_t overflows_seen;", "\tuint32_t pad0b[8];\n\tuint64_t overflows_seen;"),
 		{`(?s)_Static_assert\(offsetof\(struct sdr_rx_notify, pi\).*?lines of their own"\);`, ""},
+	}},
+	{"layout: the state word in the first line of the handlers' words (its assert gone)", "late_packet_rearm", "sdr_rx.h", []edit{
+		literal("#define SDR_RX_STATE_WORD (SDR_RX_LINE_WORDS - 1)", "#define SDR_RX_STATE_WORD 0"),
+		{`(?s)_Static_assert\(SDR_RX_STATE_WORD.*?starts the next"\);`, ""},
 	}},
 	{"re-arm: the handler trusts its record whatever the slot's epoch", "late_packet_rearm", "handler.c", []edit{literal(
 		"d[1] == lw && d[2] == epoch)", "d[1] == lw)")}},

@@ -93,8 +93,8 @@ static int engine_word(struct rig *r, uint64_t haddr, uint32_t *slot, uint32_t *
 		return 0;
 	uint64_t w = (haddr - words) / 8;
 	*slot = (uint32_t)(w / r->stride);
-	*idx = (uint32_t)(w % r->stride - SDR_RX_STATE_WORD);
-	return w % r->stride >= SDR_RX_STATE_WORD && *idx < r->slot_words;
+	*idx = (uint32_t)(w % r->stride - SDR_RX_STATE_WORD); /* wraps above slot_words before the state word */
+	return *idx < r->slot_words;
 }
 
 /* publishing names the word at haddr if it is one that tells the host to
@@ -870,6 +870,8 @@ static void late_packet_reaction(struct rig *r, uint64_t haddr, uint64_t old, ui
 	if (haddr != (uint64_t)(uintptr_t)&r->notify[0]->fence || (uint32_t)old == (uint32_t)now || (uint32_t)now != late.seq)
 		return;
 	late.finished = 1;
+	uint64_t st = __atomic_load_n(&slot_of(r, 1, 4096).words[0], __ATOMIC_ACQUIRE);
+	CHECK(st == 0, "slot 1's state word %#lx, the host disarmed it: a handler's writeback overwrote it", (unsigned long)st);
 	struct sdr_slot s = prepare(r, 1, 4096);
 	sdr_slot_activate(&s, late.new, 0);
 }
