@@ -99,7 +99,8 @@ struct sdr_dpa_qp {
 	struct ibv_cq *send_cq;
 	struct ibv_cq *fence_cq; /* the fence QPs' send completions */
 	struct ibv_mr *host_mr; /* the host words the handlers reach through the window */
-	flexio_uintptr_t dpa_slots; /* the handlers' slot records (sdr_rx.h), DPA heap */
+	flexio_uintptr_t dpa_slots;  /* the handlers' slot records (sdr_rx.h), DPA heap */
+	flexio_uintptr_t dpa_epochs; /* the slots' epochs (sdr_rx.h), DPA heap, the host's */
 	struct sdr_dpa_chan *ch;
 	struct mlx5dv_devx_obj *root[SDR_RX_MAX_GENERATIONS];
 	uint32_t root_key[SDR_RX_MAX_GENERATIONS];
@@ -495,6 +496,8 @@ static void sdr_dpa_qp_destroy(struct sdr_dpa_qp *q)
 	free(q->ch);
 	if (q->dpa_slots)
 		flexio_buf_dev_free(d->process, q->dpa_slots);
+	if (q->dpa_epochs)
+		flexio_buf_dev_free(d->process, q->dpa_epochs);
 	for (uint32_t g = 0; g < q->gens; g++)
 		if (q->root[g])
 			mlx5dv_devx_obj_destroy(q->root[g]);
@@ -609,10 +612,11 @@ static struct sdr_dpa_qp *sdr_dpa_qp_create(struct sdr_dpa_dev *d, uint32_t gens
 	/* The slot records all channels' handlers share, zeroed (DPA heap). */
 	size_t recs = (size_t)tmpl[0].max_messages * (SDR_RX_SLOT_HDR_WORDS + tmpl[0].slot_words) * 8;
 	void *zero = calloc(1, recs);
-	int bad = !zero || sdr_dpa_dev_copy(d, zero, recs, &q->dpa_slots);
+	int bad = !zero || sdr_dpa_dev_copy(d, zero, recs, &q->dpa_slots) ||
+		  sdr_dpa_dev_copy(d, zero, (size_t)tmpl[0].max_messages * 8, &q->dpa_epochs);
 	free(zero);
 	if (bad) {
-		*step = "flexio_buf_dev_alloc (slot records)";
+		*step = "flexio_buf_dev_alloc (slot records and epochs)";
 		goto fail;
 	}
 	if (!(q->send_cq = ibv_create_cq(d->ctx, (int)(send_depth * gens * chans), NULL, NULL, 0))) {
@@ -653,7 +657,7 @@ static struct sdr_dpa_qp *sdr_dpa_qp_create(struct sdr_dpa_dev *d, uint32_t gens
 		x.cq_ring = ch->cq_ring, x.cq_dbr = ch->cq_dbr, x.cqn = cqn, x.log_cq_size = log_cq;
 		x.generations = gens, x.log_rq_size = log_rq, x.null_mkey = d->null_mr->lkey;
 		x.window_id = flexio_window_get_id(d->window), x.window_mkey = q->host_mr->lkey;
-		x.dpa_slots = q->dpa_slots;
+		x.dpa_slots = q->dpa_slots, x.dpa_epochs = q->dpa_epochs;
 		for (uint32_t g = 0; g < gens; g++) {
 			if (sdr_dpa_dev_copy(d, rq_init, (size_t)SDR_RWQE_SIZE << log_rq, &ch->rq_ring[g]) ||
 			    sdr_dpa_dev_copy(d, rq_dbr, sizeof(rq_dbr), &ch->rq_dbr[g])) {
@@ -790,6 +794,18 @@ static int sdr_dpa_fence(struct sdr_dpa_qp *q, uint32_t gen, uint32_t seq)
 			return -1;
 	}
 	return 0;
+}
+
+/*
+ * sdr_dpa_slot_epoch writes epoch as slot's epoch into DPA memory
+ * (sdr_rx.h's dpa_epochs): the handlers stop trusting their view of the
+ * slot's host words from before it. The arm path calls it before the
+ * fence whose markers tell it every handler has seen it.
+ */
+static int sdr_dpa_slot_epoch(struct sdr_dpa_qp *q, uint32_t slot, uint64_t epoch)
+{
+	flexio_uintptr_t at = q->dpa_epochs + (flexio_uintptr_t)slot * 8;
+	return flexio_host2dev_memcpy(q->d->process, &epoch, sizeof(epoch), at) == FLEXIO_STATUS_SUCCESS ? 0 : -1;
 }
 
 /* sdr_dpa_post posts n packets (n <= SDR_DPA_POST_BATCH) on send QP

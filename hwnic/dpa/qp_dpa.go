@@ -77,6 +77,8 @@ type qp struct {
 	broken   atomic.Pointer[error]
 	fenceSeq uint32 // the last fence marker sent; the handlers start at 0
 
+	epochs []uint64 // per slot, the epoch last written to DPA memory; guarded by the slots' lock
+
 	sendMu sync.Mutex
 	pkts   [][]C.struct_sdr_dpa_pkt // per channel, C memory of SDR_DPA_POST_BATCH
 	npkts  []int
@@ -110,7 +112,7 @@ func (dv *device) NewQP(attr backend.QPAttr) (backend.QP, error) {
 		return nil, fmt.Errorf("dpa: new QP: %w", err)
 	}
 	q := &qp{dv: dv, attr: attr, mem: mem, entries: entries, psn: 1, stop: make(chan struct{}),
-		slots: roce.NewSlots(attr.MaxMessages),
+		slots: roce.NewSlots(attr.MaxMessages), epochs: make([]uint64, attr.MaxMessages),
 		byQPN: map[uint32][2]int{}, need: make([]int, dv.channels)}
 	tmpl := make([]C.struct_sdr_rx_ctx, dv.channels)
 	l := attr.Layout
@@ -261,10 +263,15 @@ func (q *qp) usable() error {
 	return nil
 }
 
-// Arm clears the slot's words (hostmem), points the entry mkey of
+// Arm bumps the slot's epoch in DPA memory, points the entry mkey of
 // (gen, msgID) at the buffer with a UMR, fences the DPA handlers (see
-// fence) and activates the slot. A fence that fails leaves the slot
-// inactive and the entry at the null mkey.
+// fence), clears the slot's words (hostmem) and activates the slot. The
+// words are cleared after the fence: a handler that took a packet of the
+// slot's last receive with a view from before the disarm has published
+// it by then, and every later packet finds the epoch moved and reads the
+// slot afresh (device/sdr_rx.h), so nothing of the old receive lands in
+// the cleared words. A fence that fails leaves the slot inactive and the
+// entry at the null mkey.
 func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length int, notify func()) (*engine.Slot, error) {
 	if slot < 0 || slot >= q.slots.Len() || int(gen) >= q.attr.Generations || msgID >= uint32(q.entries) ||
 		length < 0 || length > q.attr.SlotSize {
@@ -284,17 +291,24 @@ func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length in
 		}
 	}
 	es, err := q.slots.Arm(slot, msgID, gen, int(msgID), notify, func() (*engine.Slot, error) {
-		es, err := q.mem.NewSlot(slot, geo)
-		if err != nil || length == 0 {
-			return es, err
+		q.epochs[slot]++
+		if C.sdr_dpa_slot_epoch(q.c, C.uint32_t(slot), C.uint64_t(q.epochs[slot])) != 0 {
+			return nil, errors.New("writing the slot's epoch to DPA memory failed")
 		}
-		if err := q.setEntry(int(gen), int(msgID), uintptr(unsafe.Pointer(&m.buf[off])), length, uint32(m.mr.lkey)); err != nil {
-			return nil, err
+		if length > 0 {
+			if err := q.setEntry(int(gen), int(msgID), uintptr(unsafe.Pointer(&m.buf[off])), length, uint32(m.mr.lkey)); err != nil {
+				return nil, err
+			}
 		}
-		if err := q.fence(int(gen)); err != nil {
-			return nil, errors.Join(err, q.setEntry(int(gen), int(msgID), 0, 0, 0))
+		err := q.fence(int(gen))
+		var es *engine.Slot
+		if err == nil {
+			es, err = q.mem.NewSlot(slot, geo)
 		}
-		return es, nil
+		if err != nil && length > 0 {
+			err = errors.Join(err, q.setEntry(int(gen), int(msgID), 0, 0, 0))
+		}
+		return es, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dpa: arm: %w", err)
@@ -308,8 +322,10 @@ func (q *qp) Arm(slot int, msgID, gen uint32, mem backend.Memory, off, length in
 // (it arrived before the UMR) cannot count once the slot is live: the
 // chunk would read complete with no data. It sends each channel's
 // receive QP of gen a fence marker from its fence QP and waits until
-// every handler published the marker's number (hostmem.WaitFence).
-// handler.c's fence says why the marker's CQE comes after those packets'
+// every handler published the marker's number (hostmem.WaitFence). It
+// is also the handlers' acknowledgment of an epoch Arm bumped before it:
+// each took the marker after every packet it had accepted before the
+// bump. handler.c's fence says why the marker's CQE comes after those packets'
 // on mlx5. A QP not yet connected has received nothing: no receive QP
 // leaves INIT before Connect, which holds connMu until all are RTR (or
 // marks the QP broken). The caller holds the slots' lock.

@@ -107,7 +107,7 @@ static void notify(struct sdr_rx_ctx *c, uint32_t slot)
 	struct sdr_rx_notify *n = (struct sdr_rx_notify *)c->notify;
 	uint64_t pi = c->notify_pi, ci = win_load(&n->ci);
 	if (pi - ci >= (1ull << n->log_cap)) {
-		window_store(&n->overflow, 1, __ATOMIC_RELEASE);
+		window_store(&n->overflows, ++c->overflows, __ATOMIC_RELEASE);
 		__dpa_thread_window_writeback();
 		return;
 	}
@@ -121,25 +121,33 @@ static void notify(struct sdr_rx_ctx *c, uint32_t slot)
 /*
  * sync_slot makes the handlers' record of slot (d, in DPA memory, its lock
  * held) belong to the receive the host has armed there: host state word
- * st and length word lw. A record of an older receive is cleared. The
- * host writes the length word before it activates the slot; a state
- * word that differs from the record is re-read with the length word
- * after a read-invalidate, so that the pair is one receive's. The
- * record is cleared only if it still differs then: a thread whose view
- * was stale (a late duplicate of the slot's previous receive, accepted
- * by that view) must not wipe what other threads already counted for the
- * receive armed since. Returns the length word the record now belongs to.
+ * st and length word lw, in the slot's current epoch. A record of an
+ * older receive is cleared. The host writes the length word before it
+ * activates the slot; a state word or an epoch that differs from the
+ * record's makes the handler re-read the state with the length word
+ * after a read fence that orders them after the epoch's load (DPA
+ * memory), so that the pair is one receive's and no older than the
+ * epoch: a thread whose view is from before the slot was disarmed (its
+ * run began before, or it took the arm path's marker since) must not
+ * take a late packet of the old receive for the one armed after the
+ * bump (sdr_rx.h). The record is cleared only if the pair still differs
+ * then: a thread whose view was stale (a late duplicate of the slot's
+ * previous receive, accepted by that view) must not wipe what other
+ * threads already counted for the receive armed since. Returns the
+ * length word the record now belongs to.
  */
 static uint64_t sync_slot(struct sdr_rx_ctx *c, uint64_t *d, const uint64_t *host, uint32_t slot, uint64_t *st)
 {
 	uint64_t *words = d + SDR_RX_SLOT_HDR_WORDS;
+	uint64_t epoch = sdr_load((const uint64_t *)c->dpa_epochs + slot);
 	uint64_t lw = win_load((const uint64_t *)c->lengths + slot);
-	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw)
+	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw && d[2] == epoch)
 		return lw;
-	__dpa_thread_window_read_inv();
+	__dpa_thread_fence(__DPA_SYSTEM, __DPA_R, __DPA_R);
 	*st = win_load(host);
 	__dpa_thread_fence(__DPA_MMIO, __DPA_R, __DPA_R);
 	lw = win_load((const uint64_t *)c->lengths + slot);
+	d[2] = epoch;
 	if (words[0] == (*st & ~SDR_INFLIGHT_MASK) && d[1] == lw)
 		return lw;
 	for (uint32_t i = 0; i < c->slot_words; i++)
@@ -150,29 +158,50 @@ static uint64_t sync_slot(struct sdr_rx_ctx *c, uint64_t *d, const uint64_t *hos
 }
 
 /*
+ * publish_line stores to the host the line of the slot's host words that
+ * holds engine word i (i > 0: never the state word's line), every word
+ * of it from the record: the lock is held, so the record has everything
+ * the handlers published, and a writeback that moves the whole line
+ * moves no stale word of this thread's copy. Flag word f goes without
+ * the bits of held, not yet published.
+ */
+static void publish_line(const struct sdr_slot *s, uint32_t slot_words, uint64_t *host, uint32_t i, uint32_t f,
+			 uint64_t held)
+{
+	uint32_t first = (i + SDR_RX_STATE_WORD) / SDR_RX_LINE_WORDS * SDR_RX_LINE_WORDS - SDR_RX_STATE_WORD;
+	for (uint32_t j = first; j < first + SDR_RX_LINE_WORDS && j < slot_words; j++) {
+		if (j == f)
+			window_store(&host[j], s->words[j] & ~held, __ATOMIC_RELEASE);
+		else
+			window_store(&host[j], s->words[j], __ATOMIC_RELAXED);
+	}
+}
+
+/*
  * publish copies what packet changed in the record to the host's words
  * of the slot, in the order that makes a published bit mean its data:
- * the immediate and the chunk's packet mask, a writeback, then the
- * chunk's flag word, a writeback. The lock is held, so the host sees
- * each word's values in the order the handlers produced them.
+ * the lines of the immediate and of the chunk's packet mask, a
+ * writeback, then the line of the chunk's flag word, a writeback. The
+ * lock is held, so the host sees each word's values in the order the
+ * handlers produced them.
  */
-static void publish(const struct sdr_slot *s, uint64_t *host, uint32_t off, enum sdr_result r, int imm_changed)
+static void publish(const struct sdr_slot *s, uint32_t slot_words, uint64_t *host, uint32_t off, enum sdr_result r,
+		    int imm_changed)
 {
 	const struct sdr_geometry *g = &s->geo;
+	int masked = r == SDR_PACKET || r == SDR_CHUNK_COMPLETE;
+	if (!imm_changed && !masked)
+		return;
+	uint32_t chunk = off / g->chunk_pkts, f = SDR_HEADER_WORDS + g->chunks + chunk / 64;
+	uint64_t done = r == SDR_CHUNK_COMPLETE ? 1ull << (chunk % 64) : 0;
 	if (imm_changed)
-		window_store(&host[1], s->words[1], __ATOMIC_RELAXED);
-	if (r == SDR_OUT_OF_RANGE || r == SDR_IMM_ONLY || r == SDR_DUPLICATE) {
-		if (imm_changed)
-			__dpa_thread_window_writeback();
-		return;
-	}
-	uint32_t chunk = off / g->chunk_pkts;
-	window_store(&host[SDR_HEADER_WORDS + chunk], s->words[SDR_HEADER_WORDS + chunk], __ATOMIC_RELAXED);
+		publish_line(s, slot_words, host, 1, f, done);
+	if (masked)
+		publish_line(s, slot_words, host, SDR_HEADER_WORDS + chunk, f, done);
 	__dpa_thread_window_writeback();
-	if (r != SDR_CHUNK_COMPLETE)
+	if (!done)
 		return;
-	uint32_t f = SDR_HEADER_WORDS + g->chunks + chunk / 64;
-	window_store(&host[f], s->words[f], __ATOMIC_RELEASE);
+	publish_line(s, slot_words, host, f, f, 0);
 	__dpa_thread_window_writeback();
 }
 
@@ -188,7 +217,7 @@ static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t by
 	uint32_t msg_id, off, nibble;
 	sdr_layout_unpack(l, imm, &msg_id, &off, &nibble);
 	uint32_t slot = msg_id & (c->max_messages - 1);
-	uint64_t *host = (uint64_t *)c->slots + (uint64_t)slot * c->slot_words;
+	uint64_t *host = (uint64_t *)c->slots + slot * sdr_rx_slot_stride(c->slot_words) + SDR_RX_STATE_WORD;
 	uint64_t *d = (uint64_t *)c->dpa_slots + (uint64_t)slot * (SDR_RX_SLOT_HDR_WORDS + c->slot_words);
 	uint64_t st = win_load(host);
 	if (!sdr_slot_accepts(st, l, gen, imm)) {
@@ -213,7 +242,7 @@ static void packet(struct sdr_rx_ctx *c, uint32_t gen, uint32_t imm, uint32_t by
 		   sdr_geometry_words(&s.geo) <= c->slot_words) {
 		uint64_t imm_word = s.words[1];
 		r = sdr_slot_apply(&s, off, nibble, byte_count, &imm_done);
-		publish(&s, host, off, r, s.words[1] != imm_word);
+		publish(&s, c->slot_words, host, off, r, s.words[1] != imm_word);
 	} else {
 		r = SDR_OUT_OF_RANGE;
 	}

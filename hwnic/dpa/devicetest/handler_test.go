@@ -10,25 +10,30 @@ import (
 // handlerTests are the tests test/handler_test.c runs, in order.
 var handlerTests = []string{"cqe_layout", "owner_wrap", "stale_generation", "duplicates_and_last_packet",
 	"immediate_from_nibbles", "threads_on_shared_slots", "fence_marker", "fence_closes_arm_race", "notify_overflow", "activation_mid_run",
-	"rearm_mid_pass", "length_after_state"}
+	"rearm_mid_pass", "length_after_state", "consumer_during_run", "late_packet_rearm"}
 
 // TestHandler compiles the RX handler unchanged through the FlexIO shim
 // and runs its tests (mlx5 layouts from rdma-core's mlx5dv.h, owner-bit
 // wrap, stale generations, duplicates, chunk flags, immediates, four
 // handler threads on shared slots, fence markers and the Arm race they
 // close: a null-mkey packet's CQE counted when taken after the
-// activation, dropped when the host waited for the markers first), once
-// optimised and once under ThreadSanitizer.
+// activation, dropped when the host waited for the markers first; a host
+// consuming and re-arming while the handler runs; a re-arm racing a late
+// packet), optimised on hostsim's strict model moving words and moving
+// whole cache lines (HOSTSIM_LINES), and under ThreadSanitizer.
 func TestHandler(t *testing.T) {
 	privileged.RequireFile(t, "/usr/include/infiniband/mlx5dv.h", "rdma-core's mlx5 layouts from libibverbs-dev: the handler tests check the CQE layout against them")
 	for _, build := range []struct {
 		name  string
 		flags []string
+		lines string // $HOSTSIM_LINES
 	}{
-		{"O2", nil},
-		{"tsan", []string{"-O1", "-fsanitize=thread"}},
+		{"O2", nil, "0"},
+		{"O2_lines", nil, "1"},
+		{"tsan", []string{"-O1", "-fsanitize=thread"}, "0"},
 	} {
 		t.Run(build.name, func(t *testing.T) {
+			t.Setenv("HOSTSIM_LINES", build.lines)
 			flags := append([]string{"-DSDR_HOSTSIM", "-I" + dev("hostsim")}, build.flags...)
 			bin := compileC(t, "handler_test", flags, dev("handler.c"), dev("hostsim/hostsim.c"), dev("test/handler_test.c"))
 			out := strings.TrimSpace(string(runC(t, bin, nil)))

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "618df643739e3c09f583bf5da8f7929570af4c063bb5fd71030bded5704bed04"
+const deviceSourceHash = "f551c09d4bb7ac9b1a7d69f1035aa1dfcef8d29a4decb3962dfb0a863a8b958f"

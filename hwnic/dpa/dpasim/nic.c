@@ -104,7 +104,8 @@ int dpasim_deliver(struct dpasim_channel *ch, const struct dpasim_cqe *in, int n
 		if (events(ch) != 0)
 			return -1;
 		if (__atomic_load_n(&notify->pi, __ATOMIC_ACQUIRE) != notified ||
-		    __atomic_load_n(&notify->overflow, __ATOMIC_ACQUIRE))
+		    __atomic_load_n(&notify->overflows, __ATOMIC_ACQUIRE) !=
+			    __atomic_load_n(&notify->overflows_seen, __ATOMIC_ACQUIRE))
 			return i + 1;
 	}
 	return n;
@@ -116,9 +117,10 @@ uint32_t dpasim_rq_pi(struct dpasim_channel *ch, uint32_t gen) { return be32_loa
 struct dpasim_bench {
 	struct dpasim_channel *ch;
 	struct sdr_rx_notify *notify;
-	uint64_t *host; /* slot words, lengths, notification ring */
-	uint64_t *dpa_slots;
+	uint64_t *host; /* slot words, lengths, notification ring (sdr_rx.h's layout) */
+	uint64_t *dpa_slots, *epochs;
 	uint32_t slots, pkts, words, round, key;
+	uint64_t stride; /* a slot's words in host (sdr_rx_slot_stride) */
 	struct sdr_layout layout;
 	struct dpasim_cqe *cqes;
 };
@@ -140,20 +142,25 @@ struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t ch
 		return NULL;
 	}
 	b->words = sdr_geometry_words(&g);
-	size_t notify_words = (sizeof(struct sdr_rx_notify) + (4u << DPASIM_LOG_CQ) + 7) / 8;
-	size_t host_words = (size_t)slots * b->words + slots + notify_words;
-	b->host = calloc(host_words, 8);
+	b->stride = sdr_rx_slot_stride(b->words);
+	size_t notify_words = sdr_rx_lines((sizeof(struct sdr_rx_notify) + (4u << DPASIM_LOG_CQ) + 7) / 8);
+	size_t host_words = (size_t)slots * b->stride + sdr_rx_lines(slots) + notify_words;
+	b->host = aligned_alloc(SDR_RX_LINE, host_words * 8);
+	if (b->host)
+		memset(b->host, 0, host_words * 8);
 	b->cqes = calloc(1u << DPASIM_LOG_CQ, sizeof(*b->cqes));
 	b->ch = dpasim_channel_new(1, DPASIM_LOG_CQ);
 	b->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + b->words), 8);
+	b->epochs = calloc(slots, 8);
 	static uint32_t keys = 0x80000000u; /* apart from the QPs' window keys */
 	b->key = __atomic_add_fetch(&keys, 1, __ATOMIC_RELAXED);
-	if (!b->host || !b->cqes || !b->ch || !b->dpa_slots ||
+	if (!b->host || !b->cqes || !b->ch || !b->dpa_slots || !b->epochs ||
 	    hostsim_window_register(b->key, (uint64_t)(uintptr_t)b->host, host_words * 8) != 0) {
 		dpasim_bench_free(b);
 		return NULL;
 	}
-	b->notify = (struct sdr_rx_notify *)(b->host + (size_t)slots * b->words + slots);
+	uint64_t *lengths = b->host + (size_t)slots * b->stride;
+	b->notify = (struct sdr_rx_notify *)(lengths + sdr_rx_lines(slots));
 	b->notify->log_cap = DPASIM_LOG_CQ;
 	struct sdr_rx_ctx *x = &b->ch->ctx;
 	x->qpn[0] = BENCH_QPN;
@@ -161,11 +168,12 @@ struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t ch
 	x->mtu = BENCH_MTU, x->chunk_size = chunk_pkts * BENCH_MTU, x->max_messages = slots, x->slot_words = b->words;
 	x->window_mkey = b->key;
 	x->slots_haddr = (uint64_t)(uintptr_t)b->host;
-	x->lengths_haddr = (uint64_t)(uintptr_t)(b->host + (size_t)slots * b->words);
+	x->lengths_haddr = (uint64_t)(uintptr_t)lengths;
 	x->notify_haddr = (uint64_t)(uintptr_t)b->notify;
 	x->dpa_slots = (uint64_t)(uintptr_t)b->dpa_slots;
+	x->dpa_epochs = (uint64_t)(uintptr_t)b->epochs;
 	for (uint32_t s = 0; s < slots; s++)
-		b->host[(size_t)slots * b->words + s] = (uint64_t)pkts * BENCH_MTU;
+		lengths[s] = (uint64_t)pkts * BENCH_MTU;
 	if (dpasim_channel_start(b->ch) != 0) {
 		dpasim_bench_free(b);
 		return NULL;
@@ -180,6 +188,7 @@ void dpasim_bench_free(struct dpasim_bench *b)
 	dpasim_channel_free(b->ch);
 	free(b->host);
 	free(b->dpa_slots);
+	free(b->epochs);
 	free(b->cqes);
 	free(b);
 }
@@ -188,7 +197,7 @@ int dpasim_bench_fill(struct dpasim_bench *b)
 {
 	uint32_t base = b->round++ * b->slots;
 	for (uint32_t s = 0; s < b->slots; s++) {
-		struct sdr_slot sl = {.words = b->host + (size_t)s * b->words, .layout = b->layout};
+		struct sdr_slot sl = {.words = b->host + s * b->stride + SDR_RX_STATE_WORD, .layout = b->layout};
 		sdr_geometry_init(&sl.geo, b->pkts * BENCH_MTU, BENCH_MTU, b->ch->ctx.chunk_size);
 		sdr_slot_activate(&sl, base + s, 0);
 	}

@@ -72,6 +72,7 @@ type qp struct {
 	slotWords int
 	mem       *hostmem.Mem   // slot words, lengths, notification rings
 	dpaSlots  unsafe.Pointer // the handlers' slot records (sdr_rx.h), C memory: "DPA memory"
+	epochs    []uint64       // the slots' epochs (sdr_rx.h), C memory: "DPA memory"; written by newSlot
 	windowKey uint32
 	workers   []*worker
 }
@@ -139,13 +140,16 @@ func (d *device) newQP(attr backend.QPAttr) (*qp, error) {
 }
 
 // newSlot clears slot's host words for a new receive, once no handler
-// is still inside a packet of the slot's last one: the handlers publish
-// to those words with plain stores (no in-flight count), so a handler
-// that took a packet before the slot was disarmed must be done first.
-// The transport's fence returns when every dispatch in progress has
-// finished; the next event reads the slot's state afresh and finds it
-// inactive.
+// can still publish a packet of the slot's last one there: the handlers
+// publish to those words with plain stores (no in-flight count), so a
+// handler that took a packet before the slot was disarmed must be done
+// first, and one that takes a packet later must not trust its view of
+// the slot from before. As the hardware's Arm does, it bumps the slot's
+// epoch, which makes a handler read the slot afresh (device/sdr_rx.h),
+// then fences: the transport's fence returns when every dispatch in
+// progress has finished.
 func (q *qp) newSlot(slot int, geo engine.Geometry) (*engine.Slot, error) {
+	atomic.AddUint64(&q.epochs[slot], 1)
 	q.Fence()
 	return q.mem.NewSlot(slot, geo)
 }
@@ -160,7 +164,11 @@ func (q *qp) allocHost() error {
 		return err
 	}
 	q.dpaSlots = C.calloc(C.size_t(q.attr.MaxMessages*(C.SDR_RX_SLOT_HDR_WORDS+q.slotWords)), 8)
-	if q.dpaSlots == nil {
+	epochs := C.calloc(C.size_t(q.attr.MaxMessages), 8)
+	if epochs != nil {
+		q.epochs = unsafe.Slice((*uint64)(epochs), q.attr.MaxMessages)
+	}
+	if q.dpaSlots == nil || epochs == nil {
 		return fmt.Errorf("no memory for the handlers' slot records: %w", emunic.ErrInvalidArgument)
 	}
 	q.windowKey = nextWindowKey.Add(1)
@@ -195,6 +203,7 @@ func (q *qp) newWorker(c int) (*worker, error) {
 	x.lengths_haddr = C.uint64_t(q.mem.LengthsAddr())
 	x.notify_haddr = C.uint64_t(q.mem.NotifyAddr(c))
 	x.dpa_slots = C.uint64_t(uintptr(q.dpaSlots))
+	x.dpa_epochs = C.uint64_t(uintptr(unsafe.Pointer(&q.epochs[0])))
 	in := C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_dpasim_cqe{})))
 	if in == nil || C.dpasim_channel_start(ch) != 0 {
 		C.free(in)
@@ -227,6 +236,10 @@ func (q *qp) release() {
 	}
 	C.free(q.dpaSlots)
 	q.dpaSlots = nil
+	if q.epochs != nil {
+		C.free(unsafe.Pointer(&q.epochs[0]))
+		q.epochs = nil
+	}
 }
 
 // Handle hands a batch of completions to the handler as mlx5 CQEs and

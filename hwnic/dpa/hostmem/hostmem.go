@@ -7,12 +7,20 @@
 // DPA reaches it through a FlexIO window (hwnic/dpa), in CI the hostsim
 // shim does (hwnic/dpa/dpasim).
 //
+// Every 64-byte cache line of the area has one writer, the handlers or
+// the host (device/sdr_rx.h): a DPA whose window writeback moves whole
+// lines would otherwise write its stale copy of the host's words back
+// over them. So a slot's state word (the engine's word 0) ends a line of
+// its own and its other words start the next; the lengths and each
+// ring's two header lines are apart; the area starts on a line.
+//
 // Ownership: a slot's words and length are written by the host only
-// while the slot is inactive (NewSlot, under the caller's arming lock)
-// and otherwise by the handlers through atomics; a channel's ring is
-// produced by its handler and consumed by one host goroutine
-// (Notifications); its fence word is written by its handler only and
-// read by any goroutine (Fence, WaitFence).
+// while the slot is inactive (NewSlot, under the caller's arming lock,
+// once no handler can still publish to it: the arm path's epoch and
+// fence) and otherwise by the handlers; a channel's ring is produced by
+// its handler and consumed by one host goroutine (Notifications); its
+// fence word is written by its handler only and read by any goroutine
+// (Fence, WaitFence).
 package hostmem
 
 import (
@@ -27,17 +35,46 @@ import (
 	"github.com/sdr-rdma/sdr/wire"
 )
 
-// notifyHeader is struct sdr_rx_notify's header in words: pi, ci, then
-// log_cap and overflow, then fence and padding (32 bits each).
-const notifyHeader = 4
+// The area's layout, as device/sdr_rx.h declares (and _Static_asserts) it.
+const (
+	lineBytes = 64
+	lineWords = lineBytes / 8
+	// stateWord is where a slot's engine word 0 sits in its first line
+	// (SDR_RX_STATE_WORD): last, so that word 1 starts the next line.
+	stateWord = lineWords - 1
+
+	// struct sdr_rx_notify, byte offsets: the handler's line ...
+	notifyPI        = 0
+	notifyOverflows = 8
+	notifyFence     = 16
+	// ... the host's ...
+	notifyCI            = lineBytes
+	notifyOverflowsSeen = lineBytes + 8
+	notifyLogCap        = lineBytes + 16
+	// ... and the entries, the handler's.
+	notifyEntries = 2 * lineBytes
+)
+
+// The header's words in their lines, checked by the compiler (a constant
+// index out of range does not compile).
+var (
+	_ = [1]struct{}{}[(notifyFence+3)/lineBytes]
+	_ = [1]struct{}{}[notifyCI/lineBytes-1]
+	_ = [1]struct{}{}[(notifyLogCap+3)/lineBytes-1]
+	_ = [1]struct{}{}[notifyEntries/lineBytes-2]
+)
+
+// lines rounds a number of words up to whole lines.
+func lines(words int) int { return (words + lineWords - 1) / lineWords * lineWords }
 
 // Mem is the shared memory of one SDR QP.
 type Mem struct {
-	words     []uint64
+	words     []uint64 // the area, from its first line
 	pin       runtime.Pinner
 	slots     int
 	channels  int
 	slotWords int
+	stride    int // a slot's words in the area (sdr_rx_slot_stride)
 	logNotify int
 	layout    wire.ImmLayout
 }
@@ -48,9 +85,13 @@ func New(slots, slotWords, channels, logNotify int, layout wire.ImmLayout) (*Mem
 	if slots < 1 || slotWords < 2 || channels < 1 || logNotify < 1 || logNotify > 20 {
 		return nil, errors.New("hostmem: bad geometry")
 	}
-	m := &Mem{slots: slots, channels: channels, slotWords: slotWords, logNotify: logNotify, layout: layout}
-	m.words = make([]uint64, slots*slotWords+slots+channels*m.ringWords())
-	m.pin.Pin(&m.words[0])
+	m := &Mem{slots: slots, channels: channels, slotWords: slotWords, stride: lineWords + lines(slotWords-1),
+		logNotify: logNotify, layout: layout}
+	n := slots*m.stride + lines(slots) + channels*m.ringWords()
+	raw := make([]uint64, n+lineWords-1)
+	m.pin.Pin(&raw[0])
+	first := (lineBytes - int(uintptr(unsafe.Pointer(&raw[0]))%lineBytes)) % lineBytes / 8
+	m.words = raw[first : first+n]
 	for c := range channels {
 		*m.logCap(c) = uint32(logNotify)
 	}
@@ -58,16 +99,26 @@ func New(slots, slotWords, channels, logNotify int, layout wire.ImmLayout) (*Mem
 }
 
 // ringWords is one notification ring's size in words.
-func (m *Mem) ringWords() int { return notifyHeader + (4<<m.logNotify+7)/8 }
+func (m *Mem) ringWords() int { return notifyEntries/8 + lines((4<<m.logNotify+7)/8) }
 
 // ring returns channel c's ring header.
 func (m *Mem) ring(c int) unsafe.Pointer {
-	return unsafe.Pointer(&m.words[m.slots*m.slotWords+m.slots+c*m.ringWords()])
+	return unsafe.Pointer(&m.words[m.slots*m.stride+lines(m.slots)+c*m.ringWords()])
 }
 
-func (m *Mem) logCap(c int) *uint32   { return (*uint32)(unsafe.Add(m.ring(c), 16)) }
-func (m *Mem) overflow(c int) *uint32 { return (*uint32)(unsafe.Add(m.ring(c), 20)) }
-func (m *Mem) fence(c int) *uint32    { return (*uint32)(unsafe.Add(m.ring(c), 24)) }
+func (m *Mem) pi(c int) *uint64        { return (*uint64)(unsafe.Add(m.ring(c), notifyPI)) }
+func (m *Mem) overflows(c int) *uint64 { return (*uint64)(unsafe.Add(m.ring(c), notifyOverflows)) }
+func (m *Mem) fence(c int) *uint32     { return (*uint32)(unsafe.Add(m.ring(c), notifyFence)) }
+func (m *Mem) ci(c int) *uint64        { return (*uint64)(unsafe.Add(m.ring(c), notifyCI)) }
+func (m *Mem) overflowsSeen(c int) *uint64 {
+	return (*uint64)(unsafe.Add(m.ring(c), notifyOverflowsSeen))
+}
+func (m *Mem) logCap(c int) *uint32 { return (*uint32)(unsafe.Add(m.ring(c), notifyLogCap)) }
+
+// entries returns channel c's ring entries.
+func (m *Mem) entries(c int) []uint32 {
+	return unsafe.Slice((*uint32)(unsafe.Add(m.ring(c), notifyEntries)), 1<<m.logNotify)
+}
 
 // Pointer and Len give the whole area, for a memory registration.
 func (m *Mem) Pointer() unsafe.Pointer { return unsafe.Pointer(&m.words[0]) }
@@ -78,22 +129,28 @@ func (m *Mem) Addr() uintptr { return uintptr(m.Pointer()) }
 // Len is the area's size in bytes.
 func (m *Mem) Len() int { return 8 * len(m.words) }
 
-// SlotsAddr is the address of slot 0's words (sdr_rx_ctx.slots_haddr).
+// SlotsAddr is the address of the slots (sdr_rx_ctx.slots_haddr): slot
+// 0's first line.
 func (m *Mem) SlotsAddr() uintptr { return m.Addr() }
 
 // LengthsAddr is the address of the per-slot lengths (lengths_haddr).
-func (m *Mem) LengthsAddr() uintptr { return uintptr(unsafe.Pointer(&m.words[m.slots*m.slotWords])) }
+func (m *Mem) LengthsAddr() uintptr { return uintptr(unsafe.Pointer(m.length(0))) }
 
 // NotifyAddr is channel c's ring (notify_haddr).
 func (m *Mem) NotifyAddr(c int) uintptr { return uintptr(m.ring(c)) }
 
-// Words returns slot's engine words.
-func (m *Mem) Words(slot int) []uint64 { return m.words[slot*m.slotWords : (slot+1)*m.slotWords] }
+// Words returns slot's engine words (contiguous: the state word ends one
+// line, the rest start the next).
+func (m *Mem) Words(slot int) []uint64 {
+	first := slot*m.stride + stateWord
+	return m.words[first : first+m.slotWords]
+}
+
+// length returns slot's length word.
+func (m *Mem) length(slot int) *uint64 { return &m.words[m.slots*m.stride+slot] }
 
 // Length returns the length posted in slot.
-func (m *Mem) Length(slot int) int {
-	return int(uint32(atomic.LoadUint64(&m.words[m.slots*m.slotWords+slot])))
-}
+func (m *Mem) Length(slot int) int { return int(uint32(atomic.LoadUint64(m.length(slot)))) }
 
 // NewSlot makes slot's engine slot for a message of geo on its words
 // and publishes its length. The slot must be inactive and stay so until
@@ -109,27 +166,30 @@ func (m *Mem) NewSlot(slot int, geo engine.Geometry) (*engine.Slot, error) {
 	// count, so that the handlers clear their record of the slot even
 	// when the new receive has the old one's key. The handler reads it
 	// after the state word's key, which Activate stores last.
-	lw := &m.words[m.slots*m.slotWords+slot]
+	lw := m.length(slot)
 	atomic.StoreUint64(lw, (atomic.LoadUint64(lw)>>32+1)<<32|uint64(uint32(geo.Length)))
 	return es, nil
 }
 
 // Notifications consumes up to len(out) slots channel c's handler
 // notified into out; overflow reports that the ring was full at some
-// point, so that every armed slot must be looked at. Only one goroutine
-// may consume a ring.
+// point since the last call (the handler's count of dropped
+// notifications moved past the one the host acknowledged), so that
+// every armed slot must be looked at. Only one goroutine may consume a
+// ring.
 func (m *Mem) Notifications(c int, out []uint32) (n int, overflow bool) {
-	r := m.ring(c)
-	pi := atomic.LoadUint64((*uint64)(r))
-	ciw := (*uint64)(unsafe.Add(r, 8))
-	ci := *ciw
-	ring := unsafe.Slice((*uint32)(unsafe.Add(r, 8*notifyHeader)), 1<<m.logNotify)
+	pi := atomic.LoadUint64(m.pi(c))
+	ci := atomic.LoadUint64(m.ci(c))
+	ring := m.entries(c)
 	for ; ci < pi && n < len(out); ci++ {
 		out[n] = ring[ci&(1<<m.logNotify-1)]
 		n++
 	}
-	atomic.StoreUint64(ciw, ci)
-	return n, atomic.SwapUint32(m.overflow(c), 0) != 0
+	atomic.StoreUint64(m.ci(c), ci)
+	count := atomic.LoadUint64(m.overflows(c))
+	overflow = count != atomic.LoadUint64(m.overflowsSeen(c))
+	atomic.StoreUint64(m.overflowsSeen(c), count)
+	return n, overflow
 }
 
 // Drain hands notify every slot channel c's handler notified, in batches

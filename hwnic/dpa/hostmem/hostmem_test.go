@@ -2,6 +2,7 @@ package hostmem
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,18 +15,17 @@ import (
 )
 
 // produce writes slot into channel c's ring as the C handler's notify
-// does (sdr_rx.h): the entry at pi, then pi+1; a full ring sets overflow.
+// does (sdr_rx.h): the entry at pi, then pi+1; a full ring counts an
+// overflow.
 func produce(m *Mem, c int, slot uint32) {
-	r := m.ring(c)
-	pi := atomic.LoadUint64((*uint64)(r))
-	ci := atomic.LoadUint64((*uint64)(unsafe.Add(r, 8)))
+	pi := atomic.LoadUint64(m.pi(c))
 	capacity := uint64(1) << *m.logCap(c)
-	if pi-ci >= capacity {
-		atomic.StoreUint32(m.overflow(c), 1)
+	if pi-atomic.LoadUint64(m.ci(c)) >= capacity {
+		atomic.AddUint64(m.overflows(c), 1)
 		return
 	}
-	*(*uint32)(unsafe.Add(r, 8*notifyHeader+4*int(pi&(capacity-1)))) = slot
-	atomic.StoreUint64((*uint64)(r), pi+1)
+	atomic.StoreUint32(&m.entries(c)[pi&(capacity-1)], slot)
+	atomic.StoreUint64(m.pi(c), pi+1)
 }
 
 // TestNotificationsWrapAndOverflow runs a ring of 4 entries over several
@@ -122,10 +122,11 @@ func TestNewSlotLayout(t *testing.T) {
 	if m.Length(2) != 64<<10 || m.Length(1) != 0 {
 		t.Fatalf("lengths %d %d", m.Length(2), m.Length(1))
 	}
-	if got := uintptr(unsafe.Pointer(&m.Words(2)[0])); got != m.SlotsAddr()+uintptr(2*8*geo.Words()) {
+	stride := 8 * (lineWords + lines(geo.Words()-1))
+	if got := uintptr(unsafe.Pointer(&m.Words(2)[0])); got != m.SlotsAddr()+uintptr(2*stride+8*stateWord) {
 		t.Fatalf("slot 2 at %#x", got)
 	}
-	if m.LengthsAddr() != m.SlotsAddr()+uintptr(4*8*geo.Words()) || m.NotifyAddr(0) != m.LengthsAddr()+4*8 ||
+	if m.LengthsAddr() != m.SlotsAddr()+uintptr(4*stride) || m.NotifyAddr(0) != m.LengthsAddr()+lineBytes ||
 		m.NotifyAddr(1)-m.NotifyAddr(0) != uintptr(8*m.ringWords()) || m.NotifyAddr(1)+uintptr(8*m.ringWords()) != m.Addr()+uintptr(m.Len()) {
 		t.Fatal("areas overlap or leave gaps")
 	}
@@ -134,6 +135,57 @@ func TestNewSlotLayout(t *testing.T) {
 	}
 	if _, err := New(0, 8, 1, 2, wire.DefaultImmLayout); err == nil {
 		t.Fatal("a memory of no slots")
+	}
+}
+
+// TestOneWriterPerLine marks every byte of the area the handlers write
+// (engine words 1.., the rings' producer line and entries) and every
+// byte the host writes while handlers run (state words, lengths, the
+// rings' consumer line): no 64-byte line of the area holds both, and the
+// area starts on a line. Geometries whose slots end inside a line, and
+// rings smaller than a line, included.
+func TestOneWriterPerLine(t *testing.T) {
+	for _, tc := range []struct{ slots, length, channels, logNotify int }{
+		{4, 64 << 10, 2, 3}, {3, 5 << 10, 3, 1}, {8, 1 << 10, 1, 4}, {1, 200 << 10, 5, 2},
+	} {
+		geo, err := engine.NewGeometry(tc.length, 1024, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(tc.slots, geo.Words(), tc.channels, tc.logNotify, wire.DefaultImmLayout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Release()
+		if m.Addr()%lineBytes != 0 {
+			t.Fatalf("%+v: the area starts at %#x, inside a line", tc, m.Addr())
+		}
+		const handler, host = 1, 2
+		owner := make([]int, m.Len()/lineBytes)
+		mark := func(who int, p unsafe.Pointer, size uintptr, what string) {
+			for off := uintptr(0); off < size; off++ {
+				line := (uintptr(p) + off - m.Addr()) / lineBytes
+				if owner[line] != 0 && owner[line] != who {
+					t.Fatalf("%+v: line %d holds %s and a word of the other side", tc, line, what)
+				}
+				owner[line] = who
+			}
+		}
+		for s := range tc.slots {
+			w := m.Words(s)
+			mark(host, unsafe.Pointer(&w[0]), 8, fmt.Sprintf("slot %d's state word", s))
+			mark(handler, unsafe.Pointer(&w[1]), uintptr(8*(len(w)-1)), fmt.Sprintf("slot %d's engine words", s))
+			mark(host, unsafe.Pointer(m.length(s)), 8, fmt.Sprintf("slot %d's length word", s))
+		}
+		for c := range tc.channels {
+			mark(handler, unsafe.Pointer(m.pi(c)), 8, "a producer index")
+			mark(handler, unsafe.Pointer(m.overflows(c)), 8, "an overflow count")
+			mark(handler, unsafe.Pointer(m.fence(c)), 4, "a fence number")
+			mark(handler, unsafe.Pointer(&m.entries(c)[0]), uintptr(4<<tc.logNotify), "ring entries")
+			mark(host, unsafe.Pointer(m.ci(c)), 8, "a consumer index")
+			mark(host, unsafe.Pointer(m.overflowsSeen(c)), 8, "an acknowledged overflow count")
+			mark(host, unsafe.Pointer(m.logCap(c)), 4, "a ring capacity")
+		}
 	}
 }
 

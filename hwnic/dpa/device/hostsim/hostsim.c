@@ -47,6 +47,9 @@ struct view {
 
 #define HOSTSIM_VIEWS 8
 
+/* A cache line of host memory: what the line model (hostsim_strict_lines) moves. */
+#define HOSTSIM_LINE 64
+
 struct flexio_dev_thread_ctx {
 	jmp_buf exit;
 	struct window window[FLEXIO_DEV_WINDOW_ENTITY_NUM]; /* per entity; len 0: not configured */
@@ -74,6 +77,7 @@ static struct {
 	void *arg;
 	void (*loading)(void *arg, uint64_t haddr);
 	void *loading_arg;
+	int lines; /* hostsim_strict_lines */
 } strict;
 
 struct hostsim_thread {
@@ -132,6 +136,34 @@ void hostsim_window_loading(void (*loading)(void *arg, uint64_t haddr), void *ar
 	strict.loading_arg = arg;
 }
 
+void hostsim_strict_lines(int on) { __atomic_store_n(&strict.lines, on, __ATOMIC_RELEASE); }
+
+/* lines reports whether the model moves whole cache lines (hostsim_strict_lines). */
+static int lines(void) { return __atomic_load_n(&strict.lines, __ATOMIC_ACQUIRE); }
+
+/* line_of gives the words of the view that share word i's 64-byte line
+ * of host memory: [*from, *to). */
+static void line_of(const struct view *v, uint64_t i, uint64_t *from, uint64_t *to)
+{
+	uint64_t before = (v->base + 8 * i) % HOSTSIM_LINE / 8;
+	*from = i >= before ? i - before : 0;
+	*to = i - before + HOSTSIM_LINE / 8;
+	if (*to > v->len / 8)
+		*to = v->len / 8;
+}
+
+/* line_dirty reports whether word i's line holds a store of the thread
+ * not yet written back. */
+static int line_dirty(const struct view *v, uint64_t i)
+{
+	uint64_t from, to;
+	line_of(v, i, &from, &to);
+	for (uint64_t j = from; j < to; j++)
+		if (v->dirty[j])
+			return 1;
+	return 0;
+}
+
 /* rnd is xorshift64 over the thread's state: the model's seeded choices. */
 static uint64_t rnd(struct flexio_dev_thread_ctx *t)
 {
@@ -149,6 +181,23 @@ static void refresh_word(struct view *v, uint64_t i)
 	memcpy(&s, v->shadow + 8 * i, 8);
 	s = (h & ~m) | (s & m);
 	memcpy(v->shadow + 8 * i, &s, 8);
+}
+
+/* refresh fetches word i into the view, or in line mode its whole line
+ * unless the line holds stores not yet written back (a cache does not
+ * drop a dirty line: its other words stay as the thread last saw them). */
+static void refresh(struct view *v, uint64_t i)
+{
+	if (!lines()) {
+		refresh_word(v, i);
+		return;
+	}
+	if (line_dirty(v, i))
+		return;
+	uint64_t from, to;
+	line_of(v, i, &from, &to);
+	for (uint64_t j = from; j < to; j++)
+		refresh_word(v, j);
 }
 
 /* perform_word makes the thread's stores to word i visible in host
@@ -169,6 +218,37 @@ static void perform_word(struct view *v, uint64_t i)
 		strict.visible(strict.arg, v->base + 8 * i, h, (h & ~m) | (s & m));
 }
 
+/* perform_line writes word i's line back whole, as the thread's copy
+ * holds it, if the line holds a store of the thread: the words it never
+ * stored go back as it last fetched them, over whatever the host (or
+ * another thread) wrote there since. The caller takes i off the pending
+ * list; the line's other pending words are left with nothing to do. */
+static void perform_line(struct view *v, uint64_t i)
+{
+	if (!line_dirty(v, i))
+		return;
+	uint64_t from, to, was[HOSTSIM_LINE / 8], now[HOSTSIM_LINE / 8];
+	line_of(v, i, &from, &to);
+	/* The whole line first, then the harness hears of each word: it may
+	 * read the line's other words when one of them moves. */
+	for (uint64_t j = from; j < to; j++) {
+		memcpy(&now[j - from], v->shadow + 8 * j, 8);
+		was[j - from] = __atomic_exchange_n((uint64_t *)(uintptr_t)(v->base + 8 * j), now[j - from], __ATOMIC_RELEASE);
+		v->dirty[j] = 0;
+	}
+	for (uint64_t j = from; j < to && strict.visible; j++)
+		strict.visible(strict.arg, v->base + 8 * j, was[j - from], now[j - from]);
+}
+
+/* perform writes back word i's stores: the word alone, or its line. */
+static void perform(struct view *v, uint64_t i)
+{
+	if (lines())
+		perform_line(v, i);
+	else
+		perform_word(v, i);
+}
+
 /* read_invalidate refreshes every view of the thread, word by word in a
  * random order (a later read may be served before an earlier one), and
  * marks a random half of the words lazy: each of those is fetched again
@@ -184,7 +264,7 @@ static void read_invalidate(struct flexio_dev_thread_ctx *t)
 		if (n >= primes[0])
 			stride = 1;
 		for (uint64_t j = 0; j < n; j++)
-			refresh_word(v, (start + j * stride) % n);
+			refresh(v, (start + j * stride) % n);
 		for (uint64_t j = 0; j < (n + 63) / 64; j++)
 			v->lazy[j] = rnd(t);
 	}
@@ -205,8 +285,18 @@ static void writeback(struct flexio_dev_thread_ctx *t)
 		/* Each perform may call the harness, which counts what is still
 		 * pending: take each word off the list as it is performed. */
 		while (v->npending > 0)
-			perform_word(v, v->pending[--v->npending]);
+			perform(v, v->pending[--v->npending]);
 	}
+}
+
+/* changes reports whether the thread's unperformed stores to word i
+ * would change what host memory holds: a store of the value already
+ * there is not one the host can see missing. */
+static int changes(const struct view *v, uint64_t i)
+{
+	uint64_t s, h = __atomic_load_n((const uint64_t *)(uintptr_t)(v->base + 8 * i), __ATOMIC_ACQUIRE);
+	memcpy(&s, v->shadow + 8 * i, 8);
+	return ((s ^ h) & v->dirty[i]) != 0;
 }
 
 int hostsim_pending_stores_before(uint64_t haddr)
@@ -221,7 +311,7 @@ int hostsim_pending_stores_before(uint64_t haddr)
 	int n = 0;
 	for (int k = 0; at && k < t->nviews; k++)
 		for (uint32_t j = 0; j < t->views[k].npending; j++)
-			n += t->views[k].first[t->views[k].pending[j]] < at;
+			n += t->views[k].first[t->views[k].pending[j]] < at && changes(&t->views[k], t->views[k].pending[j]);
 	return n;
 }
 
@@ -237,11 +327,11 @@ static void early(struct flexio_dev_thread_ctx *t)
 	if (r == 0 && v->npending > 0) {
 		uint32_t j = (uint32_t)(rnd(t) % v->npending), i = v->pending[j];
 		v->pending[j] = v->pending[--v->npending];
-		perform_word(v, i);
+		perform(v, i);
 	} else if (r == 1 && n > 0) {
 		uint64_t i = rnd(t) % n;
 		if (v->dirty[i] == 0)
-			refresh_word(v, i);
+			refresh(v, i);
 	}
 }
 
@@ -290,7 +380,7 @@ uint64_t hostsim_window_load_strict(const uint64_t *p)
 			strict.loading(strict.loading_arg, v->base + off);
 		if (v->lazy[i / 64] >> (i % 64) & 1) {
 			v->lazy[i / 64] &= ~(1ull << (i % 64));
-			refresh_word(v, i);
+			refresh(v, i);
 		}
 		memcpy(&w, b, 8);
 		return w;

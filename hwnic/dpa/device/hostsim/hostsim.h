@@ -78,6 +78,25 @@ int hostsim_thread_armed(struct hostsim_thread *t, uint32_t *ci, uint32_t *cqn);
  */
 void hostsim_strict_windows(uint64_t seed, void (*visible)(void *arg, uint64_t haddr, uint64_t old, uint64_t now), void *arg);
 
+/*
+ * hostsim_strict_lines switches the strict model between moving 8-byte
+ * words (0, the default) and moving 64-byte cache lines (1), as a DPA
+ * whose window cache writes back and refetches whole lines would:
+ *
+ *   - a writeback (or an early perform) writes every line holding a
+ *     store of the thread back whole, from the thread's copy: words of
+ *     the line it never stored go back as it last fetched them,
+ *     overwriting what the host or another thread stored there since;
+ *     the lines go in a random order, each line's words at once;
+ *   - a read-invalidate (or an early or lazy refresh) fetches whole
+ *     lines, but not a line holding stores not yet written back, whose
+ *     other words stay as they were.
+ *
+ * So a line both the handler and the host write loses the host's
+ * stores. It may be switched at any time, between runs.
+ */
+void hostsim_strict_lines(int on);
+
 /* hostsim_window_store is handler.c's window_store built for hostsim
  * (SDR_HOSTSIM): a store of the low size bytes (4 or 8) of value at p.
  * Into the running thread's view when p is in one (the strict model),
@@ -135,8 +154,8 @@ static inline uint32_t hostsim_cqe_field(const uint8_t *cqe, uint32_t v)
 
 /* hostsim_pending_stores_before returns how many window words hold
  * stores of the running thread, made before its latest store to the word
- * at host address haddr, that are not yet visible to the host (0 outside
- * a run or a window). */
+ * at host address haddr, that are not yet visible to the host and would
+ * change what it reads there (0 outside a run or a window). */
 int hostsim_pending_stores_before(uint64_t haddr);
 
 /* hostsim_window_register makes [base, base+len) reachable through mkey; 0 on success. */

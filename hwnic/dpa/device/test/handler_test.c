@@ -66,8 +66,10 @@ struct channel {
 struct rig {
 	struct sdr_layout layout;
 	uint32_t mtu, chunk_size, slots, slot_words, channels, gens, log_cq;
-	uint8_t *host; /* one window: slot words, lengths, notify rings */
+	uint64_t stride; /* a slot's words in the host area (sdr_rx_slot_stride) */
+	uint8_t *host;   /* one window: slot words, lengths, notify rings (sdr_rx.h's layout) */
 	uint64_t *dpa_slots; /* the handlers' slot records ("DPA memory") */
+	uint64_t *epochs;    /* the slots' epochs ("DPA memory", the host's) */
 	uint64_t *words, *lengths;
 	struct sdr_rx_notify *notify[MAX_CH];
 	struct channel ch[MAX_CH];
@@ -82,16 +84,27 @@ static uint32_t qpn_of(uint32_t gen, uint32_t ch) { return 0x100 + gen * 16 + ch
 
 static struct rig *checked; /* the rig whose window visible() watches */
 
+/* engine_word finds the slot and engine word index of the host word at
+ * haddr; 0 when it is none. */
+static int engine_word(struct rig *r, uint64_t haddr, uint32_t *slot, uint32_t *idx)
+{
+	uint64_t words = (uint64_t)(uintptr_t)r->words;
+	if (haddr < words || haddr >= words + 8 * r->slots * r->stride)
+		return 0;
+	uint64_t w = (haddr - words) / 8;
+	*slot = (uint32_t)(w / r->stride);
+	*idx = (uint32_t)(w % r->stride - SDR_RX_STATE_WORD); /* wraps above slot_words before the state word */
+	return *idx < r->slot_words;
+}
+
 /* publishing names the word at haddr if it is one that tells the host to
  * read what was stored before it, and the change old → now moved it: a
  * slot's chunk flags, a notification ring's producer index or overflow
  * flag, a fence number. */
 static const char *publishing(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
 {
-	uint64_t words = (uint64_t)(uintptr_t)r->words, slots_end = words + (uint64_t)r->slots * r->slot_words * 8;
-	if (haddr >= words && haddr < slots_end) {
-		uint64_t w = (haddr - words) / 8;
-		uint32_t slot = (uint32_t)(w / r->slot_words), idx = (uint32_t)(w % r->slot_words);
+	uint32_t slot, idx;
+	if (engine_word(r, haddr, &slot, &idx)) {
 		struct sdr_geometry g;
 		uint32_t length = (uint32_t)__atomic_load_n(&r->lengths[slot], __ATOMIC_ACQUIRE);
 		if (sdr_geometry_init(&g, length, r->mtu, r->chunk_size) == 0 && idx >= SDR_HEADER_WORDS + g.chunks)
@@ -102,8 +115,8 @@ static const char *publishing(struct rig *r, uint64_t haddr, uint64_t old, uint6
 		struct sdr_rx_notify *n = r->notify[c];
 		if (haddr == (uint64_t)(uintptr_t)&n->pi)
 			return "a notification producer index";
-		if (haddr == (uint64_t)(uintptr_t)&n->log_cap && (old ^ now) >> 32) /* overflow: the word's upper half */
-			return "a notification overflow flag";
+		if (haddr == (uint64_t)(uintptr_t)&n->overflows)
+			return "a notification overflow count";
 		if (haddr == (uint64_t)(uintptr_t)&n->fence && (uint32_t)(old ^ now))
 			return "a fence number";
 	}
@@ -138,20 +151,23 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 	struct sdr_geometry g;
 	CHECK(sdr_geometry_init(&g, slot_size, mtu, chunk_size) == 0, "geometry");
 	r->slot_words = sdr_geometry_words(&g);
+	r->stride = sdr_rx_slot_stride(r->slot_words);
 	uint32_t log_notify = log_cq + 4;
-	size_t notify_size = sizeof(struct sdr_rx_notify) + (sizeof(uint32_t) << log_notify);
-	size_t size = (size_t)slots * r->slot_words * 8 + slots * 8 + channels * notify_size;
-	r->host = aligned_alloc(64, (size + 63) / 64 * 64);
+	size_t notify_size = 8 * sdr_rx_lines((sizeof(struct sdr_rx_notify) + (sizeof(uint32_t) << log_notify)) / 8);
+	size_t lengths_size = 8 * sdr_rx_lines(slots);
+	size_t size = (size_t)slots * r->stride * 8 + lengths_size + channels * notify_size;
+	r->host = aligned_alloc(SDR_RX_LINE, size);
 	CHECK(r->host, "oom");
 	memset(r->host, 0, size);
 	r->words = (uint64_t *)r->host;
-	r->lengths = r->words + (size_t)slots * r->slot_words;
+	r->lengths = r->words + (size_t)slots * r->stride;
 	CHECK(hostsim_window_register(WINDOW_MKEY, (uint64_t)(uintptr_t)r->host, size) == 0, "window");
 	__atomic_store_n(&checked, r, __ATOMIC_RELEASE);
 	r->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + r->slot_words), 8);
-	CHECK(r->dpa_slots, "oom");
+	r->epochs = calloc(slots, 8);
+	CHECK(r->dpa_slots && r->epochs, "oom");
 	for (uint32_t c = 0; c < channels; c++) {
-		r->notify[c] = (struct sdr_rx_notify *)(r->host + (size_t)slots * r->slot_words * 8 + slots * 8 + c * notify_size);
+		r->notify[c] = (struct sdr_rx_notify *)(r->host + (size_t)slots * r->stride * 8 + lengths_size + c * notify_size);
 		r->notify[c]->log_cap = log_notify;
 		struct channel *ch = &r->ch[c];
 		ch->cq = aligned_alloc(64, SDR_CQE_SIZE << log_cq);
@@ -182,6 +198,7 @@ static struct rig *rig_new(uint32_t channels, uint32_t gens, uint32_t slots, uin
 		x->lengths_haddr = (uint64_t)(uintptr_t)r->lengths;
 		x->notify_haddr = (uint64_t)(uintptr_t)r->notify[c];
 		x->dpa_slots = (uint64_t)(uintptr_t)r->dpa_slots;
+		x->dpa_epochs = (uint64_t)(uintptr_t)r->epochs;
 		ch->thread = hostsim_thread_create(sdr_rx_handler, (uint64_t)(uintptr_t)x);
 		CHECK(ch->thread, "oom");
 	}
@@ -200,12 +217,13 @@ static void rig_free(struct rig *r)
 	}
 	free(r->host);
 	free(r->dpa_slots);
+	free(r->epochs);
 	free(r);
 }
 
 static struct sdr_slot slot_of(struct rig *r, uint32_t slot, uint32_t length)
 {
-	struct sdr_slot s = {.words = r->words + (size_t)slot * r->slot_words, .layout = r->layout};
+	struct sdr_slot s = {.words = r->words + slot * r->stride + SDR_RX_STATE_WORD, .layout = r->layout};
 	CHECK(sdr_geometry_init(&s.geo, length, r->mtu, r->chunk_size) == 0, "geometry");
 	return s;
 }
@@ -296,12 +314,24 @@ static int drain(struct rig *r, uint32_t c)
 	return runs;
 }
 
+/* unseen_overflows is how many notifications the handler dropped on a
+ * full ring since the host last acknowledged the count (acknowledge). */
+static uint64_t unseen_overflows(struct sdr_rx_notify *n)
+{
+	return __atomic_load_n(&n->overflows, __ATOMIC_ACQUIRE) - __atomic_load_n(&n->overflows_seen, __ATOMIC_ACQUIRE);
+}
+
+static void acknowledge(struct sdr_rx_notify *n)
+{
+	__atomic_store_n(&n->overflows_seen, __atomic_load_n(&n->overflows, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
+}
+
 /* notifications consumes channel c's notify ring, counting entries per slot. */
 static uint32_t notifications(struct rig *r, uint32_t c, uint32_t *per_slot)
 {
 	struct sdr_rx_notify *n = r->notify[c];
 	uint64_t pi = __atomic_load_n(&n->pi, __ATOMIC_ACQUIRE), ci = n->ci, first = ci;
-	CHECK(!__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE), "notify ring overflowed");
+	CHECK(unseen_overflows(n) == 0, "notify ring overflowed");
 	for (; ci < pi; ci++) {
 		uint32_t s = __atomic_load_n(&n->slot[ci & ((1u << n->log_cap) - 1)], __ATOMIC_RELAXED);
 		CHECK(s < r->slots, "notified slot %u", s);
@@ -744,8 +774,8 @@ static uint32_t rearm_msg;
 static void rearm_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
 {
 	(void)old, (void)now;
-	uint64_t slot2 = (uint64_t)(uintptr_t)(r->words + 2 * (size_t)r->slot_words);
-	if (rearmed || haddr < slot2 || haddr >= slot2 + 8 * (uint64_t)r->slot_words)
+	uint32_t slot, idx;
+	if (rearmed || !engine_word(r, haddr, &slot, &idx) || slot != 2)
 		return;
 	rearmed = 1;
 	arm(r, 1, 4096, rearm_msg, 0);
@@ -795,6 +825,91 @@ static void test_rearm_mid_pass(void)
 	rig_free(r);
 }
 
+/*
+ * The host's arm path against a handler that holds a view of a slot from
+ * before the slot was disarmed. Channel 0's handler has counted a packet
+ * of message old on slot 1 (its record is old's); in its next run it
+ * takes packet A of old; as it loads the slot's length word (it has
+ * accepted A by its view of the state) the host disarms the slot and
+ * begins to re-arm it, sends the marker of the arm path's fence and a
+ * late packet B of old arrives behind it; when the handler publishes the
+ * marker the host finishes the arm (the slot now holds message new).
+ * Then channel 1's handler counts new's packet at offset 2. The slot must
+ * end holding new's chunk 2 and nothing of old's (chunks 0, 1 and 3).
+ *
+ * The arm path bumps the slot's epoch before the fence and clears the
+ * slot's words (and writes its length word) after it: A lands before the
+ * clear, and B finds the epoch moved and reads the slot afresh. The old
+ * arm path cleared before the fence, and nothing told the handler: B,
+ * taken after the marker by a view the handler never refreshed, lands in
+ * the new receive's words (TestHandlerMutations runs this test with the
+ * old path, and with a handler that ignores the epoch). In rounds, as
+ * the strict model's choices vary.
+ */
+static struct {
+	uint64_t length; /* the host address of slot 1's length word */
+	uint32_t old, new, seq;
+	int armed, began, finished; /* armed: the next load of the length word begins the re-arm */
+} late;
+
+static void late_packet_loading(void *arg, uint64_t haddr)
+{
+	struct rig *r = arg;
+	if (haddr != late.length || !late.armed || late.began)
+		return;
+	late.began = 1;
+	struct sdr_slot s = slot_of(r, 1, 4096);
+	sdr_slot_deactivate(&s); /* Disarm */
+	__atomic_store_n(&r->epochs[1], r->epochs[1] + 1, __ATOMIC_RELEASE);
+	marker(r, 0, 0, late.seq);
+	packet(r, 0, 0, late.old << 22 | 1u << 4, 1024); /* B */
+}
+
+static void late_packet_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	if (haddr != (uint64_t)(uintptr_t)&r->notify[0]->fence || (uint32_t)old == (uint32_t)now || (uint32_t)now != late.seq)
+		return;
+	late.finished = 1;
+	uint64_t st = __atomic_load_n(&slot_of(r, 1, 4096).words[0], __ATOMIC_ACQUIRE);
+	CHECK(st == 0, "slot 1's state word %#lx, the host disarmed it: a handler's writeback overwrote it", (unsigned long)st);
+	struct sdr_slot s = prepare(r, 1, 4096);
+	sdr_slot_activate(&s, late.new, 0);
+}
+
+static void test_late_packet_rearm(void)
+{
+	enum { ROUNDS = 16 };
+	struct rig *r = rig_new(2, 1, 4, 4096, 1024, 1024, 4, L10);
+	late.length = (uint64_t)(uintptr_t)&r->lengths[1];
+	hostsim_window_loading(late_packet_loading, r);
+	r->react = late_packet_reaction;
+	for (uint32_t round = 0; round < ROUNDS; round++) {
+		late.old = 1 + 8 * round, late.new = 5 + 8 * round, late.seq = round + 1;
+		late.armed = late.began = late.finished = 0;
+		arm(r, 1, 4096, late.old, 0);
+		packet(r, 0, 0, late.old << 22 | 3u << 4, 1024);
+		drain(r, 0);
+		late.armed = 1;
+		packet(r, 0, 0, late.old << 22, 1024); /* A */
+		drain(r, 0);
+		CHECK(late.began && late.finished, "round %u: the host's re-arm never ran (began %d, finished %d)", round,
+		      late.began, late.finished);
+		packet(r, 1, 0, late.new << 22 | 2u << 4, 1024);
+		drain(r, 1);
+		struct sdr_slot s = slot_of(r, 1, 4096);
+		CHECK(s.words[0] == sdr_key(late.new, 0) && s.words[2] == 0 && s.words[3] == 0 && s.words[4] == 1 &&
+			      s.words[5] == 0 && sdr_slot_chunk_done(&s, 2) && chunks_done(&s) == 1,
+		      "round %u: slot 1 holds masks %#lx %#lx %#lx %#lx, %u chunks complete: a packet of message %u reached "
+		      "message %u's words",
+		      round, (unsigned long)s.words[2], (unsigned long)s.words[3], (unsigned long)s.words[4],
+		      (unsigned long)s.words[5], chunks_done(&s), late.old, late.new);
+		notifications(r, 0, NULL);
+		notifications(r, 1, NULL);
+	}
+	hostsim_window_loading(NULL, NULL);
+	rig_free(r);
+}
+
 /* rearm_loading: the host of test_length_after_state. As channel 0's
  * handler is about to load slot 1's state word for the second time in a
  * run (sync_slot's load after its read-invalidate), the host re-arms the
@@ -825,7 +940,7 @@ static void test_length_after_state(void)
 {
 	enum { ROUNDS = 32 };
 	struct rig *r = rig_new(1, 1, 4, 4096, 1024, 1024, 4, L10);
-	rearm_at.state = (uint64_t)(uintptr_t)(r->words + r->slot_words);
+	rearm_at.state = (uint64_t)(uintptr_t)slot_of(r, 1, 4096).words;
 	hostsim_window_loading(rearm_loading, r);
 	for (uint32_t round = 0; round < ROUNDS; round++) {
 		rearm_at.msg = 1 + 4 * round, rearm_at.loads = 0;
@@ -848,12 +963,12 @@ static void test_length_after_state(void)
 
 /* The notification ring: the handler reads the host's consumer index
  * afresh at each event, so a ring the host keeps draining never
- * overflows; a full one raises the overflow flag instead of overwriting
- * entries the host has not consumed. The host takes a raised flag as
- * "look at every slot": the chunk flags stored before it must be visible
- * first, which laps of clearing it and filling the ring again check each
- * time it goes up (the strict model performs the stores of one writeback
- * in a random order). */
+ * overflows; a full one counts each notification it drops instead of
+ * overwriting entries the host has not consumed. The host takes a count
+ * past the one it acknowledged as "look at every slot": the chunk flags
+ * stored before it must be visible first, which laps of acknowledging it
+ * and filling the ring again check each time it moves (the strict model
+ * performs the stores of one writeback in a random order). */
 static void test_notify_overflow(void)
 {
 	struct rig *r = rig_new(1, 1, 2, 512 * 1024, 1024, 1024, 3, L10); /* 2^7 entries */
@@ -868,16 +983,17 @@ static void test_notify_overflow(void)
 		}
 		drain(r, 0);
 		if (phase < 2) {
-			CHECK(!__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE), "phase %d: overflow though the host consumed", phase);
+			CHECK(unseen_overflows(n) == 0, "phase %d: overflow though the host consumed", phase);
 			CHECK(notifications(r, 0, NULL) == 100, "phase %d: notifications", phase);
 		}
 	}
 	CHECK(r->ch[0].ctx.chunks == 400, "chunks %lu", (unsigned long)r->ch[0].ctx.chunks);
-	CHECK(__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE) == 1, "no overflow after 200 unconsumed notifications");
+	CHECK(unseen_overflows(n) == 200 - 128, "%lu overflows counted for 200 notifications into 128 entries",
+	      (unsigned long)unseen_overflows(n));
 	CHECK(__atomic_load_n(&n->pi, __ATOMIC_ACQUIRE) == 200 + 128, "producer index %lu, want the consumer's 200 + 128",
 	      (unsigned long)n->pi);
 	for (uint32_t lap = 0; lap < 16; lap++) {
-		__atomic_store_n(&n->overflow, 0, __ATOMIC_RELEASE);
+		acknowledge(n);
 		notifications(r, 0, NULL);
 		uint32_t msg = 3 + 2 * lap; /* slot 1 again */
 		arm(r, 1, 512 * 1024, msg, 0);
@@ -887,17 +1003,123 @@ static void test_notify_overflow(void)
 				drain(r, 0);
 		}
 		drain(r, 0);
-		CHECK(__atomic_load_n(&n->overflow, __ATOMIC_ACQUIRE) == 1, "lap %u: no overflow after 129 unconsumed notifications",
-		      lap);
+		CHECK(unseen_overflows(n) == 1, "lap %u: %lu overflows after 129 unconsumed notifications", lap,
+		      (unsigned long)unseen_overflows(n));
 	}
 	rig_free(r);
 }
 
+/*
+ * consumer_reaction: the host of test_consumer_during_run, reading the
+ * notification ring and the slots the moment a handler's store becomes
+ * visible, on the handler's thread inside its run (as the host's poller
+ * runs beside a DPA thread). It checks, at every store it sees, that:
+ *
+ *   - a chunk flag is set only over that chunk's full packet mask;
+ *   - every entry up to the producer index names the slot the test sent
+ *     that packet to (an index ahead of its entry reads a stale one);
+ *   - the words the host owns are as the host left them: the consumer
+ *     index it stores as it consumes (two entries at a time), and each
+ *     slot's state word, which
+ *     it stores as it re-arms a slot the moment the slot's last
+ *     notification of a round is consumed.
+ */
+enum { CONSUMER_SLOTS = 3, CONSUMER_PKTS = 8, CONSUMER_ROUNDS = 6 };
+static int lines_default; /* the model the other tests run on: $HOSTSIM_LINES (main) */
+static struct {
+	const char *model;                     /* "words" or "lines" (hostsim_strict_lines) */
+	uint64_t ci;                           /* what the host stored in the ring's consumer index */
+	uint32_t round[1 + CONSUMER_SLOTS];    /* the message round each slot is armed for */
+	uint32_t notified[1 + CONSUMER_SLOTS]; /* notifications of that round consumed */
+} consumer;
+
+static uint32_t consumer_msg(uint32_t slot, uint32_t round) { return 4 * round + slot; }
+
+static void consumer_reaction(struct rig *r, uint64_t haddr, uint64_t old, uint64_t now)
+{
+	struct sdr_rx_notify *n = r->notify[0];
+	uint32_t slot, idx;
+	if (engine_word(r, haddr, &slot, &idx)) {
+		struct sdr_slot s = slot_of(r, slot, CONSUMER_PKTS * 1024);
+		for (uint32_t c = 0; idx == SDR_HEADER_WORDS + s.geo.chunks && c < s.geo.chunks; c++)
+			if ((now & ~old) >> c & 1)
+				CHECK(__atomic_load_n(&s.words[SDR_HEADER_WORDS + c], __ATOMIC_ACQUIRE) == sdr_full_mask(&s.geo, c),
+				      "%s: slot %u chunk %u: its flag is visible, its packet mask %#lx is not full", consumer.model, slot, c,
+				      (unsigned long)s.words[SDR_HEADER_WORDS + c]);
+	}
+	/* The host drains the ring two entries at a time: the handler then
+	 * publishes an entry while the host's consumer index is newer than
+	 * the one it loaded. */
+	uint64_t pi = __atomic_load_n(&n->pi, __ATOMIC_ACQUIRE);
+	for (; pi % 2 == 0 && consumer.ci < pi; consumer.ci++) {
+		uint32_t want = 1 + (uint32_t)(consumer.ci % CONSUMER_SLOTS);
+		uint32_t got = __atomic_load_n(&n->slot[consumer.ci & ((1u << n->log_cap) - 1)], __ATOMIC_RELAXED);
+		CHECK(got == want, "%s: entry %lu names slot %u, want %u: the producer index is visible before its entry",
+		      consumer.model, (unsigned long)consumer.ci, got, want);
+		struct sdr_slot s = slot_of(r, got, CONSUMER_PKTS * 1024);
+		CHECK(chunks_done(&s) > consumer.notified[got], "%s: slot %u notified %u times with %u chunks complete", consumer.model, got,
+		      consumer.notified[got] + 1, chunks_done(&s));
+		if (++consumer.notified[got] == CONSUMER_PKTS) {
+			consumer.notified[got] = 0;
+			arm(r, got, CONSUMER_PKTS * 1024, consumer_msg(got, ++consumer.round[got]), 0);
+		}
+		__atomic_store_n(&n->ci, consumer.ci + 1, __ATOMIC_RELEASE);
+	}
+	CHECK(__atomic_load_n(&n->ci, __ATOMIC_ACQUIRE) == consumer.ci,
+	      "%s: the consumer index the host stored, %lu, reads %lu: a handler's writeback overwrote it",
+	      consumer.model, (unsigned long)consumer.ci, (unsigned long)n->ci);
+	for (uint32_t slot = 1; slot <= CONSUMER_SLOTS; slot++) {
+		struct sdr_slot s = slot_of(r, slot, CONSUMER_PKTS * 1024);
+		uint64_t st = __atomic_load_n(&s.words[0], __ATOMIC_ACQUIRE);
+		CHECK(st == sdr_key(consumer_msg(slot, consumer.round[slot]), 0),
+		      "%s: slot %u's state word %#lx is not the host's %#lx: a handler's writeback overwrote it", consumer.model, slot,
+		      (unsigned long)st, (unsigned long)sdr_key(consumer_msg(slot, consumer.round[slot]), 0));
+	}
+}
+
+/*
+ * The host consumes the notification ring and re-arms slots while the
+ * handler runs, once with stores moving word by word and once line by
+ * line (hostsim_strict_lines), where a line both sides write loses the
+ * host's stores: see consumer_reaction for what it checks.
+ * Three slots take one-packet chunks in turn, a round of eight per slot
+ * and six rounds, four CQEs per handler run, so the ring (64 entries)
+ * laps twice and a slot is re-armed in the middle of the run that
+ * completes it.
+ */
+static void test_consumer_during_run(void)
+{
+	for (int lines = 0; lines < 2; lines++) {
+		hostsim_strict_lines(lines);
+		struct rig *r = rig_new(1, 1, 4, CONSUMER_PKTS * 1024, 1024, 1024, 2, L10);
+		memset(&consumer, 0, sizeof(consumer));
+		consumer.model = lines ? "lines" : "words";
+		for (uint32_t slot = 1; slot <= CONSUMER_SLOTS; slot++)
+			arm(r, slot, CONSUMER_PKTS * 1024, consumer_msg(slot, 0), 0);
+		r->react = consumer_reaction;
+		for (uint32_t round = 0; round < CONSUMER_ROUNDS; round++)
+			for (uint32_t k = 0; k < CONSUMER_PKTS * CONSUMER_SLOTS; k++) {
+				uint32_t slot = 1 + k % CONSUMER_SLOTS;
+				packet(r, 0, 0, consumer_msg(slot, round) << 22 | (k / CONSUMER_SLOTS) << 4 | 0xa, 1024);
+				if (k % 4 == 3)
+					drain(r, 0);
+			}
+		CHECK(consumer.ci == CONSUMER_ROUNDS * CONSUMER_PKTS * CONSUMER_SLOTS && r->ch[0].ctx.stale == 0,
+		      "%s: %lu notifications consumed, %lu packets stale", consumer.model, (unsigned long)consumer.ci,
+		      (unsigned long)r->ch[0].ctx.stale);
+		rig_free(r);
+	}
+	hostsim_strict_lines(lines_default);
+}
+
 int main(int argc, char **argv)
 {
-	/* The strict window model, seeded by $HOSTSIM_SEED (default 1). */
-	const char *seed = getenv("HOSTSIM_SEED");
+	/* The strict window model, seeded by $HOSTSIM_SEED (default 1),
+	 * moving lines rather than words when $HOSTSIM_LINES is 1. */
+	const char *seed = getenv("HOSTSIM_SEED"), *lines = getenv("HOSTSIM_LINES");
 	hostsim_strict_windows(seed ? strtoull(seed, NULL, 0) : 1, visible, NULL);
+	lines_default = lines && strcmp(lines, "1") == 0;
+	hostsim_strict_lines(lines_default);
 	static const struct {
 		const char *name;
 		void (*fn)(void);
@@ -914,6 +1136,8 @@ int main(int argc, char **argv)
 		{"activation_mid_run", test_activation_mid_run},
 		{"rearm_mid_pass", test_rearm_mid_pass},
 		{"length_after_state", test_length_after_state},
+		{"consumer_during_run", test_consumer_during_run},
+		{"late_packet_rearm", test_late_packet_rearm},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
