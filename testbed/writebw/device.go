@@ -44,7 +44,7 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 		if busyPoll <= 0 {
 			busyPoll = -1 // PortConfig's "never"
 		}
-		port, err := xsk.NewPort(xsk.PortConfig{Interface: f.Iface, DropProbability: loss, BusyPoll: busyPoll, Socket: writeBWRings})
+		port, err := xsk.NewPort(xsk.PortConfig{Interface: f.Iface, DropProbability: loss, BusyPoll: busyPoll, Socket: xskRings})
 		if err != nil {
 			return nil, "", nil, err
 		}
@@ -93,9 +93,9 @@ func openPort(f *Options, server bool) (*emunic.Device, string, *xsk.Port, error
 	return nil, "", nil, fmt.Errorf("-dev %q: want xsk or udp: %w", f.Dev, errUsage)
 }
 
-// writeBWRings sizes the AF_XDP rings as a NIC's RX ring is raised for a
+// xskRings sizes the AF_XDP rings as a NIC's RX ring is raised for a
 // bulk receiver (ethtool -G rx 16384): 16384 descriptors of 2 KiB chunks
 // absorb about 40 ms of 1 KiB frames at 0.4 Mpps, the time a receiver
 // process may wait for a core on a loaded host, before the kernel drops
 // for a full ring. The device's RX-ring threshold sends CNPs long before.
-var writeBWRings = xsk.Config{FrameSize: 2048, RingSize: 16384, NumFrames: 65536}
+var xskRings = xsk.Config{FrameSize: 2048, RingSize: 16384, NumFrames: 65536}

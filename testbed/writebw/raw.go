@@ -20,7 +20,10 @@ type credit struct {
 	Result  *Result `json:"result,omitempty"`
 }
 
-func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, desc string, nic func() NICCounters) (*Result, error) {
+// serveRaw is the server's side of a raw run: it posts receives for
+// InFlight messages, returns credits as it reposts them, measures what
+// arrived of each measured message, and sends the client the result.
+func serveRaw(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, desc string, nic func() NICCounters) (*Result, error) {
 	timeout, err := p.messageTimeout()
 	if err != nil {
 		return nil, err
@@ -31,7 +34,7 @@ func serveWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params, desc string, 
 	}
 	defer sc.Close()
 	buf := make([]byte, p.InFlight*p.Size)
-	want := writeBWPattern(p.Size)
+	want := rawPattern(p.Size)
 	mr, err := sc.RegisterMemory(buf)
 	if err != nil {
 		return nil, err
@@ -182,13 +185,15 @@ func transportName(p *Params) string {
 	return fmt.Sprintf("%s, %d channels", t, p.Channels)
 }
 
-func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*Result, error) {
+// clientRaw is the client's side of a raw run: it writes each message
+// once a credit allows it and returns the server's result.
+func clientRaw(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*Result, error) {
 	sc, qp, err := openSDR(bs, b, p, true)
 	if err != nil {
 		return nil, err
 	}
 	defer sc.Close()
-	mr, err := sc.RegisterMemory(writeBWPattern(p.Size))
+	mr, err := sc.RegisterMemory(rawPattern(p.Size))
 	if err != nil {
 		return nil, err
 	}
@@ -241,8 +246,8 @@ func clientWriteBW(bs *sdr.Bootstrap, b *sdrnic.Backend, p *Params) (*Result, er
 	}
 }
 
-// writeBWPattern returns the bytes of every message the client sends.
-func writeBWPattern(size int) []byte {
+// rawPattern returns the bytes of every message the client sends.
+func rawPattern(size int) []byte {
 	b := make([]byte, size)
 	for i := range b {
 		b[i] = byte(i)

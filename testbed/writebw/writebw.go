@@ -70,7 +70,7 @@ func Server(f *Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return writeBWSide(conn, f, true)
+	return runSide(conn, f, true)
 }
 
 func Client(f *Options, server string) (*Result, error) {
@@ -78,13 +78,13 @@ func Client(f *Options, server string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return writeBWSide(conn, f, false)
+	return runSide(conn, f, false)
 }
 
-// writeBWSide runs one side over an established bootstrap connection: the
+// runSide runs one side over an established bootstrap connection: the
 // client sends its parameters, the server adopts them; each opens its
 // emulated NIC as its flags say.
-func writeBWSide(conn net.Conn, f *Options, server bool) (*Result, error) {
+func runSide(conn net.Conn, f *Options, server bool) (*Result, error) {
 	bs := sdr.NewBootstrap(conn)
 	defer bs.Close()
 	var err error
@@ -113,9 +113,9 @@ func writeBWSide(conn net.Conn, f *Options, server bool) (*Result, error) {
 	case f.Params.Scheme != "":
 		return clientReliableResult(bs, b, &f.Params, newReliablePatterns(f.Params.Size), f.Trace)
 	case server:
-		return serveWriteBW(bs, b, &f.Params, desc, nic)
+		return serveRaw(bs, b, &f.Params, desc, nic)
 	}
-	return clientWriteBW(bs, b, &f.Params)
+	return clientRaw(bs, b, &f.Params)
 }
 
 // Loopback runs both sides over an in-memory link, the bootstrap
@@ -169,11 +169,11 @@ func Loopback(f *Options) (*Result, error) {
 	}
 	var res *Result
 	err = loopbackFlows(ln, 1, &f.Params, func(bs *sdr.Bootstrap, p *Params) (err error) {
-		_, err = serveWriteBW(bs, sdrnic.New(server, sdrnic.Options{RC: p.RC}), p, "emunic/pipe (in-memory)",
+		_, err = serveRaw(bs, sdrnic.New(server, sdrnic.Options{RC: p.RC}), p, "emunic/pipe (in-memory)",
 			func() NICCounters { return readNIC(server, nil) })
 		return err
 	}, func(_ int, bs *sdr.Bootstrap) (err error) {
-		res, err = clientWriteBW(bs, sdrnic.New(client, sdrnic.Options{RC: f.Params.RC}), &f.Params)
+		res, err = clientRaw(bs, sdrnic.New(client, sdrnic.Options{RC: f.Params.RC}), &f.Params)
 		return err
 	})
 	return res, err
