@@ -4,7 +4,9 @@
 // busy polling and ring sizes, the pcap tap, congestion control off),
 // refuses an MTU the interface cannot carry before it contacts the peer,
 // and reads the *xsk.Port's ring drops beside the *emunic.Device's
-// counters, where backends.Device keeps the device only.
+// counters, where backends.Device keeps the device only. Loopback opens
+// its two pipe devices itself for the same reasons (the tap, congestion
+// control off).
 
 package writebw
 
