@@ -45,9 +45,11 @@
 // Files: device.go (the Device), receiver.go (a receive loop: the checks
 // before a frame reaches a QP, and what one receive batch gathers: ACKs
 // to coalesce, CQs to wake, control frames to send),
-// memory.go (PDs, MRs, keys), cq.go, and a QP in three: qp.go (creation,
-// state machine, posting receives, teardown), qp_requester.go (the send
-// queue, packet building, ACK handling and retransmission) and
+// memory.go (PDs, MRs, keys), cq.go, and a QP in six: qp.go (creation,
+// state machine, posting receives, teardown), qp_requester.go (send work
+// requests and posting them), qp_packets.go (building their packets),
+// qp_paced.go (a paced QP's rate and send queue), qp_rc.go (an RC
+// requester's window, ACK handling and retransmission) and
 // qp_responder.go (the receive side: PSN checks, placing data, ACKs);
 // txsched.go (the paced QPs' scheduler), cnp.go and dcqcn.go (a QP's
 // congestion notification and reaction points), pipe.go, port.go,

@@ -159,3 +159,16 @@ func (q *impairedQP) Write(w *backend.Write) error {
 	}
 	return nil
 }
+
+// dropPacket returns a policy that drops the listed packets of every
+// message and delivers the rest once.
+func dropPacket(pkts ...int) func(slot, pkt int) (int, bool) {
+	return func(slot, pkt int) (int, bool) {
+		for _, p := range pkts {
+			if pkt == p {
+				return 0, false
+			}
+		}
+		return 1, false
+	}
+}

@@ -350,66 +350,6 @@ func testManyInFlight(t *testing.T, e *env) {
 	}
 }
 
-func testLatePackets(t *testing.T, e *env) {
-	attr := defaultAttr()
-	attr.MaxMessages = 2
-	attr.Generations = 1
-	attr.MaxInFlightBytes = 2 * 4 * chunkSize
-	sq, rq, sctx, rctx := e.pair(attr, 2)
-	const size = 2 * chunkSize
-	src := pattern(size, 4)
-	rbuf := bytes.Repeat([]byte{0xCA}, 3*size) // old, then the slot's next message
-	rmr, smr := register(t, rctx, rbuf), register(t, sctx, src)
-	old, err := rq.PostRecv(rmr, 0, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Hold back packet 6 (chunk 1) of the first message.
-	e.im.set(func(slot, pkt int) (int, bool) {
-		if pkt == 6 {
-			return 0, true
-		}
-		return 1, false
-	}, false)
-	send(t, sq, smr, size, 1)
-	waitFor(t, "chunk 0 and packets 4, 5, 7", old, func() bool { return old.ChunkDone(0) && old.ExpandChunk(1) == 0b1011 })
-	if err := old.Complete(); err != nil {
-		t.Fatal(err)
-	}
-	e.im.set(nil, false)
-	// Message 1 is a fence in slot 1; message 2 reuses slot 0 (with one
-	// generation: the old design's window of MaxMessages·Generations).
-	e.fence()
-	next, err := rq.PostRecv(rmr, 2*size, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.im.release(false); err != nil { // the late packet of message 0
-		t.Fatal(err)
-	}
-	// Send the next message without its packet 6, so that its buffer's
-	// bytes there stay canaries unless the late packet wrote them; its
-	// packets on the late packet's channel fence it.
-	e.im.set(dropPacket(6), false)
-	send(t, sq, smr, size, 3)
-	waitFor(t, "next message's chunk 0 and packets 4, 5, 7", next, func() bool { return next.ChunkDone(0) && next.ExpandChunk(1) == 0b1011 })
-	if got := next.ExpandChunk(1); got != 0b1011 || next.CompleteChunks() != 1 {
-		t.Errorf("late packet counted for the slot's next message: chunk 1 mask %04b", got)
-	}
-	if err := next.Complete(); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(rbuf[6*mtu:7*mtu], bytes.Repeat([]byte{0xCA}, mtu)) {
-		t.Error("a packet after Complete wrote into the completed buffer")
-	}
-	if !bytes.Equal(rbuf[2*size+6*mtu:2*size+7*mtu], bytes.Repeat([]byte{0xCA}, mtu)) {
-		t.Error("a late packet wrote into the slot's next buffer")
-	}
-	if !bytes.Equal(rbuf[2*size:2*size+6*mtu], src[:6*mtu]) || !bytes.Equal(rbuf[2*size+7*mtu:3*size], src[7*mtu:]) {
-		t.Error("the slot's next message is corrupted")
-	}
-}
-
 func testStreaming(t *testing.T, e *env) {
 	sq, rq, sctx, rctx := e.pair(defaultAttr(), 2)
 	const size = 6 * chunkSize
