@@ -82,9 +82,9 @@ func (r *ReceiverEngine) packetFrontier(x *recvXfer) int {
 }
 
 // viewsPackets reports whether the packet view shows x's chunks packet
-// by packet (they have 2 to 64 packets).
+// by packet (they have 2 to chunk.MaxPackets packets).
 func (r *ReceiverEngine) viewsPackets(x *recvXfer) bool {
-	return r.packetView != nil && x.packetsOf(0) > 1 && x.packetsOf(0) <= 64
+	return r.packetView != nil && x.packetsOf(0) > 1 && x.packetsOf(0) <= chunk.MaxPackets
 }
 
 // reportPartial tells an SR-RTO sender which packets the chunks missing

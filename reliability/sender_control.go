@@ -212,7 +212,7 @@ func (s *SenderEngine) resendImm(x *sendXfer) {
 	packets := min(immPackets, (x.plan.Length+x.plan.MTU-1)/x.plan.MTU)
 	for c := 0; c*perChunk < packets; c++ {
 		n := min(perChunk, packets-c*perChunk)
-		if perChunk == 1 || perChunk > 64 {
+		if perChunk == 1 || perChunk > chunk.MaxPackets {
 			s.sendData(x, Data, c, 1, false, true)
 			x.stats.Retransmitted++
 			continue
