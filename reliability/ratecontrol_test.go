@@ -480,16 +480,16 @@ func TestStartupWindow(t *testing.T) {
 	if got := s.rc.startupInflight(); got < limit*0.999 || got > limit*1.001 {
 		t.Fatalf("bound %v chunks, want %v", got, limit)
 	}
-	s.released, s.firstAcked = 100, 8
+	s.released, s.window.firstAcked = 100, 8
 	if !s.windowFull(&sendXfer{}) {
 		t.Errorf("92 chunks in flight, bound %.1f: want the window full", limit)
 	}
-	s.firstAcked = 9 // a later chunk was acknowledged
+	s.window.firstAcked = 9 // a later chunk was acknowledged
 	if s.windowFull(&sendXfer{}) {
 		t.Errorf("91 in flight: want room")
 	}
 	s.rc.recent[1] = 1e6 // a slow path: the bound is two initial windows
-	s.released, s.firstAcked = 31, 0
+	s.released, s.window.firstAcked = 31, 0
 	if s.windowFull(&sendXfer{}) {
 		t.Errorf("31 chunks in flight: want room for two initial windows (32)")
 	}
@@ -582,11 +582,11 @@ func TestStartupWindowCountsFirstCopies(t *testing.T) {
 		return p
 	}
 	s.HandleControl(now.Add(time.Millisecond), ackOf(0))
-	if got := s.windowBase(); got != 10 {
+	if got := s.window.base(); got != 10 {
 		t.Errorf("an ACK of chunk 0, released as 10 and again as 90: window at %d, want 10", got)
 	}
 	s.HandleControl(now.Add(2*time.Millisecond), ackOf(1))
-	if got := s.windowBase(); got != 40 {
+	if got := s.window.base(); got != 40 {
 		t.Errorf("an ACK of chunk 1, sent once as number 40: window at %d, want 40", got)
 	}
 }

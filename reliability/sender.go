@@ -48,20 +48,9 @@ type SenderEngine struct {
 	// rateAnnounced says an ActRate went out.
 	rateAnnounced bool
 
-	// Startup's window (sender_window.go).
-
-	// firstAcked is the newest first release number
-	// (sendXfer.firstOrder) of a chunk an ACK covered: what was released
-	// before it has left the window.
-	firstAcked uint64
-	// finishedOrder is the newest release number of a finished transfer:
-	// what was released before it has left the window too.
-	finishedOrder uint64
-	// windowMoved is when the window last moved or a transfer started.
-	windowMoved time.Time
-	// windowOpen is set once the window has not moved for a timeout: it
-	// then holds nothing back until it moves again.
-	windowOpen bool
+	// window is startup's bound on first passes in flight
+	// (sender_window.go).
+	window startupWindow
 
 	// Liveness and timers (sender_liveness.go, sender_repair.go).
 
@@ -253,7 +242,7 @@ func (s *SenderEngine) Deadline() (time.Time, bool) {
 	case s.rc.fixed || len(s.repairs)+len(s.fresh) == 0:
 	case s.freshHeld():
 		// A full window waits for an ACK, or a timeout without one.
-		consider(s.windowMoved.Add(s.timeout()))
+		consider(s.window.moved.Add(s.timeout()))
 	case s.measured:
 		consider(s.wireFree.Add(-paceHorizon))
 	default:
@@ -336,7 +325,7 @@ func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
 		x.lastFlight = make([]uint32, x.chunks)
 	}
 	s.active[id] = x
-	s.windowMoved, s.windowOpen = now, false
+	s.window.restart(now)
 	s.inFlight += plan.Length + plan.ParityLen()
 	s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan})
 	if s.trace != nil {
@@ -418,7 +407,7 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 	// Its chunks are no longer in flight (a completing ACK need not cover
 	// them one by one): without this, transfers shorter than the window
 	// left their chunks counted, and the window closed for good.
-	s.finishedOrder = max(s.finishedOrder, x.lastReleased)
+	s.window.finished = max(s.window.finished, x.lastReleased)
 	s.inFlight -= x.plan.Length + x.plan.ParityLen()
 	x.stats.End = now
 	x.stats.PacingRate, x.stats.SRTT, x.stats.RTO = s.rc.rate, s.rtt.srtt, s.rtt.rto

@@ -123,7 +123,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	x.stats.ACKs++
 	ackedBefore := x.ackedN
 	var newest uint64 // the release number of the newest chunk this ACK covers first that was sent once
-	window := s.windowBase()
+	window := s.window.base()
 	cum := min(int(m.Cumulative), x.chunks)
 	for w := x.firstUnacked() / 64; 64*w < cum; w++ {
 		newest = max(newest, s.ackWord(x, w, chunk.LowBits(cum-64*w)))
@@ -143,8 +143,8 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 		x.lastNewAck = now
 		s.heardProgress(now)
 	}
-	if s.windowBase() > window {
-		s.windowMoved, s.windowOpen = now, false
+	if s.window.base() > window {
+		s.window.restart(now)
 	}
 	var sample time.Duration
 	if at, ok := s.departed(newest); newest > 0 && ok {
@@ -182,7 +182,7 @@ func (s *SenderEngine) ackWord(x *sendXfer, w int, set uint64) uint64 {
 	}
 	again := fresh & x.resent[w]
 	for f := again; f != 0; f &= f - 1 {
-		s.firstAcked = max(s.firstAcked, x.firstOrder(64*w+bits.TrailingZeros64(f)))
+		s.window.firstAcked = max(s.window.firstAcked, x.firstOrder(64*w+bits.TrailingZeros64(f)))
 	}
 	once := fresh &^ again
 	var newest uint64
@@ -193,7 +193,7 @@ func (s *SenderEngine) ackWord(x *sendXfer, w int, set uint64) uint64 {
 	}
 	s.arrived += uint64(bits.OnesCount64(once))
 	s.passed = max(s.passed, newest)
-	s.firstAcked = max(s.firstAcked, newest)
+	s.window.firstAcked = max(s.window.firstAcked, newest)
 	return newest
 }
 
