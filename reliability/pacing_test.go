@@ -281,3 +281,65 @@ func TestFirstPassDuration(t *testing.T) {
 		t.Errorf("FirstPass %v, want %v (%d chunks of 1 KiB at %g bit/s)", st.FirstPass, want, chunks, rate)
 	}
 }
+
+// TestLostRoundPingRetried: the PING a round sends for its round-trip
+// sample is sent again when its PONG has not come back within two round
+// trips (it was lost), not left until an ACK or a flight's timer; an
+// answered one is not.
+func TestLostRoundPingRetried(t *testing.T) {
+	const rtt = 10 * time.Millisecond
+	a := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: rtt}})
+	pings := func(acts []reliability.Action) []uint64 {
+		var seqs []uint64
+		for _, x := range acts {
+			var m control.Message
+			if x.Kind == reliability.ActControl && m.Decode(x.Datagram) == nil && m.Type == control.Ping {
+				seqs = append(seqs, m.Transfer)
+			}
+		}
+		return seqs
+	}
+	first := pings(a.startSR(4096))
+	if len(first) != 1 {
+		t.Fatalf("PINGs before the first chunk: %v, want one", first)
+	}
+	a.now = a.now.Add(rtt)
+	a.control(control.Message{Type: control.Pong, Transfer: first[0]}) // the round starts here
+	var sent []time.Time                                                // the round's PINGs, none answered
+	for a.now.Before(time.Unix(1000, 0).Add(8 * rtt)) {
+		for range pings(a.drain()) {
+			sent = append(sent, a.now)
+		}
+		a.runTimer()
+	}
+	for range pings(a.drain()) {
+		sent = append(sent, a.now)
+	}
+	if len(sent) < 2 {
+		t.Fatalf("the round's PINGs at %v (none answered): want one at its start and another within two round trips", sent)
+	}
+	if gap := sent[1].Sub(sent[0]); gap > 2*rtt+time.Millisecond {
+		t.Errorf("an unanswered round PING was sent again after %v, want 2 round trips (%v)", gap, 2*rtt)
+	}
+
+	// Answered, the round's PING is not repeated within the round.
+	b := newSenderAlone(t, reliability.SenderConfig{Config: reliability.Config{RTT: rtt}})
+	first = pings(b.startSR(4096))
+	b.now = b.now.Add(rtt)
+	b.control(control.Message{Type: control.Pong, Transfer: first[0]})
+	roundPing := pings(b.drain())
+	for len(roundPing) == 0 {
+		b.runTimer()
+		roundPing = pings(b.drain())
+	}
+	b.now = b.now.Add(rtt)
+	b.control(control.Message{Type: control.Pong, Transfer: roundPing[0]})
+	b.drain()
+	until := b.now.Add(rtt / 2)
+	for b.now.Before(until) {
+		b.runTimer()
+		if p := pings(b.drain()); len(p) > 0 {
+			t.Fatalf("after the round's PONG another PING went out at +%v", b.now.Sub(until.Add(-rtt/2)))
+		}
+	}
+}

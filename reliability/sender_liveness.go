@@ -5,6 +5,7 @@
 package reliability
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -129,14 +130,22 @@ func (s *SenderEngine) pingForRTT(now time.Time) {
 
 // pingDue returns when pingForRTT pings next (rateControl.sampleDue), if
 // it will: once per due moment (a PING at or after it answers it), while
-// a transfer is under way.
+// a transfer is under way — and again if that PING's PONG has not come
+// back within two round trips: it was lost, and without a sample the
+// round would wait for an ACK or a flight's timer.
 func (s *SenderEngine) pingDue() (time.Time, bool) {
 	if len(s.active) == 0 || s.live.gone != nil {
 		return time.Time{}, false
 	}
 	due, ok := s.rc.sampleDue(s.rtt.srtt)
-	if !ok || !s.pings.last().Before(due) {
+	if !ok {
 		return time.Time{}, false
+	}
+	if last := s.pings.last(); !last.Before(due) {
+		if !s.pongedSent.Before(last) {
+			return time.Time{}, false // answered
+		}
+		due = last.Add(2 * cmp.Or(max(s.rtt.srtt, s.rc.floor), s.cfg.RTT))
 	}
 	return due, true
 }
