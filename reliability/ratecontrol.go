@@ -134,6 +134,9 @@ type rateControl struct {
 	// resume is SenderConfig.Resume until the first round trip has
 	// been measured (onRTT).
 	resume PathState
+	// resumed says the rate is resume's and no round has delivered
+	// anything since.
+	resumed bool
 	// why names the branch that set the rate last, and lastDelivered
 	// the round's delivery sample it saw: for the trace.
 	why           string
@@ -257,7 +260,7 @@ func (rc *rateControl) onRTT(now time.Time, sample time.Duration) bool {
 		if sample < 2*resume.MinRTT && 2*sample > resume.MinRTT {
 			// The path the last connection measured: skip startup, at
 			// its rate, probing up slowly near it as after a cut.
-			rc.startup = false
+			rc.startup, rc.resumed = false, true
 			rc.rate, rc.ceiling = rc.clamp(resume.Rate), resume.Rate
 			rc.why = "resumed: the last connection's rate"
 			return rc.rate != old
@@ -269,9 +272,12 @@ func (rc *rateControl) onRTT(now time.Time, sample time.Duration) bool {
 }
 
 // sustained is the rate the path sustained after startup (0: startup or
-// its drain has not ended): what a later connection may resume at.
+// its drain has not ended, or a resumed rate no round has measured the
+// path at yet): what a later connection may resume at. A resumed rate is
+// not handed on unconfirmed, so a chain of connections that deliver
+// nothing cannot keep an old one alive.
 func (rc *rateControl) sustained() float64 {
-	if rc.fixed || rc.startup || rc.draining {
+	if rc.fixed || rc.startup || rc.draining || rc.resumed {
 		return 0
 	}
 	return rc.rate
@@ -481,6 +487,9 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		// (BBR's application-limited samples), never lower it.
 		rc.recent = [3]float64{delivered, rc.recent[0], rc.recent[1]}
 		rc.recentSpan = [3]time.Duration{span, rc.recentSpan[0], rc.recentSpan[1]}
+	}
+	if delivered > 0 {
+		rc.resumed = false // this connection's own rate now
 	}
 	rc.newRound(now, passed, arrived)
 	return rc.rate != old

@@ -1,6 +1,8 @@
 package reliability
 
 import (
+	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -742,5 +744,31 @@ func TestRateControlCountsPacketRepairsAsPackets(t *testing.T) {
 	t.Logf("delivered %.1f Mbit/s, want %.1f", rc.recent[0]/1e6, want/1e6)
 	if rc.recent[0] > 1.01*want || rc.recent[0] < 0.99*want {
 		t.Errorf("delivered %.1f Mbit/s, want %.1f: the repairs counted as whole chunks", rc.recent[0]/1e6, want/1e6)
+	}
+}
+
+// TestRateControlResume: a first round trip within a factor of two of
+// the remembered one skips startup at the remembered rate, which is not
+// handed on as this connection's own until a round has delivered; a
+// round trip four times as long starts cold; an infinite rate is refused.
+func TestRateControlResume(t *testing.T) {
+	now := time.Unix(1000, 0)
+	remembered := PathState{Rate: 1e9, MinRTT: 10 * time.Millisecond}
+	rc := newRateControl(&Config{ChunkSize: 4096, MTU: 1024, RTT: 10 * time.Millisecond}, remembered)
+	if !rc.onRTT(now, 12*time.Millisecond) || rc.startup || rc.rate != 1e9 || rc.why != "resumed: the last connection's rate" {
+		t.Fatalf("after a 12 ms round trip: rate %.0f, startup %v (%s); want 1 Gbit/s resumed", rc.rate, rc.startup, rc.why)
+	}
+	if got := rc.sustained(); got != 0 {
+		t.Errorf("a resumed rate no round confirmed is handed on as sustained: %.0f", got)
+	}
+	cold := newRateControl(&Config{ChunkSize: 4096, MTU: 1024, RTT: 10 * time.Millisecond}, remembered)
+	cold.onRTT(now, 40*time.Millisecond)
+	if !cold.startup || cold.rate != cold.firstRate() {
+		t.Errorf("after a 40 ms round trip: rate %.0f, startup %v (%s); want a cold start at %.0f", cold.rate, cold.startup, cold.why, cold.firstRate())
+	}
+	for _, bad := range []PathState{{Rate: math.Inf(1), MinRTT: time.Millisecond}, {Rate: math.NaN()}, {Rate: -1}, {MinRTT: -1}} {
+		if _, err := NewSenderEngine(SenderConfig{Config: Config{ChunkSize: 4096, MTU: 1024}, Resume: bad}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Resume %+v: %v, want ErrInvalid", bad, err)
+		}
 	}
 }

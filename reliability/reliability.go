@@ -44,6 +44,7 @@ package reliability
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sdr-rdma/sdr/reliability/ec"
@@ -272,7 +273,7 @@ func (c *SenderConfig) setDefaults() error {
 	if c.Window == 0 {
 		c.Window = DefaultWindow
 	}
-	if c.Window < 1 || c.MaxInFlightBytes < 0 || !(c.Resume.Rate >= 0) || c.Resume.MinRTT < 0 {
+	if c.Window < 1 || c.MaxInFlightBytes < 0 || !(c.Resume.Rate >= 0) || math.IsInf(c.Resume.Rate, 1) || c.Resume.MinRTT < 0 {
 		return fmt.Errorf("reliability: window %d, %d B in flight: %w", c.Window, c.MaxInFlightBytes, ErrInvalid)
 	}
 	return nil

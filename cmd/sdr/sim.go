@@ -78,7 +78,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.json, "json", false, "print JSON instead of the Markdown table")
 	fs.BoolVar(&f.Backoff, "backoff", false, "let the engines double repeated timeouts (their default on real links; the paper and the models repeat one RTO)")
 	fs.StringVar(&f.shard, "shard", "", "run only shard `i/n` of the points (every n-th from the i-th, 0-based) and write it with -out, for a job array (default: SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT when set)")
-	fs.StringVar(&f.trace, "trace", "", "write every decision of each point's first sample to a JSON Lines file in `directory` (trace-N-SCHEME-SIZE-lossP.jsonl, N the point's number; sdr trace draws one)")
+	fs.StringVar(&f.trace, "trace", "", "write every decision of each point's first sample to a JSON Lines file in `directory` (trace-N-SCHEME-SIZE-lossP.jsonl, N the point's number in the whole run, whichever -shard runs it; sdr trace draws one)")
 	fs.StringVar(&f.merge, "merge", "", "simulate nothing: join the shards' -out `directories` (comma-separated) into the run the same flags describe, as if it had run whole")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -131,8 +131,11 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "sdr sim: -trace: %v\n", err)
 			return exitFault
 		}
+		// The workers report trace files they cannot write while the
+		// progress lines go out.
+		stderr = &lockedWriter{w: stderr}
 		opt.Trace = func(job int, p sim.Point) (reliability.Tracer, func()) {
-			name := fmt.Sprintf("trace-%d-%s-%s-loss%g.jsonl", job+1, traceFileScheme(p.Scheme.String()), units.FormatBytes(p.Size), p.Loss.Rate())
+			name := fmt.Sprintf("trace-%d-%s-%s-loss%g.jsonl", meta[job].Number(), traceFileScheme(p.Scheme.String()), units.FormatBytes(p.Size), p.Loss.Rate())
 			return openTrace("sdr sim", f.trace, name, stderr)
 		}
 	}

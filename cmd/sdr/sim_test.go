@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,7 +186,7 @@ func TestSimShardMerge(t *testing.T) {
 func TestSimTrace(t *testing.T) {
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	args := []string{"sim", "-sizes", "128KiB", "-drops", "1e-2", "-schemes", "sr-nack,ec-xor(8,4)", "-distances", "", "-samples", "2", "-json", "-trace", dir}
+	args := []string{"sim", "-sizes", "128KiB", "-drops", "1e-2", "-schemes", "sr-nack,ec-xor(8,4)", "-distances", "", "-samples", "2", "-trace", dir}
 	if code := run(args, &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -224,5 +225,25 @@ func TestSimTrace(t *testing.T) {
 		if code := run([]string{"trace", "-o", dir, path}, &stdout, &stderr); code != exitOK || !strings.Contains(stderr.String(), "transfer 0 drawn") {
 			t.Errorf("sdr trace %s: exit %d: %s", name, code, stderr.String())
 		}
+	}
+	// Shards number their points as the whole run does: two shards into
+	// one directory write the whole run's files.
+	shardDir := t.TempDir()
+	for i := range 2 {
+		shard := append(slices.Clone(args[:len(args)-1]), shardDir, "-shard", fmt.Sprintf("%d/2", i), "-out", filepath.Join(t.TempDir(), "out"))
+		if code := run(shard, &stdout, &stderr); code != exitOK {
+			t.Fatalf("shard %d: exit %d: %s", i, code, stderr.String())
+		}
+	}
+	entries, err = os.ReadDir(shardDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = names[:0]
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("two shards' trace files %v, want the whole run's %v", names, want)
 	}
 }

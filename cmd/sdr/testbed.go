@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -229,6 +230,18 @@ func traceFiles(dir string, stderr io.Writer) func(link string, size int, scheme
 	}
 }
 
+// lockedWriter serializes writes to w, for writers shared by goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // traceFileScheme is a scheme as a trace file's name carries it:
 // "ec-xor(8,4)" becomes "ec-xor8-4".
 func traceFileScheme(s string) string {
@@ -238,7 +251,7 @@ func traceFileScheme(s string) string {
 // openTrace creates dir/name for one point's engines to trace into and
 // returns the tracer and what closes it. A file that cannot be made, or
 // written, is reported on stderr under cmd's name; its point runs
-// untraced. Safe for concurrent use (sdr sim's workers).
+// untraced. Safe for concurrent use (sdr sim's workers) if stderr is.
 func openTrace(cmd, dir, name string, stderr io.Writer) (reliability.Tracer, func()) {
 	path := filepath.Join(dir, name)
 	file, err := os.Create(path)

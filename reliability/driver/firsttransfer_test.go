@@ -208,6 +208,9 @@ func TestResumedFirstTransfer(t *testing.T) {
 		if reasons := events.reasons(); len(reasons) == 0 || reasons[0] != "resumed: the last connection's rate" {
 			t.Errorf("the second connection's rate changes: %q; want it to resume first", reasons)
 		}
+		if own := second.s.PathState(); own.Rate <= 0 || own.MinRTT <= 0 {
+			t.Errorf("after its transfer the resumed connection hands on %+v: want its own measured rate", own)
+		}
 		if float64(resumed) > float64(warm)/0.9 {
 			t.Errorf("resumed first transfer %v, warm ones %v: more than 1/0.9 of them", resumed, warm)
 		}

@@ -10,8 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sdr-rdma/sdr/link"
 	"github.com/sdr-rdma/sdr/reliability"
+	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/model"
+	"github.com/sdr-rdma/sdr/reliability/scheme"
 )
 
 // Job is a point and how many samples to simulate of it.
@@ -95,11 +98,44 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// sampleSeed derives sample i's seed from the sweep's seed and the point.
-func sampleSeed(seed uint64, p Point, i int) uint64 {
+// sampleSeed derives sample i of a job's seed from the sweep's seed and
+// the job's point (requested, as the job gave it; resolved, with
+// defaults and Auto's choice).
+func sampleSeed(seed uint64, requested, resolved Point, i int) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%+v", p)
+	fmt.Fprintf(h, "%+v", seedKey(requested, resolved))
 	return mix(seed^h.Sum64(), uint64(i))
+}
+
+// seedPoint is the text the samples' seeds hash: a point as it printed
+// before schemes became scheme.Scheme, field for field, so that a seed
+// gives the samples it gave then (docs/sim, docs/allreduce and shards
+// written before reproduce). Code is the point's code, or for a scheme
+// without one, DefaultCode — none for a point that Auto resolved to SR.
+type seedPoint struct {
+	Size        int64
+	Scheme      scheme.Kind
+	Code        ec.Params
+	Bandwidth   float64
+	RTT         time.Duration
+	ChunkSize   int
+	Loss        link.Loss
+	ControlLoss link.Loss
+	Alpha       float64
+	AckDelay    time.Duration
+	Batch       time.Duration
+	Timeout     time.Duration
+	Backoff     bool
+}
+
+func seedKey(requested, p Point) seedPoint {
+	code := p.Scheme.Code
+	if code == (ec.Params{}) && requested.Scheme.Kind != scheme.Auto {
+		code = scheme.DefaultCode
+	}
+	return seedPoint{Size: p.Size, Scheme: p.Scheme.Kind, Code: code, Bandwidth: p.Bandwidth, RTT: p.RTT,
+		ChunkSize: p.ChunkSize, Loss: p.Loss, ControlLoss: p.ControlLoss, Alpha: p.Alpha, AckDelay: p.AckDelay,
+		Batch: p.Batch, Timeout: p.Timeout, Backoff: p.Backoff}
 }
 
 // Sweep simulates every job's samples, in parallel, and summarizes each
@@ -161,7 +197,7 @@ func Sweep(jobs []Job, opt Options) ([]Result, error) {
 				if si == 0 && opt.Trace != nil {
 					tracer, traced = opt.Trace(ji, r.Point)
 				}
-				s, err := RunTraced(r.Point, sampleSeed(opt.Seed, r.Point, si), tracer)
+				s, err := RunTraced(r.Point, sampleSeed(opt.Seed, r.Requested, r.Point, si), tracer)
 				traced()
 				mu.Lock()
 				if err != nil {

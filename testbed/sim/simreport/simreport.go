@@ -61,7 +61,12 @@ type PointMeta struct {
 	scheme     scheme.Scheme
 	drop       float64
 	distanceKm float64
+	number     int // the point's place in the whole run, from 1
 }
+
+// Number is the point's place in the whole run (Jobs' order, from 1),
+// whichever shard runs it.
+func (m PointMeta) Number() int { return m.number }
 
 // Jobs builds the run's jobs from the flags.
 func Jobs(g *Grid) ([]sim.Job, []PointMeta, error) {
@@ -129,7 +134,7 @@ func Jobs(g *Grid) ([]sim.Job, []PointMeta, error) {
 			return err
 		}
 		jobs = append(jobs, sim.Job{Point: p, Samples: samplesFor(size)})
-		meta = append(meta, PointMeta{sweep: sweep, scheme: sc, drop: drop, distanceKm: km})
+		meta = append(meta, PointMeta{sweep: sweep, scheme: sc, drop: drop, distanceKm: km, number: len(meta) + 1})
 		return nil
 	}
 	gridKm := g.RTT.Seconds() / 2 * link.FibreSpeed
