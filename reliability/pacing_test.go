@@ -305,7 +305,7 @@ func TestLostRoundPingRetried(t *testing.T) {
 	}
 	a.now = a.now.Add(rtt)
 	a.control(control.Message{Type: control.Pong, Transfer: first[0]}) // the round starts here
-	var sent []time.Time                                                // the round's PINGs, none answered
+	var sent []time.Time                                               // the round's PINGs, none answered
 	for a.now.Before(time.Unix(1000, 0).Add(8 * rtt)) {
 		for range pings(a.drain()) {
 			sent = append(sent, a.now)
