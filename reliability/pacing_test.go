@@ -304,8 +304,9 @@ func TestLostRoundPingRetried(t *testing.T) {
 		t.Fatalf("PINGs before the first chunk: %v, want one", first)
 	}
 	a.now = a.now.Add(rtt)
-	a.control(control.Message{Type: control.Pong, Transfer: first[0]}) // the round starts here
-	var sent []time.Time                                               // the round's PINGs, none answered
+	// The round starts at this PONG; none of its PINGs is answered.
+	a.control(control.Message{Type: control.Pong, Transfer: first[0]})
+	var sent []time.Time
 	for a.now.Before(time.Unix(1000, 0).Add(8 * rtt)) {
 		for range pings(a.drain()) {
 			sent = append(sent, a.now)
