@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sdr-rdma/sdr/reliability"
 	"github.com/sdr-rdma/sdr/testbed/sim/simreport"
 )
 
@@ -190,29 +189,14 @@ func TestSimTrace(t *testing.T) {
 	if code := run(args, &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
+	names := dirNames(t, dir)
 	want := []string{"trace-1-sr-nack-128KiB-loss0.01.jsonl", "trace-2-ec-xor8-4-128KiB-loss0.01.jsonl"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("trace files %v, want %v", names, want)
 	}
 	for _, name := range names {
 		path := filepath.Join(dir, name)
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		events, err := reliability.ReadTrace(f)
-		f.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		events := readTraceFile(t, path)
 		count := map[string]int{}
 		for _, e := range events {
 			count[e.Side+" "+string(e.Kind)]++
@@ -235,15 +219,7 @@ func TestSimTrace(t *testing.T) {
 			t.Fatalf("shard %d: exit %d: %s", i, code, stderr.String())
 		}
 	}
-	entries, err = os.ReadDir(shardDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	names = names[:0]
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	if !slices.Equal(names, want) {
+	if names := dirNames(t, shardDir); !slices.Equal(names, want) {
 		t.Errorf("two shards' trace files %v, want the whole run's %v", names, want)
 	}
 }

@@ -309,28 +309,13 @@ func TestTestbedTrace(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
+	names := dirNames(t, dir)
 	want := []string{"trace-1-sr-nack-64KiB.jsonl", "trace-2-ec-xor8-4-64KiB.jsonl"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("trace files %v, want %v", names, want)
 	}
 	for _, name := range names {
-		f, err := os.Open(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		events, err := reliability.ReadTrace(f)
-		f.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		events := readTraceFile(t, filepath.Join(dir, name))
 		count := map[string]int{}
 		for _, e := range events {
 			if e.Kind == reliability.TraceStart || e.Kind == reliability.TraceComplete {
@@ -343,4 +328,33 @@ func TestTestbedTrace(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dirNames lists the names in dir, sorted.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// readTraceFile reads the trace in the file at path.
+func readTraceFile(t *testing.T, path string) []reliability.TraceEvent {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	events, err := reliability.ReadTrace(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return events
 }
