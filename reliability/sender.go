@@ -39,12 +39,7 @@ type SenderEngine struct {
 	// arrived counts the chunks sent once that an ACK covered.
 	arrived uint64
 	// departures are the recent runs' departures, for round-trip samples.
-	departures []departure
-	// work is the chunks' worth of packets released so far
-	// (departure.work).
-	work float64
-	// forgotten is the release count below which departures are gone.
-	forgotten uint64
+	departures departureLog
 	// rateAnnounced says an ActRate went out.
 	rateAnnounced bool
 

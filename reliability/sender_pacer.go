@@ -34,6 +34,49 @@ type departure struct {
 	work float64
 }
 
+// departureLog is when the recent runs of released chunks left, which
+// round-trip samples and the rate control's delivery read. Its state is
+// its sender engine's.
+type departureLog struct {
+	runs      []departure // the recent runs, oldest first
+	work      float64     // chunks' worth of packets released so far
+	forgotten uint64      // the release count at or below which runs are gone
+}
+
+// record notes that chunks through release count upTo, work chunks'
+// worth of packets more, left at now: one run per instant, so that a
+// sample answers alike for every chunk of it.
+func (l *departureLog) record(now time.Time, upTo uint64, work float64) {
+	l.work += work
+	if k := len(l.runs); k > 0 && l.runs[k-1].at.Equal(now) {
+		l.runs[k-1].upTo, l.runs[k-1].work = upTo, l.work
+		return
+	}
+	l.runs = append(l.runs, departure{upTo: upTo, at: now, work: l.work})
+}
+
+// forget drops the runs that left before keep, but the newest.
+func (l *departureLog) forget(keep time.Time) {
+	i := 0
+	for i < len(l.runs)-1 && l.runs[i].at.Before(keep) {
+		i++
+	}
+	if i > 0 {
+		l.forgotten = l.runs[i-1].upTo
+		l.runs = l.runs[i:]
+	}
+}
+
+// run returns the departure of the run that released chunk order, false
+// when it is forgotten or not released yet.
+func (l *departureLog) run(order uint64) (departure, bool) {
+	i := sort.Search(len(l.runs), func(i int) bool { return l.runs[i].upTo >= order })
+	if i == len(l.runs) || order <= l.forgotten {
+		return departure{}, false
+	}
+	return l.runs[i], true
+}
+
 // Pacer constants.
 const (
 	// paceHorizon is how far ahead of now the injection clock may run:
@@ -71,7 +114,7 @@ func (s *SenderEngine) rateNews(now time.Time, sample time.Duration) {
 		// for its credit): the round says what the sender offered.
 		s.rc.idle()
 	}
-	if d, ok := s.departedRun(s.passed); ok && s.passed > 0 {
+	if d, ok := s.departures.run(s.passed); ok && s.passed > 0 {
 		// Through the passed chunk: its run's work less the whole chunks
 		// released after it in the run (only a run of one is a repair of
 		// packets).
@@ -245,22 +288,9 @@ func (s *SenderEngine) handOver(now time.Time, x *sendXfer, n int, work float64)
 	}
 	// A run leaves within a quantum of its release (the NIC paces it at
 	// the rate, or sends it at once): round-trip samples count from now.
-	s.work += work
-	if k := len(s.departures); k > 0 && s.departures[k-1].at.Equal(now) {
-		s.departures[k-1].upTo, s.departures[k-1].work = s.released+uint64(n), s.work // one run per instant: departed answers alike
-	} else {
-		s.departures = append(s.departures, departure{upTo: s.released + uint64(n), at: now, work: s.work})
-	}
+	s.departures.record(now, s.released+uint64(n), work)
 	// Departures older than any round trip still to be sampled go.
-	keep := now.Add(-max(8*s.rtt.rto, time.Second))
-	i := 0
-	for i < len(s.departures)-1 && s.departures[i].at.Before(keep) {
-		i++
-	}
-	if i > 0 {
-		s.forgotten = s.departures[i-1].upTo
-		s.departures = s.departures[i:]
-	}
+	s.departures.forget(now.Add(-max(8*s.rtt.rto, time.Second)))
 }
 
 // numberReleases gives data chunks [first, first+n) of x the release numbers
@@ -289,16 +319,6 @@ func (x *sendXfer) firstOrder(i int) uint64 {
 // departed returns when the chunk released as number order left (false
 // when it is too old to tell).
 func (s *SenderEngine) departed(order uint64) (time.Time, bool) {
-	d, ok := s.departedRun(order)
+	d, ok := s.departures.run(order)
 	return d.at, ok
-}
-
-// departedRun returns the departure of the run that released chunk
-// order, false when it is forgotten.
-func (s *SenderEngine) departedRun(order uint64) (departure, bool) {
-	i := sort.Search(len(s.departures), func(i int) bool { return s.departures[i].upTo >= order })
-	if i == len(s.departures) || order <= s.forgotten {
-		return departure{}, false
-	}
-	return s.departures[i], true
 }
