@@ -80,7 +80,8 @@ generate-check: ## the committed XDP object is what its C source compiles to
 	@git diff --exit-code --stat -- ebpf/steer_bpfel.go ebpf/steer_bpfel.o || { echo "ebpf: committed bpf2go output is stale: run go generate ./ebpf"; exit 1; }
 
 unit: ## go test -race over every package
-	$(GO) test -race -count=1 ./...
+	@echo "$(GO) test -race -count=1 ./..."; start=$$(date +%s); \
+	$(GO) test -race -count=1 ./...; rc=$$?; echo "unit: $$(($$(date +%s) - start)) s"; exit $$rc
 
 # A short run of every fuzz target on top of its committed corpus
 # (testdata/fuzz); go test -fuzz accepts one target per run. The budget is
@@ -92,12 +93,12 @@ unit: ## go test -race over every package
 # A target may name its own count as a third field (pkg:Target:count), for
 # fuzzers whose every execution runs a whole device pair.
 fuzz: ## a short run of every fuzz target over its corpus
-	@for pt in $(FUZZ_TARGETS); do \
+	@start=$$(date +%s); for pt in $(FUZZ_TARGETS); do \
 	  pkg=$${pt%%:*}; rest=$${pt#*:}; t=$${rest%%:*}; n=$(FUZZTIME); \
 	  case $$rest in *:*) n=$${rest#*:};; esac; \
 	  echo "fuzz $$pkg $$t for $$n"; \
 	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $$n -fuzzminimizetime 100x ./$$pkg || exit 1; \
-	done
+	done; echo "fuzz: $$(($$(date +%s) - start)) s"
 
 # emunic against Linux Soft-RoCE in a Debian guest under qemu (root; the
 # guest is built once from Debian's archive into INTEROP_CACHE, ~3 min).
