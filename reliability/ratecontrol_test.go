@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -770,5 +771,40 @@ func TestRateControlResume(t *testing.T) {
 		if _, err := NewSenderEngine(SenderConfig{Config: Config{ChunkSize: 4096, MTU: 1024}, Resume: bad}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Resume %+v: %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// BenchmarkManyFlows runs 16, 64 and 128 flows of the fluid model into
+// one 2 Gbit/s, 10 ms bottleneck with an 8 MB queue, joining 5 ms apart,
+// and reports what they delivered of the link over the last 2 s of 3 and
+// the megabytes the queue dropped meanwhile: the measure of the
+// controller's many-flow behaviour (its target queue and its floor rule
+// let many slow flows overflow the queue), for the change that fixes it.
+//
+//	go test -run '^$' -bench ManyFlows -benchtime 1x ./reliability/
+func BenchmarkManyFlows(b *testing.B) {
+	for _, n := range []int{16, 64, 128} {
+		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
+			var share, dropped float64
+			for range b.N {
+				bn := newBottleneck(2e9, 10*time.Millisecond, 8e6*8)
+				flows := make([]*fluidFlow, n)
+				for i := range flows {
+					flows[i] = bn.add()
+					bn.run(5 * time.Millisecond)
+				}
+				bn.run(time.Second)
+				before := bn.dropped
+				bn.run(2 * time.Second)
+				total := 0.0
+				for _, f := range flows {
+					total += bn.deliveredSince(f, 2*time.Second)
+				}
+				share += total / bn.rate
+				dropped += (bn.dropped - before) / 8e6
+			}
+			b.ReportMetric(share/float64(b.N), "link-share")
+			b.ReportMetric(dropped/float64(b.N), "dropped-MB")
+		})
 	}
 }
