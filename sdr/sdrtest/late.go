@@ -6,6 +6,7 @@ package sdrtest
 
 import (
 	"bytes"
+	"context"
 	"testing"
 
 	"github.com/sdr-rdma/sdr/sdr"
@@ -116,7 +117,8 @@ func testLateWindowEdge(t *testing.T, e *env) {
 		}
 		return 1, false
 	}, false)
-	if _, err := sq.PostSend(sdr.SendRequest{MR: oldSrcMR, Length: size}); err != nil {
+	sent0, err := sq.PostSend(sdr.SendRequest{MR: oldSrcMR, Length: size})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "message 0 but packet 6", h0, func() bool { return h0.ChunkDone(0) && h0.ExpandChunk(1) == 0b1011 })
@@ -124,18 +126,26 @@ func testLateWindowEdge(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	e.im.set(nil, false)
-	// Messages 1 .. W-5 pass through one scratch buffer.
+	// Messages 1 .. W-5 pass through one scratch buffer. Each send is
+	// waited for as well as its receive: the receive can be done before
+	// the sender has counted its send complete, and the four sends below
+	// need every one of the QP's four open messages (a loaded machine
+	// refused the fourth with ErrRetry).
 	for n := 1; n <= w-5; n++ {
 		h, err := rq.PostRecv(scratchMR, 0, size)
 		if err != nil {
 			t.Fatalf("message %d: %v", n, err)
 		}
-		if _, err := sq.PostSend(sdr.SendRequest{MR: newSrcMR, Length: size}); err != nil {
+		sent, err := sq.PostSend(sdr.SendRequest{MR: newSrcMR, Length: size})
+		if err != nil {
 			t.Fatalf("message %d: %v", n, err)
 		}
 		waitFor(t, "an intermediate message", h, h.Done)
 		if err := h.Complete(); err != nil {
 			t.Fatal(err)
+		}
+		if err := sent.Wait(context.Background()); err != nil {
+			t.Fatalf("message %d's send: %v", n, err)
 		}
 	}
 	// Messages W-4 .. W-1 fill every slot; the late packet comes back
@@ -150,6 +160,9 @@ func testLateWindowEdge(t *testing.T, e *env) {
 	}
 	if err := e.im.release(true); err != nil {
 		t.Fatal(err)
+	}
+	if err := sent0.Wait(context.Background()); err != nil { // its stream closed, as every other's
+		t.Fatalf("message 0's send: %v", err)
 	}
 	e.im.set(dropPacket(6), false)
 	for range 4 {
