@@ -150,8 +150,6 @@ func (p Point) withDefaults() (Point, error) {
 	switch {
 	case p.Size <= 0 || p.Size > 1<<40:
 		return p, fmt.Errorf("sim: size %d B: %w", p.Size, ErrInvalid)
-	case p.Scheme.Validate() != nil:
-		return p, fmt.Errorf("sim: %w: %w", ErrInvalid, p.Scheme.Validate())
 	case !(p.Bandwidth > 0) || math.IsInf(p.Bandwidth, 1) || p.RTT <= 0 || p.ChunkSize <= 0:
 		return p, fmt.Errorf("sim: link of %g bit/s, RTT %v, %d-B chunks: %w", p.Bandwidth, p.RTT, p.ChunkSize, ErrInvalid)
 	case p.Alpha < 0 || p.AckDelay < 0 || p.Batch < 0 || p.Timeout < 0:
@@ -161,6 +159,9 @@ func (p Point) withDefaults() (Point, error) {
 		if err := l.Validate(); err != nil {
 			return p, fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 		}
+	}
+	if err := p.Scheme.Validate(); err != nil {
+		return p, fmt.Errorf("sim: %w: %w", ErrInvalid, err)
 	}
 	if p.Scheme.Kind == scheme.Auto {
 		c, err := model.Choose(p.ModelLink(), p.Size)
