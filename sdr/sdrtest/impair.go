@@ -160,6 +160,17 @@ func (q *impairedQP) Write(w *backend.Write) error {
 	return nil
 }
 
+// holdPacket returns a policy that holds packet pkt of every message
+// back for a release and delivers the rest once.
+func holdPacket(pkt int) func(slot, pkt int) (int, bool) {
+	return func(_, p int) (int, bool) {
+		if p == pkt {
+			return 0, true
+		}
+		return 1, false
+	}
+}
+
 // dropPacket returns a policy that drops the listed packets of every
 // message and delivers the rest once.
 func dropPacket(pkts ...int) func(slot, pkt int) (int, bool) {

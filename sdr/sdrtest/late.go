@@ -32,12 +32,7 @@ func testLatePackets(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	// Hold back packet 6 (chunk 1) of the first message.
-	e.im.set(func(slot, pkt int) (int, bool) {
-		if pkt == 6 {
-			return 0, true
-		}
-		return 1, false
-	}, false)
+	e.im.set(holdPacket(6), false)
 	send(t, sq, smr, size, 1)
 	waitFor(t, "chunk 0 and packets 4, 5, 7", old, func() bool { return old.ChunkDone(0) && old.ExpandChunk(1) == 0b1011 })
 	if err := old.Complete(); err != nil {
@@ -111,12 +106,7 @@ func testLateWindowEdge(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.im.set(func(slot, pkt int) (int, bool) {
-		if pkt == 6 {
-			return 0, true
-		}
-		return 1, false
-	}, false)
+	e.im.set(holdPacket(6), false)
 	sent0, err := sq.PostSend(sdr.SendRequest{MR: oldSrcMR, Length: size})
 	if err != nil {
 		t.Fatal(err)
