@@ -230,11 +230,11 @@ func (a *QPAttr) setDefaults() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("sdr: QP attributes: "+format+": %w", append(args, ErrInvalid)...)
 	}
-	switch {
+	switch chunkErr := chunk.Check(a.ChunkSize, a.MTU); {
 	case a.MTU != 256 && a.MTU != 512 && a.MTU != 1024 && a.MTU != 2048 && a.MTU != 4096:
 		return bad("MTU %d", a.MTU)
-	case chunk.Check(a.ChunkSize, a.MTU) != nil:
-		return bad("%v", chunk.Check(a.ChunkSize, a.MTU))
+	case chunkErr != nil:
+		return bad("%v", chunkErr)
 	case !a.Send && !a.Recv:
 		return bad("neither send nor receive enabled")
 	case a.ImmLayout.Validate() != nil:

@@ -216,11 +216,11 @@ func (s *Scenario) Validate() error {
 	if err := s.Code.Validate(); err != nil {
 		return errors.Join(ErrInvalid, err)
 	}
-	switch {
+	switch chunkErr := chunk.Check(s.ChunkSize, s.MTU); {
 	case s.MTU != 256 && s.MTU != 512 && s.MTU != 1024 && s.MTU != 2048 && s.MTU != 4096:
 		return bad("MTU %d is not an RoCE MTU (256 … 4096)", s.MTU)
-	case chunk.Check(s.ChunkSize, s.MTU) != nil:
-		return bad("%v", chunk.Check(s.ChunkSize, s.MTU))
+	case chunkErr != nil:
+		return bad("%v", chunkErr)
 	case s.Channels < 1 || s.Channels > 64:
 		return bad("channels %d outside 1 … 64", s.Channels)
 	case s.Timeout <= 0:

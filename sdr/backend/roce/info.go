@@ -93,15 +93,15 @@ func ParseInfo(blob []byte) (*Info, error) {
 	if err != nil {
 		return bad("immediate layout %q", in.Layout)
 	}
-	switch {
+	switch chunkErr := chunk.Check(in.ChunkSize, in.MTU); {
 	case !in.GID.IsValid():
 		return bad("no GID")
 	case uint32(in.PSN) > 0xFFFFFF:
 		return bad("PSN %#x", uint32(in.PSN))
 	case in.MTU != 256 && in.MTU != 512 && in.MTU != 1024 && in.MTU != 2048 && in.MTU != 4096:
 		return bad("MTU %d", in.MTU)
-	case chunk.Check(in.ChunkSize, in.MTU) != nil:
-		return bad("%v", chunk.Check(in.ChunkSize, in.MTU))
+	case chunkErr != nil:
+		return bad("%v", chunkErr)
 	case in.MaxMessages < 1 || in.MaxMessages&(in.MaxMessages-1) != 0 || uint64(in.MaxMessages) > uint64(layout.MaxMessageIDs()):
 		return bad("%d slots", in.MaxMessages)
 	case in.SlotSize <= 0 || in.SlotSize%in.MTU != 0 || uint64(in.SlotSize/in.MTU) > uint64(layout.MaxPackets()):
