@@ -148,17 +148,3 @@ func MustParse(s string) Scheme {
 	}
 	return sc
 }
-
-// MarshalText implements encoding.TextMarshaler (String's form), so a
-// Scheme works with flag.TextVar and JSON.
-func (s Scheme) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler through Parse.
-func (s *Scheme) UnmarshalText(b []byte) error {
-	sc, err := Parse(string(b))
-	if err != nil {
-		return err
-	}
-	*s = sc
-	return nil
-}
