@@ -18,10 +18,12 @@ Capacity planning for the BlueField-3 backend (hwnic/dpa): how many DPA
 threads receive the given rate, from the SDR-RDMA paper's measurements of
 DPA thread time (~0.65 µs per packet, ~0.4 µs per completed chunk; 16
 threads ≈ 15 Mpps at one-packet chunks, 22.9 Mpps at 16-packet chunks),
-and the same with what handler.c adds (window reads and writebacks of host
-memory, the slot lock, each run's window setup), broken down per packet,
+and the same with every window operation handler.c adds (reads, stores,
+writebacks and read-invalidates of host memory, window configurations),
+the slot lock and the rest of each handler run, broken down per packet,
 with the messages that must arrive at once because a slot's packets take
-its lock one at a time. Guessed parameters are marked.
+its lock one at a time. Each parameter is printed with its source, the
+guesses marked.
 Sizes take B, KiB, MiB suffixes.
 
 doctor walks the BlueField-3 backend's bring-up in order (device and
@@ -50,21 +52,23 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	gbps := fs.Float64("gbps", 400, "target payload rate, Gbit/s")
 	mtu := fs.String("mtu", "4KiB", "payload bytes per packet (the path MTU)")
 	chunk := fs.String("chunk", "64KiB", "chunk size (a multiple of -mtu, at most 64 packets)")
+	msg := fs.String("msg", "1MiB", "message size (a message's first packet and its immediate cost more)")
 	rtt := fs.Duration("rtt", dpa.PCIeRoundTrip, "assumed latency of one read of host memory through a window")
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
 	}
 	m0, errM := parseDPASize(*mtu)
 	c, errC := parseDPASize(*chunk)
-	if errM != nil || errC != nil || fs.NArg() > 0 || *rtt < 0 {
-		fmt.Fprintf(stderr, "sdr dpa plan: bad -mtu %q, -chunk %q or extra arguments %q\n", *mtu, *chunk, fs.Args())
+	size, errS := parseDPASize(*msg)
+	if errM != nil || errC != nil || errS != nil || fs.NArg() > 0 || *rtt < 0 {
+		fmt.Fprintf(stderr, "sdr dpa plan: bad -mtu %q, -chunk %q, -msg %q or extra arguments %q\n", *mtu, *chunk, *msg, fs.Args())
 		return exitUsage
 	}
 	handler := dpa.HandlerCost
-	handler.RoundTrip = *rtt
+	handler.Read = *rtt
 	var plans [2]dpa.Plan
 	for i, m := range []dpa.CostModel{dpa.PaperCost, handler} {
-		p, err := m.Plan(*gbps*1e9, m0, c)
+		p, err := m.Plan(*gbps*1e9, m0, c, size)
 		if err != nil {
 			fmt.Fprintf(stderr, "sdr dpa plan: %v\n", err)
 			return exitUsage
@@ -74,17 +78,32 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	paper, ours := plans[0], plans[1]
 	fmt.Fprintf(stdout, "target            %.1f Gbit/s in %d B packets = %.2f Mpps\n", *gbps, m0, paper.PacketsPerSecond/1e6)
 	fmt.Fprintf(stdout, "chunk             %d B = %d packets\n", c, paper.ChunkPackets)
-	fmt.Fprintf(stdout, "%-18s%-22s%s\n", "", "paper's handler", "handler.c (reads host memory)")
+	fmt.Fprintf(stdout, "message           %d B = %d packets\n", size, paper.MessagePackets)
+	fmt.Fprintf(stdout, "%-20s%-22s%s\n", "", "paper's handler", "handler.c (reads host memory)")
 	row := func(name string, f func(p dpa.Plan) string) {
-		fmt.Fprintf(stdout, "%-18s%-22s%s\n", name, f(paper), f(ours))
+		fmt.Fprintf(stdout, "%-20s%-22s%s\n", name, f(paper), f(ours))
 	}
 	us := func(d time.Duration) string { return fmt.Sprintf("%.3f µs", d.Seconds()*1e6) }
+	// A window operation's row: the paper's handler has none; handler.c's
+	// time, its count per packet and its unit cost.
+	ops := func(total time.Duration, n float64, unit time.Duration) func(dpa.Plan) string {
+		return func(p dpa.Plan) string {
+			if p.Breakdown == paper.Breakdown {
+				return us(0)
+			}
+			return fmt.Sprintf("%s (%.3f × %s)", us(total), n, us(unit))
+		}
+	}
+	b := ours.Breakdown
 	row("thread time", func(p dpa.Plan) string { return us(p.ThreadTime) + " per packet" })
 	row("  compute", func(p dpa.Plan) string { return us(p.Breakdown.Compute) })
 	row("  chunk's share", func(p dpa.Plan) string { return us(p.Breakdown.Chunk) })
-	row("  window reads", func(p dpa.Plan) string { return us(p.Breakdown.Reads) })
-	row("  writebacks", func(p dpa.Plan) string { return us(p.Breakdown.Writebacks) })
-	row("  run setup", func(p dpa.Plan) string { return us(p.Breakdown.Event) })
+	row("  window reads", ops(b.Reads, ours.Ops.Reads, handler.Read))
+	row("  window stores", ops(b.Stores, ours.Ops.Stores, handler.Store))
+	row("  writebacks", ops(b.Writebacks, ours.Ops.Writebacks, handler.Writeback))
+	row("  read-invalidates", ops(b.ReadInvalidates, ours.Ops.ReadInvalidates, handler.ReadInvalidate))
+	row("  window configs", ops(b.WindowConfigs, ours.Ops.Configs, handler.WindowConfig))
+	row("  run's rest", func(p dpa.Plan) string { return us(p.Breakdown.RunRest) })
 	row("  slot lock", func(p dpa.Plan) string { return us(p.Breakdown.Lock) })
 	row("per thread", func(p dpa.Plan) string { return fmt.Sprintf("%.3f Mpps", p.PerThread/1e6) })
 	row("threads needed", func(p dpa.Plan) string { return fmt.Sprintf("%d (%.0f %% busy)", p.Threads, 100*p.Utilization) })
@@ -107,22 +126,36 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "\nhandler.c's parameters (a guess is measured nowhere yet: a BlueField-3 owner's measurements replace it):")
 	value := map[string]string{
-		"PerPacket": us(handler.PerPacket), "PerChunk": us(handler.PerChunk), "RoundTrip": us(handler.RoundTrip) + " (-rtt)",
-		"Writeback": us(handler.Writeback), "Event": us(handler.Event), "PacketsPerEvent": fmt.Sprint(handler.PacketsPerEvent),
+		"PerPacket": us(handler.PerPacket), "PerChunk": us(handler.PerChunk), "Read": us(handler.Read) + " (-rtt)",
+		"Store": us(handler.Store), "Writeback": us(handler.Writeback), "ReadInvalidate": us(handler.ReadInvalidate),
+		"WindowConfig": us(handler.WindowConfig), "RunRest": us(handler.RunRest), "PacketsPerRun": fmt.Sprint(handler.PacketsPerRun),
 		"Lock": us(handler.Lock),
-		"ReadsPer*, WritebacksPer*": fmt.Sprintf("reads %d + %d/chunk, writebacks %d + %d/chunk",
-			handler.ReadsPerPacket, handler.ReadsPerChunk, handler.WritebacksPerPacket, handler.WritebacksPerChunk),
 	}
 	for _, src := range dpa.HandlerCostSources {
 		mark := ""
 		if src.Guess {
 			mark = "guess: "
 		}
-		fmt.Fprintf(stdout, "  %-20s %s  (%s%s)\n", src.Name, value[src.Name], mark, src.Source)
+		if v, ok := value[src.Name]; ok {
+			fmt.Fprintf(stdout, "  %-16s %-10s (%s%s)\n", src.Name, v, mark, src.Source)
+			continue
+		}
+		fmt.Fprintf(stdout, "  the counts (%s%s):\n", mark, src.Source)
+		fmt.Fprintf(stdout, "    %-14s %6s %6s %10s %16s %8s\n", "per", "reads", "stores", "writebacks", "read-invalidates", "configs")
+		for _, c := range []struct {
+			name string
+			ops  dpa.WindowOps
+		}{{"packet", handler.Packet}, {"chunk", handler.Chunk}, {"message", handler.Message},
+			{"notification", handler.Notification}, {"handler run", handler.Run}} {
+			fmt.Fprintf(stdout, "    %-14s %6d %6d %10d %16d %8d\n", c.name, c.ops.Reads, c.ops.Stores, c.ops.Writebacks,
+				c.ops.ReadInvalidates, c.ops.Configs)
+		}
 	}
 	fmt.Fprintln(stdout, "\nassumptions:")
 	for _, a := range []string{
 		"the paper's handler kept its state in DPA memory; handler.c keeps the engine's words in host memory and reads and writes them through a window",
+		"every window read misses (a PCIe round trip); a store is posted, a writeback waits for the stores before it; a stored line is a whole 64-byte line",
+		"a notification per completed chunk and one per message (its immediate); the immediate's line is stored by each of the 8 packets whose nibble changes it",
 		"a slot's packets take its lock one at a time: one message is received no faster than 1/(lock held) however many threads there are",
 		"threads scale linearly (the paper measured up to 16; 16 cores × 16 threads = 256 in all); a thread waiting on a read leaves its core to the others",
 		"the host's sends, the NIC's line rate and PCIe bandwidth are not limits here",

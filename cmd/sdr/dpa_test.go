@@ -11,8 +11,10 @@ func TestDPAPlan(t *testing.T) {
 	if code := run([]string{"dpa", "plan", "-gbps", "400", "-mtu", "4KiB", "-chunk", "64KiB"}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{"12.21 Mpps", "16 packets", "0.675 µs", "2.694 µs", "9 (92 % busy)", "33 (100 % busy)",
-		"window reads    0.000 µs              1.650 µs", "lock held 1.113 µs", "14 arriving together", "guess: a PCIe Gen5", "assumptions:"} {
+	for _, want := range []string{"12.21 Mpps", "16 packets", "256 packets", "0.675 µs", "2.748 µs", "9 (92 % busy)", "34 (99 % busy)",
+		"window reads      0.000 µs              1.659 µs (2.074 × 0.800 µs)", "window stores     0.000 µs              0.044 µs (8.883 × 0.005 µs)",
+		"writebacks        0.000 µs              0.239 µs (1.195 × 0.200 µs)", "lock held 1.163 µs", "15 arriving together",
+		"guess: a PCIe Gen5", "    packet              2      8          1                0        0", "assumptions:"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
@@ -22,7 +24,7 @@ func TestDPAPlan(t *testing.T) {
 		!strings.Contains(out.String(), "DOES NOT FIT") {
 		t.Errorf("exit %d, output:\n%s", code, out.String())
 	}
-	for _, args := range [][]string{{"dpa"}, {"dpa", "plan", "-chunk", "5000"}, {"dpa", "plan", "-mtu", "x"}, {"dpa", "plan", "-gbps", "0"}, {"dpa", "plan", "-rtt", "-1us"}} {
+	for _, args := range [][]string{{"dpa"}, {"dpa", "plan", "-chunk", "5000"}, {"dpa", "plan", "-mtu", "x"}, {"dpa", "plan", "-gbps", "0"}, {"dpa", "plan", "-rtt", "-1us"}, {"dpa", "plan", "-msg", "0"}} {
 		if code := run(args, &out, &errb); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
 		}

@@ -1,9 +1,11 @@
 package devicetest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/sdr-rdma/sdr/hwnic/dpa"
 	"github.com/sdr-rdma/sdr/internal/privileged"
 )
 
@@ -46,4 +48,48 @@ func TestHandler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHandlerWindowOps counts the window operations of the handler
+// receiving three messages (test/handler_test.c's window_ops, on
+// hostsim's counters) and compares each kind with what the cost model
+// of sdr dpa plan charges for those packets, chunks, messages,
+// notifications and runs (dpa.HandlerCost): a writeback, a read or a
+// line added to handler.c without the model following fails here.
+func TestHandlerWindowOps(t *testing.T) {
+	privileged.RequireFile(t, "/usr/include/infiniband/mlx5dv.h", "rdma-core's mlx5 layouts from libibverbs-dev: the handler tests check the CQE layout against them")
+	bin := compileC(t, "handler_ops", []string{"-DSDR_HOSTSIM", "-I" + dev("hostsim")}, dev("handler.c"), dev("hostsim/hostsim.c"), dev("test/handler_test.c"))
+	out := string(runC(t, bin, nil, "window_ops"))
+	var packets, chunks, messages, runs, loads, stores, writebacks, invalidates, configs, acquires int
+	if _, err := fmt.Sscanf(out, "ops packets=%d chunks=%d messages=%d runs=%d loads=%d stores=%d writebacks=%d read_invalidates=%d window_configs=%d ptr_acquires=%d\nok window_ops\n",
+		&packets, &chunks, &messages, &runs, &loads, &stores, &writebacks, &invalidates, &configs, &acquires); err != nil {
+		t.Fatalf("window_ops printed %q: %v", out, err)
+	}
+	m := dpa.HandlerCost
+	// One notification per completed chunk and one per message's immediate.
+	want := func(pick func(dpa.WindowOps) int) int {
+		return packets*pick(m.Packet) + chunks*pick(m.Chunk) + messages*pick(m.Message) +
+			(chunks+messages)*pick(m.Notification) + runs*pick(m.Run)
+	}
+	for _, c := range []struct {
+		what string
+		got  int
+		pick func(dpa.WindowOps) int
+	}{
+		{"reads", loads, func(o dpa.WindowOps) int { return o.Reads }},
+		{"stores", stores, func(o dpa.WindowOps) int { return o.Stores }},
+		{"writebacks", writebacks, func(o dpa.WindowOps) int { return o.Writebacks }},
+		{"read-invalidates", invalidates, func(o dpa.WindowOps) int { return o.ReadInvalidates }},
+		{"window configurations", configs, func(o dpa.WindowOps) int { return o.Configs }},
+	} {
+		if w := want(c.pick); c.got != w {
+			t.Errorf("%s: handler.c made %d for %d packets, %d chunks, %d messages, %d runs; the cost model charges %d",
+				c.what, c.got, packets, chunks, messages, runs, w)
+		}
+	}
+	if acquires != 3*configs {
+		t.Errorf("%d pointer acquisitions for %d window configurations: the model prices three with each", acquires, configs)
+	}
+	t.Logf("%d packets, %d chunks, %d messages, %d runs: %d reads, %d stores, %d writebacks, %d read-invalidates, %d configurations",
+		packets, chunks, messages, runs, loads, stores, writebacks, invalidates, configs)
 }

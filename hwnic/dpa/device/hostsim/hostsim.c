@@ -89,6 +89,22 @@ struct hostsim_thread {
 
 static __thread struct hostsim_thread *running;
 
+static struct hostsim_ops ops; /* hostsim_ops_get; atomic adds, relaxed */
+
+static void count(uint64_t *op) { __atomic_fetch_add(op, 1, __ATOMIC_RELAXED); }
+
+void hostsim_ops_get(struct hostsim_ops *out)
+{
+	*out = (struct hostsim_ops){
+		.loads = __atomic_load_n(&ops.loads, __ATOMIC_RELAXED),
+		.stores = __atomic_load_n(&ops.stores, __ATOMIC_RELAXED),
+		.writebacks = __atomic_load_n(&ops.writebacks, __ATOMIC_RELAXED),
+		.read_invalidates = __atomic_load_n(&ops.read_invalidates, __ATOMIC_RELAXED),
+		.window_configs = __atomic_load_n(&ops.window_configs, __ATOMIC_RELAXED),
+		.ptr_acquires = __atomic_load_n(&ops.ptr_acquires, __ATOMIC_RELAXED),
+	};
+}
+
 struct hostsim_thread *hostsim_thread_create(flexio_dev_event_handler_t *fn, uint64_t arg)
 {
 	struct hostsim_thread *t = calloc(1, sizeof(*t));
@@ -347,6 +363,7 @@ void hostsim_window_store(void *p, uint64_t value, int size)
 		if (off % (uint64_t)size != 0)
 			die("a misaligned window store");
 		memcpy(b, &value, (size_t)size); /* little-endian: the low bytes */
+		count(&ops.stores);
 		uint64_t seq = ++t->stores;
 		if (v->dirty[off / 8] == 0) {
 			v->pending[v->npending++] = (uint32_t)(off / 8);
@@ -376,6 +393,7 @@ uint64_t hostsim_window_load_strict(const uint64_t *p)
 		uint64_t off = (uint64_t)(b - v->shadow), i = off / 8, w;
 		if (off % 8 != 0)
 			die("a misaligned window load");
+		count(&ops.loads);
 		if (strict.loading)
 			strict.loading(strict.loading_arg, v->base + off);
 		if (v->lazy[i / 64] >> (i % 64) & 1) {
@@ -487,6 +505,7 @@ flexio_dev_status_t flexio_dev_multi_window_config(enum flexio_window_entity e, 
 		return FLEXIO_DEV_STATUS_FAILED;
 	struct flexio_dev_thread_ctx *dtctx = &running->ctx;
 	flexio_dev_status_t st = FLEXIO_DEV_STATUS_FAILED;
+	count(&ops.window_configs);
 	pthread_mutex_lock(&windows_mu);
 	for (int i = 0; i < HOSTSIM_WINDOWS; i++) {
 		if (windows[i].len != 0 && windows[i].mkey == mkey) {
@@ -507,6 +526,7 @@ flexio_dev_status_t flexio_dev_multi_window_ptr_acquire(enum flexio_window_entit
 	if (!running || (unsigned)e >= FLEXIO_DEV_WINDOW_ENTITY_NUM)
 		return FLEXIO_DEV_STATUS_FAILED;
 	struct window w = running->ctx.window[e];
+	count(&ops.ptr_acquires);
 	if (w.len == 0 || haddr < w.base || haddr - w.base >= w.len)
 		return FLEXIO_DEV_STATUS_FAILED;
 	early(&running->ctx);
@@ -585,10 +605,14 @@ void hostsim_thread_fence(int space, int pred, int succ)
 	if (t && hostsim_strict) {
 		early(t);
 		if (space == __DPA_MMIO || space == __DPA_SYSTEM) {
-			if (pred & __DPA_W)
+			if (pred & __DPA_W) {
+				count(&ops.writebacks);
 				writeback(t);
-			if (pred & __DPA_R)
+			}
+			if (pred & __DPA_R) {
+				count(&ops.read_invalidates);
 				read_invalidate(t);
+			}
 		}
 		if (space != __DPA_MMIO && (pred & __DPA_W)) {
 			t->fenced_w = 1;

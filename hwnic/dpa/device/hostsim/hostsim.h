@@ -158,6 +158,19 @@ static inline uint32_t hostsim_cqe_field(const uint8_t *cqe, uint32_t v)
  * change what it reads there (0 outside a run or a window). */
 int hostsim_pending_stores_before(uint64_t haddr);
 
+/*
+ * hostsim_ops counts the window operations handler threads made, as the
+ * cost model (hwnic/dpa's CostModel) counts them: loads and stores of
+ * window words (on the strict model), writebacks and read-invalidates
+ * (a system fence ordering reads counts as one: it orders the window's
+ * too), window configurations and pointer acquisitions. Totals since
+ * the process started, over every thread; a test takes differences.
+ */
+struct hostsim_ops {
+	uint64_t loads, stores, writebacks, read_invalidates, window_configs, ptr_acquires;
+};
+void hostsim_ops_get(struct hostsim_ops *out);
+
 /* hostsim_window_register makes [base, base+len) reachable through mkey; 0 on success. */
 int hostsim_window_register(uint32_t mkey, uint64_t base, uint64_t len);
 void hostsim_window_unregister(uint32_t mkey);

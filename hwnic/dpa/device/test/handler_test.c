@@ -1112,6 +1112,48 @@ static void test_consumer_during_run(void)
 	hostsim_strict_lines(lines_default);
 }
 
+/*
+ * window_ops counts the window operations of messages received in order
+ * and prints them with the packets, completed chunks, messages and
+ * handler runs behind them; handler_test.go compares them with the cost
+ * model's counts (hwnic/dpa's HandlerCost). Each message: 14 chunks of
+ * 16 packets, so that its words fill whole lines (a shorter last line
+ * stores fewer words than the model's whole line), and an immediate
+ * whose nibbles come with its first 8 packets; runs of a full budget.
+ */
+static void test_window_ops(void)
+{
+	enum { MSGS = 3, CHUNKS = 14, CHUNK_PKTS = 16, PKTS = CHUNKS * CHUNK_PKTS };
+	const uint32_t user = 0x5eed1e55;
+	struct rig *r = rig_new(1, 1, 4, PKTS * 1024, 1024, CHUNK_PKTS * 1024, 6, L10);
+	CHECK(r->slot_words % SDR_RX_LINE_WORDS == 1, "slot words %u: the last line is not whole", r->slot_words);
+	struct hostsim_ops before, after;
+	hostsim_ops_get(&before);
+	uint32_t runs = 0, notified = 0;
+	for (uint32_t m = 1; m <= MSGS; m++) {
+		arm(r, m, PKTS * 1024, m, 0);
+		for (uint32_t off = 0; off < PKTS; off++) {
+			packet(r, 0, 0, m << 22 | off << 4 | (user >> (4 * (off % 8)) & 0xf), 1024);
+			if (off % SDR_RX_BUDGET == SDR_RX_BUDGET - 1 || off == PKTS - 1)
+				runs += (uint32_t)drain(r, 0);
+		}
+		notified += notifications(r, 0, NULL);
+	}
+	hostsim_ops_get(&after);
+	const struct sdr_rx_ctx *x = &r->ch[0].ctx;
+	CHECK(x->chunks == MSGS * CHUNKS && x->imms == MSGS && notified == MSGS * (CHUNKS + 1) && x->stale == 0,
+	      "chunks %lu, immediates %lu, notifications %u, stale %lu", (unsigned long)x->chunks, (unsigned long)x->imms,
+	      notified, (unsigned long)x->stale);
+	printf("ops packets=%u chunks=%u messages=%u runs=%u loads=%lu stores=%lu writebacks=%lu read_invalidates=%lu "
+	       "window_configs=%lu ptr_acquires=%lu\n",
+	       MSGS * PKTS, MSGS * CHUNKS, MSGS, runs, (unsigned long)(after.loads - before.loads),
+	       (unsigned long)(after.stores - before.stores), (unsigned long)(after.writebacks - before.writebacks),
+	       (unsigned long)(after.read_invalidates - before.read_invalidates),
+	       (unsigned long)(after.window_configs - before.window_configs),
+	       (unsigned long)(after.ptr_acquires - before.ptr_acquires));
+	rig_free(r);
+}
+
 int main(int argc, char **argv)
 {
 	/* The strict window model, seeded by $HOSTSIM_SEED (default 1),
@@ -1120,27 +1162,30 @@ int main(int argc, char **argv)
 	hostsim_strict_windows(seed ? strtoull(seed, NULL, 0) : 1, visible, NULL);
 	lines_default = lines && strcmp(lines, "1") == 0;
 	hostsim_strict_lines(lines_default);
+	/* Tests marked named run only when named (they print more than "ok"). */
 	static const struct {
 		const char *name;
 		void (*fn)(void);
+		int named;
 	} tests[] = {
-		{"cqe_layout", test_cqe_layout},
-		{"owner_wrap", test_owner_wrap},
-		{"stale_generation", test_stale_generation},
-		{"duplicates_and_last_packet", test_duplicates_and_last_packet},
-		{"immediate_from_nibbles", test_immediate_from_nibbles},
-		{"threads_on_shared_slots", test_threads_on_shared_slots},
-		{"fence_marker", test_fence_marker},
-		{"fence_closes_arm_race", test_fence_closes_arm_race},
-		{"notify_overflow", test_notify_overflow},
-		{"activation_mid_run", test_activation_mid_run},
-		{"rearm_mid_pass", test_rearm_mid_pass},
-		{"length_after_state", test_length_after_state},
-		{"consumer_during_run", test_consumer_during_run},
-		{"late_packet_rearm", test_late_packet_rearm},
+		{"cqe_layout", test_cqe_layout, 0},
+		{"owner_wrap", test_owner_wrap, 0},
+		{"stale_generation", test_stale_generation, 0},
+		{"duplicates_and_last_packet", test_duplicates_and_last_packet, 0},
+		{"immediate_from_nibbles", test_immediate_from_nibbles, 0},
+		{"threads_on_shared_slots", test_threads_on_shared_slots, 0},
+		{"fence_marker", test_fence_marker, 0},
+		{"fence_closes_arm_race", test_fence_closes_arm_race, 0},
+		{"notify_overflow", test_notify_overflow, 0},
+		{"activation_mid_run", test_activation_mid_run, 0},
+		{"rearm_mid_pass", test_rearm_mid_pass, 0},
+		{"length_after_state", test_length_after_state, 0},
+		{"consumer_during_run", test_consumer_during_run, 0},
+		{"late_packet_rearm", test_late_packet_rearm, 0},
+		{"window_ops", test_window_ops, 1},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		if (argc > 1 && strcmp(argv[1], tests[i].name) != 0)
+		if (argc > 1 ? strcmp(argv[1], tests[i].name) != 0 : tests[i].named)
 			continue;
 		tests[i].fn();
 		printf("ok %s\n", tests[i].name);
