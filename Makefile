@@ -17,7 +17,7 @@ SAMPLE      ?= wire/testdata/rxe/sdr_verbs_basic.pcap
 BIN         ?= $(or $(TMPDIR),/tmp)/sdr-demo
 REPORT      ?= testbed-report
 
-.PHONY: help build demo test deps lint generate-check unit fuzz bench interop docs dpa dpa-isa libsdr
+.PHONY: help build demo test deps lint generate-check unit fuzz bench interop docs dpa dpa-bringup dpa-isa libsdr
 
 # help lists the targets: the line after '##' on each target's line.
 help: ## this list
@@ -158,9 +158,22 @@ dpa: ## BlueField-3 hosts (DOCA): build the DPA handler with dpacc, then the tes
 	@pkg-config --exists libflexio || { echo "make dpa: pkg-config finds no libflexio (DOCA's FlexIO SDK) in $$PKG_CONFIG_PATH or its default path: install DOCA with the FlexIO SDK (libflexio-dev), or set FLEXIO_PC_DIR to the directory of its libflexio.pc" >&2; exit 1; }
 	@echo "libflexio $$(pkg-config --modversion libflexio): $$(pkg-config --cflags --libs libflexio)"
 	mkdir -p $(DPA_BUILD)
-	$(DPACC) hwnic/dpa/device/handler.c -o $(DPA_BUILD)/libsdr_dpa.a -mcpu=nv-dpa-bf3 -hostcc=gcc \
+	$(DPACC) hwnic/dpa/device/handler.c hwnic/dpa/device/probe.c -o $(DPA_BUILD)/libsdr_dpa.a -mcpu=nv-dpa-bf3 -hostcc=gcc \
 	  --app-name=sdr_dpa_app -devicecc-options="-O2 -Wall -I$(DOCA)/include" \
 	  -hostcc-options="-DFLEXIO_ALLOW_EXPERIMENTAL_API $$(pkg-config --cflags libflexio)" \
 	  -device-libs="-L$(DOCA)/lib/x86_64-linux-gnu -lflexio_dev"
 	CGO_ENABLED=1 $(GO) vet -tags dpa,doca ./hwnic/...
 	CGO_ENABLED=1 $(GO) test -tags dpa,doca -count=1 ./hwnic/dpa/...
+
+# BlueField-3 hosts only: the bring-up kit. make dpa, then sdr built with
+# the tags, then the doctor's walk on DEV (PEER: a second port; default
+# DEV looped back), writing the report to send back
+# (hwnic/dpa/README.md, "The bring-up kit").
+DEV  ?= mlx5_0
+PEER ?= $(DEV)
+BRINGUP_REPORT ?= dpa-bringup-$(shell hostname).json
+dpa-bringup: export PKG_CONFIG_PATH := $(FLEXIO_PC_DIR)$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+dpa-bringup: dpa ## BlueField-3 hosts (DOCA, root): make dpa, then sdr dpa doctor on DEV, writing the report to send back
+	CGO_ENABLED=1 $(GO) build -tags dpa,doca -o $(BIN)-dpa ./cmd/sdr
+	$(BIN)-dpa dpa doctor -dev $(DEV) -peer $(PEER) -report $(BRINGUP_REPORT)
+	@echo "send back $(BRINGUP_REPORT) (and, if a step failed, dmesg and the FlexIO trace)"

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/sdr-rdma/sdr/hwnic/dpa"
@@ -27,11 +29,17 @@ guesses marked.
 Sizes take B, KiB, MiB suffixes.
 
 doctor walks the BlueField-3 backend's bring-up in order (device and
-firmware, FlexIO process and window, UC QP creation, memory, root mkey
-and Arm, one SDR message end to end), printing pass or fail per step and
-where to look when one fails. With -dev it runs on the BlueField-3 (a
-build with -tags dpa,doca); without, on dpasim over an in-process pipe, where
-the hardware-only steps are skipped. Exit status 1 when a step failed.
+firmware, FlexIO process and window, the window operations timed on the
+DPA, UC QP creation, memory, root mkey and Arm, one SDR message end to
+end), printing pass or fail per step and where to look when one fails,
+then the capacity plan with the measured window costs beside the guessed
+ones. -report FILE writes all of it, with the machine's description
+(uname, libflexio's version, ibv_devinfo), as JSON to send back. With
+-dev it runs on the BlueField-3 (a build with -tags dpa,doca: make
+dpa-bringup DEV=mlx5_0 builds and runs it); without, on dpasim over an
+in-process pipe, where the hardware-only steps are skipped and every
+measurement is this host's, marked simulated. Exit status 1 when a step
+failed.
 
 flags:
 `
@@ -174,6 +182,7 @@ func runDPADoctor(args []string, stdout, stderr io.Writer) int {
 	port := fs.Int("port", 1, "device port")
 	gid := fs.Int("gid", 3, "RoCEv2 GID index")
 	timeout := fs.Duration("timeout", 10*time.Second, "time each step may take")
+	report := fs.String("report", "", "write the walk, its measurements and the machine's description as JSON to this `file`")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -199,11 +208,37 @@ func runDPADoctor(args []string, stdout, stderr io.Writer) int {
 			Receiver: dpa.New(dpa.Options{Device: *peer, Port: *port, GIDIndex: *gid})}
 	}
 	fmt.Fprintf(stdout, "sdr dpa doctor on %s\n", target.Name)
+	rep := doctor.Run(context.Background(), target, *timeout, stdout)
 	code := exitOK
-	for _, r := range doctor.Run(context.Background(), target, *timeout, stdout) {
-		if r.Status == doctor.Fail {
-			code = exitFault
+	if rep.Failed() {
+		code = exitFault
+	}
+	doc, err := doctor.NewDocument(rep, *dev)
+	if err != nil {
+		fmt.Fprintf(stderr, "sdr dpa doctor: %v\n", err)
+		return exitFault
+	}
+	at := doc.PlanPoint
+	plan := func(name string, p doctor.PlanSummary) {
+		fmt.Fprintf(stdout, "  %-34s %.3f µs per packet, %d threads, a slot's lock held %.3f µs\n", name,
+			p.ThreadTime.Seconds()*1e6, p.Threads, p.SlotHold.Seconds()*1e6)
+	}
+	fmt.Fprintf(stdout, "plan at %.0f Gbit/s, %d B packets, %d KiB chunks, %d KiB messages (sdr dpa plan):\n",
+		at.Gbps, at.MTU, at.ChunkSize>>10, at.MessageSize>>10)
+	plan("with the model's guessed costs", doc.Guessed)
+	if doc.Measured != nil {
+		name := "with the costs measured here"
+		if doc.Simulated {
+			name = "with hostsim's costs (simulated)"
 		}
+		plan(name, *doc.Measured)
+	}
+	if *report != "" {
+		if err := writeJSONFile(*report, doc); err != nil {
+			fmt.Fprintf(stderr, "sdr dpa doctor: report: %v\n", err)
+			return exitFault
+		}
+		fmt.Fprintf(stdout, "report written to %s\n", *report)
 	}
 	switch {
 	case code != exitOK:
@@ -224,4 +259,13 @@ func parseDPASize(s string) (int, error) {
 		return 0, fmt.Errorf("size %q", s)
 	}
 	return int(n), nil
+}
+
+// writeJSONFile writes v to path as indented JSON.
+func writeJSONFile(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }

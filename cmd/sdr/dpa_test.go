@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -32,19 +35,50 @@ func TestDPAPlan(t *testing.T) {
 }
 
 // TestDPADoctor runs sdr dpa doctor on dpasim (every step but the
-// hardware-only one passes, marked simulated, and the verdict says it
-// tells nothing of the hardware) and on a BlueField this build lacks (the
-// first step fails, exit 1, with where to look).
+// hardware-only one passes, marked simulated, the window operations and
+// the message are timed, the plans printed, the verdict says it tells
+// nothing of the hardware, and -report writes all of it as JSON) and on a
+// BlueField this build lacks (the first step fails, exit 1, with where to
+// look).
 func TestDPADoctor(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run([]string{"dpa", "doctor"}, &out, &errb); code != exitOK {
+	report := filepath.Join(t.TempDir(), "bringup.json")
+	if code := run([]string{"dpa", "doctor", "-report", report}, &out, &errb); code != exitOK {
 		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"dpasim", "[1/5] device and firmware", "skipped: hardware only", "[5/5] one SDR message end to end       pass (simulated)",
-		"it says nothing of a BlueField-3"} {
+	for _, want := range []string{"dpasim", "[1/6] device and firmware", "skipped: hardware only", "[3/6] window operations timed          pass (simulated): read ",
+		"[6/6] one SDR message end to end       pass (simulated)", "with the model's guessed costs     2.748 µs per packet, 34 threads",
+		"with hostsim's costs (simulated)", "report written to", "it says nothing of a BlueField-3"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+	// The report: the walk, marked simulated, with its measurements,
+	// the machine's description and both plans.
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Simulated bool `json:"simulated"`
+		Steps     []struct {
+			Step, Status string
+		} `json:"steps"`
+		Window struct {
+			Writeback int64   `json:"writeback_ns"`
+			ClockHz   float64 `json:"clock_hz"`
+		} `json:"window"`
+		MessageBytes int                    `json:"message_bytes"`
+		Environment  map[string]string      `json:"environment"`
+		Guessed      struct{ Threads int }  `json:"plan_guessed"`
+		Measured     *struct{ Threads int } `json:"plan_measured"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("report: %v\n%s", err, b)
+	}
+	if !doc.Simulated || len(doc.Steps) != 6 || doc.Steps[5].Status != "pass" || doc.Window.Writeback <= 0 || doc.Window.ClockHz <= 0 ||
+		doc.MessageBytes != 64<<10 || doc.Environment["uname -srm"] == "" || doc.Guessed.Threads != 34 || doc.Measured == nil || doc.Measured.Threads < 1 {
+		t.Errorf("report:\n%s", b)
 	}
 	out.Reset()
 	if code := run([]string{"dpa", "doctor", "-dev", "mlx5_0"}, &out, &errb); code != exitFault ||

@@ -137,6 +137,8 @@ flexio_status flexio_window_create(struct flexio_process *process, struct ibv_pd
 flexio_status flexio_window_destroy(struct flexio_window *window);
 uint32_t flexio_window_get_id(struct flexio_window *window);
 
+flexio_status flexio_process_call(struct flexio_process *process, flexio_func_t *host_func, uint64_t *func_ret, ...);
+
 flexio_status flexio_buf_dev_alloc(struct flexio_process *process, size_t buff_bsize, flexio_uintptr_t *dest_daddr_p);
 flexio_status flexio_buf_dev_free(struct flexio_process *process, flexio_uintptr_t daddr);
 flexio_status flexio_host2dev_memcpy(struct flexio_process *process, void *src_haddr, size_t buff_bsize,

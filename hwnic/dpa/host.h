@@ -40,6 +40,8 @@
  * the host stub of the handler's entry point dpacc generates for it. */
 extern struct flexio_app *sdr_dpa_app;
 extern flexio_func_t sdr_rx_handler;
+/* and of the bring-up probe, an RPC (handler.c's sdr_probe) */
+extern flexio_func_t sdr_probe;
 
 #define SDR_DPA_POST_BATCH 64 /* send work requests per ibv_post_send */
 #define SDR_DPA_LOG_MSG_MAX 30
@@ -449,6 +451,32 @@ static int sdr_dpa_dev_copy(struct sdr_dpa_dev *d, void *src, size_t len, flexio
 	if (flexio_buf_dev_alloc(d->process, len, daddr) != FLEXIO_STATUS_SUCCESS)
 		return -1;
 	return flexio_host2dev_memcpy(d->process, src, len, *daddr) == FLEXIO_STATUS_SUCCESS ? 0 : -1;
+}
+
+/* --- the bring-up probe ---------------------------------------------------- */
+
+/* sdr_dpa_probe runs handler.c's sdr_probe on the DPA through
+ * flexio_process_call: n operations op on the 64-byte host line at line,
+ * which the caller registered as mr, reached through the device's
+ * window. The cycles the probe returned (SDR_PROBE_FAILED when it failed
+ * on the device) in *cycles; 0, or -1 and the failed step in *step. */
+static int sdr_dpa_probe(struct sdr_dpa_dev *d, void *line, struct ibv_mr *mr, uint32_t op, uint32_t n, uint64_t *cycles,
+			 const char **step)
+{
+	struct sdr_probe_args a = {.haddr = (uint64_t)(uintptr_t)line, .window_id = flexio_window_get_id(d->window),
+				   .mkey = mr->lkey, .op = op, .n = n};
+	flexio_uintptr_t daddr;
+	if (sdr_dpa_dev_copy(d, &a, sizeof(a), &daddr) != 0) {
+		*step = "flexio_buf_dev_alloc/flexio_host2dev_memcpy (the probe's arguments)";
+		return -1;
+	}
+	int rc = 0;
+	if (flexio_process_call(d->process, &sdr_probe, cycles, daddr) != FLEXIO_STATUS_SUCCESS) {
+		*step = "flexio_process_call (sdr_probe)";
+		rc = -1;
+	}
+	flexio_buf_dev_free(d->process, daddr);
+	return rc;
 }
 
 /* --- one SDR QP ----------------------------------------------------------- */

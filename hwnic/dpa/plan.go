@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sdr-rdma/sdr/chunk"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/windowprobe"
 )
 
 // ErrPlan means a capacity question that has no answer: a rate, packet
@@ -113,6 +114,13 @@ var HandlerCost = CostModel{PerPacket: PaperCost.PerPacket, PerChunk: PaperCost.
 	Read:         PCIeRoundTrip, Store: 5 * time.Nanosecond, Writeback: 200 * time.Nanosecond,
 	ReadInvalidate: 50 * time.Nanosecond, WindowConfig: 1500 * time.Nanosecond, RunRest: 450 * time.Nanosecond,
 	PacketsPerRun: 64, Lock: 100 * time.Nanosecond, MaxThreads: PaperCost.MaxThreads}
+
+// Measured returns m with the window operations' costs a probe measured
+// on a device (sdr dpa doctor) in place of m's.
+func (m CostModel) Measured(t windowprobe.Times) CostModel {
+	m.Read, m.ReadInvalidate, m.Store, m.Writeback, m.WindowConfig = t.Read, t.ReadInvalidate, t.Store, t.Writeback, t.Config
+	return m
+}
 
 // CostSource says where one of HandlerCost's parameters comes from.
 type CostSource struct {

@@ -191,4 +191,27 @@ struct sdr_rx_ctx {
 	uint64_t failures;    /* window set-up failed: the thread stops */
 };
 
+/*
+ * The bring-up probe (handler.c's sdr_probe, an RPC the host calls with
+ * flexio_process_call): n operations of one kind on a host line reached
+ * through window window_id with mkey, timed by the DPA's cycle counter.
+ * The host passes the arguments in DPA memory; the RPC returns the
+ * cycles, or SDR_PROBE_FAILED.
+ */
+enum sdr_probe_op {
+	SDR_PROBE_SPIN = 0,      /* wait until n cycles have passed (the host calibrates the clock) */
+	SDR_PROBE_READ = 1,      /* read-invalidate, then a load whose value is used */
+	SDR_PROBE_READ_INV = 2,  /* read-invalidate alone */
+	SDR_PROBE_STORE = 3,     /* a store into the line (one writeback after the timing) */
+	SDR_PROBE_WRITEBACK = 4, /* a store, then a writeback */
+	SDR_PROBE_CONFIG = 5,    /* window configuration and three pointer acquisitions, as a handler run's */
+};
+#define SDR_PROBE_FAILED UINT64_MAX
+
+struct sdr_probe_args {
+	uint64_t haddr; /* a 64-byte line of host memory inside the window's registration */
+	uint32_t window_id, mkey;
+	uint32_t op, n;
+};
+
 #endif /* SDR_DPA_RX_H */

@@ -17,15 +17,15 @@ import (
 var dpaTarget = []string{"--target=riscv64-unknown-elf", "-march=rv64imac", "-mabi=lp64", "-ffreestanding",
 	"-O2", "-Wall", "-Wextra", "-Werror"}
 
-// compileDPA compiles handler.c for the DPA's ISA (clang, -c only)
-// through the shim headers, with extra flags, and returns the object's
-// path and clang's diagnostics.
-func compileDPA(t *testing.T, clang string, extra ...string) (string, string, error) {
+// compileDPA compiles device source src (handler.c, probe.c) for the
+// DPA's ISA (clang, -c only) through the shim headers, with extra flags,
+// and returns the object's path and clang's diagnostics.
+func compileDPA(t *testing.T, clang, src string, extra ...string) (string, string, error) {
 	t.Helper()
-	obj := filepath.Join(t.TempDir(), "handler.o")
+	obj := filepath.Join(t.TempDir(), strings.TrimSuffix(src, ".c")+".o")
 	args := append(append([]string{}, dpaTarget...), "-I"+dev("hostsim"))
 	args = append(args, extra...)
-	args = append(args, "-c", "-o", obj, dev("handler.c"))
+	args = append(args, "-c", "-o", obj, dev(src))
 	cmd := exec.Command(clang, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -41,7 +41,8 @@ var lrsc = regexp.MustCompile(`(?m)^\s*[0-9a-f]+:\s+(?:[0-9a-f]{2} )+\s*(lr|sc)\
 // amo matches the A extension's read-modify-write instructions.
 var amo = regexp.MustCompile(`(?m)^\s*[0-9a-f]+:\s+(?:[0-9a-f]{2} )+\s*(amo[a-z]+)\.[wd]\b`)
 
-// TestDeviceISA compiles the RX handler for the DPA's instruction set
+// TestDeviceISA compiles the RX handler (and the bring-up probe beside
+// it, to the same rules) for the DPA's instruction set
 // with the distribution's clang against the shim headers, which carry
 // the public FlexIO version gates: it must build with -Werror at the
 // generation it declares (24.10) and at the newest the shim knows
@@ -52,21 +53,25 @@ var amo = regexp.MustCompile(`(?m)^\s*[0-9a-f]+:\s+(?:[0-9a-f]{2} )+\s*(amo[a-z]
 func TestDeviceISA(t *testing.T) {
 	clang := privileged.RequireTool(t, "clang-14", "compiles the device C for the DPA's RISC-V ISA")
 	objdump := privileged.RequireTool(t, "llvm-objdump-14", "disassembles the DPA object to look for LR/SC")
-	for _, ver := range []string{"", "-DFLEXIO_DEV_VER_USED=FLEXIO_DEV_VER(25,1,0)"} {
+	for _, c := range []struct{ src, ver, entry string }{
+		{"handler.c", "", "sdr_rx_handler"}, {"handler.c", "-DFLEXIO_DEV_VER_USED=FLEXIO_DEV_VER(25,1,0)", "sdr_rx_handler"},
+		{"probe.c", "", "sdr_probe"},
+	} {
+		ver := c.ver
 		var extra []string
 		if ver != "" {
 			extra = append(extra, ver)
 		}
-		obj, diag, err := compileDPA(t, clang, extra...)
+		obj, diag, err := compileDPA(t, clang, c.src, extra...)
 		if err != nil {
-			t.Fatalf("handler.c for RV64 (%q): %v\n%s", ver, err, diag)
+			t.Fatalf("%s for RV64 (%q): %v\n%s", c.src, ver, err, diag)
 		}
 		out, err := exec.Command(objdump, "-d", obj).Output()
 		if err != nil {
 			t.Fatalf("%s -d: %v", objdump, err)
 		}
-		if !strings.Contains(string(out), "<sdr_rx_handler>:") {
-			t.Fatalf("no sdr_rx_handler in the object:\n%s", out)
+		if !strings.Contains(string(out), "<"+c.entry+">:") {
+			t.Fatalf("no %s in the object of %s:\n%s", c.entry, c.src, out)
 		}
 		if m := lrsc.FindAllString(string(out), -1); len(m) != 0 {
 			t.Errorf("%s: %d LR/SC instructions (compare-and-swap):\n%s", ver, len(m), strings.Join(m, "\n"))
@@ -76,10 +81,10 @@ func TestDeviceISA(t *testing.T) {
 				t.Errorf("%s: read-modify-write %s in the device object: only the slot lock's swap is expected", ver, m[0])
 			}
 		}
-		t.Logf("%s: %d instructions, 0 LR/SC, %d AMOs (the slot lock's swap)", map[bool]string{true: "24.10 (declared)", false: ver}[ver == ""],
+		t.Logf("%s %s: %d instructions, 0 LR/SC, %d AMOs (the slot lock's swap)", c.src, map[bool]string{true: "24.10 (declared)", false: ver}[ver == ""],
 			len(regexp.MustCompile(`(?m)^\s*[0-9a-f]+:`).FindAllString(string(out), -1)), len(amo.FindAllString(string(out), -1)))
 	}
-	_, diag, err := compileDPA(t, clang, "-DFLEXIO_DEV_VER_USED=FLEXIO_DEV_VER(24,4,0)")
+	_, diag, err := compileDPA(t, clang, "handler.c", "-DFLEXIO_DEV_VER_USED=FLEXIO_DEV_VER(24,4,0)")
 	if err == nil {
 		t.Fatalf("handler.c compiled at FlexIO 24.4: the shim's version gates do not bite")
 	}

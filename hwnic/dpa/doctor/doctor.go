@@ -4,6 +4,10 @@
 // and on failure says what to look at next. The later steps build on the
 // earlier ones, so the walk stops at the first failure.
 //
+// Along the way it measures what the cost model of sdr dpa plan guesses
+// (the window operations' times, on the receiver's DPA) and one
+// message's time end to end: the Report a BlueField-3 owner sends back.
+//
 // The same walk runs over any pair of backends: two BlueField-3 ports
 // (hwnic/dpa, build tag dpa), or dpasim over an in-process pipe, where
 // the steps only a BlueField can show are skipped with what they would
@@ -17,10 +21,12 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/sdr-rdma/sdr/emunic"
 	"github.com/sdr-rdma/sdr/hwnic/dpa/dpasim"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/windowprobe"
 	"github.com/sdr-rdma/sdr/sdr"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 )
@@ -39,6 +45,9 @@ func (s Status) String() string {
 	return [...]string{"pass", "FAIL", "skipped", "not run"}[s]
 }
 
+// MarshalText writes the status as String does, for the report.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // Target is what the walk runs on: two backends, the sender's and the
 // receiver's (two ports, or one device looped back).
 type Target struct {
@@ -51,11 +60,11 @@ type Target struct {
 
 // Result is one step's report.
 type Result struct {
-	Step    string
-	Status  Status
-	Detail  string // what was checked, or how it failed
-	Hint    string // on failure: where to look next
-	Elapsed time.Duration
+	Step    string        `json:"step"`
+	Status  Status        `json:"status"`
+	Detail  string        `json:"detail,omitempty"` // what was checked, or how it failed
+	Hint    string        `json:"hint,omitempty"`   // on failure: where to look next
+	Elapsed time.Duration `json:"elapsed_ns"`
 }
 
 // step is one stage of the bring-up.
@@ -71,6 +80,8 @@ type step struct {
 // walk is the state the steps build up.
 type walk struct {
 	t              Target
+	window         *windowprobe.Times
+	message        time.Duration
 	sender, recver *sdr.Context
 	sq, rq         *sdr.QP
 	src, dst       *sdr.MR
@@ -106,6 +117,24 @@ var steps = []step{
 			"window mkey registered before the handlers start",
 		run: func(context.Context, *walk) (string, error) {
 			return "created by Open (step 1), which fails on any of them", nil
+		},
+	},
+	{
+		name: "window operations timed",
+		hint: "the FlexIO trace of sdr_probe (an RPC: flexio_process_call), the window's registration " +
+			"(flexio_window_create, the line's ibv_reg_mr in the process's PD)",
+		run: func(ctx context.Context, w *walk) (string, error) {
+			p, ok := w.t.Receiver.(WindowProber)
+			if !ok {
+				return "", fmt.Errorf("the receiver's backend (%T) has no window probe", w.t.Receiver)
+			}
+			t, err := p.ProbeWindow(ctx, ProbeOps, ProbeRounds)
+			if err != nil {
+				return "", err
+			}
+			w.window = &t
+			return fmt.Sprintf("read %v, read-invalidate %v, store %v, writeback %v, window configuration %v (clock %.3g GHz; median of %d × %d)",
+				t.Read, t.ReadInvalidate, t.Store, t.Writeback, t.Config, t.ClockHz/1e9, t.Rounds, t.N), nil
 		},
 	},
 	{
@@ -192,8 +221,9 @@ var steps = []step{
 			case !bytes.Equal(w.srcBuf, w.dstBuf):
 				return "", errors.New("every chunk complete but the bytes differ")
 			}
+			w.message = time.Since(start)
 			return fmt.Sprintf("%d KiB in %d chunks, immediate and bytes intact, %v", MessageSize>>10, w.recv.Chunks(),
-				time.Since(start).Round(time.Microsecond)), nil
+				w.message.Round(time.Microsecond)), nil
 		},
 	},
 }
@@ -216,9 +246,43 @@ func postSend(ctx context.Context, q *sdr.QP, req sdr.SendRequest) error {
 	}
 }
 
+// Report is a walk's outcome: each step's result, and what the walk
+// measured — what a BlueField-3 owner sends back (sdr dpa doctor -report).
+type Report struct {
+	Target   string   `json:"target"`
+	Hardware bool     `json:"hardware"`
+	Steps    []Result `json:"steps"`
+	// Window is the window operations' times; nil when that step did
+	// not pass.
+	Window *windowprobe.Times `json:"window,omitempty"`
+	// MessageBytes and MessageTime are the end-to-end message's, from the
+	// send's post to its last chunk; 0 when that step did not pass.
+	MessageBytes int           `json:"message_bytes"`
+	MessageTime  time.Duration `json:"message_ns"`
+}
+
+// Failed reports whether a step failed.
+func (r Report) Failed() bool {
+	return slices.ContainsFunc(r.Steps, func(s Result) bool { return s.Status == Fail })
+}
+
+// WindowProber is a backend that times the DPA's window operations
+// (hwnic/dpa on a BlueField-3, dpasim through hostsim): n operations a
+// call, the median of rounds calls.
+type WindowProber interface {
+	ProbeWindow(ctx context.Context, n, rounds int) (windowprobe.Times, error)
+}
+
+// ProbeOps and ProbeRounds are the window step's measurement: 1000
+// operations a call, the median of 5 calls of each.
+const (
+	ProbeOps    = 1000
+	ProbeRounds = 5
+)
+
 // Run walks the steps on t, each within timeout, printing a line per step
-// to out as it ends, and returns the results. It closes what it opened.
-func Run(ctx context.Context, t Target, timeout time.Duration, out io.Writer) []Result {
+// to out as it ends, and returns the report. It closes what it opened.
+func Run(ctx context.Context, t Target, timeout time.Duration, out io.Writer) Report {
 	w := &walk{t: t}
 	defer w.close()
 	var results []Result
@@ -256,7 +320,11 @@ func Run(ctx context.Context, t Target, timeout time.Duration, out io.Writer) []
 			fmt.Fprintf(out, "      look at: %s\n", r.Hint)
 		}
 	}
-	return results
+	rep := Report{Target: t.Name, Hardware: t.Hardware, Steps: results, Window: w.window}
+	if w.message > 0 {
+		rep.MessageBytes, rep.MessageTime = MessageSize, w.message
+	}
+	return rep
 }
 
 // close releases what the steps opened, latest first.

@@ -19,10 +19,11 @@ func TestSimulatedWalk(t *testing.T) {
 	}
 	defer closeTarget()
 	var out strings.Builder
-	results := doctor.Run(context.Background(), target, 10*time.Second, &out)
+	rep := doctor.Run(context.Background(), target, 10*time.Second, &out)
+	results := rep.Steps
 	t.Logf("walk on %s:\n%s", target.Name, out.String())
-	if len(results) != 5 {
-		t.Fatalf("%d steps reported, want 5", len(results))
+	if len(results) != 6 {
+		t.Fatalf("%d steps reported, want 6", len(results))
 	}
 	for _, r := range results {
 		want := doctor.Pass
@@ -36,6 +37,11 @@ func TestSimulatedWalk(t *testing.T) {
 	if last := results[len(results)-1]; !strings.Contains(last.Detail, "intact") {
 		t.Errorf("last step: %q", last.Detail)
 	}
+	// The measurements a BlueField-3 owner sends back, here hostsim's.
+	if w := rep.Window; rep.Failed() || rep.Hardware || w == nil || w.Writeback <= 0 || w.Config <= 0 || w.N != doctor.ProbeOps ||
+		rep.MessageBytes != doctor.MessageSize || rep.MessageTime <= 0 {
+		t.Errorf("report %+v (window %+v): want no failure, simulated, every window operation and the message timed", rep, w)
+	}
 }
 
 // TestWalkStopsAtFirstFailure walks a target that cannot open (the
@@ -45,7 +51,11 @@ func TestWalkStopsAtFirstFailure(t *testing.T) {
 	target := doctor.Target{Name: "no BlueField", Sender: dpa.New(dpa.Options{Device: "mlx5_0"}),
 		Receiver: dpa.New(dpa.Options{Device: "mlx5_1"}), Hardware: true}
 	var out strings.Builder
-	results := doctor.Run(context.Background(), target, time.Second, &out)
+	rep := doctor.Run(context.Background(), target, time.Second, &out)
+	results := rep.Steps
+	if !rep.Failed() || rep.Window != nil || rep.MessageTime != 0 {
+		t.Errorf("report %+v: want failed, nothing measured", rep)
+	}
 	if results[0].Status != doctor.Fail || results[0].Hint == "" || !strings.Contains(results[0].Detail, "dpa") {
 		t.Fatalf("first step: %+v", results[0])
 	}

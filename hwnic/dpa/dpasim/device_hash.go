@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "f551c09d4bb7ac9b1a7d69f1035aa1dfcef8d29a4decb3962dfb0a863a8b958f"
+const deviceSourceHash = "864b68bf3b8e4c3855c0be826466f17f3ddc174d2047d0742d140b834ef48ce1"

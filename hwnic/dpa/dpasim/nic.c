@@ -7,6 +7,15 @@
 #include "../device/mlx5.h"
 
 extern flexio_dev_event_handler_t sdr_rx_handler;
+uint64_t sdr_probe(uint64_t arg); /* handler.c's RPC */
+
+/* window_key numbers the windows this file registers, apart from the
+ * QPs' (qp.go's nextWindowKey counts up from 1). */
+static uint32_t window_key(void)
+{
+	static uint32_t keys = 0x80000000u;
+	return __atomic_add_fetch(&keys, 1, __ATOMIC_RELAXED);
+}
 
 struct dpasim_channel *dpasim_channel_new(uint32_t generations, uint32_t log_rq)
 {
@@ -152,8 +161,7 @@ struct dpasim_bench *dpasim_bench_new(uint32_t slots, uint32_t pkts, uint32_t ch
 	b->ch = dpasim_channel_new(1, DPASIM_LOG_CQ);
 	b->dpa_slots = calloc((size_t)slots * (SDR_RX_SLOT_HDR_WORDS + b->words), 8);
 	b->epochs = calloc(slots, 8);
-	static uint32_t keys = 0x80000000u; /* apart from the QPs' window keys */
-	b->key = __atomic_add_fetch(&keys, 1, __ATOMIC_RELAXED);
+	b->key = window_key();
 	if (!b->host || !b->cqes || !b->ch || !b->dpa_slots || !b->epochs ||
 	    hostsim_window_register(b->key, (uint64_t)(uintptr_t)b->host, host_words * 8) != 0) {
 		dpasim_bench_free(b);
@@ -222,3 +230,37 @@ int dpasim_bench_fill(struct dpasim_bench *b)
 int dpasim_bench_run(struct dpasim_bench *b) { return events(b->ch); }
 
 uint64_t dpasim_bench_chunks(struct dpasim_bench *b) { return b->ch->ctx.chunks; }
+
+/* A probe call: the RPC's arguments and its answer. */
+struct probe_call {
+	struct sdr_probe_args args;
+	uint64_t cycles;
+};
+
+/* probe_thread is the probe's thread: the RPC, then finish. */
+static void probe_thread(uint64_t arg)
+{
+	struct probe_call *c = (struct probe_call *)(uintptr_t)arg;
+	c->cycles = sdr_probe((uint64_t)(uintptr_t)&c->args);
+	flexio_dev_thread_finish();
+}
+
+uint64_t dpasim_probe(uint32_t op, uint32_t n)
+{
+	struct probe_call c = {.args = {.window_id = 0, .mkey = window_key(), .op = op, .n = n}, .cycles = SDR_PROBE_FAILED};
+	uint64_t *line = aligned_alloc(SDR_RX_LINE, SDR_RX_LINE);
+	if (!line)
+		return SDR_PROBE_FAILED;
+	memset(line, 0, SDR_RX_LINE);
+	c.args.haddr = (uint64_t)(uintptr_t)line;
+	struct hostsim_thread *t = NULL;
+	if (hostsim_window_register(c.args.mkey, c.args.haddr, SDR_RX_LINE) == 0) {
+		if ((t = hostsim_thread_create(probe_thread, (uint64_t)(uintptr_t)&c)) != NULL) {
+			hostsim_thread_run(t);
+			hostsim_thread_destroy(t);
+		}
+		hostsim_window_unregister(c.args.mkey);
+	}
+	free(line);
+	return c.cycles;
+}

@@ -51,3 +51,12 @@ void dpasim_bench_free(struct dpasim_bench *b);
 int dpasim_bench_fill(struct dpasim_bench *b);
 int dpasim_bench_run(struct dpasim_bench *b);
 uint64_t dpasim_bench_chunks(struct dpasim_bench *b);
+
+/*
+ * dpasim_probe runs handler.c's bring-up probe (sdr_probe) on a hostsim
+ * thread of its own, as flexio_process_call runs an RPC on the DPA: n
+ * operations op (enum sdr_probe_op) on a host line it registers as a
+ * window. Returns the cycles (hostsim's: nanoseconds), or
+ * SDR_PROBE_FAILED.
+ */
+uint64_t dpasim_probe(uint32_t op, uint32_t n);

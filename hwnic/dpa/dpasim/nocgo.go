@@ -3,7 +3,10 @@
 package dpasim
 
 import (
+	"context"
+
 	"github.com/sdr-rdma/sdr/emunic"
+	"github.com/sdr-rdma/sdr/hwnic/dpa/windowprobe"
 	"github.com/sdr-rdma/sdr/sdr/backend"
 )
 
@@ -15,3 +18,8 @@ func New(*emunic.Device) *Backend { return &Backend{} }
 
 // Open returns ErrNoCgo.
 func (*Backend) Open(backend.DeviceAttr) (backend.Device, error) { return nil, ErrNoCgo }
+
+// ProbeWindow returns ErrNoCgo.
+func (*Backend) ProbeWindow(context.Context, int, int) (windowprobe.Times, error) {
+	return windowprobe.Times{}, ErrNoCgo
+}

@@ -31,6 +31,11 @@
 
 void hostsim_thread_fence(int space, int pred, int succ);
 
+/* __dpa_thread_cycles is the thread's cycle counter: on hostsim the
+ * host's monotonic clock in nanoseconds (a 1 GHz DPA). */
+unsigned long long hostsim_cycles(void);
+#define __dpa_thread_cycles() hostsim_cycles()
+
 #define __dpa_thread_fence(space, pred, succ) hostsim_thread_fence((space), (pred), (succ))
 #define __dpa_thread_memory_fence(pred, succ) __dpa_thread_fence(__DPA_MEMORY, pred, succ)
 #define __dpa_thread_outbox_fence(pred, succ) __dpa_thread_fence(__DPA_MMIO, pred, succ)

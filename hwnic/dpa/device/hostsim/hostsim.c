@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <dpaintrin.h>
 #include <libflexio-dev/flexio_dev_queue_access.h>
@@ -597,6 +598,13 @@ uint32_t hostsim_cqe_served(const uint8_t *cqe, uint32_t v)
 	if (t && t->cqe_unfenced == cqe && rnd(t) % 2 == 0)
 		return ~v;
 	return v;
+}
+
+unsigned long long hostsim_cycles(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
 void hostsim_thread_fence(int space, int pred, int succ)

@@ -47,8 +47,10 @@
 #define FLEXIO_DEV_EXPERIMENTAL __attribute__((deprecated("Symbol is defined as experimental")))
 #endif
 
-/* On the DPA this marks an entry point; on the host it is nothing. */
+/* On the DPA these mark an event handler's and an RPC's entry point; on
+ * the host they are nothing. */
 #define __dpa_global__
+#define __dpa_rpc__
 
 typedef uint64_t flexio_uintptr_t;
 
