@@ -142,10 +142,10 @@ docs: ## docs/reproduction.md and plots from sdr sim, the paper-direction testbe
 dpa-isa: ## the DPA handler compiled for RISC-V: version gates and no compare-and-swap
 	$(GO) test -count=1 -run 'TestDeviceISA' -v ./hwnic/dpa/devicetest
 
-# BlueField-3 hosts only (DOCA installed): the DPA RX handler
-# (hwnic/dpa/device/handler.c) built by dpacc into libsdr_dpa.a, the DPA
-# image plus its host stubs, which the host side links; then that side's
-# tests, with the tags dpa and doca: FlexIO's include and library paths
+# BlueField-3 hosts only (DOCA installed): the DPA RX handler and the
+# bring-up probe (hwnic/dpa/device/handler.c, probe.c) built by dpacc
+# into libsdr_dpa.a, the DPA image plus its host stubs, which the host
+# side links; then that side's tests, with the tags dpa and doca: FlexIO's include and library paths
 # from pkg-config's libflexio (hwnic/dpa/doca_dpa.go), never the CI's
 # flexio_decl.h. DOCA's libflexio.pc is not on pkg-config's default path:
 # FLEXIO_PC_DIR is added to PKG_CONFIG_PATH. See hwnic/dpa/README.md.
@@ -153,7 +153,7 @@ DOCA  ?= /opt/mellanox/doca
 DPACC ?= $(DOCA)/tools/dpacc
 FLEXIO_PC_DIR ?= /opt/mellanox/flexio/lib/pkgconfig
 DPA_BUILD = hwnic/dpa/device/build
-dpa: export PKG_CONFIG_PATH := $(FLEXIO_PC_DIR)$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+dpa dpa-bringup: export PKG_CONFIG_PATH := $(FLEXIO_PC_DIR)$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 dpa: ## BlueField-3 hosts (DOCA): build the DPA handler with dpacc, then the tests with -tags dpa,doca
 	@pkg-config --exists libflexio || { echo "make dpa: pkg-config finds no libflexio (DOCA's FlexIO SDK) in $$PKG_CONFIG_PATH or its default path: install DOCA with the FlexIO SDK (libflexio-dev), or set FLEXIO_PC_DIR to the directory of its libflexio.pc" >&2; exit 1; }
 	@echo "libflexio $$(pkg-config --modversion libflexio): $$(pkg-config --cflags --libs libflexio)"
@@ -172,7 +172,6 @@ dpa: ## BlueField-3 hosts (DOCA): build the DPA handler with dpacc, then the tes
 DEV  ?= mlx5_0
 PEER ?= $(DEV)
 BRINGUP_REPORT ?= dpa-bringup-$(shell hostname).json
-dpa-bringup: export PKG_CONFIG_PATH := $(FLEXIO_PC_DIR)$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
 dpa-bringup: dpa ## BlueField-3 hosts (DOCA, root): make dpa, then sdr dpa doctor on DEV, writing the report to send back
 	CGO_ENABLED=1 $(GO) build -tags dpa,doca -o $(BIN)-dpa ./cmd/sdr
 	$(BIN)-dpa dpa doctor -dev $(DEV) -peer $(PEER) -report $(BRINGUP_REPORT)

@@ -60,7 +60,8 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	gbps := fs.Float64("gbps", 400, "target payload rate, Gbit/s")
 	mtu := fs.String("mtu", "4KiB", "payload bytes per packet (the path MTU)")
 	chunk := fs.String("chunk", "64KiB", "chunk size (a multiple of -mtu, at most 64 packets)")
-	msg := fs.String("msg", "1MiB", "message size (a message's first packet and its immediate cost more)")
+	msg := fs.String("msg", "1MiB", "message size (a message's first packet, its immediate and its fence markers cost more)")
+	channels := fs.Int("channels", dpa.PaperTraffic.Channels, "the QP's channels (each Arm sends each a fence marker)")
 	rtt := fs.Duration("rtt", dpa.PCIeRoundTrip, "assumed latency of one read of host memory through a window")
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
@@ -68,15 +69,15 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	m0, errM := parseDPASize(*mtu)
 	c, errC := parseDPASize(*chunk)
 	size, errS := parseDPASize(*msg)
-	if errM != nil || errC != nil || errS != nil || fs.NArg() > 0 || *rtt < 0 {
-		fmt.Fprintf(stderr, "sdr dpa plan: bad -mtu %q, -chunk %q, -msg %q or extra arguments %q\n", *mtu, *chunk, *msg, fs.Args())
+	if errM != nil || errC != nil || errS != nil || fs.NArg() > 0 || *rtt < 0 || *channels < 1 {
+		fmt.Fprintf(stderr, "sdr dpa plan: bad -mtu %q, -chunk %q, -msg %q, -channels %d or extra arguments %q\n", *mtu, *chunk, *msg, *channels, fs.Args())
 		return exitUsage
 	}
 	handler := dpa.HandlerCost
 	handler.Read = *rtt
 	var plans [2]dpa.Plan
 	for i, m := range []dpa.CostModel{dpa.PaperCost, handler} {
-		p, err := m.Plan(*gbps*1e9, m0, c, size)
+		p, err := m.Plan(dpa.Traffic{Rate: *gbps * 1e9, MTU: m0, ChunkSize: c, MessageSize: size, Channels: *channels})
 		if err != nil {
 			fmt.Fprintf(stderr, "sdr dpa plan: %v\n", err)
 			return exitUsage
@@ -86,7 +87,7 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	paper, ours := plans[0], plans[1]
 	fmt.Fprintf(stdout, "target            %.1f Gbit/s in %d B packets = %.2f Mpps\n", *gbps, m0, paper.PacketsPerSecond/1e6)
 	fmt.Fprintf(stdout, "chunk             %d B = %d packets\n", c, paper.ChunkPackets)
-	fmt.Fprintf(stdout, "message           %d B = %d packets\n", size, paper.MessagePackets)
+	fmt.Fprintf(stdout, "message           %d B = %d packets, %d channel(s): a fence marker each\n", size, paper.MessagePackets, *channels)
 	fmt.Fprintf(stdout, "%-20s%-22s%s\n", "", "paper's handler", "handler.c (reads host memory)")
 	row := func(name string, f func(p dpa.Plan) string) {
 		fmt.Fprintf(stdout, "%-20s%-22s%s\n", name, f(paper), f(ours))
@@ -94,23 +95,18 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	us := func(d time.Duration) string { return fmt.Sprintf("%.3f µs", d.Seconds()*1e6) }
 	// A window operation's row: the paper's handler has none; handler.c's
 	// time, its count per packet and its unit cost.
-	ops := func(total time.Duration, n float64, unit time.Duration) func(dpa.Plan) string {
-		return func(p dpa.Plan) string {
-			if p.Breakdown == paper.Breakdown {
-				return us(0)
-			}
-			return fmt.Sprintf("%s (%.3f × %s)", us(total), n, us(unit))
-		}
+	ops := func(name string, total time.Duration, n float64, unit time.Duration) {
+		fmt.Fprintf(stdout, "%-20s%-22s%s (%.3f × %s)\n", name, us(0), us(total), n, us(unit))
 	}
 	b := ours.Breakdown
 	row("thread time", func(p dpa.Plan) string { return us(p.ThreadTime) + " per packet" })
 	row("  compute", func(p dpa.Plan) string { return us(p.Breakdown.Compute) })
 	row("  chunk's share", func(p dpa.Plan) string { return us(p.Breakdown.Chunk) })
-	row("  window reads", ops(b.Reads, ours.Ops.Reads, handler.Read))
-	row("  window stores", ops(b.Stores, ours.Ops.Stores, handler.Store))
-	row("  writebacks", ops(b.Writebacks, ours.Ops.Writebacks, handler.Writeback))
-	row("  read-invalidates", ops(b.ReadInvalidates, ours.Ops.ReadInvalidates, handler.ReadInvalidate))
-	row("  window configs", ops(b.WindowConfigs, ours.Ops.Configs, handler.WindowConfig))
+	ops("  window reads", b.Reads, ours.Ops.Reads, handler.Read)
+	ops("  window stores", b.Stores, ours.Ops.Stores, handler.Store)
+	ops("  writebacks", b.Writebacks, ours.Ops.Writebacks, handler.Writeback)
+	ops("  read-invalidates", b.ReadInvalidates, ours.Ops.ReadInvalidates, handler.ReadInvalidate)
+	ops("  window configs", b.WindowConfigs, ours.Ops.Configs, handler.WindowConfig)
 	row("  run's rest", func(p dpa.Plan) string { return us(p.Breakdown.RunRest) })
 	row("  slot lock", func(p dpa.Plan) string { return us(p.Breakdown.Lock) })
 	row("per thread", func(p dpa.Plan) string { return fmt.Sprintf("%.3f Mpps", p.PerThread/1e6) })
@@ -137,7 +133,7 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 		"PerPacket": us(handler.PerPacket), "PerChunk": us(handler.PerChunk), "Read": us(handler.Read) + " (-rtt)",
 		"Store": us(handler.Store), "Writeback": us(handler.Writeback), "ReadInvalidate": us(handler.ReadInvalidate),
 		"WindowConfig": us(handler.WindowConfig), "RunRest": us(handler.RunRest), "PacketsPerRun": fmt.Sprint(handler.PacketsPerRun),
-		"Lock": us(handler.Lock),
+		"Lock": us(handler.Lock), "Nibbles": fmt.Sprint(handler.Nibbles), "ArmFences": fmt.Sprint(handler.ArmFences),
 	}
 	for _, src := range dpa.HandlerCostSources {
 		mark := ""
@@ -153,8 +149,8 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 		for _, c := range []struct {
 			name string
 			ops  dpa.WindowOps
-		}{{"packet", handler.Packet}, {"chunk", handler.Chunk}, {"message", handler.Message},
-			{"notification", handler.Notification}, {"handler run", handler.Run}} {
+		}{{"CQE, unlocked", handler.Accept}, {"CQE, locked", handler.Packet}, {"chunk", handler.Chunk}, {"message", handler.Message},
+			{"notification", handler.Notification}, {"fence marker", handler.Marker}, {"handler run", handler.Run}} {
 			fmt.Fprintf(stdout, "    %-14s %6d %6d %10d %16d %8d\n", c.name, c.ops.Reads, c.ops.Stores, c.ops.Writebacks,
 				c.ops.ReadInvalidates, c.ops.Configs)
 		}
@@ -163,7 +159,8 @@ func runDPA(args []string, stdout, stderr io.Writer) int {
 	for _, a := range []string{
 		"the paper's handler kept its state in DPA memory; handler.c keeps the engine's words in host memory and reads and writes them through a window",
 		"every window read misses (a PCIe round trip); a store is posted, a writeback waits for the stores before it; a stored line is a whole 64-byte line",
-		"a notification per completed chunk and one per message (its immediate); the immediate's line is stored by each of the 8 packets whose nibble changes it",
+		"a notification per completed chunk and one for a message's immediate, unless the CQE that completes the immediate completes a chunk too; the immediate's line is stored by each of the 8 CQEs whose nibble changes it; a message shorter than 8 packets is padded with zero-length carriers, each priced as a packet",
+		"messages arrive in order, one after another; each Arm sends every channel a fence marker, a CQE on that channel's thread",
 		"a slot's packets take its lock one at a time: one message is received no faster than 1/(lock held) however many threads there are",
 		"threads scale linearly (the paper measured up to 16; 16 cores × 16 threads = 256 in all); a thread waiting on a read leaves its core to the others",
 		"the host's sends, the NIC's line rate and PCIe bandwidth are not limits here",
@@ -213,25 +210,24 @@ func runDPADoctor(args []string, stdout, stderr io.Writer) int {
 	if rep.Failed() {
 		code = exitFault
 	}
-	doc, err := doctor.NewDocument(rep, *dev)
-	if err != nil {
-		fmt.Fprintf(stderr, "sdr dpa doctor: %v\n", err)
-		return exitFault
-	}
-	at := doc.PlanPoint
-	plan := func(name string, p doctor.PlanSummary) {
-		fmt.Fprintf(stdout, "  %-34s %.3f µs per packet, %d threads, a slot's lock held %.3f µs\n", name,
-			p.ThreadTime.Seconds()*1e6, p.Threads, p.SlotHold.Seconds()*1e6)
-	}
-	fmt.Fprintf(stdout, "plan at %.0f Gbit/s, %d B packets, %d KiB chunks, %d KiB messages (sdr dpa plan):\n",
-		at.Gbps, at.MTU, at.ChunkSize>>10, at.MessageSize>>10)
-	plan("with the model's guessed costs", doc.Guessed)
-	if doc.Measured != nil {
-		name := "with the costs measured here"
-		if doc.Simulated {
-			name = "with hostsim's costs (simulated)"
+	doc := doctor.NewDocument(rep, *dev, *peer)
+	at := doc.PlanTraffic
+	plan := func(name string, p *doctor.PlanSummary) {
+		if p != nil {
+			fmt.Fprintf(stdout, "  %-34s %.3f µs per packet, %d threads, a slot's lock held %.3f µs\n", name,
+				p.ThreadTime.Seconds()*1e6, p.Threads, p.SlotHold.Seconds()*1e6)
 		}
-		plan(name, *doc.Measured)
+	}
+	fmt.Fprintf(stdout, "plan at %.0f Gbit/s, %d B packets, %d KiB chunks, %d KiB messages, %d channel (sdr dpa plan):\n",
+		at.Rate/1e9, at.MTU, at.ChunkSize>>10, at.MessageSize>>10, at.Channels)
+	plan("with the model's guessed costs", doc.Guessed)
+	measured := "with the costs measured here"
+	if doc.Simulated {
+		measured = "with hostsim's costs (simulated)"
+	}
+	plan(measured, doc.Measured)
+	if doc.PlanError != "" {
+		fmt.Fprintf(stdout, "  no plan: %s\n", doc.PlanError)
 	}
 	if *report != "" {
 		if err := writeJSONFile(*report, doc); err != nil {

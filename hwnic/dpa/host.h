@@ -40,7 +40,7 @@
  * the host stub of the handler's entry point dpacc generates for it. */
 extern struct flexio_app *sdr_dpa_app;
 extern flexio_func_t sdr_rx_handler;
-/* and of the bring-up probe, an RPC (handler.c's sdr_probe) */
+/* and of the bring-up probe, an RPC (probe.c's sdr_probe) */
 extern flexio_func_t sdr_probe;
 
 #define SDR_DPA_POST_BATCH 64 /* send work requests per ibv_post_send */
@@ -445,17 +445,26 @@ static struct mlx5dv_devx_obj *sdr_dpa_create_root(struct sdr_dpa_dev *d, struct
 
 /* --- DPA memory ---------------------------------------------------------- */
 
-/* sdr_dpa_dev_copy allocates DPA heap memory holding a copy of src. */
+/* sdr_dpa_dev_copy allocates DPA heap memory holding a copy of src; on
+ * failure nothing is left allocated and *daddr is 0. */
 static int sdr_dpa_dev_copy(struct sdr_dpa_dev *d, void *src, size_t len, flexio_uintptr_t *daddr)
 {
-	if (flexio_buf_dev_alloc(d->process, len, daddr) != FLEXIO_STATUS_SUCCESS)
+	*daddr = 0;
+	if (flexio_buf_dev_alloc(d->process, len, daddr) != FLEXIO_STATUS_SUCCESS) {
+		*daddr = 0;
 		return -1;
-	return flexio_host2dev_memcpy(d->process, src, len, *daddr) == FLEXIO_STATUS_SUCCESS ? 0 : -1;
+	}
+	if (flexio_host2dev_memcpy(d->process, src, len, *daddr) != FLEXIO_STATUS_SUCCESS) {
+		flexio_buf_dev_free(d->process, *daddr);
+		*daddr = 0;
+		return -1;
+	}
+	return 0;
 }
 
 /* --- the bring-up probe ---------------------------------------------------- */
 
-/* sdr_dpa_probe runs handler.c's sdr_probe on the DPA through
+/* sdr_dpa_probe runs probe.c's sdr_probe on the DPA through
  * flexio_process_call: n operations op on the 64-byte host line at line,
  * which the caller registered as mr, reached through the device's
  * window. The cycles the probe returned (SDR_PROBE_FAILED when it failed

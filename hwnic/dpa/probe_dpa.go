@@ -19,9 +19,10 @@ import (
 
 // ProbeWindow times the DPA's window operations on the device
 // (windowprobe; sdr dpa doctor's report): it opens the device as Open
-// does, registers one 64-byte line of host memory, runs handler.c's probe
-// on the DPA through flexio_process_call — n operations per call, rounds
-// calls of each — and closes what it opened.
+// does — a FlexIO process of its own, beside any the caller has open —
+// registers one 64-byte line of host memory, runs probe.c's sdr_probe on
+// the DPA through flexio_process_call (n operations per call, rounds
+// calls of each) and closes what it opened.
 func (b *Backend) ProbeWindow(ctx context.Context, n, rounds int) (windowprobe.Times, error) {
 	name := C.CString(b.opts.Device)
 	defer C.free(unsafe.Pointer(name))
@@ -38,17 +39,17 @@ func (b *Backend) ProbeWindow(ctx context.Context, n, rounds int) (windowprobe.T
 	}
 	defer C.free(line)
 	C.memset(line, 0, 64)
-	mr := C.ibv_reg_mr(d.pd, line, 64, C.IBV_ACCESS_LOCAL_WRITE)
+	mr, err := C.ibv_reg_mr(d.pd, line, 64, C.IBV_ACCESS_LOCAL_WRITE)
 	if mr == nil {
-		return windowprobe.Times{}, fmt.Errorf("dpa: probe %q: ibv_reg_mr of the probe's line failed", b.opts.Device)
+		return windowprobe.Times{}, fmt.Errorf("dpa: probe %q: ibv_reg_mr of the probe's line: %w", b.opts.Device, err)
 	}
 	defer C.ibv_dereg_mr(mr)
-	return windowprobe.Measure(func(op windowprobe.Op, n uint32) (uint64, error) {
+	return windowprobe.Measure(func(op windowprobe.Op, count uint32) (uint64, error) {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
 		var cycles C.uint64_t
-		if C.sdr_dpa_probe(d, line, mr, C.uint32_t(op), C.uint32_t(n), &cycles, &step) != 0 {
+		if C.sdr_dpa_probe(d, line, mr, C.uint32_t(op), C.uint32_t(count), &cycles, &step) != 0 {
 			return 0, fmt.Errorf("dpa: probe %q: %s failed", b.opts.Device, C.GoString(step))
 		}
 		return uint64(cycles), nil

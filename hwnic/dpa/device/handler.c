@@ -300,4 +300,3 @@ __dpa_global__ void sdr_rx_handler(uint64_t thread_arg)
 	flexio_dev_cq_arm(c->ci, c->cqn);
 	flexio_dev_thread_reschedule();
 }
-

@@ -17,24 +17,28 @@ __dpa_rpc__ uint64_t sdr_probe(uint64_t arg);
  * the cost model's guesses (hwnic/dpa's HandlerCost) can be replaced by
  * what this device does. A read uses its value before the next, so that
  * each waits out its round trip; the stores of SDR_PROBE_STORE are
- * written back after the timing. Returns the cycles the n took, or
+ * written back after the timing; a spin runs no loop of operations, only
+ * the clock. Returns the cycles the n took, or
  * SDR_PROBE_FAILED.
  */
 __dpa_rpc__ uint64_t sdr_probe(uint64_t arg)
 {
 	const struct sdr_probe_args *a = (const struct sdr_probe_args *)arg;
 	flexio_uintptr_t line, ignored;
-	if (a->op > SDR_PROBE_CONFIG ||
+	if (a->op > SDR_PROBE_READ_CACHED ||
 	    flexio_dev_window_config(FLEXIO_DEV_WINDOW_ENTITY_0, (uint16_t)a->window_id, a->mkey) !=
 		    FLEXIO_DEV_STATUS_SUCCESS ||
 	    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, a->haddr, &line) != FLEXIO_DEV_STATUS_SUCCESS)
 		return SDR_PROBE_FAILED;
 	uint64_t *word = (uint64_t *)line, sum = 0;
 	uint64_t start = __dpa_thread_cycles();
-	for (uint32_t i = 0; i < a->n; i++) {
+	for (uint32_t i = 0; a->op != SDR_PROBE_SPIN && i < a->n; i++) {
 		switch (a->op) {
 		case SDR_PROBE_READ:
 			__dpa_thread_window_read_inv();
+			sum += win_load(word) + 1;
+			break;
+		case SDR_PROBE_READ_CACHED:
 			sum += win_load(word) + 1;
 			break;
 		case SDR_PROBE_READ_INV:

@@ -192,7 +192,7 @@ struct sdr_rx_ctx {
 };
 
 /*
- * The bring-up probe (handler.c's sdr_probe, an RPC the host calls with
+ * The bring-up probe (probe.c's sdr_probe, an RPC the host calls with
  * flexio_process_call): n operations of one kind on a host line reached
  * through window window_id with mkey, timed by the DPA's cycle counter.
  * The host passes the arguments in DPA memory; the RPC returns the
@@ -205,6 +205,7 @@ enum sdr_probe_op {
 	SDR_PROBE_STORE = 3,     /* a store into the line (one writeback after the timing) */
 	SDR_PROBE_WRITEBACK = 4, /* a store, then a writeback */
 	SDR_PROBE_CONFIG = 5,    /* window configuration and three pointer acquisitions, as a handler run's */
+	SDR_PROBE_READ_CACHED = 6, /* a load whose value is used, no read-invalidate (a hit, if the window caches) */
 };
 #define SDR_PROBE_FAILED UINT64_MAX
 

@@ -81,7 +81,7 @@ func TestDeviceISA(t *testing.T) {
 				t.Errorf("%s: read-modify-write %s in the device object: only the slot lock's swap is expected", ver, m[0])
 			}
 		}
-		t.Logf("%s %s: %d instructions, 0 LR/SC, %d AMOs (the slot lock's swap)", c.src, map[bool]string{true: "24.10 (declared)", false: ver}[ver == ""],
+		t.Logf("%s %s: %d instructions, 0 LR/SC, %d AMOs (the slot lock's swaps)", c.src, map[bool]string{true: "24.10 (declared)", false: ver}[ver == ""],
 			len(regexp.MustCompile(`(?m)^\s*[0-9a-f]+:`).FindAllString(string(out), -1)), len(amo.FindAllString(string(out), -1)))
 	}
 	_, diag, err := compileDPA(t, clang, "handler.c", "-DFLEXIO_DEV_VER_USED=FLEXIO_DEV_VER(24,4,0)")

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ import (
 type Document struct {
 	Tool     string    `json:"tool"`
 	Revision string    `json:"revision,omitempty"` // the build's version control revision, if it has one
+	Modified bool      `json:"modified,omitempty"` // the build's tree had changes beside Revision
 	Time     time.Time `json:"time"`
 	// Simulated is true when the walk ran on dpasim: its measurements are
 	// the host's memory through hostsim, not a BlueField-3's.
@@ -29,24 +31,15 @@ type Document struct {
 	// Environment is what the machine says of itself: each command's
 	// output (or why there is none).
 	Environment map[string]string `json:"environment"`
-	// Plan is sdr dpa plan's answer at PlanPoint, with the model's
-	// guessed window costs and, when the walk measured them, with those.
-	PlanPoint PlanPoint    `json:"plan_point"`
-	Guessed   PlanSummary  `json:"plan_guessed"`
-	Measured  *PlanSummary `json:"plan_measured,omitempty"`
+	// The plans are sdr dpa plan's answer at PlanTraffic (the paper's
+	// operating point), with the model's guessed window costs and, when
+	// the walk measured them, with those; PlanError says why there is
+	// none.
+	PlanTraffic dpa.Traffic  `json:"plan_traffic"`
+	Guessed     *PlanSummary `json:"plan_guessed,omitempty"`
+	Measured    *PlanSummary `json:"plan_measured,omitempty"`
+	PlanError   string       `json:"plan_error,omitempty"`
 }
-
-// PlanPoint is the traffic the document's plans are for.
-type PlanPoint struct {
-	Gbps        float64 `json:"gbps"`
-	MTU         int     `json:"mtu"`
-	ChunkSize   int     `json:"chunk_size"`
-	MessageSize int     `json:"message_size"`
-}
-
-// DefaultPlanPoint is the paper's operating point: 400 Gbit/s of 4 KiB
-// packets in 64 KiB chunks, 1 MiB messages.
-var DefaultPlanPoint = PlanPoint{Gbps: 400, MTU: 4096, ChunkSize: 64 << 10, MessageSize: 1 << 20}
 
 // PlanSummary is a plan's bottom line.
 type PlanSummary struct {
@@ -56,36 +49,41 @@ type PlanSummary struct {
 	SlotHold   time.Duration `json:"slot_hold_ns"`
 }
 
-// NewDocument writes rep up with the machine's facts (device names the
-// verbs device to describe, "" for none) and the plans at
-// DefaultPlanPoint.
-func NewDocument(rep Report, device string) (Document, error) {
+// NewDocument writes rep up with the machine's facts (devices names the
+// verbs devices to describe) and the plans at dpa.PaperTraffic. A plan
+// that fails is recorded as PlanError, never lost with the walk.
+func NewDocument(rep Report, devices ...string) Document {
 	d := Document{Tool: "sdr dpa doctor", Time: time.Now().UTC(), Simulated: !rep.Hardware, Report: rep,
-		PlanPoint: DefaultPlanPoint, Environment: environment(device)}
+		PlanTraffic: dpa.PaperTraffic, Environment: environment(devices)}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" {
+			switch s.Key {
+			case "vcs.revision":
 				d.Revision = s.Value
+			case "vcs.modified":
+				d.Modified = s.Value == "true"
 			}
 		}
 	}
-	guessed, err := summary(dpa.HandlerCost, d.PlanPoint)
+	guessed, err := summary(dpa.HandlerCost, d.PlanTraffic)
 	if err != nil {
-		return Document{}, err
+		d.PlanError = err.Error()
+		return d
 	}
-	d.Guessed = guessed
+	d.Guessed = &guessed
 	if rep.Window != nil {
-		measured, err := summary(dpa.HandlerCost.Measured(*rep.Window), d.PlanPoint)
+		measured, err := summary(dpa.HandlerCost.Measured(*rep.Window), d.PlanTraffic)
 		if err != nil {
-			return Document{}, err
+			d.PlanError = err.Error()
+			return d
 		}
 		d.Measured = &measured
 	}
-	return d, nil
+	return d
 }
 
-func summary(m dpa.CostModel, at PlanPoint) (PlanSummary, error) {
-	p, err := m.Plan(at.Gbps*1e9, at.MTU, at.ChunkSize, at.MessageSize)
+func summary(m dpa.CostModel, t dpa.Traffic) (PlanSummary, error) {
+	p, err := m.Plan(t)
 	if err != nil {
 		return PlanSummary{}, err
 	}
@@ -94,14 +92,16 @@ func summary(m dpa.CostModel, at PlanPoint) (PlanSummary, error) {
 
 // environment runs the commands that describe the machine, each for at
 // most 5 s; a missing command is recorded as such.
-func environment(device string) map[string]string {
+func environment(devices []string) map[string]string {
 	env := map[string]string{"go": runtime.Version(), "arch": runtime.GOARCH, "cpus": strconv.Itoa(runtime.NumCPU())}
 	if h, err := os.Hostname(); err == nil {
 		env["hostname"] = h
 	}
 	cmds := [][]string{{"uname", "-srm"}, {"pkg-config", "--modversion", "libflexio"}}
-	if device != "" {
-		cmds = append(cmds, []string{"ibv_devinfo", "-d", device})
+	for _, dev := range slices.Compact(slices.Clone(devices)) {
+		if dev != "" {
+			cmds = append(cmds, []string{"ibv_devinfo", "-d", dev})
+		}
 	}
 	for _, c := range cmds {
 		env[strings.Join(c, " ")] = run(c)

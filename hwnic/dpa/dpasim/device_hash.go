@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "864b68bf3b8e4c3855c0be826466f17f3ddc174d2047d0742d140b834ef48ce1"
+const deviceSourceHash = "cb680539e5494bc659ad5fd26830fb0de19534195ed87786f97bcf0a19bce493"

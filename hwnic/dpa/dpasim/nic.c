@@ -7,7 +7,7 @@
 #include "../device/mlx5.h"
 
 extern flexio_dev_event_handler_t sdr_rx_handler;
-uint64_t sdr_probe(uint64_t arg); /* handler.c's RPC */
+uint64_t sdr_probe(uint64_t arg); /* probe.c's RPC (host.h declares it as a host stub, so sdr_rx.h cannot) */
 
 /* window_key numbers the windows this file registers, apart from the
  * QPs' (qp.go's nextWindowKey counts up from 1). */

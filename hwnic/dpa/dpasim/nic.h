@@ -53,7 +53,7 @@ int dpasim_bench_run(struct dpasim_bench *b);
 uint64_t dpasim_bench_chunks(struct dpasim_bench *b);
 
 /*
- * dpasim_probe runs handler.c's bring-up probe (sdr_probe) on a hostsim
+ * dpasim_probe runs probe.c's bring-up probe (sdr_probe) on a hostsim
  * thread of its own, as flexio_process_call runs an RPC on the DPA: n
  * operations op (enum sdr_probe_op) on a host line it registers as a
  * window. Returns the cycles (hostsim's: nanoseconds), or

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestProbeWindow runs handler.c's probe through hostsim: every
+// TestProbeWindow runs probe.c's sdr_probe through hostsim: every
 // operation returns a time, the clock calibrates to hostsim's (the
 // host's nanoseconds: 1 GHz, within a factor of two on a loaded
 // machine), and a read or a writeback through hostsim's window model

@@ -1115,43 +1115,53 @@ static void test_consumer_during_run(void)
 /*
  * window_ops counts the window operations of messages received in order
  * and prints them with the packets, completed chunks, messages and
- * handler runs behind them; handler_test.go compares them with the cost
- * model's counts (hwnic/dpa's HandlerCost). Each message: 14 chunks of
- * 16 packets, so that its words fill whole lines (a shorter last line
- * stores fewer words than the model's whole line), and an immediate
- * whose nibbles come with its first 8 packets; runs of a full budget.
+ * handler runs behind them, a line per chunk size; handler_test.go
+ * compares them with the cost model's counts (hwnic/dpa's HandlerCost).
+ * Each message: 14 chunks, so that its words fill whole lines (a shorter
+ * last line stores fewer words than the model's whole line), and an
+ * immediate whose nibbles come with its first 8 packets; runs of a full
+ * budget. At 16-packet chunks the immediate's last nibble ends no chunk
+ * (a notification of its own); at 8-packet chunks it ends the first (one
+ * notification for both).
  */
-static void test_window_ops(void)
+static void window_ops(uint32_t chunk_pkts)
 {
-	enum { MSGS = 3, CHUNKS = 14, CHUNK_PKTS = 16, PKTS = CHUNKS * CHUNK_PKTS };
-	const uint32_t user = 0x5eed1e55;
-	struct rig *r = rig_new(1, 1, 4, PKTS * 1024, 1024, CHUNK_PKTS * 1024, 6, L10);
+	enum { MSGS = 3, CHUNKS = 14 };
+	const uint32_t user = 0x5eed1e55, pkts = CHUNKS * chunk_pkts;
+	struct rig *r = rig_new(1, 1, 4, pkts * 1024, 1024, chunk_pkts * 1024, 6, L10);
 	CHECK(r->slot_words % SDR_RX_LINE_WORDS == 1, "slot words %u: the last line is not whole", r->slot_words);
 	struct hostsim_ops before, after;
 	hostsim_ops_get(&before);
 	uint32_t runs = 0, notified = 0;
 	for (uint32_t m = 1; m <= MSGS; m++) {
-		arm(r, m, PKTS * 1024, m, 0);
-		for (uint32_t off = 0; off < PKTS; off++) {
+		arm(r, m, pkts * 1024, m, 0);
+		for (uint32_t off = 0; off < pkts; off++) {
 			packet(r, 0, 0, m << 22 | off << 4 | (user >> (4 * (off % 8)) & 0xf), 1024);
-			if (off % SDR_RX_BUDGET == SDR_RX_BUDGET - 1 || off == PKTS - 1)
+			if (off % SDR_RX_BUDGET == SDR_RX_BUDGET - 1 || off == pkts - 1)
 				runs += (uint32_t)drain(r, 0);
 		}
 		notified += notifications(r, 0, NULL);
 	}
 	hostsim_ops_get(&after);
 	const struct sdr_rx_ctx *x = &r->ch[0].ctx;
-	CHECK(x->chunks == MSGS * CHUNKS && x->imms == MSGS && notified == MSGS * (CHUNKS + 1) && x->stale == 0,
-	      "chunks %lu, immediates %lu, notifications %u, stale %lu", (unsigned long)x->chunks, (unsigned long)x->imms,
-	      notified, (unsigned long)x->stale);
-	printf("ops packets=%u chunks=%u messages=%u runs=%u loads=%lu stores=%lu writebacks=%lu read_invalidates=%lu "
-	       "window_configs=%lu ptr_acquires=%lu\n",
-	       MSGS * PKTS, MSGS * CHUNKS, MSGS, runs, (unsigned long)(after.loads - before.loads),
+	uint32_t want = MSGS * (CHUNKS + (8 % chunk_pkts != 0));
+	CHECK(x->chunks == MSGS * CHUNKS && x->imms == MSGS && notified == want && x->stale == 0,
+	      "chunks %lu, immediates %lu, notifications %u (want %u), stale %lu", (unsigned long)x->chunks,
+	      (unsigned long)x->imms, notified, want, (unsigned long)x->stale);
+	printf("ops chunk_packets=%u packets=%u chunks=%u messages=%u notifications=%u runs=%u loads=%lu stores=%lu "
+	       "writebacks=%lu read_invalidates=%lu window_configs=%lu ptr_acquires=%lu\n",
+	       chunk_pkts, MSGS * pkts, MSGS * CHUNKS, MSGS, notified, runs, (unsigned long)(after.loads - before.loads),
 	       (unsigned long)(after.stores - before.stores), (unsigned long)(after.writebacks - before.writebacks),
 	       (unsigned long)(after.read_invalidates - before.read_invalidates),
 	       (unsigned long)(after.window_configs - before.window_configs),
 	       (unsigned long)(after.ptr_acquires - before.ptr_acquires));
 	rig_free(r);
+}
+
+static void test_window_ops(void)
+{
+	window_ops(16);
+	window_ops(8);
 }
 
 int main(int argc, char **argv)
