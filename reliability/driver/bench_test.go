@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -197,4 +198,54 @@ func BenchmarkIdleConnection(b *testing.B) {
 		sb.Close()
 	}
 	b.ReportMetric(perConn/float64(b.N), "MB/conn")
+}
+
+// BenchmarkFirstTransfer opens a connection per operation over a perfect
+// in-process pipe — no link limits the rate; the host's CPU and
+// scheduling do — and moves four 64 MiB transfers on it, one after the
+// other, reporting the first's rate over the median of the other three
+// (first/warm) beside both rates. On a busy host the round trips are the
+// host's delays, not a path's: this is how a first transfer fares when
+// they are read as a queue (issue 38's "tell the path from the host").
+//
+//	go test -run '^$' -bench FirstTransfer -benchtime 3x ./reliability/driver/
+func BenchmarkFirstTransfer(b *testing.B) {
+	const size, transfers = 64 << 20, 4
+	data, got := make([]byte, size), make([]byte, size)
+	var ratios, firsts, warms []float64
+	for range b.N {
+		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+		sa, sb := openPipeEnd(pa, "10.0.0.1", 1), openPipeEnd(pb, "10.0.0.2", 2)
+		ctx := context.Background()
+		s, r, err := driver.ConnectLocal(ctx, sa, sb, sdr.QPAttr{}, reliability.SenderConfig{},
+			reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var rates []float64
+		for range transfers {
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() { _, _, err := r.Read(ctx, got); done <- err }()
+			if _, err := s.Write(ctx, data, 1); err != nil {
+				b.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+			rates = append(rates, size*8/time.Since(start).Seconds())
+		}
+		s.Close()
+		r.Close()
+		sa.Close()
+		sb.Close()
+		warm := slices.Clone(rates[1:])
+		slices.Sort(warm)
+		firsts, warms = append(firsts, rates[0]), append(warms, warm[len(warm)/2])
+		ratios = append(ratios, rates[0]/warm[len(warm)/2])
+	}
+	median := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(ratios), "first/warm")
+	b.ReportMetric(median(firsts)/1e9, "first-Gbit/s")
+	b.ReportMetric(median(warms)/1e9, "warm-Gbit/s")
 }
