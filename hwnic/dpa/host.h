@@ -449,7 +449,6 @@ static struct mlx5dv_devx_obj *sdr_dpa_create_root(struct sdr_dpa_dev *d, struct
  * failure nothing is left allocated and *daddr is 0. */
 static int sdr_dpa_dev_copy(struct sdr_dpa_dev *d, void *src, size_t len, flexio_uintptr_t *daddr)
 {
-	*daddr = 0;
 	if (flexio_buf_dev_alloc(d->process, len, daddr) != FLEXIO_STATUS_SUCCESS) {
 		*daddr = 0;
 		return -1;

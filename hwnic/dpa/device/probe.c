@@ -11,6 +11,21 @@
 __dpa_rpc__ uint64_t sdr_probe(uint64_t arg);
 
 /*
+ * attach configures the thread's window for a and acquires a's line
+ * through it three times, as a handler run acquires its three host areas;
+ * 0 and the line's address in *line, or -1.
+ */
+static int attach(const struct sdr_probe_args *a, flexio_uintptr_t *line)
+{
+	if (flexio_dev_window_config(FLEXIO_DEV_WINDOW_ENTITY_0, (uint16_t)a->window_id, a->mkey) != FLEXIO_DEV_STATUS_SUCCESS)
+		return -1;
+	for (int i = 0; i < 3; i++)
+		if (flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, a->haddr, line) != FLEXIO_DEV_STATUS_SUCCESS)
+			return -1;
+	return 0;
+}
+
+/*
  * sdr_probe is the bring-up kit's measurement (sdr dpa doctor): it times
  * n window operations of kind op (sdr_rx.h's sdr_probe_args, in DPA
  * memory at arg) on a host line with the thread's cycle counter, so that
@@ -24,11 +39,8 @@ __dpa_rpc__ uint64_t sdr_probe(uint64_t arg);
 __dpa_rpc__ uint64_t sdr_probe(uint64_t arg)
 {
 	const struct sdr_probe_args *a = (const struct sdr_probe_args *)arg;
-	flexio_uintptr_t line, ignored;
-	if (a->op > SDR_PROBE_READ_CACHED ||
-	    flexio_dev_window_config(FLEXIO_DEV_WINDOW_ENTITY_0, (uint16_t)a->window_id, a->mkey) !=
-		    FLEXIO_DEV_STATUS_SUCCESS ||
-	    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, a->haddr, &line) != FLEXIO_DEV_STATUS_SUCCESS)
+	flexio_uintptr_t line, again;
+	if (a->op > SDR_PROBE_READ_CACHED || attach(a, &line) != 0)
 		return SDR_PROBE_FAILED;
 	uint64_t *word = (uint64_t *)line, sum = 0;
 	uint64_t start = __dpa_thread_cycles();
@@ -52,14 +64,7 @@ __dpa_rpc__ uint64_t sdr_probe(uint64_t arg)
 			__dpa_thread_window_writeback();
 			break;
 		case SDR_PROBE_CONFIG:
-			if (flexio_dev_window_config(FLEXIO_DEV_WINDOW_ENTITY_0, (uint16_t)a->window_id, a->mkey) !=
-				    FLEXIO_DEV_STATUS_SUCCESS ||
-			    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, a->haddr, &ignored) !=
-				    FLEXIO_DEV_STATUS_SUCCESS ||
-			    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, a->haddr, &ignored) !=
-				    FLEXIO_DEV_STATUS_SUCCESS ||
-			    flexio_dev_window_ptr_acquire(FLEXIO_DEV_WINDOW_ENTITY_0, a->haddr, &ignored) !=
-				    FLEXIO_DEV_STATUS_SUCCESS)
+			if (attach(a, &again) != 0)
 				return SDR_PROBE_FAILED;
 			break;
 		}

@@ -3,4 +3,4 @@
 package dpasim
 
 // deviceSourceHash is the SHA-256 of the ../device sources this package compiles.
-const deviceSourceHash = "cb680539e5494bc659ad5fd26830fb0de19534195ed87786f97bcf0a19bce493"
+const deviceSourceHash = "a868261e7bc12894eb8167ed9cb114bf11eaeebc3a667c8961bdbda054e619aa"
