@@ -92,10 +92,17 @@ func (c *OpCounts) add(o WindowOps, k float64) {
 	c.Configs += float64(o.Configs) * k
 }
 
-// seconds is what the operations cost a thread under m, in seconds.
-func (c OpCounts) seconds(m CostModel) float64 {
-	return c.Reads*m.Read.Seconds() + c.Stores*m.Store.Seconds() + c.Writebacks*m.Writeback.Seconds() +
-		c.ReadInvalidates*m.ReadInvalidate.Seconds() + c.Configs*m.WindowConfig.Seconds()
+// priced is what each kind of the operations costs a thread under m, in
+// seconds.
+func (c OpCounts) priced(m CostModel) OpCounts {
+	return OpCounts{Reads: c.Reads * m.Read.Seconds(), Stores: c.Stores * m.Store.Seconds(),
+		Writebacks: c.Writebacks * m.Writeback.Seconds(), ReadInvalidates: c.ReadInvalidates * m.ReadInvalidate.Seconds(),
+		Configs: c.Configs * m.WindowConfig.Seconds()}
+}
+
+// sum is the counts' (or their prices') total.
+func (c OpCounts) sum() float64 {
+	return c.Reads + c.Stores + c.Writebacks + c.ReadInvalidates + c.Configs
 }
 
 // PaperCost is the model from the SDR-RDMA paper's BlueField-3
@@ -285,23 +292,22 @@ func (m CostModel) Plan(t Traffic) (Plan, error) {
 	all.add(m.Marker, perPacket(markers))
 	all.add(m.Run, perPacket(cqes+markers)*perRun)
 	p.Ops = all
-	seconds := func(d time.Duration, n float64) float64 { return d.Seconds() * n }
-	b := struct{ compute, chunk, reads, stores, writebacks, invalidates, configs, runRest, lock float64 }{
-		compute: seconds(m.PerPacket, perPacket(cqes+markers)), chunk: seconds(m.PerChunk, perPacket(chunks)),
-		reads: seconds(m.Read, all.Reads), stores: seconds(m.Store, all.Stores), writebacks: seconds(m.Writeback, all.Writebacks),
-		invalidates: seconds(m.ReadInvalidate, all.ReadInvalidates), configs: seconds(m.WindowConfig, all.Configs),
-		runRest: seconds(m.RunRest, perPacket(cqes+markers)*perRun), lock: seconds(m.Lock, perPacket(cqes)),
-	}
-	total := b.compute + b.chunk + b.reads + b.stores + b.writebacks + b.invalidates + b.configs + b.runRest + b.lock
+	window := all.priced(m)
+	compute := m.PerPacket.Seconds() * perPacket(cqes+markers)
+	chunkShare := m.PerChunk.Seconds() * perPacket(chunks)
+	runRest := m.RunRest.Seconds() * perPacket(cqes+markers) * perRun
+	lock := m.Lock.Seconds() * perPacket(cqes)
+	total := compute + chunkShare + window.sum() + runRest + lock
 	if !(total > 0) || total > maxThreadTime.Seconds() {
 		return Plan{}, fmt.Errorf("dpa: plan: %g s of thread time per packet: %w", total, ErrPlan)
 	}
 	d := func(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
-	p.Breakdown = Breakdown{Compute: d(b.compute), Chunk: d(b.chunk), Reads: d(b.reads), Stores: d(b.stores), Writebacks: d(b.writebacks),
-		ReadInvalidates: d(b.invalidates), WindowConfigs: d(b.configs), RunRest: d(b.runRest), Lock: d(b.lock)}
+	p.Breakdown = Breakdown{Compute: d(compute), Chunk: d(chunkShare), Reads: d(window.Reads), Stores: d(window.Stores),
+		Writebacks: d(window.Writebacks), ReadInvalidates: d(window.ReadInvalidates), WindowConfigs: d(window.Configs),
+		RunRest: d(runRest), Lock: d(lock)}
 	p.ThreadTime = d(total)
 	if m.Lock > 0 {
-		hold := b.lock + held.seconds(m)
+		hold := lock + held.priced(m).sum()
 		p.SlotHold = d(hold)
 		p.MessagesInFlight = max(1, int(math.Ceil(p.PacketsPerSecond*hold-1e-9)))
 	}
