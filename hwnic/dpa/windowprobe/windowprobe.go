@@ -109,7 +109,7 @@ func Measure(call Call, n, rounds int) (Times, error) {
 		slices.Sort(per)
 		return per[(rounds-1)/2], nil
 	}
-	var cycles [7]float64
+	cycles := map[Op]float64{}
 	for _, op := range []Op{Read, ReadCached, ReadInvalidate, Store, Writeback, Config} {
 		if cycles[op], err = median(op); err != nil {
 			return Times{}, err
@@ -153,10 +153,10 @@ func clock(call Call) (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		hz = float64(c2-c1) / (t2 - t1).Seconds()
-		if c2 <= c1 || t2 <= t1 || math.IsInf(hz, 0) || math.IsNaN(hz) || hz <= 0 {
+		if c2 <= c1 || t2 <= t1 {
 			return 0, fmt.Errorf("windowprobe: spins of %d and %d cycles took %v and %v: %w", c1, c2, t1, t2, ErrProbe)
 		}
+		hz = float64(c2-c1) / (t2 - t1).Seconds()
 		if t2 >= calibration/2 || try == 2 {
 			return hz, nil
 		}
