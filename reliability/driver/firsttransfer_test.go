@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -71,12 +70,7 @@ func TestFirstTransfer(t *testing.T) {
 					took = append(took, time.Since(start))
 					line += fmt.Sprintf(" %.0f", float64(*firstSize)*8/took[i].Seconds()/1e6)
 				}
-				warm := slices.Clone(took[1:])
-				slices.Sort(warm)
-				median := warm[len(warm)/2]
-				if len(warm)%2 == 0 {
-					median = (warm[len(warm)/2-1] + warm[len(warm)/2]) / 2
-				}
+				median := median(took[1:])
 				t.Logf("Mbit/s by transfer:%s; first/warm median %.2f", line, float64(median)/float64(took[0]))
 				if float64(took[0]) > float64(median)/0.85 {
 					t.Errorf("the first transfer took %v, the later ones' median %v: more than 1/0.85 of it", took[0], median)
