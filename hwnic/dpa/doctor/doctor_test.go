@@ -2,6 +2,8 @@ package doctor_test
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +39,18 @@ func TestSimulatedWalk(t *testing.T) {
 	}
 	if msg := results[4]; msg.Step != "one SDR message end to end" || !strings.Contains(msg.Detail, "intact") {
 		t.Errorf("step 5: %s: %q", msg.Step, msg.Detail)
+	}
+	// The report reads back as it was written (the statuses by name).
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back doctor.Report
+	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, rep) {
+		t.Errorf("the report read back as %+v (%v), written as %+v", back, err, rep)
+	}
+	if err := json.Unmarshal([]byte(`{"steps":[{"status":"maybe"}]}`), &back); err == nil {
+		t.Error(`a status "maybe" read back without an error`)
 	}
 	// The measurements a BlueField-3 owner sends back, here hostsim's.
 	if w := rep.Window; rep.Failed() || rep.Hardware || w == nil || w.Writeback <= 0 || w.Config <= 0 || w.N != doctor.ProbeOps ||
