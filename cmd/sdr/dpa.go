@@ -222,7 +222,7 @@ func runDPADoctor(args []string, stdout, stderr io.Writer) int {
 		at.Rate/1e9, at.MTU, at.ChunkSize>>10, at.MessageSize>>10, at.Channels)
 	plan("with the model's guessed costs", doc.Guessed)
 	measured := "with the costs measured here"
-	if doc.Simulated {
+	if !doc.Hardware {
 		measured = "with hostsim's costs (simulated)"
 	}
 	plan(measured, doc.Measured)

@@ -24,9 +24,9 @@ type Document struct {
 	Revision string    `json:"revision,omitempty"` // the build's version control revision, if it has one
 	Modified bool      `json:"modified,omitempty"` // the build's tree had changes beside Revision
 	Time     time.Time `json:"time"`
-	// Simulated is true when the walk ran on dpasim: its measurements are
-	// the host's memory through hostsim, not a BlueField-3's.
-	Simulated bool `json:"simulated"`
+	// Report's Hardware is false when the walk ran on dpasim: its
+	// measurements are the host's memory through hostsim, not a
+	// BlueField-3's.
 	Report
 	// Environment is what the machine says of itself: each command's
 	// output (or why there is none).
@@ -53,7 +53,7 @@ type PlanSummary struct {
 // verbs devices to describe) and the plans at dpa.PaperTraffic. A plan
 // that fails is recorded as PlanError, never lost with the walk.
 func NewDocument(rep Report, devices ...string) Document {
-	d := Document{Tool: "sdr dpa doctor", Time: time.Now().UTC(), Simulated: !rep.Hardware, Report: rep,
+	d := Document{Tool: "sdr dpa doctor", Time: time.Now().UTC(), Report: rep,
 		PlanTraffic: dpa.PaperTraffic, Environment: environment(devices)}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range info.Settings {
