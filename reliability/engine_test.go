@@ -11,6 +11,7 @@ import (
 	"github.com/sdr-rdma/sdr/reliability/control"
 	"github.com/sdr-rdma/sdr/reliability/ec"
 	"github.com/sdr-rdma/sdr/reliability/scheme"
+	"github.com/sdr-rdma/sdr/testbed/sim"
 )
 
 // schemes under test, with small codes so that 8-chunk messages span
@@ -350,6 +351,88 @@ func TestBlackholeTimesOut(t *testing.T) {
 		})
 	}
 }
+
+// isAbort reports whether p carries an Abort.
+func isAbort(p packet) bool {
+	var m control.Message
+	return (p.kind == toSender || p.kind == toReceiver) && m.Decode(p.datagram) == nil && m.Type == control.Abort
+}
+
+// TestLostAbort loses the first Abort of a transfer that one side failed:
+// the other side still asks about it (the receiver repeats its CTS, the
+// sender probes), and is answered with the Abort again, within a few
+// round trips rather than at its timeout. Before, a lost Abort left a
+// receiver waiting out its timeout, and a sender whose receiver had
+// failed the transfer was told by a probe that it had completed.
+func TestLostAbort(t *testing.T) {
+	const timeout = 2 * time.Second
+	for _, sc := range testSchemes {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Run("sender canceled before the CTS", func(t *testing.T) {
+				aborts := 0
+				h := newHarness(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: sc.scheme},
+					func(p packet) (int, time.Duration) {
+						if isAbort(p) {
+							if aborts++; aborts == 1 {
+								return 0, 0
+							}
+						}
+						return 1, 0
+					})
+				id := h.submit(4*testMTU, 1)
+				h.s.Cancel(h.now(), id, errCanceled)
+				h.pair.Dispatch()
+				h.post(4 * testMTU)
+				h.transfer(3*testMTU, 3*testMTU, 2) // the next one still matches
+				h.run(2 * timeout)
+				sent, recvd := h.check(id)
+				if !errors.Is(sent.err, errCanceled) || !errors.Is(recvd.err, reliability.ErrAborted) {
+					t.Fatalf("sender %v, receiver %v: want the cancel and ErrAborted", sent.err, recvd.err)
+				}
+				if aborts < 2 {
+					t.Fatalf("%d Aborts sent: the lost one was not repeated", aborts)
+				}
+				if d := recvd.stats.Duration(); d > timeout/4 {
+					t.Fatalf("the receiver learned of the abort after %v (timeout %v)", d, timeout)
+				}
+				if sent, _ := h.check(id + 1); sent.err != nil {
+					t.Fatalf("the next transfer: %v", sent.err)
+				}
+			})
+			t.Run("receiver canceled mid-transfer", func(t *testing.T) {
+				aborts := 0
+				h := newHarness(t, reliability.ReceiverConfig{Config: reliability.Config{Timeout: timeout}, Scheme: sc.scheme},
+					func(p packet) (int, time.Duration) {
+						switch {
+						case p.kind == dataChunk || p.kind == parityChunk || p.kind == carrier:
+							return 0, 0 // a black hole: only the receiver's cancel ends it
+						case isAbort(p):
+							if aborts++; aborts == 1 {
+								return 0, 0
+							}
+						}
+						return 1, 0
+					})
+				h.transfer(8*testMTU, 8*testMTU, 1)
+				h.pair.At(h.now().Add(3*testDelay), sim.ArrivalFunc(func(*sim.Pair) { h.r.Cancel(h.now(), 0, errCanceled) }))
+				h.run(2 * timeout)
+				sent, recvd := h.check(0)
+				if !errors.Is(sent.err, reliability.ErrAborted) || !errors.Is(recvd.err, errCanceled) {
+					t.Fatalf("sender %v, receiver %v: want ErrAborted and the cancel", sent.err, recvd.err)
+				}
+				if aborts < 2 {
+					t.Fatalf("%d Aborts sent: the lost one was not repeated", aborts)
+				}
+				if d := sent.stats.Duration(); d > timeout/4 {
+					t.Fatalf("the sender learned of the abort after %v (timeout %v)", d, timeout)
+				}
+			})
+		})
+	}
+}
+
+// errCanceled is the error a test cancels a transfer with.
+var errCanceled = errors.New("canceled by the test")
 
 // TestLengthMismatch: a send longer than the posted receive fails on both
 // sides, and the next transfer still matches its own receive.

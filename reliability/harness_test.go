@@ -134,8 +134,14 @@ func newHarness(tb testing.TB, cfg reliability.ReceiverConfig, f fate) *harness 
 // now returns the virtual time.
 func (h *harness) now() time.Time { return h.pair.Now() }
 
-// transfer posts a receive of length bytes and submits as many bytes.
+// transfer posts a receive of length bytes and submits sendLength bytes.
 func (h *harness) transfer(length, sendLength int, seed uint64) {
+	h.post(length)
+	h.submit(sendLength, seed)
+}
+
+// post posts a receive of length bytes.
+func (h *harness) post(length int) {
 	plan := h.r.Plan(length)
 	id, err := h.r.Post(h.now(), plan)
 	if err != nil {
@@ -152,6 +158,11 @@ func (h *harness) transfer(length, sendLength int, seed uint64) {
 	}
 	h.rx[id] = rx
 	h.pair.Dispatch()
+}
+
+// submit submits sendLength bytes drawn from seed and returns the
+// transfer's number.
+func (h *harness) submit(sendLength int, seed uint64) uint64 {
 	p := make([]byte, sendLength)
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for i := range p {
@@ -160,6 +171,7 @@ func (h *harness) transfer(length, sendLength int, seed uint64) {
 	sid := h.s.Submit(h.now(), sendLength)
 	h.payload[sid] = p
 	h.pair.Dispatch()
+	return sid
 }
 
 func (h *harness) key(p packet) [3]uint64 {

@@ -31,6 +31,9 @@ type ReceiverEngine struct {
 	// has not confirmed with a FIN: the ACK is repeated, an RTT apart and
 	// doubling, until the FIN comes or confirmRepeats ran out.
 	confirming map[uint64]*confirmation
+	// aborted are the transfers this side failed: a probe for one is
+	// answered with its Abort again, not with a completing ACK.
+	aborted abortLog
 
 	// est measures the link for Auto's choice (bandwidth, RTT, loss).
 	est Estimator
@@ -504,6 +507,10 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 				// starts now.
 				x.probed, x.ftoAt = true, now
 			}
+		} else if reason, ok := r.aborted.reason(id); ok {
+			// That the sender still probes says our Abort was lost.
+			r.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
+			r.send()
 		} else if r.finished(id) {
 			r.msg = control.Message{Type: control.ACK, Transfer: id, AckFlags: control.AckComplete}
 			r.send()
@@ -519,6 +526,7 @@ func (r *ReceiverEngine) HandleControl(now time.Time, datagram []byte) {
 
 // fail ends a transfer with err and tells the sender.
 func (r *ReceiverEngine) fail(now time.Time, x *recvXfer, err error, reason uint8) {
+	r.aborted.record(x.id, reason)
 	r.msg = control.Message{Type: control.Abort, Transfer: x.id, Reason: reason}
 	r.send()
 	x.stats.End = now

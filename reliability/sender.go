@@ -91,6 +91,9 @@ type SenderEngine struct {
 	active map[uint64]*sendXfer
 	// inFlight counts the data and parity bytes of active transfers.
 	inFlight int
+	// aborted are the transfers this side failed, whose Abort it repeats
+	// when the receiver asks about them.
+	aborted abortLog
 
 	// actions queue for the caller (Actions).
 	actions []Action
@@ -278,8 +281,7 @@ func (s *SenderEngine) tryStart(now time.Time) {
 			// Its failure was reported at Cancel; its messages still
 			// take their turn so that later transfers match.
 			s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan, Discard: true})
-			s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: abortClosed}
-			s.send()
+			s.abort(id, abortClosed)
 			continue
 		}
 		if length != plan.Length {
@@ -292,23 +294,6 @@ func (s *SenderEngine) tryStart(now time.Time) {
 		}
 		s.start(now, id, plan)
 	}
-}
-
-// Abort reasons carried by control.Abort.
-const (
-	abortTimeout uint8 = iota + 1
-	abortLength
-	abortClosed
-)
-
-func abortError(reason uint8) error {
-	switch reason {
-	case abortTimeout:
-		return fmt.Errorf("%w (the peer timed out)", ErrAborted)
-	case abortLength:
-		return fmt.Errorf("%w: %w", ErrAborted, ErrLengthMismatch)
-	}
-	return ErrAborted
 }
 
 func (s *SenderEngine) start(now time.Time, id uint64, plan Plan) {
@@ -423,13 +408,30 @@ func (s *SenderEngine) finish(now time.Time, x *sendXfer, err error) {
 
 // fail ends transfer id with err and tells the receiver.
 func (s *SenderEngine) fail(now time.Time, id uint64, plan Plan, err error, reason uint8) {
-	s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
-	s.send()
+	s.abort(id, reason)
 	if x, ok := s.active[id]; ok {
 		s.finish(now, x, err)
 		return
 	}
 	s.actions = append(s.actions, Action{Kind: ActFail, Transfer: id, Stats: &Stats{Plan: plan, Start: now, End: now}, Err: err})
+}
+
+// abort tells the receiver that transfer id failed here, and remembers it
+// to tell again (repeatAbort).
+func (s *SenderEngine) abort(id uint64, reason uint8) {
+	s.aborted.record(id, reason)
+	s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
+	s.send()
+}
+
+// repeatAbort answers the receiver's message about transfer id, which is
+// not active here, with the Abort again if this side failed it: that the
+// receiver still asks says the first Abort was lost.
+func (s *SenderEngine) repeatAbort(id uint64) {
+	if reason, ok := s.aborted.reason(id); ok {
+		s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
+		s.send()
+	}
 }
 
 // canceled marks a submitted transfer canceled before it started.

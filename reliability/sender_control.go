@@ -39,6 +39,7 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 	case control.NACK:
 		x, ok := s.active[m.Transfer]
 		if !ok {
+			s.repeatAbort(m.Transfer)
 			return
 		}
 		x.stats.NACKs++
@@ -50,7 +51,11 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 		}
 	case control.PacketNACK:
 		x, ok := s.active[m.Transfer]
-		if !ok || x.plan.ChunkSize/x.plan.MTU > chunk.MaxPackets {
+		if !ok {
+			s.repeatAbort(m.Transfer)
+			return
+		}
+		if x.plan.ChunkSize/x.plan.MTU > chunk.MaxPackets {
 			return
 		}
 		x.stats.NACKs++
@@ -86,7 +91,12 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 
 func (s *SenderEngine) handleCTS(now time.Time, m *control.Message) {
 	if m.Transfer < s.next {
-		return // a duplicate of a started transfer's CTS
+		// A duplicate of a started transfer's CTS, or the receiver
+		// still waiting for one this side failed.
+		if _, ok := s.active[m.Transfer]; !ok {
+			s.repeatAbort(m.Transfer)
+		}
+		return
 	}
 	plan := Plan{Scheme: scheme.Scheme{Kind: scheme.Kind(m.Scheme)}, Length: int(m.Length), ChunkSize: int(m.ChunkSize), MTU: s.cfg.MTU}
 	if plan.Scheme.Coded() {
@@ -118,6 +128,7 @@ func (s *SenderEngine) handleACK(now time.Time, m *control.Message) {
 	s.heardAnswer(now)
 	x, ok := s.active[m.Transfer]
 	if !ok {
+		s.repeatAbort(m.Transfer)
 		return
 	}
 	x.stats.ACKs++

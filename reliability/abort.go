@@ -1,0 +1,58 @@
+// Aborts: the reasons control.Abort carries, and the record that lets an
+// engine repeat an Abort that was lost.
+
+package reliability
+
+import "fmt"
+
+// Abort reasons carried by control.Abort.
+const (
+	abortTimeout uint8 = iota + 1
+	abortLength
+	abortClosed
+)
+
+func abortError(reason uint8) error {
+	switch reason {
+	case abortTimeout:
+		return fmt.Errorf("%w (the peer timed out)", ErrAborted)
+	case abortLength:
+		return fmt.Errorf("%w: %w", ErrAborted, ErrLengthMismatch)
+	}
+	return ErrAborted
+}
+
+// abortLogSize is how many of its latest failures an engine remembers. A
+// peer asks about a failed transfer within its own timeout of the Abort,
+// and failures are rare: 64 outlast any burst of them but a Close's, which
+// the CLOSE datagrams repair.
+const abortLogSize = 64
+
+// abortLog remembers the transfers an engine failed and told its peer so
+// with one Abort datagram. The Abort is as lossy as any datagram: when the
+// peer later asks about the transfer (a repeated CTS, a probe, an ACK), the
+// engine answers with the Abort again rather than silence — or, on the
+// receiver, rather than the completing ACK a finished transfer earns.
+// Owned by its engine's goroutine; a fixed ring, so it costs nothing per
+// packet and 1 KiB per engine.
+type abortLog struct {
+	ids     [abortLogSize]uint64
+	reasons [abortLogSize]uint8 // 0: an empty entry
+	next    int
+}
+
+// record notes that transfer id failed for reason (an abort* constant).
+func (l *abortLog) record(id uint64, reason uint8) {
+	l.ids[l.next], l.reasons[l.next] = id, reason
+	l.next = (l.next + 1) % abortLogSize
+}
+
+// reason returns why transfer id was aborted, if it is still remembered.
+func (l *abortLog) reason(id uint64) (uint8, bool) {
+	for i, r := range l.reasons {
+		if r != 0 && l.ids[i] == id {
+			return r, true
+		}
+	}
+	return 0, false
+}
