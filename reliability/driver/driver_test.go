@@ -440,6 +440,39 @@ func TestDriverCancel(t *testing.T) {
 	transfer(t, e, 100000, 3, 3)
 }
 
+// TestCanceledBeforeTheCall: a Write or Read whose context has already
+// ended is a transfer all the same, aborted on both sides, so that later
+// ones still match in order. (Before, one abandoned its submission when
+// the context had ended by then — or had not, by the scheduler's pick —
+// and the peer's next call matched the one after it.) A Read canceled
+// after its CTS left also shows the receiver answering the sender's
+// probe with its Abort, not with the completing ACK it gave before.
+func TestCanceledBeforeTheCall(t *testing.T) {
+	e := pipePair(t, 0, 0, 7, reliability.ReceiverConfig{Config: reliability.Config{RTT: time.Millisecond}, Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	const n = 100000
+	// Each call first, its peer's after it returned: the transfer cannot
+	// have completed before its cancel.
+	for i := range 8 {
+		if _, err := e.s.Write(canceled, make([]byte, n), uint32(i)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("write %d with a canceled context: %v", i, err)
+		}
+		if _, _, err := e.r.Read(context.Background(), make([]byte, n)); !errors.Is(err, reliability.ErrAborted) {
+			t.Fatalf("read %d, the canceled write's peer: %v, want ErrAborted", i, err)
+		}
+	}
+	for i := range 4 {
+		if _, _, err := e.r.Read(canceled, make([]byte, n)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("read %d with a canceled context: %v", i, err)
+		}
+		if _, err := e.s.Write(context.Background(), make([]byte, n), uint32(i)); !errors.Is(err, reliability.ErrAborted) {
+			t.Fatalf("write %d, the canceled read's peer: %v, want ErrAborted", i, err)
+		}
+	}
+	transfer(t, e, n, 3, 3)
+}
+
 // TestDriversLargeMessages moves 16 MiB messages through a 5 %-lossy pipe
 // with a 10 ms round trip, one packet per chunk as the paper runs lossy
 // links: every byte arrives (64 MiB transfers: scripts/soak.sh). The pipe

@@ -108,8 +108,13 @@ func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg reliability.
 // Read receives the next transfer into buf, whose length must equal the
 // sender's Write, and returns the sender's immediate. It registers buf
 // (a key registration) and for coded schemes a parity buffer of its own.
-// When ctx ends first, the transfer is aborted on both sides and Read
-// returns ctx's error; either way nothing writes buf once Read returns.
+// Every Read that gets past its checks is one transfer, matched in order
+// with the peer's Writes: when ctx ends first — even before the call —
+// the transfer is aborted on both sides and Read returns ctx's error. (A
+// Read that still waits for the QP's room, every receive slot taken by
+// earlier Reads, is not posted yet: ended then, it returns ctx's error
+// and the next Read takes its place.) Either way nothing writes buf once
+// Read returns.
 func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats reliability.Stats, err error) {
 	if len(buf) > r.qp.MaxMessageSize() {
 		return 0, reliability.Stats{}, fmt.Errorf("reliability: read: %w", tooLong(len(buf), r.qp))
@@ -121,12 +126,11 @@ func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats reli
 		}
 		defer req.mr.Deregister()
 	}
+	// Not abandoned for ctx, as Write's is not.
 	select {
 	case r.reqs <- req:
 	case <-r.l.ctx.Done():
 		return 0, reliability.Stats{}, reliability.ErrClosed
-	case <-ctx.Done():
-		return 0, reliability.Stats{}, ctx.Err()
 	}
 	select {
 	case res := <-req.result:

@@ -101,9 +101,10 @@ func NewSender(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg reliability.Se
 // the receiver holds every byte (or the transfer failed). buf must match
 // the length of the peer's Read. It registers buf for the transfer (a key
 // registration) and for coded schemes computes parity into a buffer of
-// its own. When ctx ends first, the transfer is aborted on both sides and
-// Write returns ctx's error; either way buf is no longer used once Write
-// returns.
+// its own. Every Write that gets past its checks is one transfer, matched
+// in order with the peer's Reads: when ctx ends first — even before the
+// call — the transfer is aborted on both sides and Write returns ctx's
+// error; either way buf is no longer used once Write returns.
 func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (reliability.Stats, error) {
 	if len(buf) > s.qp.MaxMessageSize() {
 		return reliability.Stats{}, fmt.Errorf("reliability: write: %w", tooLong(len(buf), s.qp))
@@ -117,12 +118,13 @@ func (s *Sender) Write(ctx context.Context, buf []byte, imm uint32) (reliability
 		req.mr = mr
 		defer mr.Deregister()
 	}
+	// Not abandoned for ctx: a Write that ended before it was submitted
+	// would leave the peer's Read to match the next one, or not, by the
+	// scheduler's choice. The loop takes requests at once.
 	select {
 	case s.reqs <- req:
 	case <-s.l.ctx.Done():
 		return reliability.Stats{}, reliability.ErrClosed
-	case <-ctx.Done():
-		return reliability.Stats{}, ctx.Err()
 	}
 	id := <-req.id
 	select {
