@@ -207,11 +207,20 @@ func BenchmarkIdleConnection(b *testing.B) {
 // (first/warm) beside both rates. On a busy host the round trips are the
 // host's delays, not a path's: this is how a first transfer fares when
 // they are read as a queue (issue 38's "tell the path from the host").
+// Both buffers are written before the first transfer: the first touch of
+// a fresh buffer's pages (a fault per page as the NIC first reads the
+// one and writes the other) is the program's cost, paid once per buffer
+// whatever carries it, and it was most of what a first transfer lost
+// here (0.4 Gbit/s against 1.5–1.7 with the pages touched, beside two
+// CPU-bound loops).
 //
 //	go test -run '^$' -bench FirstTransfer -benchtime 3x ./reliability/driver/
 func BenchmarkFirstTransfer(b *testing.B) {
 	const size, transfers = 64 << 20, 4
 	data, got := make([]byte, size), make([]byte, size)
+	for i := range data {
+		data[i], got[i] = byte(i), 1
+	}
 	var ratios, firsts, warms []float64
 	for range b.N {
 		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
