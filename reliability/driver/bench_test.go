@@ -200,19 +200,22 @@ func BenchmarkIdleConnection(b *testing.B) {
 	b.ReportMetric(perConn/float64(b.N), "MB/conn")
 }
 
-// BenchmarkFirstTransfer opens a connection per operation over a perfect
-// in-process pipe — no link limits the rate; the host's CPU and
-// scheduling do — and moves four 64 MiB transfers on it, one after the
-// other, reporting the first's rate over the median of the other three
-// (first/warm) beside both rates. On a busy host the round trips are the
-// host's delays, not a path's: this is how a first transfer fares when
-// they are read as a queue (issue 38's "tell the path from the host").
-// Both buffers are written before the first transfer: the first touch of
-// a fresh buffer's pages (a fault per page as the NIC first reads the
-// one and writes the other) is the program's cost, paid once per buffer
-// whatever carries it, and it was most of what a first transfer lost
-// here (0.4 Gbit/s against 1.5–1.7 with the pages touched, beside two
-// CPU-bound loops).
+// BenchmarkFirstTransfer moves four 64 MiB transfers, one after the
+// other, on each of two connections opened in turn between the same two
+// devices over a perfect in-process pipe — no link limits the rate; the
+// host's CPU and scheduling do — and reports the second connection's
+// first transfer over the median of its later three (first/warm), and the
+// first connection's first over the same median (cold/warm), beside the
+// rates. On a busy host the round trips are the host's delays, not a
+// path's: first/warm is how a connection's startup fares when they are
+// read as a queue (issue 38's "tell the path from the host"). cold/warm
+// adds what the first traffic through fresh devices costs the process
+// once: the emulated NIC's frame buffers, queues and a QP's request
+// lists touched for the first time, a page fault per page (10–20 µs in
+// a VM, 2048 buffers of 4.3 KiB at each pipe end alone). Both transfer
+// buffers are written before anything is timed: a fresh buffer's first
+// touch is the program's, whatever carries it (it took a first transfer
+// from 1.5–1.7 Gbit/s to 0.4 beside two CPU-bound loops).
 //
 //	go test -run '^$' -bench FirstTransfer -benchtime 3x ./reliability/driver/
 func BenchmarkFirstTransfer(b *testing.B) {
@@ -221,16 +224,16 @@ func BenchmarkFirstTransfer(b *testing.B) {
 	for i := range data {
 		data[i], got[i] = byte(i), 1
 	}
-	var ratios, firsts, warms []float64
-	for range b.N {
-		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
-		sa, sb := openPipeEnd(pa, "10.0.0.1", 1), openPipeEnd(pb, "10.0.0.2", 2)
-		ctx := context.Background()
+	ctx := context.Background()
+	// run opens a connection and returns its transfers' rates.
+	run := func(sa, sb *sdr.Context) []float64 {
 		s, r, err := driver.ConnectLocal(ctx, sa, sb, sdr.QPAttr{}, reliability.SenderConfig{},
 			reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}})
 		if err != nil {
 			b.Fatal(err)
 		}
+		defer s.Close()
+		defer r.Close()
 		var rates []float64
 		for range transfers {
 			done := make(chan error, 1)
@@ -244,14 +247,22 @@ func BenchmarkFirstTransfer(b *testing.B) {
 			}
 			rates = append(rates, size*8/time.Since(start).Seconds())
 		}
-		s.Close()
-		r.Close()
+		return rates
+	}
+	var ratios, colds, firsts, warms []float64
+	for range b.N {
+		pa, pb := emunic.NewPipe(emunic.PipeConfig{})
+		sa, sb := openPipeEnd(pa, "10.0.0.1", 1), openPipeEnd(pb, "10.0.0.2", 2)
+		cold := run(sa, sb)[0]
+		rates := run(sa, sb)
 		sa.Close()
 		sb.Close()
 		warm := median(rates[1:])
 		firsts, warms, ratios = append(firsts, rates[0]), append(warms, warm), append(ratios, rates[0]/warm)
+		colds = append(colds, cold/warm)
 	}
 	b.ReportMetric(median(ratios), "first/warm")
+	b.ReportMetric(median(colds), "cold/warm")
 	b.ReportMetric(median(firsts)/1e9, "first-Gbit/s")
 	b.ReportMetric(median(warms)/1e9, "warm-Gbit/s")
 }
