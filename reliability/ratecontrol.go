@@ -51,8 +51,8 @@ import (
 //     was seen, at the rate the queue drained at) — halved for every three rounds the queue
 //     does not drain in (a queue that overflowed passed everything, and
 //     the path's rate is less). While startup lasts, first passes keep
-//     at most startupLead floor round trips of what the path delivered
-//     in flight (startupInflight, BBR's startup window).
+//     at most startupLead round trips of what the path delivered in
+//     flight (startupInflight, BBR's startup window).
 //   - Afterwards a round with a queue cuts the rate, or what the path
 //     delivered lately if less, by 0.8 × the excess delay's share of the
 //     round trip (at most half, never below 0.9 × what the path delivered
@@ -106,6 +106,7 @@ type rateControl struct {
 	passedAt, roundPassedAt     time.Time
 	passedWork, roundPassedWork float64
 	roundRTT                    time.Duration // the smallest sample of this round (0: none)
+	srtt                        time.Duration // the smoothed round trip at the last ACK
 	// roundArrived is the count of chunks sent once that arrived, at the
 	// round's start; losses holds the shares of passed chunks lost in the
 	// last samples (a ring), lossPassed and lossMissed the sample under
@@ -299,6 +300,7 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		return false
 	}
 	old := rc.rate
+	rc.srtt = srtt
 	if sample > 0 {
 		if rc.floor == 0 || sample <= rc.floor || now.Sub(rc.floorAt) > floorWindow {
 			rc.floor, rc.floorAt = sample, now
@@ -512,8 +514,8 @@ func (rc *rateControl) cruiseRate(delivered float64, span time.Duration) float64
 }
 
 // startupInflight bounds the chunks in flight (released and not yet
-// passed) during startup: startupLead round trips of what the path
-// delivered lately, BBR's startup window (2·BDP there) — before a
+// passed) during startup: startupLead round trips (the smoothed ones, at
+// least the floor) of what the path delivered lately, BBR's startup window (2·BDP there) — before a
 // delivery sample, nothing but the two initial windows windowFull allows
 // at least. Pacing alone, at up to startupLead times a delivery sample
 // that a burst of ACKs had inflated past the bottleneck, kept the rate at
@@ -528,7 +530,13 @@ func (rc *rateControl) startupInflight() float64 {
 		return 0
 	}
 	path := max(rc.recent[0], rc.recent[1], rc.recent[2])
-	return startupLead * path * rc.floor.Seconds() / rc.chunkBits
+	// The round trips the path takes now, not its floor's: where a host's
+	// ACKs come a millisecond after a 0.1 ms floor (coalesced, scheduled
+	// late), a window of floor round trips held a connection's startup over
+	// a perfect pipe to 1.3 Gbit/s, and took that for the path's plateau
+	// (later transfers crossed it at 9). A queue the window lets build ends
+	// startup as it shows.
+	return startupLead * path * max(rc.floor, rc.srtt).Seconds() / rc.chunkBits
 }
 
 // plateau reports whether startup's delivery samples stopped growing: a

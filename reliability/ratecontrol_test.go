@@ -456,8 +456,9 @@ func TestRateControlShortTransfers(t *testing.T) {
 
 // TestStartupWindow: in startup a sender keeps at most startupLead round
 // trips of what the path delivered in flight (two initial windows at
-// least, and before a delivery sample), counting what ACKs covered,
-// repairs included; after startup nothing bounds it.
+// least, and before a delivery sample) — the floor's round trips, or the
+// smoothed ones where ACKs come later than the floor — counting what ACKs
+// covered, repairs included; after startup nothing bounds it.
 func TestStartupWindow(t *testing.T) {
 	s := newStartupSender(t)
 	if !s.rc.startup {
@@ -483,6 +484,11 @@ func TestStartupWindow(t *testing.T) {
 	if got := s.rc.startupInflight(); got < limit*0.999 || got > limit*1.001 {
 		t.Fatalf("bound %v chunks, want %v", got, limit)
 	}
+	s.rc.srtt = 30 * time.Millisecond // ACKs a host holds back: three floors
+	if got := s.rc.startupInflight(); got < 3*limit*0.999 || got > 3*limit*1.001 {
+		t.Fatalf("srtt three times the floor: bound %v chunks, want %v", got, 3*limit)
+	}
+	s.rc.srtt = 0
 	s.released, s.window.firstAcked = 100, 8
 	if !s.windowFull(&sendXfer{}) {
 		t.Errorf("92 chunks in flight, bound %.1f: want the window full", limit)
