@@ -61,10 +61,11 @@ import (
 //     a round the sender was short of data). A round without adds
 //     probeBytes per floor round trip (at most an eighth of the rate, at
 //     least an eighth of probeBytes), a quarter of that near the rate of
-//     the last cut, and before any cut (CUBIC's plateau: the rate creeps
-//     past the bottleneck rather than overshooting it by the rounds the
-//     queue takes to show), unless the sender ran short of data or the
-//     round brought no round-trip sample.
+//     the last cut (startup's exit's before any cut), from 0.9 to 1.25
+//     times it (CUBIC's plateau: the rate creeps past the bottleneck
+//     rather than overshooting it by the rounds the queue takes to show),
+//     unless the sender ran short of data or the round brought no
+//     round-trip sample.
 //
 // Its state is the sender engine's (one goroutine).
 type rateControl struct {
@@ -167,9 +168,11 @@ const (
 	// cutFloor bounds a cut by what the path delivered lately (a queue
 	// drains below it, and the link does not run dry).
 	cutFloor = 0.9
-	// plateauStart and plateauSlowdown: above plateauStart × the ceiling
-	// the probe upward is plateauSlowdown times slower.
+	// plateauStart, plateauEnd and plateauSlowdown: between plateauStart
+	// and plateauEnd × the ceiling the probe upward is plateauSlowdown
+	// times slower.
 	plateauStart    = 0.9
+	plateauEnd      = 1.25
 	plateauSlowdown = 4
 	// fairQueueBits is what a flow may keep queued beyond the allowance
 	// (Vegas's α): a slow flow's target delay is longer than a fast
@@ -476,8 +479,17 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		// Before any cut (no ceiling) the rate startup's exit cruised at
 		// stands for one: probing four times faster from there took a
 		// lone flow's standing queue from 4–7 ms to 11–16 ms, and a
-		// second flow on a 2 Gbit/s path then got 0.32 of it.
-		if rc.ceiling == 0 || rc.rate >= plateauStart*rc.ceiling {
+		// second flow on a 2 Gbit/s path then got 0.32 of it. Well past
+		// it with no queue showing, the path has room the ceiling did not
+		// know (CUBIC's probe beyond its plateau): slowed there too, a
+		// flow whose startup ended at 0.77 Gbit/s of a 2 Gbit/s path crept
+		// up 13 Mbit/s a round trip, and a 64 MiB transfer took 1.5 times
+		// what the path allows.
+		ceiling := rc.ceiling
+		if ceiling == 0 {
+			ceiling = rc.cruise
+		}
+		if ceiling == 0 || rc.rate >= plateauStart*ceiling && rc.rate < plateauEnd*ceiling {
 			step /= plateauSlowdown
 			rc.why = "probe near the last cut"
 		}

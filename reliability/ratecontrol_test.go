@@ -454,6 +454,32 @@ func TestRateControlShortTransfers(t *testing.T) {
 	}
 }
 
+// TestRateControlProbePastPlateau: after startup, before any cut, the
+// rate startup's exit cruised at stands for the ceiling: near it the
+// probe is a quarter step, and well past it with no queue showing (the
+// path had room startup's exit did not see) a whole one — a flow whose
+// startup ended at 0.77 of a 2 Gbit/s path crept up 13 Mbit/s a round
+// trip before.
+func TestRateControlProbePastPlateau(t *testing.T) {
+	step := probeBytes * 8 / 0.01 // per 10 ms floor round trip
+	for _, c := range []struct {
+		rate, want float64
+	}{
+		{850e6, step / plateauSlowdown}, // within [0.9, 1.25) of the 800 Mbit/s cruise
+		{1.1e9, step},                   // past it
+	} {
+		rc := newRateControl(&Config{ChunkSize: 4096, MTU: 1024, RTT: 10 * time.Millisecond}, PathState{})
+		now := time.Unix(1000, 0)
+		rc.startup, rc.cruise, rc.rate = false, 800e6, c.rate
+		rc.floor, rc.floorAt, rc.roundStart = 10*time.Millisecond, now, now
+		now = now.Add(10 * time.Millisecond)
+		rc.onAck(now, 300, 300, 10*time.Millisecond, 10*time.Millisecond) // a round without a queue
+		if got := rc.rate - c.rate; math.Abs(got-c.want) > 1 {
+			t.Errorf("at %.0f Mbit/s, cruise 800: probed %.1f Mbit/s (%s), want %.1f", c.rate/1e6, got/1e6, rc.why, c.want/1e6)
+		}
+	}
+}
+
 // TestStartupWindow: in startup a sender keeps at most startupLead round
 // trips of what the path delivered in flight (two initial windows at
 // least, and before a delivery sample) — the floor's round trips, or the
