@@ -22,11 +22,13 @@ func abortError(reason uint8) error {
 	return ErrAborted
 }
 
-// abortLogSize is how many of its latest failures an engine remembers. A
-// peer asks about a failed transfer within its own timeout of the Abort,
-// and failures are rare: 64 outlast any burst of them but a Close's, which
-// the CLOSE datagrams repair.
-const abortLogSize = 64
+// abortLogSize is how many of its latest failures an engine remembers.
+// An Abort that arrives is acted on (a sender fails a transfer the
+// receiver aborted before it starts it); the log repairs a lost one, for
+// as long as fewer than abortLogSize failures follow it before the peer
+// asks. (A sender that starts a transfer after more than that many later
+// ones failed, its Abort lost, may then hear that it completed.)
+const abortLogSize = 256
 
 // abortLog remembers the transfers an engine failed and told its peer so
 // with one Abort datagram. The Abort is as lossy as any datagram: when the
@@ -34,7 +36,7 @@ const abortLogSize = 64
 // engine answers with the Abort again rather than silence — or, on the
 // receiver, rather than the completing ACK a finished transfer earns.
 // Owned by its engine's goroutine; a fixed ring, so it costs nothing per
-// packet and 1 KiB per engine.
+// packet and 2.3 KiB per engine.
 type abortLog struct {
 	ids     [abortLogSize]uint64
 	reasons [abortLogSize]uint8 // 0: an empty entry

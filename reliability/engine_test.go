@@ -431,6 +431,51 @@ func TestLostAbort(t *testing.T) {
 	}
 }
 
+// TestReceiverCanceledFirst: a receiver cancels its posted transfers
+// before the sender has submitted them (a Read loop whose timeouts run out
+// while the peer is idle), more of them than the Abort log holds. The
+// sender, which heard the Aborts, fails each as it starts and sends none
+// of its data; before, it started them, and once the receiver's log had
+// moved on, a probe heard that they had completed.
+func TestReceiverCanceledFirst(t *testing.T) {
+	const n = 262 // more than the 256 failures the Abort log holds
+	sent := 0
+	h := newHarness(t, reliability.ReceiverConfig{Scheme: scheme.Scheme{Kind: scheme.SRNACK}}, func(p packet) (int, time.Duration) {
+		if p.kind == dataChunk || p.kind == parityChunk {
+			sent++
+		}
+		return 1, 0
+	})
+	for range n {
+		h.post(2 * testMTU)
+	}
+	for id := range uint64(n) {
+		h.r.Cancel(h.now(), id, errCanceled)
+	}
+	h.pair.Dispatch()
+	for end := h.now().Add(10 * testDelay); ; h.pair.Step() { // the CTSs and Aborts arrive
+		if next, ok := h.pair.Next(); !ok || next.After(end) {
+			break
+		}
+	}
+	for i := range n {
+		h.submit(2*testMTU, uint64(i))
+	}
+	h.transfer(3*testMTU, 3*testMTU, 99) // the next one still matches
+	h.run(2 * time.Second)
+	for id := range uint64(n) {
+		if sent, recvd := h.check(id); !errors.Is(sent.err, reliability.ErrAborted) || !errors.Is(recvd.err, errCanceled) {
+			t.Fatalf("transfer %d: sender %v, receiver %v: want ErrAborted and the cancel", id, sent.err, recvd.err)
+		}
+	}
+	if s, _ := h.check(n); s.err != nil {
+		t.Fatalf("the next transfer: %v", s.err)
+	}
+	if sent != 3 {
+		t.Errorf("%d chunks sent: want the next transfer's 3 alone", sent)
+	}
+}
+
 // errCanceled is the error a test cancels a transfer with.
 var errCanceled = errors.New("canceled by the test")
 

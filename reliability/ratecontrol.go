@@ -60,9 +60,9 @@ import (
 //     shrinks, not while the rate is below what the path delivers, nor in
 //     a round the sender was short of data). A round without adds
 //     probeBytes per floor round trip (at most an eighth of the rate, at
-//     least an eighth of probeBytes), a quarter of that near the rate of
-//     the last cut (startup's exit's before any cut), from 0.9 to 1.25
-//     times it (CUBIC's plateau: the rate creeps past the bottleneck
+//     least an eighth of probeBytes), a quarter of that near what the
+//     path delivered at the last cut (startup's exit's cruise before any
+//     cut, unless guessed), from 0.9 to 1.25 times it (CUBIC's plateau: the rate creeps past the bottleneck
 //     rather than overshooting it by the rounds the queue takes to show),
 //     unless the sender ran short of data or the round brought no
 //     round-trip sample.
@@ -107,7 +107,7 @@ type rateControl struct {
 	passedAt, roundPassedAt     time.Time
 	passedWork, roundPassedWork float64
 	roundRTT                    time.Duration // the smallest sample of this round (0: none)
-	srtt                        time.Duration // the smoothed round trip at the last ACK
+	srtt                        time.Duration // the smoothed round trip at the last ACK or PONG in a round
 	// roundArrived is the count of chunks sent once that arrived, at the
 	// round's start; losses holds the shares of passed chunks lost in the
 	// last samples (a ring), lossPassed and lossMissed the sample under
@@ -485,8 +485,9 @@ func (rc *rateControl) onAck(now time.Time, passed, arrived uint64, sample, srtt
 		// flow whose startup ended at 0.77 Gbit/s of a 2 Gbit/s path crept
 		// up 13 Mbit/s a round trip, and a 64 MiB transfer took 1.5 times
 		// what the path allows.
+		// (A cruise guessed with nothing delivered is no reference.)
 		ceiling := rc.ceiling
-		if ceiling == 0 {
+		if ceiling == 0 && !rc.cruiseGuessed {
 			ceiling = rc.cruise
 		}
 		if ceiling == 0 || rc.rate >= plateauStart*ceiling && rc.rate < plateauEnd*ceiling {
@@ -526,8 +527,9 @@ func (rc *rateControl) cruiseRate(delivered float64, span time.Duration) float64
 }
 
 // startupInflight bounds the chunks in flight (released and not yet
-// passed) during startup: startupLead round trips (the smoothed ones, at
-// least the floor) of what the path delivered lately, BBR's startup window (2·BDP there) — before a
+// passed) during startup: startupLead round trips (the smoothed ones,
+// between the floor and the floor + queueAllowance) of what the path
+// delivered lately, BBR's startup window (2·BDP there) — before a
 // delivery sample, nothing but the two initial windows windowFull allows
 // at least. Pacing alone, at up to startupLead times a delivery sample
 // that a burst of ACKs had inflated past the bottleneck, kept the rate at
@@ -546,9 +548,13 @@ func (rc *rateControl) startupInflight() float64 {
 	// ACKs come a millisecond after a 0.1 ms floor (coalesced, scheduled
 	// late), a window of floor round trips held a connection's startup over
 	// a perfect pipe to 1.3 Gbit/s, and took that for the path's plateau
-	// (later transfers crossed it at 9). A queue the window lets build ends
-	// startup as it shows.
-	return startupLead * path * max(rc.floor, rc.srtt).Seconds() / rc.chunkBits
+	// (later transfers crossed it at 9). At most the floor and the least
+	// queue a verdict sees, though: the smoothed round trip also carries a
+	// queue the window let build, and a busy receiver's first answer (65 ms
+	// on a 0.1 ms bridge), which would open the window the first round
+	// trips must not overrun.
+	rtt := min(max(rc.floor, rc.srtt), rc.floor+queueAllowance)
+	return startupLead * path * rtt.Seconds() / rc.chunkBits
 }
 
 // plateau reports whether startup's delivery samples stopped growing: a

@@ -463,19 +463,22 @@ func TestRateControlShortTransfers(t *testing.T) {
 func TestRateControlProbePastPlateau(t *testing.T) {
 	step := probeBytes * 8 / 0.01 // per 10 ms floor round trip
 	for _, c := range []struct {
-		rate, want float64
+		rate    float64
+		guessed bool
+		want    float64
 	}{
-		{850e6, step / plateauSlowdown}, // within [0.9, 1.25) of the 800 Mbit/s cruise
-		{1.1e9, step},                   // past it
+		{850e6, false, step / plateauSlowdown}, // within [0.9, 1.25) of the 800 Mbit/s cruise
+		{1.1e9, false, step},                   // past it
+		{1.1e9, true, step / plateauSlowdown},  // a cruise guessed with nothing delivered is no reference
 	} {
 		rc := newRateControl(&Config{ChunkSize: 4096, MTU: 1024, RTT: 10 * time.Millisecond}, PathState{})
 		now := time.Unix(1000, 0)
-		rc.startup, rc.cruise, rc.rate = false, 800e6, c.rate
+		rc.startup, rc.cruise, rc.cruiseGuessed, rc.rate = false, 800e6, c.guessed, c.rate
 		rc.floor, rc.floorAt, rc.roundStart = 10*time.Millisecond, now, now
 		now = now.Add(10 * time.Millisecond)
 		rc.onAck(now, 300, 300, 10*time.Millisecond, 10*time.Millisecond) // a round without a queue
 		if got := rc.rate - c.rate; math.Abs(got-c.want) > 1 {
-			t.Errorf("at %.0f Mbit/s, cruise 800: probed %.1f Mbit/s (%s), want %.1f", c.rate/1e6, got/1e6, rc.why, c.want/1e6)
+			t.Errorf("at %.0f Mbit/s, cruise 800 (guessed %v): probed %.1f Mbit/s (%s), want %.1f", c.rate/1e6, c.guessed, got/1e6, rc.why, c.want/1e6)
 		}
 	}
 }
@@ -510,9 +513,13 @@ func TestStartupWindow(t *testing.T) {
 	if got := s.rc.startupInflight(); got < limit*0.999 || got > limit*1.001 {
 		t.Fatalf("bound %v chunks, want %v", got, limit)
 	}
-	s.rc.srtt = 30 * time.Millisecond // ACKs a host holds back: three floors
-	if got := s.rc.startupInflight(); got < 3*limit*0.999 || got > 3*limit*1.001 {
-		t.Fatalf("srtt three times the floor: bound %v chunks, want %v", got, 3*limit)
+	s.rc.srtt = 11 * time.Millisecond // ACKs a host holds back a millisecond
+	if got := s.rc.startupInflight(); got < 1.1*limit*0.999 || got > 1.1*limit*1.001 {
+		t.Fatalf("srtt 1.1 floors: bound %v chunks, want %v", got, 1.1*limit)
+	}
+	s.rc.srtt = 65 * time.Millisecond // a busy receiver's first answer, or a queue
+	if want := limit * 1.2; math.Abs(s.rc.startupInflight()-want) > want*0.001 {
+		t.Fatalf("srtt 6.5 floors: bound %v chunks, want %v (floor + queueAllowance)", s.rc.startupInflight(), want)
 	}
 	s.rc.srtt = 0
 	s.released, s.window.firstAcked = 100, 8

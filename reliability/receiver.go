@@ -572,6 +572,8 @@ func (r *ReceiverEngine) peerGone(now time.Time) {
 	for _, x := range r.active {
 		x.stats.End = now
 		r.actions = append(r.actions, Action{Kind: ActFail, Transfer: x.id, Stats: x.statsCopy(), Err: fmt.Errorf("%w (%s)", r.live.gone, r.state(now, x))})
+		// Failed, as a sender whose path heals may yet ask.
+		r.aborted.record(x.id, abortTimeout)
 		r.retire(x.id)
 	}
 }

@@ -92,8 +92,10 @@ type SenderEngine struct {
 	// inFlight counts the data and parity bytes of active transfers.
 	inFlight int
 	// aborted are the transfers this side failed, whose Abort it repeats
-	// when the receiver asks about them.
+	// when the receiver asks about them; refused are the ones not started
+	// yet that the receiver aborted (a canceled Read), with the reason.
 	aborted abortLog
+	refused map[uint64]uint8
 
 	// actions queue for the caller (Actions).
 	actions []Action
@@ -157,7 +159,7 @@ func NewSenderEngine(cfg SenderConfig) (*SenderEngine, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &SenderEngine{cfg: cfg, rtt: newRTTEstimator(&cfg), rc: newRateControl(&cfg.Config, cfg.Resume), lengths: map[uint64]int{}, credits: map[uint64]Plan{},
+	return &SenderEngine{cfg: cfg, rtt: newRTTEstimator(&cfg), rc: newRateControl(&cfg.Config, cfg.Resume), lengths: map[uint64]int{}, credits: map[uint64]Plan{}, refused: map[uint64]uint8{},
 		active: map[uint64]*sendXfer{}, live: liveness{timeout: cfg.Timeout}, trace: cfg.Trace}, nil
 }
 
@@ -280,8 +282,17 @@ func (s *SenderEngine) tryStart(now time.Time) {
 		if length == canceled {
 			// Its failure was reported at Cancel; its messages still
 			// take their turn so that later transfers match.
+			delete(s.refused, id)
 			s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan, Discard: true})
 			s.abort(id, abortClosed)
+			continue
+		}
+		if reason, ok := s.refused[id]; ok {
+			// The receiver gave up on it before it started: nothing of
+			// it is sent, and its messages take their turn.
+			delete(s.refused, id)
+			s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan, Discard: true},
+				Action{Kind: ActFail, Transfer: id, Stats: &Stats{Plan: plan, Start: now, End: now}, Err: abortError(reason)})
 			continue
 		}
 		if length != plan.Length {
@@ -433,6 +444,11 @@ func (s *SenderEngine) repeatAbort(id uint64) {
 		s.send()
 	}
 }
+
+// maxRefused bounds SenderEngine.refused, and how far past the next
+// transfer an Abort may name one: a receiver posts no further ahead than
+// that, and a hostile one cannot grow the map.
+const maxRefused = 1 << 12
 
 // canceled marks a submitted transfer canceled before it started.
 const canceled = -1

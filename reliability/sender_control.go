@@ -77,6 +77,11 @@ func (s *SenderEngine) HandleControl(now time.Time, datagram []byte) {
 	case control.Abort:
 		if x, ok := s.active[m.Transfer]; ok {
 			s.finish(now, x, fmt.Errorf("%w (%s)", abortError(m.Reason), s.state(now, x)))
+		} else if m.Transfer >= s.next && m.Transfer-s.next < maxRefused && len(s.refused) < maxRefused {
+			// Not started yet: it fails as it starts, sending nothing.
+			// (Were it started regardless, its probes would find the
+			// Abort only while the receiver's log still held it.)
+			s.refused[m.Transfer] = m.Reason
 		}
 	case control.Pong:
 		s.handlePong(now, m.Transfer)

@@ -32,6 +32,9 @@ type readReq struct {
 	buf    []byte
 	mr     *sdr.MR
 	result chan result
+	// canceled: its Read's ctx ended while its data was posted and its
+	// parity waited for room; it is canceled once posted (loop-owned).
+	canceled bool
 }
 
 // recvIO is a posted transfer's I/O state: the loop goroutine's, but
@@ -108,13 +111,15 @@ func NewReceiver(sc *sdr.Context, qp *sdr.QP, dg *sdr.Datagram, cfg reliability.
 // Read receives the next transfer into buf, whose length must equal the
 // sender's Write, and returns the sender's immediate. It registers buf
 // (a key registration) and for coded schemes a parity buffer of its own.
-// Every Read that gets past its checks is one transfer, matched in order
-// with the peer's Writes: when ctx ends first — even before the call —
-// the transfer is aborted on both sides and Read returns ctx's error. (A
-// Read that still waits for the QP's room, every receive slot taken by
-// earlier Reads, is not posted yet: ended then, it returns ctx's error
-// and the next Read takes its place.) Either way nothing writes buf once
-// Read returns.
+// Every Read that gets past its checks and is posted is one transfer,
+// matched in order with the peer's Writes: when ctx ends first — even
+// before the call — the transfer is aborted on both sides and Read
+// returns ctx's error. A Read that still waits for the QP's room (every
+// receive slot taken by earlier Reads) when ctx ends is not posted: it
+// returns ctx's error, and the next Read takes its place; whether a slot
+// freed first decides which of the two a Read ending then is. (One whose
+// data is posted and whose parity waits is a transfer: it returns once
+// posted and canceled.) Either way nothing writes buf once Read returns.
 func (r *Receiver) Read(ctx context.Context, buf []byte) (imm uint32, stats reliability.Stats, err error) {
 	if len(buf) > r.qp.MaxMessageSize() {
 		return 0, reliability.Stats{}, fmt.Errorf("reliability: read: %w", tooLong(len(buf), r.qp))
@@ -206,6 +211,9 @@ func (r *Receiver) run() {
 			x.id = id
 			xfers[id] = x
 			r.ready.add(x) // what arrived before it was known
+			if x.req.canceled {
+				r.eng.Cancel(time.Now(), id, context.Canceled)
+			}
 		}
 	}
 	for {
@@ -220,11 +228,18 @@ func (r *Receiver) run() {
 				}
 			}
 			for i, q := range queue {
-				if q == req && (i > 0 || half == nil) {
-					queue = append(queue[:i], queue[i+1:]...)
-					req.result <- result{err: context.Canceled}
+				if q != req {
+					continue
+				}
+				if i == 0 && half != nil {
+					// Its data is posted already: a transfer, canceled as
+					// soon as its parity is posted too.
+					req.canceled = true
 					break
 				}
+				queue = append(queue[:i], queue[i+1:]...)
+				req.result <- result{err: context.Canceled}
+				break
 			}
 		case <-r.ready.wake:
 			progress()
