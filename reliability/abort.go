@@ -39,21 +39,23 @@ const abortLogSize = 256
 // packet and 2.3 KiB per engine.
 type abortLog struct {
 	ids     [abortLogSize]uint64
-	reasons [abortLogSize]uint8 // 0: an empty entry
-	next    int
+	reasons [abortLogSize]uint8
+	n       int // failures recorded so far; entry n % abortLogSize is the next
 }
 
 // record notes that transfer id failed for reason (an abort* constant).
 func (l *abortLog) record(id uint64, reason uint8) {
-	l.ids[l.next], l.reasons[l.next] = id, reason
-	l.next = (l.next + 1) % abortLogSize
+	l.ids[l.n%abortLogSize], l.reasons[l.n%abortLogSize] = id, reason
+	l.n++
 }
 
 // reason returns why transfer id was aborted, if it is still remembered.
+// It reads only the entries written: a connection without failures, the
+// common one, pays nothing for a stray ACK the sender asks it about.
 func (l *abortLog) reason(id uint64) (uint8, bool) {
-	for i, r := range l.reasons {
-		if r != 0 && l.ids[i] == id {
-			return r, true
+	for i := range min(l.n, abortLogSize) {
+		if l.ids[i] == id {
+			return l.reasons[i], true
 		}
 	}
 	return 0, false

@@ -62,10 +62,10 @@ import (
 //     probeBytes per floor round trip (at most an eighth of the rate, at
 //     least an eighth of probeBytes), a quarter of that near what the
 //     path delivered at the last cut (startup's exit's cruise before any
-//     cut, unless guessed), from 0.9 to 1.25 times it (CUBIC's plateau: the rate creeps past the bottleneck
-//     rather than overshooting it by the rounds the queue takes to show),
-//     unless the sender ran short of data or the round brought no
-//     round-trip sample.
+//     cut, unless guessed), from 0.9 to 1.25 times it (CUBIC's plateau:
+//     the rate creeps past the bottleneck rather than overshooting it by
+//     the rounds the queue takes to show), unless the sender ran short of
+//     data or the round brought no round-trip sample.
 //
 // Its state is the sender engine's (one goroutine).
 type rateControl struct {

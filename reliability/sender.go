@@ -291,8 +291,8 @@ func (s *SenderEngine) tryStart(now time.Time) {
 			// The receiver gave up on it before it started: nothing of
 			// it is sent, and its messages take their turn.
 			delete(s.refused, id)
-			s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan, Discard: true},
-				Action{Kind: ActFail, Transfer: id, Stats: &Stats{Plan: plan, Start: now, End: now}, Err: abortError(reason)})
+			s.actions = append(s.actions, Action{Kind: ActStart, Transfer: id, Plan: plan, Discard: true})
+			s.fail(now, id, plan, abortError(reason), reason)
 			continue
 		}
 		if length != plan.Length {
@@ -431,6 +431,10 @@ func (s *SenderEngine) fail(now time.Time, id uint64, plan Plan, err error, reas
 // to tell again (repeatAbort).
 func (s *SenderEngine) abort(id uint64, reason uint8) {
 	s.aborted.record(id, reason)
+	s.sendAbort(id, reason)
+}
+
+func (s *SenderEngine) sendAbort(id uint64, reason uint8) {
 	s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
 	s.send()
 }
@@ -440,8 +444,7 @@ func (s *SenderEngine) abort(id uint64, reason uint8) {
 // receiver still asks says the first Abort was lost.
 func (s *SenderEngine) repeatAbort(id uint64) {
 	if reason, ok := s.aborted.reason(id); ok {
-		s.msg = control.Message{Type: control.Abort, Transfer: id, Reason: reason}
-		s.send()
+		s.sendAbort(id, reason)
 	}
 }
 
